@@ -1,0 +1,378 @@
+"""``trainledger``: the command line (SPEC §9).
+
+Every command takes ``--db URL`` (else ``$TRAINLEDGER_DB_URL``, else the
+embedded SQLite ledger in the user's data directory), prints figures as a
+table or, with ``--json``, as the same dict in JSON. Exit status: 0 on
+success, 2 with a one-line reason on bad input, 1 when the ledger cannot be
+reached.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ledger.errors import LedgerInputError
+
+app = typer.Typer(help=__doc__.split("\n\n")[0].replace("``", ""), no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+db_app = typer.Typer(help="Ledger database: upgrade the schema, back up and restore.", no_args_is_help=True)
+runs_app = typer.Typer(help="List, inspect and reap runs.", no_args_is_help=True)
+cost_app = typer.Typer(help="Rent vs own comparisons.", no_args_is_help=True)
+report_app = typer.Typer(help="Reports and the monthly export.", no_args_is_help=True)
+pricing_app = typer.Typer(help="Hardware catalog and offers (prices).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(runs_app, name="runs")
+app.add_typer(cost_app, name="cost")
+app.add_typer(report_app, name="report")
+app.add_typer(pricing_app, name="pricing")
+
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def command(fn: Callable) -> Callable:
+    """Turn user errors into one line + exit 2, and an unreachable ledger into one line + exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sqlalchemy.exc import OperationalError
+
+        from ledger.db import LedgerURLError, redact_url, resolve_url
+
+        try:
+            return fn(*args, **kwargs)
+        except (LedgerInputError, LedgerURLError) as exc:
+            fail(str(exc).splitlines()[0])
+        except OperationalError as exc:
+            url = redact_url(resolve_url(kwargs.get("db")))
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"cannot use the ledger at {url}: {reason}", code=1)
+
+    return wrapper
+
+
+def _session(db: Optional[str]):
+    from ledger.db import get_engine, session_scope
+
+    return session_scope(get_engine(db))
+
+
+def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    from ledger.present import jsonable
+
+    if as_json:
+        typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
+    else:
+        typer.echo(text(data))
+
+
+# --- db ------------------------------------------------------------------------
+
+@db_app.command("upgrade")
+@command
+def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head") -> None:
+    """Apply pending schema migrations (the CLI also does this on first use)."""
+    from ledger.db import make_engine, redact_url, resolve_url, upgrade_schema
+
+    engine = make_engine(db, upgrade=False)
+    rev = upgrade_schema(engine, revision)
+    typer.echo(f"ledger {redact_url(resolve_url(db))} at revision {rev}")
+
+
+@db_app.command("backup")
+@command
+def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write.")], db: DbOpt = None) -> None:
+    """Back up the ledger (SQLite online backup API; pg_dump custom format for PostgreSQL)."""
+    from ledger.backup import backup
+
+    path = backup(db, out)
+    typer.echo(f"backup written to {path}")
+
+
+@db_app.command("restore")
+@command
+def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `trainledger db backup`.")],
+               db: DbOpt = None,
+               force: Annotated[bool, typer.Option("--force", help="Replace a ledger that already has runs.")] = False) -> None:
+    """Restore the ledger from a backup (refuses to overwrite runs without --force)."""
+    from ledger.backup import restore
+
+    restore(db, file, force=force)
+    typer.echo(f"restored from {file}")
+
+
+# --- demo ----------------------------------------------------------------------
+
+@app.command("demo")
+@command
+def demo(db: DbOpt = None,
+         end_month: Annotated[Optional[str], typer.Option(help="Last month of the history (YYYY-MM); default this month.")] = None,
+         as_json: JsonOpt = False) -> None:
+    """Fill an empty ledger with six months of clearly labelled demo history (seed scenario)."""
+    from ledger.accounting import parse_month
+    from ledger.demo import generate_demo
+
+    if end_month:
+        parse_month(end_month)
+    with _session(db) as s:
+        result = generate_demo(s, end_month=end_month)
+    emit(result, as_json, lambda r: f"demo ledger: {r['runs']} runs over {r['months']} months on the 8-node RTX 4090 cluster (run ids demo-*)")
+
+
+# --- import --------------------------------------------------------------------
+
+@app.command("import")
+@command
+def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `sacct --parsable2` output.")],
+            node_type: Annotated[Optional[str], typer.Option(help="Node type for rows without one (required for sacct).")] = None,
+            offer: Annotated[Optional[str], typer.Option(help="Offer the runs were paid under (default: the fleet, else elastic rent).")] = None,
+            tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of times without an offset (default: the ledger's display time zone).")] = None,
+            fmt: Annotated[str, typer.Option("--format", help="auto | csv | sacct")] = "auto",
+            cluster: Annotated[str, typer.Option(help="Slurm cluster name, to keep job ids of several clusters apart.")] = "",
+            db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Import finished runs; one bad row rejects the whole file and nothing is written."""
+    from ledger.importer import import_runs
+    from ledger.settings import display_timezone, parse_timezone
+
+    if fmt not in ("auto", "csv", "sacct"):
+        raise LedgerInputError(f"--format: expected auto, csv or sacct, got {fmt!r}")
+    with _session(db) as s:
+        zone = parse_timezone(tz) if tz else display_timezone(s)
+        res = import_runs(s, file, node_type=node_type, offer=offer, tz=zone, fmt=fmt, cluster=cluster)
+    out = {"format": res.format, "imported": res.imported, "already_present": res.already_present, "skipped": res.skipped}
+
+    def text(o):
+        extra = "".join(f", skipped {n} {why}" for why, n in o["skipped"].items())
+        return f"imported {o['imported']} runs ({o['format']}), {o['already_present']} already in the ledger{extra}"
+
+    emit(out, as_json, text)
+
+
+# --- runs ----------------------------------------------------------------------
+
+RUN_COLUMNS = ["id", "name", "project", "status", "strategy", "node_type", "nodes", "started_at", "node_hours", "tokens", "gpu_util_mean", "mfu"]
+
+
+@runs_app.command("list")
+@command
+def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlapping this month (YYYY-MM).")] = None,
+              project: Annotated[Optional[str], typer.Option()] = None,
+              user: Annotated[Optional[str], typer.Option()] = None,
+              status: Annotated[Optional[str], typer.Option(help="queued|running|succeeded|failed|cancelled|crashed")] = None,
+              strategy: Annotated[Optional[str], typer.Option()] = None,
+              sweep: Annotated[Optional[str], typer.Option(help="Sweep id.")] = None,
+              limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Runs, newest first (stale running runs are marked crashed first)."""
+    from ledger.accounting import parse_month
+    from ledger.present import table
+    from ledger.runs import list_runs
+
+    if month:
+        parse_month(month)
+    with _session(db) as s:
+        rows = list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep, limit=limit)
+    emit(rows, as_json, lambda r: table(r, RUN_COLUMNS))
+
+
+@runs_app.command("show")
+@command
+def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """One run: its figures, its nodes, its cost per month and under every offer."""
+    from ledger.present import key_values, table
+    from ledger.runs import show_run
+
+    with _session(db) as s:
+        data = show_run(s, run_id)
+
+    def text(d):
+        parts = [key_values({k: v for k, v in d.items() if k not in ("config",)})]
+        if d["nodes_detail"]:
+            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
+        parts += ["", "cost by month (actual):", table(d["cost_by_month"])]
+        parts += ["", "cost under every offer:", table(d["cost_under_offers"])]
+        return "\n".join(parts)
+
+    emit(data, as_json, text)
+
+
+@runs_app.command("reap")
+@command
+def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a heartbeat before a running run is crashed.", min=1)] = 60,
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Mark running runs whose heartbeat stopped as crashed (ended at the last heartbeat)."""
+    from datetime import timedelta
+
+    from ledger.runs import reap_stale
+
+    with _session(db) as s:
+        n = reap_stale(s, timedelta(seconds=stale_after))
+    emit({"reaped": n}, as_json, lambda d: f"marked {d['reaped']} runs crashed")
+
+
+# --- cost ----------------------------------------------------------------------
+
+def _decimal(value: str, flag: str) -> Decimal:
+    try:
+        return Decimal(value)
+    except InvalidOperation:
+        raise LedgerInputError(f"{flag}: expected a number, got {value!r}") from None
+
+
+@cost_app.command("compare")
+@command
+def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare one node-month of this node type.")] = None,
+                 utilization: Annotated[str, typer.Option(help="Time utilization 0..1 for --node-type.")] = "1",
+                 month: Annotated[Optional[str], typer.Option(help="Compare the ledger's real usage of this month (YYYY-MM).")] = None,
+                 own: Annotated[Optional[str], typer.Option(help="Own offer (default: the node type's).")] = None,
+                 rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer (default: the node type's).")] = None,
+                 reserved: Annotated[Optional[str], typer.Option(help="Reserved rent offer, with --month.")] = None,
+                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
+    from ledger.compare import compare_month, compare_node_type
+    from ledger.present import key_values, table
+
+    if bool(node_type) == bool(month):
+        raise LedgerInputError("cost compare: pass exactly one of --node-type NAME or --month YYYY-MM")
+    with _session(db) as s:
+        if node_type:
+            data = compare_node_type(s, node_type, _decimal(utilization, "--utilization"), own=own, rent=rent)
+        else:
+            data = compare_month(s, month, own=own, rent=rent, reserved=reserved)
+
+    def text(d):
+        if "node_types" not in d:
+            lines = [key_values(d)]
+            if d["renting_always_cheaper"]:
+                lines.append(f"\nRenting ({d['rent_offer']}) is cheaper at every utilization: owning costs more even at full use.")
+            else:
+                lines.append(f"\nOwning ({d['own_offer']}) wins above a time utilization of {float(d['break_even_utilization']):.1%}.")
+            return "\n".join(lines)
+        cols = ["node_type", "node_hours", "peak_nodes", "own_nodes", "actual_cost", "own_cost", "elastic_cost", "reserved_cost", "cheapest"]
+        return f"{d['month']} ({d['timezone']}, {d['currency']})\n" + table(d["node_types"], cols) + "\n\ntotal:\n" + key_values(d["total"])
+
+    emit(data, as_json, text)
+
+
+# --- report --------------------------------------------------------------------
+
+@report_app.command("monthly")
+@command
+def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
+                   fmt: Annotated[str, typer.Option("--format", help="csv | xlsx | json")] = "csv",
+                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json).")] = None,
+                   own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
+                   rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
+                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run."""
+    from ledger.accounting import monthly_report
+    from ledger.export import presented_report, render
+    from ledger.present import key_values
+
+    if fmt not in ("csv", "xlsx", "json"):
+        raise LedgerInputError(f"--format: expected csv, xlsx or json, got {fmt!r}")
+    if fmt == "xlsx" and output is None:
+        raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
+    with _session(db) as s:
+        p = presented_report(monthly_report(s, month, own=own, rent=rent))
+    data = render(p, fmt)
+    if output is None:
+        sys.stdout.write(data.decode("utf-8"))
+        return
+    tmp = output.with_name(output.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(output)  # never leave a half-written export
+    emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+
+
+# --- pricing -------------------------------------------------------------------
+
+@pricing_app.command("list")
+@command
+def pricing_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Node types and offers in the ledger."""
+    from ledger.pricing_views import list_pricing
+    from ledger.present import table
+
+    with _session(db) as s:
+        data = list_pricing(s)
+    emit(data, as_json, lambda d: "node types:\n" + table(d["node_types"], ["name", "gpu_model", "gpus_per_node", "gpu_memory_gb", "peak_bf16_tflops", "network", "source"])
+         + "\n\noffers:\n" + table(d["offers"], ["name", "node_type", "kind", "currency", "hourly_rate", "full_month_cost", "source"]))
+
+
+@pricing_app.command("show")
+@command
+def pricing_show(name: Annotated[str, typer.Argument(help="Offer or node type name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """One offer or node type with every field and its derived rates."""
+    from ledger.present import key_values
+    from ledger.pricing_views import show_pricing
+
+    with _session(db) as s:
+        data = show_pricing(s, name)
+    emit(data, as_json, key_values)
+
+
+@pricing_app.command("import")
+@command
+def pricing_import(file: Annotated[Path, typer.Argument(help="TOML with [[node_type]] and/or [[offer]] tables (keys as in data/pricing.toml).")],
+                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Add or replace node types and offers; validated first, nothing written on error."""
+    from ledger.presets import import_pricing_file
+
+    with _session(db) as s:
+        counts = import_pricing_file(s, file)
+    emit(counts, as_json, lambda c: f"imported {c['node_types']} node types and {c['offers']} offers from {file}")
+
+
+# --- settings ------------------------------------------------------------------
+
+@app.command("settings")
+@command
+def settings(key: Annotated[Optional[str], typer.Argument(help="timezone | currency")] = None,
+             value: Annotated[Optional[str], typer.Argument(help="New value.")] = None,
+             db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Show or change ledger settings (display time zone, currency)."""
+    from ledger.present import key_values
+    from ledger.settings import DEFAULTS, get_setting, set_setting
+
+    with _session(db) as s:
+        if key is not None and key not in DEFAULTS:
+            raise LedgerInputError(f"KEY: unknown setting {key!r}; use one of {', '.join(DEFAULTS)}")
+        if value is not None:
+            set_setting(s, key, value)
+        data = {k: get_setting(s, k) for k in ([key] if key else DEFAULTS)}
+    emit(data, as_json, key_values)
+
+
+def _register_trainer() -> None:
+    """``train`` and ``data prepare`` live in trainer/ (importable without torch)."""
+    try:
+        from trainer.cli import data_app, train_command
+    except ImportError:  # pragma: no cover - trainer package always ships with the ledger
+        return
+    app.add_typer(data_app, name="data")
+    app.command("train")(train_command)
+
+
+_register_trainer()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

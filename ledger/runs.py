@@ -1,0 +1,146 @@
+"""Reading runs: ``trainledger runs list|show|reap``.
+
+Every path that lists runs first reaps stale ones: a ``running`` run whose
+heartbeat is older than :data:`STALE_AFTER` is marked ``crashed`` and ends at
+its last heartbeat (it is still costed up to then).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlalchemy import update
+from sqlmodel import Session, select
+
+from ledger import costs
+from ledger.accounting import month_bounds, monthly_report, month_of, run_interval
+from ledger.errors import LedgerInputError
+from ledger.models import NodeType, Offer, OfferKind, Project, Run, RunNode, RunStatus, User
+from ledger.settings import display_timezone
+from ledger.types import utcnow
+
+STALE_AFTER = timedelta(seconds=60)
+
+
+def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Optional[datetime] = None) -> int:
+    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat."""
+    now = now or utcnow()
+    cutoff = now - stale_after
+    stale = session.exec(
+        select(Run.id, Run.heartbeat_at, Run.started_at).where(
+            Run.status == RunStatus.running, Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)
+    ).all()
+    for rid, hb, started in stale:
+        session.exec(
+            update(Run).where(Run.id == rid, Run.status == RunStatus.running)
+            .values(status=RunStatus.crashed, ended_at=max(hb, started or hb),
+                    error="heartbeat stopped; marked crashed at the last heartbeat")
+        )
+    return len(stale)
+
+
+def _status(value: Optional[str]) -> Optional[RunStatus]:
+    if value is None:
+        return None
+    try:
+        return RunStatus(value)
+    except ValueError:
+        raise LedgerInputError(f"--status: expected one of {', '.join(s.value for s in RunStatus)}, got {value!r}") from None
+
+
+def list_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
+              user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
+              sweep: Optional[str] = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration."""
+    reap_stale(session)
+    q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
+                Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
+                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id)
+         .join(NodeType, NodeType.id == Run.node_type_id)
+         .outerjoin(Project, Project.id == Run.project_id)
+         .outerjoin(User, User.id == Run.user_id))
+    if month:
+        ms, me = month_bounds(month, display_timezone(session))
+        q = q.where(Run.started_at < me, (Run.ended_at.is_(None)) | (Run.ended_at > ms))
+    if project:
+        q = q.where(Project.name == project)
+    if user:
+        q = q.where(User.name == user)
+    if status:
+        q = q.where(Run.status == _status(status))
+    if strategy:
+        q = q.where(Run.strategy == strategy)
+    if sweep:
+        q = q.where(Run.sweep_id == sweep)
+    q = q.order_by(Run.started_at.desc(), Run.id).offset(offset).limit(limit)
+    now = utcnow()
+    out = []
+    for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
+         sweep_id) in session.exec(q).all():
+        st_v = getattr(st, "value", st)
+        iv = run_interval(started, ended, st_v, hb, now)
+        nh = costs.node_hours(nodes, costs.hours_between(*iv)) if iv else costs.ZERO
+        out.append({"id": rid, "name": name, "project": proj, "user": usr, "status": st_v, "strategy": strat,
+                    "node_type": nt, "nodes": nodes, "gpus_per_node": gpn, "started_at": started,
+                    "ended_at": ended, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
+                    "final_loss": loss, "sweep_id": sweep_id})
+    return out
+
+
+def get_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        matches = session.exec(select(Run).where(Run.id.startswith(run_id)).limit(2)).all() if len(run_id) >= 6 else []
+        if len(matches) == 1:
+            return matches[0]
+        raise LedgerInputError(f"RUN_ID: no run {run_id!r} in this ledger; see `trainledger runs list`")
+    return run
+
+
+def show_run(session: Session, run_id: str) -> dict[str, Any]:
+    """A run with its nodes, its cost per month (actual) and its cost under every offer."""
+    reap_stale(session)
+    run = get_run(session, run_id)
+    nt = session.get(NodeType, run.node_type_id)
+    tz = display_timezone(session)
+    iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, utcnow())
+    duration = costs.hours_between(*iv) if iv else costs.ZERO
+    nh = costs.node_hours(run.nodes, duration)
+    under: list[dict[str, Any]] = []
+    for o in session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id).order_by(Offer.name)).all():
+        if o.kind == OfferKind.rent_elastic:
+            c = costs.elastic_run_cost(o, run.nodes, duration)
+            basis = "billed node-hours × hourly rate"
+        else:
+            c = nh * costs.busy_rate_per_node_hour(o)
+            basis = "node-hours × full-use rate per node-hour (730 h month)"
+        under.append({"offer": o.name, "kind": o.kind.value, "currency": o.currency, "cost": c, "basis": basis})
+    monthly: list[dict[str, Any]] = []
+    if iv:
+        m = month_of(iv[0], tz)
+        last = month_of(iv[1], tz)
+        from ledger.accounting import months_between
+
+        for month in months_between(m, last):
+            rep = monthly_report(session, month)
+            for s in rep.runs:
+                if s.run_id == run.id:
+                    monthly.append({"month": month, "node_hours": s.node_hours, "cost": s.cost, "offer": s.offer,
+                                    "currency": rep.currency})
+    data = run.model_dump()
+    data["status"] = run.status.value
+    data["node_type"] = nt.name
+    data["project"] = session.get(Project, run.project_id).name if run.project_id else None
+    data["user"] = session.get(User, run.user_id).name if run.user_id else None
+    data["duration_hours"] = duration
+    data["node_hours"] = nh
+    data["gpu_hours"] = costs.gpu_hours(nh, run.gpus_per_node)
+    data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
+    data["cost_by_month"] = monthly
+    data["cost_under_offers"] = under
+    data["cost_per_1m_tokens"] = costs.cost_per_million_tokens(data["cost_actual"], run.tokens) if monthly else None
+    data["nodes_detail"] = [n.model_dump(exclude={"id", "run_id"}) for n in
+                            session.exec(select(RunNode).where(RunNode.run_id == run.id).order_by(RunNode.node_rank, RunNode.hostname)).all()]
+    return data

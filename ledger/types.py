@@ -1,0 +1,69 @@
+"""Column types shared by the ledger tables.
+
+* ``Money``: exact ``Decimal`` on every backend. PostgreSQL stores NUMERIC(20, 6);
+  SQLite has no decimal type (SQLAlchemy would round-trip through float), so
+  there the value is stored as its canonical text.
+* ``UTCDateTime``: timestamps are stored as naive UTC and always come back as
+  timezone-aware UTC ``datetime`` objects, whatever the backend.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from sqlalchemy import DateTime, Numeric, String
+from sqlalchemy.types import TypeDecorator
+
+MONEY_SCALE = Decimal("0.000001")
+
+
+class Money(TypeDecorator):
+    """Exact decimal money column (6 decimal places kept, rounded only on output)."""
+
+    impl = Numeric(20, 6)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(40))
+        return dialect.type_descriptor(Numeric(20, 6, asdecimal=True))
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        value = Decimal(value).quantize(MONEY_SCALE)
+        return str(value) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return Decimal(value).quantize(MONEY_SCALE)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes stored as naive UTC."""
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        if isinstance(value, str):  # raw SQLite text from a hand-written query
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC, microseconds kept."""
+    return datetime.now(timezone.utc)
