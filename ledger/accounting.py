@@ -32,6 +32,8 @@ from ledger.settings import display_timezone, get_setting
 from ledger.types import utcnow
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+#: split costs are exact on this grid (a pico-unit of currency)
+SLICE_QUANTUM = Decimal("1e-12")
 
 
 # --- months ------------------------------------------------------------------
@@ -288,10 +290,14 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
         full.append((s, e))
 
     def elastic_slice(i: int, offer: Offer) -> Decimal:
+        # cumulative cost at both ends of the slice, on a fixed 1e-12 grid, so
+        # that a run's slices add up to its bill exactly (telescoping sum)
         s, e = full[i]
         sl = slices[i]
-        total = costs.elastic_run_cost(offer, sl.nodes, costs.hours_between(s, e))
-        return total * _share(s, e, sl.end) - total * _share(s, e, sl.start)
+        total = costs.elastic_run_cost(offer, sl.nodes, costs.hours_between(s, e)).quantize(SLICE_QUANTUM)
+        def upto(t: datetime) -> Decimal:
+            return (total * _share(s, e, t)).quantize(SLICE_QUANTUM)
+        return upto(sl.end) - upto(sl.start)
 
     # 2) per node type ----------------------------------------------------------
     by_nt: dict[int, list[int]] = defaultdict(list)

@@ -58,8 +58,10 @@ def cents(amount: Decimal) -> Decimal:
     return Decimal(amount).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def round_preserving_sum(amounts: Sequence[Decimal], quantum: Decimal = CENT) -> list[Decimal]:
-    """Round each amount to ``quantum`` so that the rounded parts add up to the rounded total.
+def round_preserving_sum(amounts: Sequence[Decimal], quantum: Decimal = CENT,
+                         total: Optional[Decimal] = None) -> list[Decimal]:
+    """Round each amount to ``quantum`` so that the rounded parts add up to the rounded total
+    (or to ``total``, when the presented total is fixed elsewhere).
 
     Largest-remainder method: floor every part, then hand the remaining quanta
     to the parts with the largest remainders (ties by position). Lines of an
@@ -67,7 +69,8 @@ def round_preserving_sum(amounts: Sequence[Decimal], quantum: Decimal = CENT) ->
     """
     if not amounts:
         return []
-    total = Decimal(sum(amounts, ZERO)).quantize(quantum, rounding=ROUND_HALF_UP)
+    if total is None:
+        total = Decimal(sum(amounts, ZERO)).quantize(quantum, rounding=ROUND_HALF_UP)
     floors = [(a / quantum).to_integral_value(rounding="ROUND_FLOOR") * quantum for a in amounts]
     remaining = int(((total - sum(floors, ZERO)) / quantum).to_integral_value())
     order = sorted(range(len(amounts)), key=lambda i: (-(amounts[i] - floors[i]), i))

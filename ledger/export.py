@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from ledger.accounting import MonthlyReport
-from ledger.costs import ZERO, round_preserving_sum
+from ledger.costs import ZERO, cents, round_preserving_sum
 from ledger.present import jsonable
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -70,7 +70,8 @@ def presented_report(rep: MonthlyReport) -> dict[str, Any]:
     run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [])
     own_idle = sum((n.own_idle_cost or ZERO for n in rep.node_types), ZERO)
     run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle])
-    proj_cost, _ = _rounded_column([p["cost"] for p in rep.projects], [s["idle_cost"]])
+    # projects share what the run lines share: the rounded total less the rounded idle
+    proj_cost = round_preserving_sum([p["cost"] for p in rep.projects], total=cents(s["actual_cost"]) - idle_r)
     summary = jsonable(s)
     summary["idle_cost"] = str(idle_r)
     summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}

@@ -16,7 +16,8 @@ from ledger.costs import cents
 
 MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost"}
 MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",
-                  "cost_if_elastic", "cost_if_own", "_price", "cheapest_saves_vs_dearest")
+                  "cost_if_elastic", "cost_if_own", "_price", "_rate", "cheapest_saves_vs_dearest")
+MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_")
 PCT_SUFFIXES = ("_pct",)
 RATIO_SUFFIXES = ("utilization", "roi", "mfu", "mfu_mean", "gpu_util_mean", "gpu_util_p95", "coverage",
                   "break_even_utilization", "break_even_utilization_power_adjusted", "comm_share")
@@ -24,7 +25,7 @@ HOURS_SUFFIXES = ("_hours", "_months")
 
 
 def kind_of(key: str) -> str:
-    if key in MONEY_KEYS or key.endswith(MONEY_SUFFIXES) or key.startswith("cost_"):
+    if key in MONEY_KEYS or key.endswith(MONEY_SUFFIXES) or key.startswith(MONEY_PREFIXES):
         return "money"
     if key.endswith(PCT_SUFFIXES):
         return "pct"
@@ -57,8 +58,9 @@ def present(key: str, value: Any) -> Any:
             return float(_q(Decimal(str(value)), "0.0001"))
         if k == "hours":
             return float(_q(Decimal(str(value)), "0.001"))
-        if isinstance(value, Decimal):
-            return float(value) if value != value.to_integral_value() else int(value)
+        if isinstance(value, Decimal):  # exact, without trailing zeros: "0.8", "36"
+            text = format(value.normalize(), "f")
+            return text
     return value
 
 

@@ -1,0 +1,84 @@
+"""Shared fixtures: a fresh ledger per test on SQLite and on a real PostgreSQL.
+
+The PostgreSQL leg talks to the server at ``TRAINLEDGER_TEST_PG`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``): each test creates
+its own database and drops it afterwards. CI starts that server (.ci/run);
+set ``TRAINLEDGER_SKIP_PG=1`` only on a laptop without PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlmodel import Session
+from typer.testing import CliRunner
+
+PG_ADMIN = os.environ.get("TRAINLEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _pg_admin():
+    return create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture(params=BACKENDS)
+def ledger_url(request, tmp_path: Path):
+    """A URL of a new, empty ledger: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    if os.environ.get("TRAINLEDGER_SKIP_PG") == "1" and not os.environ.get("CI"):
+        pytest.skip("TRAINLEDGER_SKIP_PG=1")
+    name = f"tl_test_{uuid.uuid4().hex[:12]}"
+    admin = _pg_admin()
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    base = PG_ADMIN.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    from ledger.db import get_engine
+
+    get_engine.cache_clear()
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def engine(ledger_url):
+    from ledger.db import make_engine
+
+    eng = make_engine(ledger_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def session(engine):
+    with Session(engine, expire_on_commit=False) as s:
+        yield s
+
+
+@pytest.fixture
+def cli(ledger_url, monkeypatch):
+    """Run ``trainledger ARGS --db <this test's ledger>``; returns the click Result."""
+    from ledger.cli import app
+    from ledger.db import get_engine
+
+    monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, db: bool = True):
+        argv = [str(a) for a in args] + (["--db", ledger_url] if db else [])
+        return runner.invoke(app, argv, catch_exceptions=False)
+
+    yield run
+    get_engine.cache_clear()

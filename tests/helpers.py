@@ -1,0 +1,44 @@
+"""Small builders for tests: runs and fleets written through the real models."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from typing import Optional
+
+from sqlmodel import Session, select
+
+from ledger.importer import get_or_create
+from ledger.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
+
+UTC = timezone.utc
+
+
+def offer(session: Session, name: str) -> Offer:
+    return session.exec(select(Offer).where(Offer.name == name)).one()
+
+
+def node_type(session: Session, name: str = "rtx4090-8x") -> NodeType:
+    return session.exec(select(NodeType).where(NodeType.name == name)).one()
+
+
+def add_run(session: Session, run_id: str, start: datetime, hours: float, nodes: int = 2, *,
+            offer_name: Optional[str] = "rtx4090-own", status: RunStatus = RunStatus.succeeded,
+            project: str = "p1", user: str = "u1", tokens: Optional[int] = None,
+            gpu_util: Optional[float] = None, node_type_name: str = "rtx4090-8x") -> Run:
+    nt = node_type(session, node_type_name)
+    run = Run(id=run_id, name=run_id, node_type_id=nt.id, nodes=nodes, gpus_per_node=nt.gpus_per_node,
+              offer_id=offer(session, offer_name).id if offer_name else None, status=status,
+              started_at=start, ended_at=start + timedelta(hours=hours), heartbeat_at=start + timedelta(hours=hours),
+              tokens=tokens, gpu_util_mean=gpu_util, util_source="nvml" if gpu_util is not None else None,
+              project_id=get_or_create(session, Project, project), user_id=get_or_create(session, User, user))
+    session.add(run)
+    session.flush()
+    return run
+
+
+def add_fleet(session: Session, nodes: int = 8, offer_name: str = "rtx4090-own",
+              valid_from: date = date(2020, 1, 1), valid_to: Optional[date] = None, name: str = "fleet") -> Fleet:
+    f = Fleet(name=name, offer_id=offer(session, offer_name).id, node_count=nodes, valid_from=valid_from, valid_to=valid_to)
+    session.add(f)
+    session.flush()
+    return f

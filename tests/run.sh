@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine, start the
+# services it talks to, and run the whole suite. Used by .ci/run and the README.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# --- Python environment ------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+# The CPU torch pin first: an unpinned torch would pull a multi-GB CUDA build.
+"$VENV/bin/python" -m pip install -q "torch==2.13.0"
+"$VENV/bin/python" -m pip install -q -e ".[train,test]"
+
+# --- PostgreSQL at 127.0.0.1:5432 (tests create and drop their own databases) --
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v pg_dump >/dev/null 2>&1; then
+  apt_install postgresql postgresql-client
+fi
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  for v in $(ls /etc/postgresql 2>/dev/null); do
+    $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
+  done
+  for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null 2>&1; then
+  # a fresh Debian cluster: let the local postgres user in without a password over loopback
+  hba=$(ls /etc/postgresql/*/main/pg_hba.conf | head -1)
+  $SUDO sed -i -E 's/^(host\s+all\s+all\s+127\.0\.0\.1\/32\s+)\S+/\1trust/' "$hba"
+  for v in $(ls /etc/postgresql); do $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main reload || true; done
+  sleep 1
+fi
+psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null
+
+# --- the suite -----------------------------------------------------------------
+exec "$VENV/bin/python" -m pytest -q "$@"
