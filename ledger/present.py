@@ -76,7 +76,9 @@ def jsonable(obj: Any, key: str = "") -> Any:
 
 
 def fmt_cell(key: str, value: Any) -> str:
-    """Human text for a table cell."""
+    """Human text for a table cell (times in the zone they carry)."""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
     v = present(key, value)
     if v is None:
         return "—"

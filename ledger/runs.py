@@ -76,6 +76,7 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
         q = q.where(Run.sweep_id == sweep)
     q = q.order_by(Run.started_at.desc(), Run.id).offset(offset).limit(limit)
     now = utcnow()
+    tz = display_timezone(session)
     out = []
     for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
          sweep_id) in session.exec(q).all():
@@ -83,8 +84,9 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
         iv = run_interval(started, ended, st_v, hb, now)
         nh = costs.node_hours(nodes, costs.hours_between(*iv)) if iv else costs.ZERO
         out.append({"id": rid, "name": name, "project": proj, "user": usr, "status": st_v, "strategy": strat,
-                    "node_type": nt, "nodes": nodes, "gpus_per_node": gpn, "started_at": started,
-                    "ended_at": ended, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
+                    "node_type": nt, "nodes": nodes, "gpus_per_node": gpn,
+                    "started_at": started.astimezone(tz) if started else None,
+                    "ended_at": ended.astimezone(tz) if ended else None, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
                     "final_loss": loss, "sweep_id": sweep_id})
     return out
 

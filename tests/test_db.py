@@ -112,3 +112,15 @@ def test_ledger_and_cli_import_without_torch():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_downgrade_to_base_and_upgrade_again(engine):
+    from alembic import command
+
+    from ledger.db import alembic_config, upgrade_schema
+
+    command.downgrade(alembic_config(engine), "base")
+    assert "run" not in inspect(engine).get_table_names()
+    assert upgrade_schema(engine) == "0001"
+    with Session(engine) as s:
+        assert s.exec(select(func.count()).select_from(Offer)).one() == 3

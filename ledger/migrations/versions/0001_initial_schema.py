@@ -235,4 +235,6 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_node_type_name'))
 
     op.drop_table('node_type')
-
+    # PostgreSQL keeps enum types after their tables are gone
+    sa.Enum(name="runstatus").drop(op.get_bind(), checkfirst=True)
+    sa.Enum(name="offerkind").drop(op.get_bind(), checkfirst=True)
