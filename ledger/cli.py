@@ -20,7 +20,7 @@ import typer
 
 from ledger.errors import LedgerInputError
 
-app = typer.Typer(help=__doc__.split("\n\n")[0].replace("``", ""), no_args_is_help=True,
+app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 db_app = typer.Typer(help="Ledger database: upgrade the schema, back up and restore.", no_args_is_help=True)
 runs_app = typer.Typer(help="List, inspect and reap runs.", no_args_is_help=True)
@@ -357,17 +357,23 @@ def settings(key: Annotated[Optional[str], typer.Argument(help="timezone | curre
     emit(data, as_json, key_values)
 
 
-def _register_trainer() -> None:
-    """``train`` and ``data prepare`` live in trainer/ (importable without torch)."""
-    try:
-        from trainer.cli import data_app, train_command
-    except ImportError:  # pragma: no cover - trainer package always ships with the ledger
-        return
+def _register_parts() -> None:
+    """Commands that live with their part: ``train``/``data prepare`` in trainer/,
+    ``dashboard`` in app/ (both importable without torch)."""
+    from trainer.cli import data_app, train_command
+
     app.add_typer(data_app, name="data")
     app.command("train")(train_command)
+    try:
+        from app.cli import dashboard_command
+    except ModuleNotFoundError as exc:  # the dashboard module is optional until it lands
+        if exc.name != "app.cli":
+            raise
+    else:
+        app.command("dashboard")(dashboard_command)
 
 
-_register_trainer()
+_register_parts()
 
 
 def main() -> None:

@@ -138,7 +138,8 @@ def test_every_command_has_help_and_db_option():
     for c in cmds:
         r = runner.invoke(app, [*c, "--help"])
         assert r.exit_code == 0, (c, r.output)
-        if c not in groups:
+        # train / data prepare do not touch the ledger until run tracking lands (issue #4)
+        if c not in groups and c not in {("train",), ("data", "prepare")}:
             assert "--db" in r.output, c
 
 
