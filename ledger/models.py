@@ -191,6 +191,11 @@ class Run(SQLModel, table=True):
     error: Optional[str] = Field(default=None, max_length=4000)
     pid: Optional[int] = None
     hostname: Optional[str] = Field(default=None, max_length=200)
+    # added in migration 0002 (tracked runs)
+    pgid: Optional[int] = None  # process group of a launched run (``runs cancel`` signals it)
+    log_path: Optional[str] = Field(default=None, max_length=500)
+    tokens_per_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)
+    mem_kind: Optional[str] = Field(default=None, max_length=30)  # cuda_max_allocated | cpu_max_rss
 
 
 class RunNode(SQLModel, table=True):

@@ -38,7 +38,7 @@ def test_sqlite_is_wal_with_busy_timeout(sqlite_url):
 
 
 def test_first_use_upgrades_to_head_and_seeds_presets(engine):
-    assert current_revision(engine) == head_revision() == "0001"
+    assert current_revision(engine) == head_revision() == "0002"
     tables = set(inspect(engine).get_table_names())
     assert {"node_type", "offer", "fleet", "project", "user_account", "run", "run_node", "metric_sample", "alembic_version"} <= tables
     with Session(engine) as s:
@@ -64,7 +64,7 @@ def test_timestamps_come_back_aware_utc(session):
 
 def test_db_upgrade_command_is_idempotent(cli):
     r = cli("db", "upgrade")
-    assert r.exit_code == 0 and "at revision 0001" in r.output
+    assert r.exit_code == 0 and "at revision 0002" in r.output
     assert cli("db", "upgrade").exit_code == 0
 
 
@@ -121,6 +121,30 @@ def test_downgrade_to_base_and_upgrade_again(engine):
 
     command.downgrade(alembic_config(engine), "base")
     assert "run" not in inspect(engine).get_table_names()
-    assert upgrade_schema(engine) == "0001"
+    assert upgrade_schema(engine) == "0002"
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(Offer)).one() == 3
+
+
+def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
+    """A ledger written at revision 0001 upgrades to head with every row and total intact."""
+    from ledger.accounting import monthly_report
+    from ledger.db import upgrade_schema
+
+    eng = make_engine(ledger_url, upgrade=False)
+    upgrade_schema(eng, "0001")
+    with eng.begin() as c:
+        nt = c.execute(text("SELECT id FROM node_type WHERE name = 'rtx4090-8x'")).scalar()
+        off = c.execute(text("SELECT id FROM offer WHERE name = 'rtx4090-rent'")).scalar()
+        c.execute(text("INSERT INTO run (id, name, launcher, node_type_id, offer_id, nodes, gpus_per_node, strategy, "
+                       "model_shape, status, created_at, started_at, ended_at, tokens) VALUES "
+                       "('old', 'old run', 'import', :nt, :off, 2, 8, 'zero2', '', 'succeeded', "
+                       "'2026-11-02 00:00:00', '2026-11-02 00:00:00', '2026-11-02 10:00:00', 1000)"),
+                  {"nt": nt, "off": off})
+    assert upgrade_schema(eng) == head_revision()
+    with Session(eng) as s:
+        run = s.get(Run, "old")
+        assert (run.nodes, run.tokens, run.pgid, run.status.value) == (2, 1000, None, "succeeded")
+        rep = monthly_report(s, "2026-11")
+        assert rep.summary["actual_cost"] == (Decimal(20) * Decimal(3600) / 730).quantize(Decimal("1e-12"))
+    eng.dispose()

@@ -1,0 +1,234 @@
+"""The run journal: every tracking event is appended (fsync'd JSON lines) before
+it is applied to the ledger, so an unreachable ledger never loses anything.
+
+Events (one JSON object per line, ``seq`` increasing within a run's journal)::
+
+    {"seq": 1, "type": "run", "run_id": "...", "fields": {...}}      # upsert the run row
+    {"seq": 2, "type": "heartbeat", "run_id": "...", "ts": "..."}    # liveness
+    {"seq": 3, "type": "samples", "run_id": "...", "rows": [[node, gpu, metric, ts, value], ...]}
+    {"seq": 4, "type": "nodes", "run_id": "...", "rows": [{"hostname": ..., ...}]}
+
+Applying is idempotent: run fields are set (not added), heartbeats only move
+forward, samples are inserted once per (run, node, gpu, metric, ts) and nodes
+are upserted by (run, hostname). Replaying a journal any number of times
+therefore gives the same ledger: nothing is lost and nothing is counted twice.
+``<run>.applied`` records the last applied ``seq`` so replays are cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from ledger.models import MetricSample, NodeType, Offer, Project, Run, RunNode, RunStatus, User
+
+ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
+#: fields of a ``run`` event that name rows in other tables
+NAMED = {"node_type": (NodeType, "node_type_id"), "offer": (Offer, "offer_id"),
+         "project": (Project, "project_id"), "user": (User, "user_id")}
+TIME_FIELDS = {"created_at", "started_at", "ended_at", "heartbeat_at"}
+REAPED_ERROR = "heartbeat stopped; marked crashed at the last heartbeat"
+
+
+def default_journal_dir() -> Path:
+    env = os.environ.get(ENV_JOURNAL_DIR)
+    if env:
+        return Path(env)
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("trainledger", appauthor=False)) / "journal"
+
+
+class JournalWriteError(RuntimeError):
+    """The journal could not be written (e.g. disk full): the run must stop loudly."""
+
+
+class Journal:
+    """Append-only, fsync'd event log of one run."""
+
+    def __init__(self, directory: Path | str, run_id: str):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{run_id}.jsonl"
+        self.applied_path = self.dir / f"{run_id}.applied"
+        self.run_id = run_id
+        self.seq = 0
+        if self.path.exists():
+            for ev in read_events(self.path):
+                self.seq = max(self.seq, ev["seq"])
+
+    def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Number, write and fsync events; returns them with their ``seq``."""
+        out = []
+        for ev in events:
+            self.seq += 1
+            out.append({"seq": self.seq, "run_id": self.run_id, **ev})
+        if not out:
+            return out
+        data = "".join(json.dumps(ev, separators=(",", ":"), default=_json_default) + "\n" for ev in out)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                view = memoryview(data.encode("utf-8"))
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise JournalWriteError(f"cannot write the run journal {self.path}: {exc.strerror or exc}") from exc
+        return out
+
+    def applied_seq(self) -> int:
+        try:
+            return int(self.applied_path.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def mark_applied(self, seq: int) -> None:
+        tmp = self.applied_path.with_suffix(".applied.tmp")
+        tmp.write_text(str(seq))
+        os.replace(tmp, self.applied_path)
+
+    def pending(self) -> list[dict[str, Any]]:
+        done = self.applied_seq()
+        return [ev for ev in read_events(self.path) if ev["seq"] > done] if self.path.exists() else []
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if hasattr(o, "value"):
+        return o.value
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Events of a journal file; a torn last line (crash mid-write) is ignored."""
+    events = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # torn write: never fsync'd, so never acknowledged
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return events
+
+
+# --- applying ------------------------------------------------------------------
+
+def _id_for(session: Session, model, name: Optional[str], create: bool) -> Optional[int]:
+    if not name:
+        return None
+    row = session.exec(select(model.id).where(model.name == name)).first()
+    if row is not None:
+        return row[0]
+    if not create:
+        raise ValueError(f"unknown {model.__tablename__} {name!r}")
+    obj = model(name=name)
+    session.add(obj)
+    session.flush()
+    return obj.id
+
+
+def _ts(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
+    """Apply events in order, idempotently, in the caller's transaction."""
+    n = 0
+    for ev in events:
+        kind = ev["type"]
+        rid = ev["run_id"]
+        if kind == "run":
+            fields = dict(ev["fields"])
+            for key, (model, col) in NAMED.items():
+                if key in fields:
+                    fields[col] = _id_for(session, model, fields.pop(key), create=model in (Project, User))
+            for key in TIME_FIELDS & fields.keys():
+                fields[key] = _ts(fields[key])
+            if "status" in fields:
+                fields["status"] = RunStatus(fields["status"])
+            run = session.get(Run, rid)
+            if run is None:
+                session.add(Run(id=rid, **fields))
+            else:
+                for k, v in fields.items():
+                    setattr(run, k, v)
+            session.flush()
+        elif kind == "heartbeat":
+            ts = _ts(ev["ts"])
+            run = session.get(Run, rid)
+            if run is not None and (run.heartbeat_at is None or run.heartbeat_at < ts):
+                run.heartbeat_at = ts
+                if run.status == RunStatus.crashed and run.error == REAPED_ERROR:
+                    # reaped during an outage, but the run was alive: undo the reaping
+                    run.status, run.ended_at, run.error = RunStatus.running, None, None
+        elif kind == "samples":
+            _insert_samples(session, rid, ev["rows"])
+        elif kind == "nodes":
+            for row in ev["rows"]:
+                existing = session.exec(select(RunNode).where(RunNode.run_id == rid, RunNode.hostname == row["hostname"])).first()
+                if existing is None:
+                    session.add(RunNode(run_id=rid, **row))
+                else:
+                    for k, v in row.items():
+                        setattr(existing[0], k, v)
+            session.flush()
+        else:
+            raise ValueError(f"unknown journal event type {kind!r}")
+        n += 1
+    return n
+
+
+def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:
+    """Insert samples once: rows already present (same run, node, gpu, metric, ts) are skipped."""
+    if not rows:
+        return
+    values = [{"run_id": run_id, "node": r[0], "gpu": r[1], "metric": r[2], "ts": _ts(r[3]), "value": r[4]} for r in rows]
+    dialect = session.get_bind().dialect.name
+    table = MetricSample.__table__
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(table).on_conflict_do_nothing(index_elements=["run_id", "node", "gpu", "metric", "ts"])
+    for i in range(0, len(values), 5000):
+        session.execute(stmt, values[i:i + 5000])
+
+
+def sync_journal(engine: Engine, journal: Journal) -> int:
+    """Apply a journal's pending events in one transaction; returns how many."""
+    pending = journal.pending()
+    if not pending:
+        return 0
+    with Session(engine) as session:
+        apply_events(session, pending)
+        session.commit()
+    journal.mark_applied(pending[-1]["seq"])
+    return len(pending)
+
+
+def sync_all(engine: Engine, directory: Optional[Path] = None) -> dict[str, int]:
+    """``trainledger sync``: replay every journal in ``directory``; returns events applied per run."""
+    directory = Path(directory or default_journal_dir())
+    out: dict[str, int] = {}
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("*.jsonl")):
+        j = Journal(directory, path.stem)
+        n = sync_journal(engine, j)
+        if n:
+            out[path.stem] = n
+    return out
