@@ -1,0 +1,100 @@
+"""CLI surface: dry run, bad input (exit 2, one line), and imports that need no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from trainer.cli import data_app, train_command
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "trainer" / "configs"
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    """The two commands registered as ledger/cli.py registers them."""
+    app = typer.Typer()
+    app.add_typer(data_app, name="data")
+    app.command("train")(train_command)
+    return app
+
+
+@pytest.mark.parametrize("name,world", [("dp", 1), ("zero1", 1), ("zero2", 1), ("zero3", 1), ("pp", 2),
+                                        ("tp", 2), ("3d", 4)])
+def test_shipped_configs_dry_run(app, name, world):
+    out = CliRunner().invoke(app, ["train", str(CONFIGS / f"{name}.yaml"), "--dry-run", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["plan"]["strategy"] == name and report["plan"]["world_size"] == world
+    assert report["deepspeed"]["train_batch_size"] == 16
+    assert report["deepspeed"]["zero_optimization"]["stage"] == report["plan"]["zero_stage"]
+
+
+def test_dry_run_prints_plan_and_deepspeed_json(app):
+    out = CliRunner().invoke(app, ["train", str(CONFIGS / "zero2.yaml"), "--dry-run", "--nproc-per-node", "4"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "strategy        zero2 (ZeRO-2)"
+    assert lines[1] == "world size      4 = dp 4 × tp 1 × pp 1 = nodes 1 × gpus_per_node 4"
+    assert lines[2] == "batch           global 16 = micro 4 × grad_accum 1 × dp 4 sequences; 2048 tokens/step"
+    assert "222,400 params; 1,727,616 FLOPs/token" in lines[3]
+    ds = json.loads("\n".join(lines[6:]))
+    assert ds["zero_optimization"]["stage"] == 2 and ds["gradient_accumulation_steps"] == 1
+
+
+def test_nproc_per_node_is_per_node(app, tmp_path):
+    config = tmp_path / "two-nodes.yaml"
+    config.write_text(yaml.safe_dump({"parallel": {"strategy": "3d", "tp": 2, "pp": 2, "nodes": 2}}), encoding="utf-8")
+    out = CliRunner().invoke(app, ["train", str(config), "--dry-run", "--json", "--nproc-per-node", "4"])
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.output)["plan"]
+    assert (plan["world_size"], plan["nodes"], plan["gpus_per_node"], plan["dp"]) == (8, 2, 4, 2)
+    run = CliRunner().invoke(app, ["train", str(config), "--nproc-per-node", "4"])
+    assert run.exit_code == 2 and "the plan spans 2 nodes" in run.output
+
+
+def test_bad_config_exits_2_with_one_line(app, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"parallel": {"strategy": "zero3", "pp": 2}}), encoding="utf-8")
+    out = CliRunner().invoke(app, ["train", str(bad), "--dry-run"])
+    assert out.exit_code == 2
+    assert out.output.count("\n") == 1 and out.output.startswith("error: ZeRO-3 is incompatible")
+    missing = CliRunner().invoke(app, ["train", str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2 and "cannot read config" in missing.output
+
+
+def test_entry_point_refuses_before_starting(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"parallel": {"strategy": "tp", "tp": 3}}), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "trainer.train", "--config", str(bad)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: tp 3 does not divide n_heads 4: set parallel.tp to one of 1, 2, 4"
+
+
+def test_planning_modules_import_without_torch():
+    """trainer, shapes, config, parallel and cli work where torch/deepspeed are not installed."""
+    code = (
+        "import sys\n"
+        "for m in ('torch', 'deepspeed', 'webdataset'): sys.modules[m] = None\n"
+        "import trainer, trainer.shapes, trainer.parallel, trainer.cli, trainer.metrics, trainer.hardware\n"
+        "from trainer.parallel import resolve_plan, deepspeed_config\n"
+        "cfg = {'model': {'shape': '7b'}, 'parallel': {'strategy': '3d', 'tp': 8, 'pp': 4, 'micro_batch': 1,"
+        " 'global_batch': 512}}\n"
+        "plan = resolve_plan(cfg, nodes=16, gpus_per_node=8)\n"
+        "ds = deepspeed_config(plan, cfg)\n"
+        "print(plan.dp, plan.grad_accum, ds['bf16']['enabled'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["4", "128", "False"]  # 128 ranks = 4 × 8 × 4; no CUDA → fp32

@@ -1,0 +1,117 @@
+"""Typer commands for the ledger CLI: ``trainledger data prepare`` and ``trainledger train``.
+
+Registered by ``ledger/cli.py``::
+
+    app.add_typer(data_app, name="data")
+    app.command("train")(train_command)
+
+Importing this module needs no torch; training itself runs in a child
+process (``python -m trainer.train``, or torchrun for several ranks) started
+with an argument list. Bad input prints one line to stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from trainer.config import ConfigError
+from trainer.parallel import PlanError, resolve_plan
+
+data_app = typer.Typer(
+    help="Prepare training data: text files → WebDataset token shards (byte-level tokenizer, no downloads).",
+    no_args_is_help=True,
+)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@data_app.command("prepare")
+def prepare(
+    src: Annotated[List[Path], typer.Argument(help="Text files, or directories searched for *.txt.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="Output directory for shard-NNNNNN.tar + index.json; must be empty or absent.", show_default=False)],
+    shard_size: Annotated[int, typer.Option("--shard-size", help="Samples per shard (a sample is seq_len + 1 tokens, 2 bytes each).")] = 256,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Context length; must equal the model's seq_len (tiny: 128).")] = 128,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the shard index as JSON.")] = False,
+) -> None:
+    """Tokenize text files byte-level into WebDataset tar shards for `trainledger train`."""
+    from trainer.data import DataError, prepare_shards
+
+    try:
+        index = prepare_shards(src, out, seq_len=seq_len, shard_size=shard_size)
+    except DataError as exc:
+        _fail(str(exc))
+    if json_out:
+        typer.echo(json.dumps(index, indent=2))
+    else:
+        typer.echo(
+            f"wrote {index['samples']} samples of {seq_len} + 1 tokens ({index['tokens']} tokens from "
+            f"{len(index['sources'])} files) into {len(index['shards'])} shards in {out}"
+        )
+
+
+def train_command(
+    config: Annotated[Path, typer.Argument(help="Trainer YAML config (see trainer/configs/README.md).", show_default=False)],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and the DeepSpeed JSON; start nothing.")] = False,
+    nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", help="Processes per node (GPUs per node); default: what the config's dp × tp × pp needs.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Override the config's optimizer steps.")] = None,
+    deepspeed_config: Annotated[Optional[Path], typer.Option("--deepspeed-config", help="Plain DeepSpeed JSON merged over the config (its keys win).")] = None,
+    results_json: Annotated[Optional[Path], typer.Option("--results-json", help="Write the run's results (steps, tokens/s, MFU, losses, …) here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: print plan and DeepSpeed JSON as one JSON object.")] = False,
+) -> None:
+    """Train the bundled GPT with DeepSpeed on this machine (strategies dp, zero1-3, pp, tp, 3d).
+
+    Several ranks are started with torchrun; for several nodes run
+    `python -m trainer.train` under torchrun or the DeepSpeed launcher on each
+    node (commands in `python -m trainer.train --help`).
+    """
+    from trainer.train import dry_run_report, load_run_config
+
+    if nproc_per_node is not None and nproc_per_node < 1:
+        _fail(f"--nproc-per-node must be ≥ 1, got {nproc_per_node}")
+    try:
+        cfg = load_run_config(config, deepspeed_config, steps)
+        # --nproc-per-node is per node; a config without nodes/hostfile describes this one machine.
+        single_node = cfg.parallel.nodes is None and cfg.parallel.hostfile is None
+        plan = resolve_plan(cfg, nodes=1 if (nproc_per_node and single_node) else None,
+                            gpus_per_node=nproc_per_node)
+        report = dry_run_report(cfg, plan)
+    except (ConfigError, PlanError) as exc:
+        _fail(str(exc))
+    if dry_run:
+        if json_out:
+            typer.echo(json.dumps({"plan": report["plan"], "deepspeed": report["deepspeed"]}, indent=2))
+        else:
+            typer.echo("\n".join(report["summary"]))
+            typer.echo(json.dumps(report["deepspeed"], indent=2))
+        return
+    if plan.nodes > 1:
+        _fail(f"the plan spans {plan.nodes} nodes: start `python -m trainer.train` on each node with torchrun "
+              f"or the DeepSpeed launcher (see its --help)")
+    missing = [m for m in ("torch", "deepspeed", "webdataset") if importlib.util.find_spec(m) is None]
+    if missing:
+        _fail(f"training needs {', '.join(missing)}: pip install 'trainledger[train]'")
+    args = ["--config", str(config)]
+    if deepspeed_config is not None:
+        args += ["--deepspeed_config", str(deepspeed_config)]
+    if steps is not None:
+        args += ["--steps", str(steps)]
+    if results_json is not None:
+        args += ["--results-json", str(results_json)]
+    if plan.world_size == 1:
+        cmd = [sys.executable, "-m", "trainer.train", *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(plan.world_size), "-m", "trainer.train", *args]
+    rc = subprocess.call(cmd)
+    if rc:
+        raise typer.Exit(rc)

@@ -1,0 +1,268 @@
+"""The trainer's YAML config: typed sections, validated at the edge.
+
+Schema (every key optional; defaults shown)::
+
+    model:
+      shape: tiny              # a name from trainer.shapes.SHAPES ...
+      n_layers: null           # ... or explicit dims, which override the named shape
+      d_model: null
+      n_heads: null
+      seq_len: null
+      vocab_size: null
+      activation_checkpointing: false
+    data:
+      corpus: null             # text files or a directory of *.txt; null and no shards = shipped corpus
+      shards: null             # a directory written by `trainledger data prepare` (has index.json)
+      cache_dir: null          # node-local cache; else $TRAINLEDGER_CACHE_DIR, else ~/.cache/trainledger
+      seq_len: null            # must equal model seq_len when given
+      shard_size: 256          # samples per shard when the corpus is prepared on the fly
+    parallel:
+      strategy: dp             # dp | zero1 | zero2 | zero3 | pp | tp | 3d
+      dp: null                 # null: world size ÷ (tp × pp)
+      tp: null                 # null: 1 (strategies tp/3d: world size ÷ (dp × pp))
+      pp: null                 # null: 1 (strategies pp/3d: world size ÷ (dp × tp))
+      zero_stage: null         # null: the strategy's stage (pp/tp/3d accept 0 or 1)
+      micro_batch: 4           # sequences per rank per micro-step
+      grad_accum: null         # give grad_accum or global_batch (or neither: grad_accum 1)
+      global_batch: null       # sequences per optimizer step = micro_batch × grad_accum × dp
+      nodes: null
+      gpus_per_node: null
+      hostfile: null           # DeepSpeed hostfile ("host slots=N" lines), checked against the plan
+    optimizer:
+      lr: 0.001                # peak learning rate (AdamW)
+      weight_decay: 0.1        # not applied to LayerNorm weights/biases
+      betas: [0.9, 0.95]
+      eps: 1.0e-8
+      warmup_steps: 10         # linear warm-up, then cosine decay to min_lr_ratio × lr
+      min_lr_ratio: 0.1
+      grad_clip: 1.0           # global gradient-norm clip; 0 disables
+    steps: 100                 # optimizer steps
+    seed: 1234
+    log_every: 10              # rank 0 prints a line every N steps
+    precision: auto            # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    peak_tflops: null          # per-device dense peak for MFU; null: looked up by GPU name
+    comm_timing: true          # time DeepSpeed communication calls for the comm share
+    deepspeed: null            # extra DeepSpeed JSON keys merged over the generated config
+
+Unknown keys and wrong types raise :class:`ConfigError` with one line naming
+the key. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from trainer.shapes import ModelShape, get_shape
+
+STRATEGIES = ("dp", "zero1", "zero2", "zero3", "pp", "tp", "3d")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A config problem; the message is one line naming the key to change."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    shape: str = "tiny"
+    n_layers: Optional[int] = None
+    d_model: Optional[int] = None
+    n_heads: Optional[int] = None
+    seq_len: Optional[int] = None
+    vocab_size: Optional[int] = None
+    activation_checkpointing: bool = False
+
+    def resolve(self) -> ModelShape:
+        """The named shape with explicit dims applied over it."""
+        try:
+            base = get_shape(self.shape)
+            overrides = {
+                k: getattr(self, k)
+                for k in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size")
+                if getattr(self, k) is not None
+            }
+            if not overrides:
+                return base
+            return replace(base, name=f"{base.name}+custom", **overrides)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: Optional[str] = None
+    shards: Optional[str] = None
+    cache_dir: Optional[str] = None
+    seq_len: Optional[int] = None
+    shard_size: int = 256
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    strategy: str = "dp"
+    dp: Optional[int] = None
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    zero_stage: Optional[int] = None
+    micro_batch: int = 4
+    grad_accum: Optional[int] = None
+    global_batch: Optional[int] = None
+    nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    hostfile: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    steps: int = 100
+    seed: int = 1234
+    log_every: int = 10
+    precision: str = "auto"
+    peak_tflops: Optional[float] = None
+    comm_timing: bool = True
+    deepspeed: Optional[dict] = None
+
+    def __post_init__(self) -> None:
+        if self.parallel.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"unknown parallel.strategy {self.parallel.strategy!r}: use one of {', '.join(STRATEGIES)}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        for key, value, low in (
+            ("steps", self.steps, 1),
+            ("log_every", self.log_every, 1),
+            ("parallel.micro_batch", self.parallel.micro_batch, 1),
+            ("data.shard_size", self.data.shard_size, 1),
+            ("optimizer.warmup_steps", self.optimizer.warmup_steps, 0),
+        ):
+            if value < low:
+                raise ConfigError(f"{key} must be ≥ {low}, got {value}")
+        if self.optimizer.lr <= 0:
+            raise ConfigError(f"optimizer.lr must be > 0, got {self.optimizer.lr}")
+        if self.optimizer.grad_clip < 0:
+            raise ConfigError(f"optimizer.grad_clip must be ≥ 0 (0 disables), got {self.optimizer.grad_clip}")
+        shape = self.shape  # raises ConfigError on bad dims
+        if self.data.seq_len is not None and self.data.seq_len != shape.seq_len:
+            raise ConfigError(
+                f"data.seq_len {self.data.seq_len} differs from the model's seq_len {shape.seq_len}: "
+                f"set model.seq_len: {self.data.seq_len} or drop data.seq_len"
+            )
+        if self.data.corpus and self.data.shards:
+            raise ConfigError("data.corpus and data.shards are both set: keep one")
+
+    @property
+    def shape(self) -> ModelShape:
+        return self.model.resolve()
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["optimizer"]["betas"] = list(self.optimizer.betas)
+        return out
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "parallel": ParallelConfig, "optimizer": OptimizerConfig}
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Check/convert one YAML value against a dataclass type hint."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _coerce(value, inner, key)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if hint is float:
+        # YAML 1.1 reads "1e-3" (no dot) as a string; accept it.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, Path)):
+            return str(value)
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{key} must be a list of {len(args)} numbers, got {value!r}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if hint is dict:
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ConfigError(f"{key} must be a mapping, got {value!r}")
+    raise TypeError(f"unsupported config type {hint!r} for {key}")  # a bug in this module
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where or 'the config'} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in fields(cls)]
+    kwargs = {}
+    for key, value in raw.items():
+        name = f"{where}.{key}" if where else str(key)
+        if key not in allowed:
+            raise ConfigError(f"unknown config key '{name}' (allowed: {', '.join(allowed)})")
+        if where == "" and key in _SECTIONS:
+            kwargs[key] = _build(_SECTIONS[key], value, key)
+        else:
+            kwargs[key] = _coerce(value, hints[key], name)
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: Mapping | None) -> TrainConfig:
+    """Build a :class:`TrainConfig` from a parsed YAML mapping (``ConfigError`` on bad input)."""
+    return _build(TrainConfig, raw, "")
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a YAML config file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return config_from_dict(raw)

@@ -1,0 +1,311 @@
+"""The training loop: a :class:`Trainer` class with callbacks, returning a :class:`TrainResult`.
+
+The loop only calls the other modules: the plan (``parallel``), the grid and
+process groups (``distributed``), data (``data``), the model (``model`` or
+``pipeline``), DeepSpeed's engine, and the communication timer (``comm``).
+
+Hooks: pass objects with any of ``on_start(info)``, ``on_step(step,
+metrics)``, ``on_end(result)``, ``on_error(exc)`` (see :class:`Callback`).
+They are called on every rank (``info["rank"]`` says which); ``on_step``
+gets plain Python numbers that the loop computes anyway, so a hook adds no
+device synchronisation. An exception in the loop reaches ``on_error`` and
+is re-raised.
+
+Per step, with G = global batch (sequences) and T = seq_len:
+  loss        mean next-token cross-entropy over the step's G·T targets
+              (averaged over micro-batches and data-parallel ranks)
+  step time   wall clock from the step's first micro-batch to its loss on the host
+  tokens      G·T per step
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from typing import Any, Iterable, Optional
+
+from trainer.config import TrainConfig
+from trainer.metrics import TrainResult, mfu, percentile
+from trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
+from trainer.shapes import flops_per_token, param_count
+
+
+class Callback:
+    """Base class for training hooks; override what you need."""
+
+    def on_start(self, info: dict) -> None:
+        """Once, after setup, before the first step. ``info``: rank, plan, shape, hostnames, …"""
+
+    def on_step(self, step: int, metrics: dict) -> None:
+        """After each optimizer step (0-based). ``metrics``: loss, lr, step_time_s, comm_time_s, tokens."""
+
+    def on_end(self, result: TrainResult) -> None:
+        """Once, after the last step."""
+
+    def on_error(self, exc: BaseException) -> None:
+        """When the run fails; the exception is re-raised afterwards."""
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier for optimizer step ``step`` (0-based).
+
+    warm-up (step < W):  (step + 1) / W
+    cosine  (step ≥ W):  r + (1 − r) · ½ · (1 + cos(π · (step − W) / max(1, S − W)))
+
+    with W warm-up steps, S total steps, r = min_lr_ratio.
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _gradient_clip_hook(mpu, tp_rank: int, max_norm: float):
+    """An optimizer pre-step hook clipping the global gradient norm across pipeline and tensor ranks.
+
+    ‖g‖² = Σ over the pipe × tensor group of each rank's Σ‖gᵢ‖², counting
+    tensor-parallel shards on every rank, replicated parameters on tp rank 0
+    only, and a tied pipeline weight on its first stage only.
+    """
+    import torch
+    from deepspeed import comm as dist
+
+    def hook(optimizer, args, kwargs):
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        counted = [
+            p.grad for group in optimizer.param_groups for p in group["params"]
+            if p.grad is not None and not getattr(p, "ds_pipe_replicated", False)
+            and (tp_rank == 0 or getattr(p, "tensor_model_parallel", False))
+        ]
+        device = grads[0].device if grads else "cpu"
+        sq = torch.zeros((), dtype=torch.float32, device=device)
+        for g in counted:
+            sq += g.detach().float().pow(2).sum()
+        dist.all_reduce(sq, group=mpu.get_model_parallel_group())
+        coef = max_norm / (float(sq.sqrt()) + 1e-6)
+        if coef < 1.0:
+            for g in grads:
+                g.mul_(coef)
+
+    return hook
+
+
+class Trainer:
+    """Trains the GPT with one DeepSpeed strategy for ``config.steps`` steps.
+
+    ``plan`` defaults to ``resolve_plan(config)`` against the launcher's world
+    size. Call :meth:`run` once on every rank.
+    """
+
+    def __init__(self, config: TrainConfig, plan: Optional[ParallelPlan] = None,
+                 callbacks: Iterable[Any] = (), local_rank: Optional[int] = None):
+        self.config = config
+        self.plan = plan
+        self.callbacks = list(callbacks)
+        self.local_rank_arg = local_rank
+        self.rank = 0
+
+    def _emit(self, hook: str, *args) -> None:
+        for cb in self.callbacks:
+            fn = getattr(cb, hook, None)
+            if fn is not None:
+                fn(*args)
+
+    def _log(self, msg: str) -> None:
+        if self.rank == 0:
+            print(f"[trainer] {msg}", flush=True)
+
+    def run(self) -> TrainResult:
+        self._engine = self._timer = None
+        try:
+            result = self._run()
+            self._emit("on_end", result)
+            return result
+        except BaseException as exc:
+            self._emit("on_error", exc)
+            raise
+        finally:
+            if self._timer is not None:
+                self._timer.uninstall()
+            if self._engine is not None and hasattr(self._engine, "destroy"):
+                self._engine.destroy()
+            self._engine = self._timer = None
+
+    # The body is one function so the order of collective calls is plain to read.
+    def _run(self):
+        import deepspeed
+        import torch
+        from deepspeed import comm as dist
+
+        from trainer import data as data_mod
+        from trainer.comm import CommTimer
+        from trainer.distributed import build_grid, hostname, init_distributed, launch_env
+
+        config = self.config
+        shape = config.shape
+        env = launch_env(self.local_rank_arg)
+        self.rank = env.rank
+        plan = self.plan or resolve_plan(config, world_size=env.world_size, nodes=env.nodes)
+        plan.validate(shape)
+        if plan.world_size != env.world_size:
+            raise ValueError(f"the plan needs world size {plan.world_size} but {env.world_size} processes were launched")
+        wall_start = time.perf_counter()
+        device = init_distributed(env)
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(device)
+        grid = build_grid(plan)
+        hostnames: list[str] = [None] * env.world_size  # type: ignore[list-item]
+        dist.all_gather_object(hostnames, hostname())
+
+        # Data: one process per node prepares or copies to the node-local cache; the rest wait.
+        cache_dir = config.data.cache_dir or data_mod.default_cache_dir()
+
+        def local_shards():
+            if config.data.shards:
+                return data_mod.stage_to_cache(config.data.shards, cache_dir)
+            corpus = config.data.corpus or data_mod.shipped_corpus_dir()
+            return data_mod.prepare_corpus_cached([corpus], cache_dir, shape.seq_len, config.data.shard_size)
+
+        problem = None
+        if env.local_rank == 0:
+            try:
+                local_shards()
+            except data_mod.DataError as exc:
+                problem = str(exc)
+        problems = [None] * env.world_size
+        dist.all_gather_object(problems, problem)  # doubles as the barrier; every rank learns of a failure
+        if any(problems):
+            raise data_mod.DataError(next(p for p in problems if p))
+        shard_dir = local_shards()  # already there: returns the node-local path
+        stream = data_mod.SampleStream(shard_dir, dp_rank=grid.dp_rank, dp_size=plan.dp,
+                                       micro_batch=plan.micro_batch, grad_accum=plan.grad_accum, seed=config.seed)
+        if stream.seq_len != shape.seq_len:
+            raise data_mod.DataError(
+                f"shards in {config.data.shards} were prepared with seq_len {stream.seq_len} but the model uses "
+                f"{shape.seq_len}: re-run `trainledger data prepare --seq-len {shape.seq_len}` or set model.seq_len"
+            )
+
+        # Model and engine.
+        tp = grid.tp if plan.tp > 1 else None
+        if plan.pp > 1:
+            from trainer.pipeline import build_pipeline_module
+
+            model = build_pipeline_module(shape, config.seed, grid.topology, tp, config.model.activation_checkpointing)
+        else:
+            from trainer.model import GPT
+
+            model = GPT(shape, seed=config.seed, tp=tp, activation_checkpointing=config.model.activation_checkpointing)
+        from trainer.model import optimizer_groups
+
+        ds_config = deepspeed_config(plan, config)
+        precision = resolve_precision(config)
+        opt = config.optimizer
+        scheduler = None
+        if "scheduler" not in ds_config:
+            def scheduler(optimizer):
+                return torch.optim.lr_scheduler.LambdaLR(
+                    optimizer, lambda s: lr_factor(s, config.steps, opt.warmup_steps, opt.min_lr_ratio))
+        engine, _, _, _ = deepspeed.initialize(
+            model=model,
+            model_parameters=optimizer_groups(model, opt.weight_decay),
+            config=ds_config,
+            mpu=None if plan.pp > 1 else grid.mpu,
+            lr_scheduler=scheduler,
+        )
+        self._engine = engine
+        if opt.grad_clip > 0 and trainer_clips_gradients(plan, precision):
+            engine.basic_optimizer.register_step_pre_hook(_gradient_clip_hook(grid.mpu, grid.tp.rank, opt.grad_clip))
+        timer = CommTimer(synchronize_cuda=device.startswith("cuda")).install() if config.comm_timing else None
+        self._timer = timer
+
+        tokens_per_step = plan.global_batch * shape.seq_len
+        info = {
+            "rank": env.rank, "local_rank": env.local_rank, "world_size": env.world_size,
+            "hostname": hostnames[env.rank], "hostnames": hostnames, "nodes": len(set(hostnames)),
+            "plan": plan.to_dict(), "shape": shape.to_dict(), "params": param_count(shape),
+            "flops_per_token": flops_per_token(shape), "deepspeed_config": ds_config,
+            "device": device, "backend": torch.distributed.get_backend(),
+            "precision": precision, "steps": config.steps, "tokens_per_step": tokens_per_step,
+            "samples_per_epoch": stream.samples_per_epoch, "shard_dir": str(shard_dir),
+        }
+        self._emit("on_start", info)
+        self._log(f"{plan.strategy}: dp {plan.dp} × tp {plan.tp} × pp {plan.pp} on {info['nodes']} node(s), "
+                  f"{shape.name} {param_count(shape):,} params, {tokens_per_step} tokens/step, {precision} on {device}")
+
+        batches = stream.micro_batches(device)
+        dp_group = grid.mpu.get_data_parallel_group()
+        losses: list[float] = []
+        step_times: list[float] = []
+        comm_seconds = 0.0
+        engine.train()
+        for step in range(config.steps):
+            lr = float(engine.get_lr()[0])
+            comm_before = timer.seconds if timer else 0.0
+            start = time.perf_counter()
+            if plan.pp > 1:
+                loss = engine.train_batch(data_iter=batches)
+            else:
+                total = None
+                for _ in range(plan.grad_accum):
+                    x, y = next(batches)
+                    micro_loss = engine(x, y)
+                    engine.backward(micro_loss)
+                    engine.step()
+                    total = micro_loss.detach() if total is None else total + micro_loss.detach()
+                loss = (total / plan.grad_accum).float()
+                if plan.dp > 1:
+                    dist.all_reduce(loss, group=dp_group)
+                    loss = loss / plan.dp
+            loss_value = float(loss)  # the one host sync per step
+            elapsed = time.perf_counter() - start
+            comm = (timer.seconds - comm_before) if timer else 0.0
+            comm_seconds += comm
+            losses.append(loss_value)
+            step_times.append(elapsed)
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"loss became {loss_value} at step {step}: lower optimizer.lr or check the data")
+            metrics = {"loss": loss_value, "lr": lr, "step_time_s": elapsed,
+                       "comm_time_s": comm if timer else None, "tokens": (step + 1) * tokens_per_step}
+            self._emit("on_step", step, metrics)
+            if step % config.log_every == 0 or step == config.steps - 1:
+                self._log(f"step {step + 1}/{config.steps} loss {loss_value:.4f} lr {lr:.2e} "
+                          f"{elapsed * 1000:.0f} ms {tokens_per_step / elapsed:,.0f} tok/s")
+
+        # Per-rank numbers gathered to every rank.
+        if device.startswith("cuda"):
+            peak = int(torch.cuda.max_memory_allocated(device))
+            memory_kind = "cuda_max_allocated"
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+            memory_kind = "cpu_max_rss"
+        rank_stats = [None] * env.world_size
+        dist.all_gather_object(rank_stats, (peak, comm_seconds, sum(step_times)))
+        median = percentile(step_times, 50)
+        tokens_per_s = tokens_per_step / median
+        from trainer.hardware import resolve_peak_tflops
+
+        peak_tflops = resolve_peak_tflops(config.peak_tflops)
+        comm_share = (
+            sum(c / s for _, c, s in rank_stats) / len(rank_stats) if timer else None
+        )
+        consumed = config.steps * plan.global_batch
+        result = TrainResult(
+            strategy=plan.strategy, plan=plan.to_dict(), shape=shape.to_dict(), params=param_count(shape),
+            flops_per_token=flops_per_token(shape), world_size=env.world_size, nodes=len(set(hostnames)),
+            hostnames=hostnames, backend=info["backend"], device=device, precision=precision,
+            steps=config.steps, tokens=config.steps * tokens_per_step, tokens_per_step=tokens_per_step,
+            step_time_median_s=median, step_time_p95_s=percentile(step_times, 95), tokens_per_s=tokens_per_s,
+            mfu=mfu(flops_per_token(shape), tokens_per_s, peak_tflops, env.world_size), peak_tflops=peak_tflops,
+            peak_memory_bytes=[int(p) for p, _, _ in rank_stats], memory_kind=memory_kind,
+            comm_time_s=(sum(c for _, c, _ in rank_stats) / len(rank_stats)) if timer else None,
+            comm_share=comm_share, losses=losses, final_loss=losses[-1],
+            wall_time_s=time.perf_counter() - wall_start, samples_per_epoch=stream.samples_per_epoch,
+            epochs=consumed / stream.samples_per_epoch, step_times_s=step_times,
+        )
+        self._log(f"done: {result.steps} steps, loss {losses[0]:.4f} → {losses[-1]:.4f}, "
+                  f"median step {median * 1000:.0f} ms, {tokens_per_s:,.0f} tok/s, "
+                  f"comm share {comm_share if comm_share is not None else 'n/a'}, "
+                  f"MFU {result.mfu if result.mfu is not None else 'n/a (CPU or unknown GPU)'}")
+        return result
