@@ -69,6 +69,20 @@ def _session(db: Optional[str]):
     return session_scope(get_engine(db))
 
 
+def _sync_quietly(db: Optional[str]) -> None:
+    """Replay local run journals written while the ledger was unreachable (best effort)."""
+    from ledger.db import get_engine
+    from ledger.journal import sync_all
+
+    try:
+        applied = sync_all(get_engine(db))
+    except Exception as exc:  # a broken journal must not block reading the ledger
+        typer.echo(f"warning: journal replay failed ({type(exc).__name__}); run `trainledger sync`", err=True)
+        return
+    if applied:
+        typer.echo(f"replayed {sum(applied.values())} journal events of {len(applied)} runs", err=True)
+
+
 def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
     from ledger.present import jsonable
 
@@ -182,6 +196,7 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
 
     if month:
         parse_month(month)
+    _sync_quietly(db)
     with _session(db) as s:
         rows = list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep, limit=limit)
     emit(rows, as_json, lambda r: table(r, RUN_COLUMNS))
@@ -296,6 +311,176 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     tmp.write_bytes(data)
     tmp.replace(output)  # never leave a half-written export
     emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+
+
+@report_app.command("weekly")
+@command
+def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
+                  days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1)] = None,
+                  db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
+    from ledger.present import table
+    from ledger.strategies import strategy_comparison
+
+    with _session(db) as s:
+        data = strategy_comparison(s, sweep_id=sweep, days=days)
+
+    def text(d):
+        if not d["rows"] and not d["not_measured"]:
+            return f"{d['scope']}: nothing to compare; run `trainledger sweep CONFIG --strategies dp,zero2,...` first"
+        offers = sorted({o for r in d["rows"] for o in r["cost_per_1m_tokens"]})
+        flat = []
+        for r in d["rows"]:
+            row = {"": "*" if r["cheapest"] else "", "strategy": r["strategy"], "run_id": r["run_id"],
+                   "tokens_per_s": r["tokens_per_s"], "time_per_epoch_hours": r["time_per_epoch_hours"],
+                   "peak_mem_per_gpu_GiB": r["peak_mem_per_gpu_bytes"] / 2**30 if r["peak_mem_per_gpu_bytes"] else None,
+                   "comm_share": r["comm_share"],
+                   "gpu_util_mean": r["gpu_util_mean"], "util_source": r["util_source"], "mfu": r["mfu"]}
+            for o in offers:
+                row[f"cost_per_1m_{o}"] = r["cost_per_1m_tokens"].get(o)
+            flat.append(row)
+        out = f"{d['scope']} (* cheapest; GPU-Util source 'cpu' = process CPU share on a CPU-only run)\n" + table(flat)
+        if d["not_measured"]:
+            out += "\n\nnot measured: " + ", ".join(f"{x['strategy']} ({x['status']})" for x in d["not_measured"])
+        return out
+
+    emit(data, as_json, text)
+
+
+# --- tracked runs ------------------------------------------------------------------
+
+ConfigArg = Annotated[Path, typer.Argument(help="Trainer YAML (e.g. trainer/configs/zero2.yaml).")]
+
+
+@app.command("launch")
+@command
+def launch(config: ConfigArg,
+           nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
+           gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node; default: the visible GPUs, on CPU enough for tp × pp (≥ 2).")] = None,
+           hostfile: Annotated[Optional[Path], typer.Option(help="DeepSpeed hostfile (hostname slots=N).")] = None,
+           launcher: Annotated[str, typer.Option(help="torchrun | deepspeed | slurm")] = "torchrun",
+           node_type: Annotated[str, typer.Option(help="Node type the run is costed as.")] = "rtx4090-8x",
+           offer: Annotated[Optional[str], typer.Option(help="Offer the node-hours are paid under.")] = None,
+           project: Annotated[Optional[str], typer.Option()] = None,
+           user: Annotated[Optional[str], typer.Option(help="Default: $USER.")] = None,
+           name: Annotated[Optional[str], typer.Option(help="Run name.")] = None,
+           steps: Annotated[Optional[int], typer.Option(help="Override the config's steps.")] = None,
+           metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus metrics from port+local_rank (default off).")] = None,
+           detach: Annotated[bool, typer.Option("--detach", help="Return at once; the run goes on in the background.")] = False,
+           db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Validate the plan, register the run, start it as a tracked run and return its id."""
+    from ledger.db import get_engine, resolve_url, session_scope
+    from ledger.launch import LaunchRequest, prepare, record_process, start, wait_attached
+
+    url = resolve_url(db)
+    req = LaunchRequest(config=config, nodes=nodes, gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher,
+                        node_type=node_type, offer=offer, project=project, user=user, name=name, steps=steps,
+                        metrics_port=metrics_port)
+    with session_scope(get_engine(url)) as s:
+        prep = prepare(s, req, url)
+    if launcher == "slurm":
+        import shutil
+        import subprocess
+
+        if shutil.which("sbatch"):
+            out = subprocess.run(prep.command, env=prep.env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise LedgerInputError(f"sbatch: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": True, "sbatch": out.stdout.strip()},
+                 as_json, lambda d: f"{d['run_id']}\nsubmitted {d['script']}: {d['sbatch']}")
+        else:
+            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": False}, as_json,
+                 lambda d: f"{d['run_id']}\nsbatch not found here; submit {d['script']} on the cluster")
+        return
+    proc = start(prep, url, detach)
+    with session_scope(get_engine(url)) as s:
+        record_process(s, prep.run_id, proc.pid)
+    if detach:
+        emit({"run_id": prep.run_id, "pid": proc.pid, "log": str(prep.log_path)}, as_json,
+             lambda d: f"{d['run_id']}\nrunning in the background (pid {d['pid']}); log: {d['log']}")
+        return
+    if not as_json:
+        typer.echo(f"{prep.run_id}  (log: {prep.log_path})", err=True)
+    code = wait_attached(proc)
+    with _session(db) as s:
+        from ledger.models import Run
+
+        run = s.get(Run, prep.run_id)
+        status = run.status.value
+    emit({"run_id": prep.run_id, "status": status, "exit_code": code, "log": str(prep.log_path)}, as_json,
+         lambda d: f"{d['run_id']} {d['status']} (exit {d['exit_code']})")
+    if code != 0:
+        raise typer.Exit(1)
+
+
+@runs_app.command("cancel")
+@command
+def runs_cancel(run_id: Annotated[str, typer.Argument(help="Run id.")],
+                grace: Annotated[float, typer.Option(help="Seconds to wait after SIGTERM before SIGKILL.")] = 30.0,
+                db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop a launched run and its whole process group (it ends as cancelled)."""
+    from ledger.launch import cancel
+
+    with _session(db) as s:
+        data = cancel(s, run_id, grace)
+    emit(data, as_json, lambda d: f"{d['run_id']} {d['status']}")
+
+
+@app.command("sync")
+@command
+def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal directory (default: $TRAINLEDGER_JOURNAL_DIR or the user data dir).")] = None,
+         db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Replay run journals into the ledger (idempotent: nothing lost, nothing doubled)."""
+    from ledger.db import get_engine
+    from ledger.journal import sync_all
+
+    applied = sync_all(get_engine(db), journal_dir)
+    emit({"applied": applied}, as_json,
+         lambda d: "\n".join(f"{k}: {v} events" for k, v in d["applied"].items()) or "nothing to replay")
+
+
+@app.command("sweep")
+@command
+def sweep(config: ConfigArg,
+          strategies: Annotated[str, typer.Option(help="Comma list of dp,zero1,zero2,zero3,pp,tp,3d.")] = "dp,zero1,zero2,zero3,pp,tp,3d",
+          steps: Annotated[int, typer.Option(help="Steps per strategy.", min=1)] = 20,
+          nodes: Annotated[int, typer.Option(help="Nodes per run.", min=1)] = 1,
+          gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node (3d uses at least 4).")] = None,
+          hostfile: Annotated[Optional[Path], typer.Option()] = None,
+          launcher: Annotated[str, typer.Option(help="torchrun | deepspeed")] = "torchrun",
+          node_type: Annotated[str, typer.Option()] = "rtx4090-8x",
+          project: Annotated[Optional[str], typer.Option()] = None,
+          db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Run each strategy for N steps as tracked runs sharing a sweep id (pre-scaling trial)."""
+    from ledger.db import get_engine, resolve_url, session_scope
+    from ledger.launch import LaunchRequest, prepare, record_process, start, wait_attached
+    from ledger.strategies import strategy_comparison
+    from ledger.sweep import parse_strategies, write_configs
+    from trainer.tracking import new_run_id
+
+    names = parse_strategies(strategies)
+    url = resolve_url(db)
+    sweep_id = "sweep-" + new_run_id()[:10]
+    gpn = gpus_per_node or 2
+    paths = write_configs(config, names, gpn, sweep_id)
+    results = []
+    for i, strat in enumerate(names, 1):
+        req = LaunchRequest(config=paths[strat], nodes=nodes, gpus_per_node=max(gpn, 4) if strat == "3d" else gpn,
+                            hostfile=hostfile, launcher=launcher, node_type=node_type, project=project,
+                            name=f"{sweep_id}-{strat}", sweep_id=sweep_id, steps=steps)
+        with session_scope(get_engine(url)) as s:
+            prep = prepare(s, req, url)
+        typer.echo(f"[{i}/{len(names)}] {strat}: run {prep.run_id}", err=True)
+        proc = start(prep, url, detach=False)
+        with session_scope(get_engine(url)) as s:
+            record_process(s, prep.run_id, proc.pid)
+        code = wait_attached(proc)
+        results.append({"strategy": strat, "run_id": prep.run_id, "exit_code": code})
+    with _session(db) as s:
+        table_data = strategy_comparison(s, sweep_id=sweep_id)
+    emit({"sweep_id": sweep_id, "runs": results, "comparison": table_data}, as_json,
+         lambda d: f"sweep {d['sweep_id']}: " + ", ".join(f"{r['strategy']}={'ok' if r['exit_code'] == 0 else 'exit ' + str(r['exit_code'])}" for r in d["runs"])
+         + f"\nsee `trainledger report weekly --sweep {d['sweep_id']}`")
 
 
 # --- pricing -------------------------------------------------------------------

@@ -227,6 +227,9 @@ def sync_all(engine: Engine, directory: Optional[Path] = None) -> dict[str, int]
     if not directory.is_dir():
         return out
     for path in sorted(directory.glob("*.jsonl")):
+        applied = path.with_suffix(".applied")
+        if applied.exists() and applied.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            continue  # nothing written since the last replay
         j = Journal(directory, path.stem)
         n = sync_journal(engine, j)
         if n:

@@ -69,7 +69,9 @@ def jsonable(obj: Any, key: str = "") -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        return {k: jsonable(v, k) for k, v in obj.items()}
+        # a dict under a money key (e.g. cost per offer) holds money too
+        inherit = kind_of(key) == "money"
+        return {k: jsonable(v, key if inherit and not isinstance(v, (dict, list)) else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v, key) for v in obj]
     return present(key, obj)

@@ -74,7 +74,7 @@ class UtilSampler(threading.Thread):
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []  # (unix time, ratio)
         self.memory_bytes: Optional[int] = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._read = None
         self.source = "cpu"
         if device.startswith("cuda"):
@@ -103,7 +103,7 @@ class UtilSampler(threading.Thread):
             self._mem = lambda: int(proc.memory_info().rss)
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._halt.wait(self.interval_s):
             try:
                 self.samples.append((time.time(), float(self._read())))
                 self.memory_bytes = self._mem()
@@ -111,7 +111,7 @@ class UtilSampler(threading.Thread):
                 pass
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def summary(self) -> dict[str, Any]:
         vals = [v for _, v in self.samples]
@@ -170,7 +170,7 @@ class LedgerWriter(threading.Thread):
         self.flush_s = flush_s
         self.heartbeat_s = heartbeat_s
         self.queue: "queue.Queue[dict]" = queue.Queue()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._engine = None
         self.ledger_ok: Optional[bool] = None
         self.error: Optional[BaseException] = None  # a journal write failure: fatal for the run
@@ -225,7 +225,7 @@ class LedgerWriter(threading.Thread):
                 self._engine = None
 
     def run(self) -> None:
-        while not self._stop.wait(self.flush_s):
+        while not self._halt.wait(self.flush_s):
             try:
                 self.flush()
             except BaseException as exc:  # journal write failed
@@ -235,7 +235,7 @@ class LedgerWriter(threading.Thread):
 
     def close(self, timeout_s: float = 30.0) -> bool:
         """Stop the thread, flush the rest, and try to reach the ledger for up to ``timeout_s``."""
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join()
         self.flush()
@@ -333,9 +333,10 @@ class LedgerTracker:
             "config": {"train": self.o.config, "deepspeed": info["deepspeed_config"], "device": info["device"],
                        "backend": info["backend"], "precision": info["precision"]},
             "started_at": now.isoformat(), "heartbeat_at": now.isoformat(), "ended_at": None,
-            "hostname": info["hostname"], "pid": os.getpid(),
             "tokens_per_epoch": info["samples_per_epoch"] * shape["seq_len"], "error": None, "exit_code": None,
         }})
+        if self.o.launcher == "local":  # not started by `trainledger launch`, which records its own process
+            self.writer.queue.put({"type": "run", "fields": {"hostname": info["hostname"], "pid": os.getpid()}})
         self.writer.flush()
         self.writer.start()
 

@@ -1,0 +1,88 @@
+"""Fixtures for tracked-run tests: real `trainledger launch` processes on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "trainer" / "configs"
+
+
+@pytest.fixture(scope="session")
+def shard_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shard-cache")
+
+
+@pytest.fixture
+def track_env(tmp_path, shard_cache):
+    """Environment for launched runs: private journal, logs and data dirs; fast heartbeats."""
+    env = dict(os.environ)
+    env.update({
+        "TRAINLEDGER_JOURNAL_DIR": str(tmp_path / "journal"),
+        "TRAINLEDGER_CACHE_DIR": str(shard_cache),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "TRAINLEDGER_HEARTBEAT_S": "1",
+        "TRAINLEDGER_FLUSH_S": "0.5",
+        "OMP_NUM_THREADS": "1",
+    })
+    env.pop("TRAINLEDGER_DB_URL", None)
+    return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trainledger(args: list[str], env: dict, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "ledger.cli", *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"trainledger {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def processes_of_run(run_id: str) -> list[int]:
+    """Live (non-zombie) processes whose environment carries this run id."""
+    pids = []
+    needle = f"TRAINLEDGER_RUN_ID={run_id}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
