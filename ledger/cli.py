@@ -71,11 +71,16 @@ def _session(db: Optional[str]):
 
 def _sync_quietly(db: Optional[str]) -> None:
     """Replay local run journals written while the ledger was unreachable (best effort)."""
+    from sqlalchemy.exc import OperationalError
+
     from ledger.db import get_engine
     from ledger.journal import sync_all
 
+    engine = get_engine(db)  # an unreachable ledger is the command's error, not a warning
     try:
-        applied = sync_all(get_engine(db))
+        applied = sync_all(engine)
+    except OperationalError:
+        raise
     except Exception as exc:  # a broken journal must not block reading the ledger
         typer.echo(f"warning: journal replay failed ({type(exc).__name__}); run `trainledger sync`", err=True)
         return

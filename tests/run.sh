@@ -42,5 +42,10 @@ if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null 2>&1; 
 fi
 psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null
 
+# --- Chromium for the dashboard's browser test (Playwright drives the Debian build; no browser downloads) --
+if [ ! -x /usr/bin/chromium ]; then
+  apt_install chromium
+fi
+
 # --- the suite -----------------------------------------------------------------
 exec "$VENV/bin/python" -m pytest -q "$@"
