@@ -561,6 +561,12 @@ def _register_parts() -> None:
             raise
     else:
         app.command("dashboard")(dashboard_command)
+    # `collect` and `report daily` (Prometheus metrics) register themselves on import
+    try:
+        import ledger.cli_metrics  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "ledger.cli_metrics":
+            raise
 
 
 _register_parts()
