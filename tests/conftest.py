@@ -25,6 +25,22 @@ def _pg_admin():
     return create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_dirs(tmp_path_factory):
+    """No test writes to the real user's ledger, journals or logs."""
+    home = tmp_path_factory.mktemp("user-data")
+    saved = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "TRAINLEDGER_DB_URL", "TRAINLEDGER_JOURNAL_DIR")}
+    os.environ["XDG_DATA_HOME"] = str(home)
+    os.environ["TRAINLEDGER_DB_URL"] = f"sqlite:///{home / 'default-ledger.db'}"
+    os.environ["TRAINLEDGER_JOURNAL_DIR"] = str(home / "journal")
+    yield home
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(params=BACKENDS)
 def ledger_url(request, tmp_path: Path):
     """A URL of a new, empty ledger: a SQLite file, or a new PostgreSQL database."""

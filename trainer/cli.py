@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,10 +68,15 @@ def train_command(
     deepspeed_config: Annotated[Optional[Path], typer.Option("--deepspeed-config", help="Plain DeepSpeed JSON merged over the config (its keys win).")] = None,
     results_json: Annotated[Optional[Path], typer.Option("--results-json", help="Write the run's results (steps, tokens/s, MFU, losses, …) here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: print plan and DeepSpeed JSON as one JSON object.")] = False,
+    track: Annotated[bool, typer.Option("--track/--no-track", help="Record the run in the ledger (default), or train untracked.")] = True,
+    node_type: Annotated[str, typer.Option("--node-type", help="Node type the tracked run is costed as.")] = "rtx4090-8x",
+    project: Annotated[Optional[str], typer.Option("--project", help="Project of the tracked run.")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL for the tracked run (default: $TRAINLEDGER_DB_URL, else the embedded SQLite file).", show_default=False)] = None,
 ) -> None:
     """Train the bundled GPT with DeepSpeed on this machine (strategies dp, zero1-3, pp, tp, 3d).
 
-    Several ranks are started with torchrun; for several nodes run
+    The run is tracked in the ledger unless --no-track (use `trainledger launch`
+    for detached runs, other launchers and cancelling). Several ranks are started with torchrun; for several nodes run
     `python -m trainer.train` under torchrun or the DeepSpeed launcher on each
     node (commands in `python -m trainer.train --help`).
     """
@@ -107,11 +113,19 @@ def train_command(
         args += ["--steps", str(steps)]
     if results_json is not None:
         args += ["--results-json", str(results_json)]
+    env = dict(os.environ)
+    if track:
+        from ledger.db import resolve_url
+
+        args += ["--track", "--node-type", node_type, "--launcher", "local"]
+        if project:
+            args += ["--project", project]
+        env["TRAINLEDGER_DB_URL"] = resolve_url(db)  # via the environment: never in argv
     if plan.world_size == 1:
         cmd = [sys.executable, "-m", "trainer.train", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(plan.world_size), "-m", "trainer.train", *args]
-    rc = subprocess.call(cmd)
+    rc = subprocess.call(cmd, env=env)
     if rc:
         raise typer.Exit(rc)

@@ -237,3 +237,14 @@ def test_deepspeed_launcher_runs_a_tracked_run(sqlite_url, track_env):
     d = json.loads(out.stdout)
     run = _run(make_engine(sqlite_url), d["run_id"])
     assert d["status"] == "succeeded" and run.launcher == "deepspeed" and run.steps == 3 and run.world_size == 2
+
+
+def test_trainledger_train_is_tracked_by_default(sqlite_url, track_env):
+    trainledger(["train", CONFIGS / "dp.yaml", "--steps", "3", "--nproc-per-node", "1", "--project", "dev",
+                 "--db", sqlite_url], track_env)
+    with Session(make_engine(sqlite_url)) as s:
+        runs = s.exec(select(Run)).all()
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run.status, run.steps, run.launcher, run.world_size, run.nodes) == (RunStatus.succeeded, 3, "local", 1, 1)
+    assert run.pid is not None and run.hostname
