@@ -36,6 +36,16 @@ def _tool(name: str) -> str:
     return path
 
 
+def _sqlite_copy(src: sqlite3.Connection, dst_path) -> None:
+    """Copy a whole SQLite database with the online backup API (consistent under writers)."""
+    dst = sqlite3.connect(dst_path)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+
+
 def backup(db: Optional[str], out: Path) -> Path:
     url = resolve_url(db)
     engine = make_engine(url)  # upgrade first so a backup is always at a known schema
@@ -45,13 +55,7 @@ def backup(db: Optional[str], out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     if engine.dialect.name == "sqlite":
-        src = sqlite3.connect(make_url(url).database)
-        dst = sqlite3.connect(tmp)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-            src.close()
+        _sqlite_copy(sqlite3.connect(make_url(url).database), tmp)
     else:
         args, env = _pg_args(url)
         proc = subprocess.run([_tool("pg_dump"), "--format=custom", "--file", str(tmp), *args], env=env,
@@ -83,12 +87,7 @@ def restore(db: Optional[str], file: Path, force: bool = False) -> None:
             src.execute("SELECT count(*) FROM run").fetchone()
         except sqlite3.DatabaseError:
             raise LedgerInputError(f"FILE: {file} is not a trainledger SQLite backup") from None
-        dst = sqlite3.connect(make_url(url).database)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-            src.close()
+        _sqlite_copy(src, make_url(url).database)
     else:
         engine.dispose()
         args, env = _pg_args(url)
