@@ -1,0 +1,117 @@
+"""``trainledger dashboard``: serve the Streamlit dashboard (registered by ledger/cli.py).
+
+    trainledger dashboard                                   # http://127.0.0.1:8501, local use: everyone is a lead
+    trainledger dashboard --host 0.0.0.0 --auth-file users.toml   # other machines: sign-in required
+
+Streamlit is started as an argument list (never a shell string), through
+app/serve.py (``streamlit run`` with its older pages-folder mode off). The ledger
+URL travels in the environment (``TRAINLEDGER_DB_URL``), not on the command
+line, so a password in it never shows in ``ps``. Usage statistics are off.
+This module imports neither Streamlit nor the ledger CLI at import time.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+MAIN_SCRIPT = Path(__file__).with_name("main.py")
+AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: Optional[str]) -> bool:
+    """127.0.0.0/8, ::1 and ``localhost``; an empty address means every interface (not loopback)."""
+    if not host:
+        return False
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def streamlit_argv(host: str, port: int) -> list[str]:
+    """The command that serves app/main.py (no secrets in it): ``streamlit run`` through app/serve.py."""
+    return [sys.executable, "-m", "app.serve", "run", str(MAIN_SCRIPT),
+            "--server.address", host, "--server.port", str(port), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            "--server.runOnSave", "false", "--client.toolbarMode", "minimal"]
+
+
+def streamlit_env(url: str, auth_file: Optional[Path]) -> dict[str, str]:
+    """The child's environment: the ledger URL and auth file, telemetry off."""
+    env = dict(os.environ)
+    env["TRAINLEDGER_DB_URL"] = url
+    env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
+    if auth_file is not None:
+        env[AUTH_ENV] = str(Path(auth_file).resolve())
+    else:
+        env.pop(AUTH_ENV, None)
+    return env
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def dashboard_command(
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback (127.0.0.1, ::1, localhost) needs --auth-file.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8501,
+    db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
+    auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
+) -> None:
+    """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.auth import AuthFileError, load_auth_file
+    from ledger.db import LedgerURLError, make_engine, redact_url, resolve_url
+
+    try:
+        url = resolve_url(db)
+    except LedgerURLError as exc:
+        _fail(str(exc))
+    if auth_file is not None:
+        try:
+            users = load_auth_file(auth_file)
+        except AuthFileError as exc:
+            _fail(str(exc))
+    elif not is_loopback(host):
+        _fail(f"--host {host} is not a loopback address and no --auth-file is set: "
+              "pass --auth-file FILE (see `python -m app.auth hash --help`) or bind 127.0.0.1")
+    try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
+        make_engine(url).dispose()
+    except OperationalError as exc:
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        _fail(f"cannot use the ledger at {redact_url(url)}: {reason}", code=1)
+
+    shown = f"[{host}]" if ":" in host else host
+    who = f"sign-in required ({len(users)} users)" if auth_file is not None else "local use, no sign-in"
+    typer.echo(f"trainledger dashboard on http://{shown}:{port} ({who}); ledger {redact_url(url)}", err=True)
+    proc = subprocess.Popen(streamlit_argv(host, port), env=streamlit_env(url, auth_file))
+
+    def _forward(signum, _frame):  # stop Streamlit with us
+        proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, _forward)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    raise typer.Exit(0 if rc in (0, -signal.SIGTERM, -signal.SIGINT) else rc)

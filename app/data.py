@@ -1,0 +1,200 @@
+"""Cached reads for the pages: the ledger functions the CLI calls, behind st.cache_data.
+
+Every reader takes the ledger URL as its first argument, so the cache is keyed
+by the ledger and the arguments; entries live :data:`TTL` seconds. Writes go
+through :func:`write_session` and clear the cache.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any, Iterator, Optional
+
+import streamlit as st
+from sqlmodel import Session
+
+from app import queries
+from ledger import strategies as ledger_strategies
+from ledger.accounting import MonthlyReport, monthly_report, months_between, parse_month
+from ledger.compare import compare_node_type
+from ledger.db import get_engine, resolve_url, session_scope
+from ledger.demo import is_demo
+from ledger.export import presented_report, render
+from ledger.pricing_views import list_pricing
+from ledger.runs import list_runs, show_run
+from ledger.settings import DEFAULTS, get_setting
+
+TTL = 30  # seconds
+
+
+def ledger_url() -> str:
+    """``$TRAINLEDGER_DB_URL`` (set by ``trainledger dashboard --db``), else the embedded ledger."""
+    return resolve_url(None)
+
+
+@contextmanager
+def read_session(url: str) -> Iterator[Session]:
+    # session_scope, not a bare Session: list_runs/show_run reap stale runs (a write), as in the CLI
+    with session_scope(get_engine(url)) as s:
+        yield s
+
+
+@contextmanager
+def write_session(url: str) -> Iterator[Session]:
+    """A transaction for a form's write; caches are cleared after it commits."""
+    with session_scope(get_engine(url)) as s:
+        yield s
+    st.cache_data.clear()
+
+
+# --- months ---------------------------------------------------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def month_options(url: str) -> list[str]:
+    """Months from the first run's to this month (or the last run's, if later), newest first."""
+    with read_session(url) as s:
+        span = queries.run_month_span(s)
+        now = queries.current_month(s)
+    if span is None:
+        return [now]
+    return list(reversed(months_between(span[0], max(span[1], now))))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def current_month(url: str) -> str:
+    with read_session(url) as s:
+        return queries.current_month(s)
+
+
+def add_months(month: str, delta: int) -> str:
+    y, m = parse_month(month)
+    idx = y * 12 + m - 1 + delta
+    return f"{idx // 12:04d}-{idx % 12 + 1:02d}"
+
+
+def trend_months(url: str, month: str, n: int = 12) -> list[str]:
+    """Up to ``n`` months ending with ``month``, none before the ledger's first month."""
+    first = month_options(url)[-1]
+    kept = [m for m in months_between(add_months(month, -(n - 1)), month) if m >= first]
+    return kept or [month]
+
+
+# --- monthly figures (monthly_report is the single source) -------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def report(url: str, month: str) -> MonthlyReport:
+    with read_session(url) as s:
+        return monthly_report(s, month)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def presented(url: str, month: str) -> dict[str, Any]:
+    """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use."""
+    return presented_report(report(url, month))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def trend(url: str, months: tuple[str, ...]) -> list[dict[str, Any]]:
+    """For trend charts, per month: the presented summary, and the report without its run lines."""
+    out = []
+    with read_session(url) as s:
+        for m in months:
+            rep = monthly_report(s, m)
+            out.append({"month": m, "summary": presented_report(rep)["summary"], "report": replace(rep, runs=[])})
+    return out
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def export_bytes(url: str, month: str, fmt: str) -> bytes:
+    """The monthly export, byte for byte what ``trainledger report monthly --format FMT`` writes."""
+    return render(presented(url, month), fmt)
+
+
+# --- runs ------------------------------------------------------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def runs(url: str, *, month: Optional[str], project: Optional[str], user: Optional[str], status: Optional[str],
+         strategy: Optional[str], limit: int, offset: int) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy,
+                         limit=limit, offset=offset)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def run_detail(url: str, run_id: str) -> dict[str, Any]:
+    with read_session(url) as s:
+        return show_run(s, run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def loss_curve(url: str, run_id: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return queries.loss_curve(s, run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def filter_values(url: str) -> dict[str, list[str]]:
+    with read_session(url) as s:
+        return queries.filter_values(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def sweeps(url: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return queries.sweeps(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def strategy_comparison(url: str, sweep_id: str) -> dict[str, Any]:
+    """``ledger.strategies.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints."""
+    with read_session(url) as s:
+        return ledger_strategies.strategy_comparison(s, sweep_id=sweep_id)
+
+
+# --- catalog and settings ----------------------------------------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def pricing(url: str) -> dict[str, Any]:
+    with read_session(url) as s:
+        return list_pricing(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def offers(url: str) -> list[tuple[Any, str]]:
+    """(Offer, node type name) pairs, detached."""
+    with read_session(url) as s:
+        return queries.offers_with_node_types(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def node_types(url: str) -> list[Any]:
+    with read_session(url) as s:
+        return queries.node_types(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def fleets(url: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return queries.list_fleets(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def settings(url: str) -> dict[str, str]:
+    with read_session(url) as s:
+        return {k: get_setting(s, k) for k in DEFAULTS}
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def demo_ledger(url: str) -> bool:
+    with read_session(url) as s:
+        return is_demo(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str]) -> dict[str, Any]:
+    """``ledger.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
+    with read_session(url) as s:
+        return compare_node_type(s, node_type, utilization, own=own, rent=rent)
+

@@ -1,0 +1,45 @@
+"""Export: the monthly report as CSV, XLSX or JSON.
+
+The bytes are ``ledger.export.render(presented_report(monthly_report(month)), fmt)``:
+exactly what ``trainledger report monthly --month M --format FMT`` writes.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import access, data, ui
+from ledger.present import key_values
+
+FORMATS = {"csv": ("CSV", "text/csv"),
+           "xlsx": ("XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+           "json": ("JSON", "application/json")}
+
+access.page_gate()
+url = data.ledger_url()
+month = ui.month_picker(url)
+p = data.presented(url, month)
+st.title("Export")
+st.caption(f"The monthly report for {month}: a summary (own vs rent, savings, ROI, idle, waste), one line per "
+           "project and one per run. CSV has three blocks separated by a blank line; XLSX has three sheets. "
+           "Cells a spreadsheet would run as a formula are escaped.")
+
+c = st.columns(len(FORMATS))
+for col, (fmt, (label, mime)) in zip(c, FORMATS.items()):
+    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt), file_name=f"trainledger-{month}.{fmt}",
+                        mime=mime, key=f"export_{fmt}", type="primary" if fmt == "csv" else "secondary",
+                        icon=":material/download:", on_click="ignore")
+st.caption(f"Same bytes as `trainledger report monthly --month {month} --format csv` (or `--format xlsx -o FILE`).")
+
+st.subheader("Summary")
+st.code(key_values(p["summary"]), language=None)
+st.subheader(f"Projects ({len(p['projects'])})")
+if p["projects"]:
+    st.dataframe(ui.frame(p["projects"], list(p["projects"][0])), hide_index=True)
+else:
+    st.caption("No project used the cluster this month.")
+st.subheader(f"Runs ({len(p['runs'])} lines)")
+if p["runs"]:
+    st.dataframe(ui.frame(p["runs"], list(p["runs"][0])), hide_index=True)
+else:
+    st.caption("No run in this month.")

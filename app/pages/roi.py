@@ -1,0 +1,91 @@
+"""Monthly ROI: spend, savings vs the alternative, output per spend and waste, per month and per project.
+
+Numbers: ``presented_report(monthly_report(month))`` — the summary and the
+project lines of the monthly export.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pandas as pd
+import streamlit as st
+
+from app import access, data, ui
+
+OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
+
+access.page_gate()
+url = data.ledger_url()
+month = ui.month_picker(url)
+p = data.presented(url, month)
+s = p["summary"]
+cur = s["currency"]
+st.title("Monthly ROI")
+st.caption(f"{month} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the chosen option")
+
+if not s["runs"] and s["actual_cost"] == "0.00":
+    ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")
+else:
+    c = st.columns(4)
+    c[0].metric(f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]), border=True,
+                help=f"Chosen option: {OPTION[s['chosen_option']]}.")
+    c[1].metric(f"Alternative: {OPTION[s['alternative_option']]} ({cur})", ui.money("alternative_cost", s["alternative_cost"]), border=True)
+    c[2].metric(f"Savings vs the alternative ({cur})", ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
+                border=True, help="Negative: the alternative would have been cheaper.")
+    c[3].metric("ROI", ui.pct(s["roi"]), border=True)
+    c = st.columns([1.6, 1.3, 1, 1])
+    c[0].metric(f"Tokens per 1,000 {cur}", ui.number("tokens_per_1000", s["tokens_per_1000"]), border=True)
+    c[1].metric(f"Useful GPU-hours per 1,000 {cur}", ui.number("useful_gpu_hours_per_1000", s["useful_gpu_hours_per_1000"]),
+                border=True, help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
+    c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
+                help="Failed, crashed and cancelled runs + idle cost.")
+    c[3].metric(f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True)
+    if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:
+        st.warning(f"The alternative ({OPTION[s['alternative_option']]}) would have cost "
+                   f"{ui.money('savings', -Decimal(s['savings_vs_alternative']))} {cur} less this month.")
+
+st.subheader("Per project")
+alt_key = "cost_if_elastic" if s["alternative_option"] == "rent_elastic" else "cost_if_own"
+projects = []
+for row in p["projects"]:
+    savings = None
+    if row[alt_key] is not None:
+        savings = Decimal(row[alt_key]) - Decimal(row["cost"])
+    projects.append({**row, "savings_vs_alternative": savings})
+if projects:
+    st.dataframe(ui.frame(projects, ["project", "runs", "gpu_hours", "tokens", "cost", alt_key, "savings_vs_alternative",
+                                     "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000"],
+                          {"gpu_hours": "GPU-hours", "cost": "spend", alt_key: f"if {OPTION[s['alternative_option']]}",
+                           "savings_vs_alternative": "savings", "waste_cost": "waste",
+                           "tokens_per_1000": f"tokens per 1,000 {cur}",
+                           "useful_gpu_hours_per_1000": f"useful GPU-h per 1,000 {cur}"}), hide_index=True)
+    bars = [{"project": r["project"] or "(none)", "series": label, "cost": float(Decimal(r[key]))}
+            for r in projects for label, key in (("spend", "cost"), ("waste", "waste_cost"))]
+    ui.show_chart(ui.grouped_bars(pd.DataFrame(bars), "project", "cost", "series", y_title=cur, height=220))
+else:
+    st.caption("No project used the cluster this month.")
+
+months = data.trend_months(url, month)
+st.subheader(f"Trend, {months[0]} to {months[-1]}")
+money_rows, roi_rows, waste_rows = [], [], []
+for t in data.trend(url, tuple(months)):
+    m, sm = t["month"], t["summary"]
+    money_rows.append({"month": m, "series": "Spend", "cost": float(Decimal(sm["actual_cost"]))})
+    if sm["alternative_cost"] is not None:
+        money_rows.append({"month": m, "series": f"Alternative ({OPTION[sm['alternative_option']]})",
+                           "cost": float(Decimal(sm["alternative_cost"]))})
+    if sm["roi"] is not None:
+        roi_rows.append({"month": m, "measure": "ROI", "percent": sm["roi"] * 100})
+    waste_rows.append({"month": m, "failed runs": float(Decimal(sm["failed_run_cost"])), "idle": float(Decimal(sm["idle_cost"]))})
+left, right = st.columns(2)
+with left:
+    st.markdown(f"**Spend vs the alternative ({cur})**")
+    ui.show_chart(ui.grouped_bars(pd.DataFrame(money_rows), "month", "cost", "series", y_title=cur))
+with right:
+    st.markdown("**ROI (%)**")
+    if roi_rows:
+        ui.show_chart(ui.lines(pd.DataFrame(roi_rows), "month", "percent", "measure", x_title=None, y_title="%",
+                               x_type="N", y_format=".2f"))
+st.markdown(f"**Waste ({cur})**: failed, crashed and cancelled runs + idle")
+st.bar_chart(pd.DataFrame(waste_rows), x="month", y=["failed runs", "idle"], y_label=cur, height=220)

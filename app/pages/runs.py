@@ -1,0 +1,134 @@
+"""Runs: filtered, paginated list (``ledger.runs.list_runs``) and one run's detail (``ledger.runs.show_run``).
+
+The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
+per month (actual) and under every offer, per-node utilization with straggler
+flags, plus the loss curve (MetricSample ``loss``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import access, data, ui
+from ledger.errors import LedgerInputError
+from ledger.models import RunStatus
+
+PAGE_SIZE = 50
+ALL = "All"
+
+access.page_gate()
+url = data.ledger_url()
+month = ui.month_picker(url)
+st.title("Runs")
+
+values = data.filter_values(url)
+c = st.columns(5)
+project = c[0].selectbox("Project", [ALL] + values["project"], key="runs_project")
+user = c[1].selectbox("User", [ALL] + values["user"], key="runs_user")
+status = c[2].selectbox("Status", [ALL] + [s.value for s in RunStatus], key="runs_status")
+strategy = c[3].selectbox("Strategy", [ALL] + values["strategy"], key="runs_strategy")
+month_filter = c[4].selectbox("Month", [month, ALL], key="runs_month",
+                              format_func=lambda m: "All months" if m == ALL else m,
+                              help="Runs overlapping the month selected in the sidebar, or all.")
+
+
+def _opt(v: str):
+    return None if v == ALL else v
+
+
+filters = dict(month=_opt(month_filter), project=_opt(project), user=_opt(user), status=_opt(status),
+               strategy=_opt(strategy))
+page_no = st.columns(5)[0].number_input("Page", min_value=1, value=1, step=1, key="runs_page")
+rows = data.runs(url, **filters, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE)
+more = len(rows) > PAGE_SIZE
+rows = rows[:PAGE_SIZE]
+
+if not rows:
+    ui.empty("No runs match these filters." if page_no == 1 else "No more runs: go back a page.")
+else:
+    st.caption(f"Runs {(page_no - 1) * PAGE_SIZE + 1}–{(page_no - 1) * PAGE_SIZE + len(rows)}, newest first"
+               + (" · more on the next page" if more else "") + ". Node-hours are each run's whole duration.")
+    st.dataframe(ui.frame(rows, ["id", "name", "project", "user", "status", "strategy", "node_type", "nodes",
+                                 "started_at", "node_hours", "tokens", "gpu_util_mean", "mfu", "final_loss"],
+                          {"node_type": "node type", "started_at": "started", "node_hours": "node-hours",
+                           "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss"}),
+                 hide_index=True)
+
+# --- run detail --------------------------------------------------------------------------
+st.header("Run detail")
+ids = [r["id"] for r in rows]
+wanted = st.query_params.get("run")
+if wanted and wanted not in ids:
+    ids.insert(0, wanted)
+if not ids:
+    st.stop()
+names = {r["id"]: r["name"] for r in rows}
+run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="runs_detail",
+                      format_func=lambda i: f"{i} — {names[i]}" if names.get(i) else i)
+try:
+    d = data.run_detail(url, run_id)
+except LedgerInputError as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+currency = d["cost_by_month"][0]["currency"] if d["cost_by_month"] else (d["cost_under_offers"][0]["currency"] if d["cost_under_offers"] else "")
+
+st.subheader(f"{d['id']} · {d['name']}" if d["name"] else d["id"])
+st.caption(f"{d['status']} · project {d['project'] or ui.DASH} · user {d['user'] or ui.DASH} · "
+           f"{d['node_type']}: {d['nodes']} nodes × {d['gpus_per_node']} GPUs · strategy {d['strategy'] or ui.DASH}"
+           + (f" (dp {d['dp']}, tp {d['tp']}, pp {d['pp']}, ZeRO-{d['zero_stage']})" if d.get("dp") else "")
+           + (f" · sweep {d['sweep_id']}" if d.get("sweep_id") else ""))
+if d.get("error"):
+    st.error(f"Error: {d['error']}")
+
+c = st.columns(6)
+c[0].metric(f"Cost ({currency})", ui.money("cost_actual", d["cost_actual"]), border=True,
+            help="What the run cost under its own offer, summed over the months it ran (owned fleets allocated by node-hours).")
+c[1].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
+c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
+c[3].metric(f"Cost per 1M tokens ({currency})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
+c[4].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,
+            help=ui.GPU_UTIL_HELP + (f" p95: {ui.pct(d.get('gpu_util_p95'))}." if d.get("gpu_util_p95") is not None else ""))
+c[5].metric(ui.MFU, ui.mfu_text(d.get("mfu"), [d.get("util_source")]), border=True, help=ui.MFU_HELP)
+
+left, right = st.columns(2)
+with left:
+    st.markdown("**Cost under every offer**")
+    under = d["cost_under_offers"]
+    if under:
+        st.dataframe(ui.frame(under, ["offer", "kind", "cost", "basis"]), hide_index=True)
+        st.bar_chart(pd.DataFrame([{"offer": u["offer"], "cost": float(u["cost"])} for u in under]),
+                     x="offer", y="cost", y_label=currency, height=200)
+with right:
+    st.markdown("**Cost by month (actual)**")
+    if d["cost_by_month"]:
+        st.dataframe(ui.frame(d["cost_by_month"], ["month", "node_hours", "cost", "offer"]), hide_index=True)
+    else:
+        st.caption("Not started: nothing costed yet.")
+
+st.markdown("**Per node**")
+nodes = d["nodes_detail"]
+if not nodes:
+    st.caption("No per-node figures recorded for this run.")
+else:
+    stragglers = [n["hostname"] for n in nodes if n.get("straggler")]
+    if stragglers:
+        st.warning(f"Straggler{'s' if len(stragglers) > 1 else ''}: {', '.join(stragglers)} "
+                   "(slower than the other nodes; the whole run waits for them).")
+    table = [{**n, "straggler": "yes" if n.get("straggler") else ""} for n in nodes]
+    st.dataframe(ui.frame(table, ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source",
+                                  "energy_kwh", "straggler"],
+                          {"gpu_util_mean": ui.GPU_UTIL, "gpu_util_p95": "GPU-Util p95", "energy_kwh": "energy kWh"}),
+                 hide_index=True)
+    util = pd.DataFrame([{"node": n["hostname"], "GPU-Util %": (n["gpu_util_mean"] or 0) * 100,
+                          "flag": "straggler" if n.get("straggler") else "ok"} for n in nodes])
+    st.bar_chart(util, x="node", y="GPU-Util %", color="flag", height=220)
+
+st.markdown("**Loss**")
+loss = data.loss_curve(url, d["id"])
+if loss:
+    df = pd.DataFrame(loss)
+    st.line_chart(df, x="ts", y="value", color="node" if df["node"].nunique() > 1 else None,
+                  x_label="time (UTC)", y_label="loss", height=260)
+else:
+    st.caption("No loss samples recorded for this run." + (f" Final loss: {d['final_loss']:.4f}." if d.get("final_loss") is not None else ""))

@@ -1,0 +1,77 @@
+"""Strategies: the runs of a sweep (``trainledger sweep``) side by side.
+
+Numbers: ``ledger.strategies.strategy_comparison`` — the table of
+``trainledger report weekly --sweep ID`` (time per epoch, memory per GPU, comm
+share, GPU-Util, MFU, cost per 1M tokens under every offer, cheapest marked).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import access, data, ui
+from ledger.costs import cents
+from ledger.present import fmt_cell
+
+MEM_KIND = {"cuda_max_allocated": "CUDA peak allocated", "cpu_max_rss": "CPU peak RSS"}
+
+access.page_gate()
+url = data.ledger_url()
+st.title("Strategies")
+st.caption("A sweep runs several parallel strategies for a few steps on a small cluster, before scaling up.")
+
+sweeps = data.sweeps(url)
+if not sweeps:
+    ui.empty("No sweep yet: run `trainledger sweep ...` to try several strategies for N steps as tracked runs "
+             "sharing a sweep id; they show up here side by side.")
+    st.stop()
+
+ids = [s["sweep_id"] for s in sweeps]
+info = {s["sweep_id"]: s for s in sweeps}
+wanted = st.query_params.get("sweep")
+sweep_id = st.selectbox("Sweep", ids, index=ids.index(wanted) if wanted in ids else 0, key="strategies_sweep",
+                        format_func=lambda i: f"{i} · {info[i]['runs']} runs"
+                        + (f" · {info[i]['started_at']:%Y-%m-%d %H:%M}" if info[i]["started_at"] else ""))
+st.caption(f"The same table as `trainledger report weekly --sweep {sweep_id}`.")
+comparison = data.strategy_comparison(url, sweep_id)
+rows = comparison["rows"]
+offers = sorted({o for r in rows for o in r["cost_per_1m_tokens"]})
+currency = {o.name: o.currency for o, _ in data.offers(url)}
+
+table = []
+for r in rows:
+    plan = r["strategy"] + (f" (dp {r['dp']}, tp {r['tp']}, pp {r['pp']}, ZeRO-{r['zero_stage']})"
+                            if r["dp"] is not None else "")
+    row = {"": "★ cheapest" if r["cheapest"] else "", "strategy": plan, "run": r["run_id"], "nodes": r["nodes"],
+           "time per epoch": (fmt_cell("time_per_epoch_hours", r["time_per_epoch_hours"]) + " h")
+           if r["time_per_epoch_hours"] is not None else ui.DASH,
+           "tokens/s": f"{r['tokens_per_s']:,.0f}",
+           "memory per GPU": ui.gib(r["peak_mem_per_gpu_bytes"])
+           + (f" ({MEM_KIND.get(r['mem_kind'], r['mem_kind'])})" if r["mem_kind"] and r["peak_mem_per_gpu_bytes"] else ""),
+           "comm share": ui.pct(r["comm_share"]),
+           ui.gpu_util_label(r["util_source"]): ui.pct(r["gpu_util_mean"]),
+           ui.MFU: ui.mfu_text(r["mfu"], [r["util_source"]])}
+    if ui.gpu_util_label(r["util_source"]) != ui.GPU_UTIL:
+        row.setdefault(ui.GPU_UTIL, ui.DASH)
+    for o in offers:
+        row[f"per 1M tokens, {o} ({currency.get(o, '')})"] = fmt_cell("cost_per_1m_tokens", r["cost_per_1m_tokens"].get(o))
+    table.append(row)
+
+if table:
+    st.dataframe(pd.DataFrame(table), hide_index=True)
+    st.caption("Sorted by the cheapest cost per 1M tokens: a node-hour's price under each offer × nodes ÷ tokens "
+               f"per hour. {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
+               "busy share is the process CPU utilization and MFU is n/a.")
+    chart = [{"strategy": r["strategy"] if [x["strategy"] for x in rows].count(r["strategy"]) == 1
+              else f"{r['strategy']} · {r['run_id']}", "offer": o, "cost": float(cents(v))}
+             for r in rows for o, v in r["cost_per_1m_tokens"].items() if v is not None]
+    if chart:
+        st.markdown("**Cost per 1M tokens**")
+        ui.show_chart(ui.grouped_bars(pd.DataFrame(chart), "strategy", "cost", "offer", y_title="per 1M tokens"))
+else:
+    ui.empty(f"No run of sweep {sweep_id} finished with a measured throughput yet.")
+if comparison["not_measured"]:
+    st.warning("Not measured (not succeeded, or no tokens/s): " + ", ".join(
+        f"{x['strategy'] or x['run_id']} ({x['status']}{': ' + x['error'].splitlines()[0] if x.get('error') else ''})"
+        for x in comparison["not_measured"]))

@@ -1,0 +1,148 @@
+"""Presentation helpers shared by the pages.
+
+Figures are formatted with ``ledger.present`` (``fmt_cell``/``present``), so
+the dashboard shows the CLI's rounding ("4,800.00"). The three utilizations
+always carry their own label; ratios are shown as percentages with the CLI's
+four decimals (0.7319 → "73.19%").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from ledger.accounting import parse_month
+from ledger.errors import LedgerInputError
+from ledger.present import fmt_cell, kind_of, present
+
+TIME_UTIL = "Time utilization"
+GPU_UTIL = "GPU-Util (NVML/DCGM busy share)"
+CPU_UTIL = "CPU utilization (process, CPU-only run)"
+MFU = "MFU"
+DASH = "—"
+
+TIME_UTIL_HELP = "Share of the fleet's node-hours spent in runs. Not GPU-Util, not MFU."
+GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weighted by GPU-hours). Not MFU."
+MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
+
+MONTH_STATE = "_month"  # the selected month, kept across pages
+
+
+# --- numbers -------------------------------------------------------------------
+
+def money(key: str, value: Any) -> str:
+    """Money as the CLI shows it: "4,800.00" ("—" when unknown)."""
+    return fmt_cell(key, value)
+
+
+def pct(value: Any) -> str:
+    """A ratio (0–1) as a percentage with the CLI's 4-decimal rounding: 0.7319 → "73.19%"."""
+    v = present("utilization", value)
+    if v is None:
+        return DASH
+    return f"{float(v) * 100:.2f}%"
+
+
+def number(key: str, value: Any) -> str:
+    return fmt_cell(key, value)
+
+
+def mfu_text(value: Any, util_sources: Iterable[Optional[str]] = (), has_runs: bool = True) -> str:
+    """MFU as a percentage; "n/a (CPU)" for CPU-only runs, where MFU is null by design."""
+    if value is not None:
+        return pct(value)
+    if not has_runs:
+        return DASH
+    if "cpu" in {s for s in util_sources if s}:
+        return "n/a (CPU)"
+    return "n/a (not recorded)"
+
+
+def gpu_util_label(util_source: Optional[str]) -> str:
+    return CPU_UTIL if util_source == "cpu" else GPU_UTIL
+
+
+def gib(n_bytes: Any) -> str:
+    return DASH if n_bytes is None else f"{n_bytes / 2**30:,.1f} GiB"
+
+
+def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None) -> pd.DataFrame:
+    """A table for st.dataframe: money as the CLI's text, ratios as percentages, other numbers as numbers."""
+    labels = labels or {}
+    data = []
+    for r in rows:
+        out = {}
+        for c in columns:
+            v = r.get(c)
+            k = kind_of(c)
+            if k == "money":
+                out[labels.get(c, c)] = money(c, v)
+            elif k == "ratio":
+                out[labels.get(c, c)] = pct(v)
+            elif hasattr(v, "strftime"):
+                out[labels.get(c, c)] = fmt_cell(c, v)
+            else:
+                out[labels.get(c, c)] = present(c, v)
+        data.append(out)
+    return pd.DataFrame(data, columns=[labels.get(c, c) for c in columns])
+
+
+# --- month -------------------------------------------------------------------------
+
+def valid_month(text: Optional[str]) -> Optional[str]:
+    try:
+        parse_month(text or "")
+        return text
+    except LedgerInputError:
+        return None
+
+
+def month_picker(url: str) -> str:
+    """The sidebar month selector of a page that reports a month.
+
+    Starts from ?month=YYYY-MM (else this month) and keeps its value across pages.
+    """
+    from app import data
+
+    options = data.month_options(url)
+    default = data.current_month(url)
+    current = st.session_state.get(MONTH_STATE) or valid_month(st.query_params.get("month")) or default
+    if current not in options:
+        options = sorted(set(options) | {current}, reverse=True)
+    choice = st.sidebar.selectbox("Month", options, index=options.index(current), key="month_picker",
+                                  help="A calendar month in the ledger's display time zone.")
+    st.session_state[MONTH_STATE] = choice
+    if st.query_params.get("month") != choice:
+        st.query_params["month"] = choice
+    return choice
+
+
+# --- charts ------------------------------------------------------------------------
+
+def grouped_bars(df: pd.DataFrame, x: str, y: str, color: str, *, y_title: str, height: int = 280) -> alt.Chart:
+    return (alt.Chart(df).mark_bar()
+            .encode(x=alt.X(f"{x}:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=200)),
+                    xOffset=f"{color}:N", y=alt.Y(f"{y}:Q", title=y_title),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+                    tooltip=[x, color, alt.Tooltip(f"{y}:Q", format=",.2f")])
+            .properties(height=height))
+
+
+def lines(df: pd.DataFrame, x: str, y: str, color: str, *, x_title: str, y_title: str, x_type: str = "Q",
+          y_format: str = ",.2f", height: int = 300) -> alt.Chart:
+    return (alt.Chart(df).mark_line(point=len(df) < 60)
+            .encode(x=alt.X(f"{x}:{x_type}", title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y(f"{y}:Q", title=y_title),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+                    tooltip=[alt.Tooltip(f"{x}:{x_type}"), color, alt.Tooltip(f"{y}:Q", format=y_format)])
+            .properties(height=height))
+
+
+def show_chart(chart: alt.Chart) -> None:
+    st.altair_chart(chart, width="stretch")
+
+
+def empty(message: str) -> None:
+    st.info(message)

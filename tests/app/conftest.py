@@ -1,0 +1,31 @@
+"""Fixtures for the dashboard tests (builders in tests/app/helpers.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app.helpers import build_ledger
+
+
+@pytest.fixture(scope="session")
+def demo_url(tmp_path_factory) -> str:
+    """A read-only demo ledger (SQLite), built once for the session."""
+    return build_ledger(f"sqlite:///{tmp_path_factory.mktemp('demo') / 'ledger.db'}")
+
+
+@pytest.fixture
+def app_env(monkeypatch):
+    """Loopback, no auth file, fresh caches; returns a function pointing the app at a ledger."""
+    import streamlit as st
+    from streamlit import config
+
+    monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
+    config.set_option("server.address", "127.0.0.1")
+    st.cache_data.clear()
+
+    def use(url: str) -> None:
+        monkeypatch.setenv("TRAINLEDGER_DB_URL", url)
+
+    yield use
+    st.cache_data.clear()
+    config.set_option("server.address", "127.0.0.1")

@@ -1,0 +1,193 @@
+"""Sign-in and roles: viewers read, only leads write (checked on the server, in the page code)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import tomllib
+from datetime import date
+from decimal import Decimal
+
+import pytest
+from sqlmodel import Session, select
+
+from app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
+from ledger.db import make_engine
+from ledger.models import Fleet, Offer, Setting
+from tests.app.helpers import REPO, make_app, metrics
+
+FAST = 1_000  # PBKDF2 iterations in tests (the default is 600,000)
+
+
+@pytest.fixture
+def users_file(tmp_path):
+    path = tmp_path / "users.toml"
+    path.write_text(make_entry("alice", "lead", "alice-pw", iterations=FAST)
+                    + make_entry("bob", "viewer", "bob-pw", iterations=FAST))
+    return path
+
+
+@pytest.fixture
+def ledger(sqlite_url, app_env):
+    make_engine(sqlite_url).dispose()  # an empty ledger with the presets
+    app_env(sqlite_url)
+    return sqlite_url
+
+
+def _sign_in(at, user: str, password: str):
+    at.run()
+    assert not at.exception, at.exception
+    at.text_input(key="login_user").input(user)
+    at.text_input(key="login_password").input(password)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _settings_as(monkeypatch, users_file, user, password):
+    monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))
+    at = _sign_in(make_app(), user, password)
+    at.switch_page("pages/settings.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _rent_price(url: str) -> Decimal:
+    engine = make_engine(url)
+    with Session(engine) as s:
+        price = s.exec(select(Offer.price_per_node_month).where(Offer.name == "rtx4090-rent")).one()
+    engine.dispose()
+    return price
+
+
+def _change_rent_price(at, price: str):
+    at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()
+    at.text_input(key="offer_rtx4090-rent_rent_elastic_price_per_node_month").input(price)
+    next(b for b in at.button if b.label == "Save offer").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+# --- hashing and the auth file ---------------------------------------------------------
+
+def test_hash_round_trip_and_salt():
+    h1, h2 = hash_password("s3cret", iterations=FAST), hash_password("s3cret", iterations=FAST)
+    assert h1 != h2 and h1.startswith("pbkdf2_sha256$1000$")
+    assert verify_password("s3cret", h1) and not verify_password("s3cret!", h1)
+    assert not verify_password("s3cret", "pbkdf2_sha256$1000$not-base64$x")
+    digest = base64.b64encode(hashlib.pbkdf2_hmac("sha256", b"pw", b"\x01" * 16, 1)).decode()
+    assert hash_password("pw", salt=b"\x01" * 16, iterations=1) == f"pbkdf2_sha256$1$AQEBAQEBAQEBAQEBAQEBAQ==${digest}"
+
+
+def test_auth_file_loads_and_authenticates(users_file):
+    users = load_auth_file(users_file)
+    assert {u.name: u.role for u in users.values()} == {"alice": "lead", "bob": "viewer"}
+    assert authenticate(users, "alice", "alice-pw").role == "lead"
+    assert authenticate(users, "alice", "bob-pw") is None
+    assert authenticate(users, "mallory", "alice-pw") is None
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("", "no users"),
+    ('[users.x]\nrole = "admin"\npassword_hash = "pbkdf2_sha256$1$AA==$AA=="\n', "role must be viewer or lead, got 'admin'"),
+    ('[users.x]\nrole = "lead"\n', "password_hash is missing"),
+    ('[users.x]\nrole = "lead"\npassword_hash = "md5$abc"\n', "password_hash: expected pbkdf2_sha256$"),
+    ('[users.x]\nrole = "lead"\npassword_hash = "x"\ncolour = "red"\n', "unknown key 'colour'"),
+    ("[users\n", "not valid TOML"),
+])
+def test_bad_auth_file_is_one_line(tmp_path, body, needle):
+    f = tmp_path / "users.toml"
+    f.write_text(body)
+    with pytest.raises(AuthFileError) as exc:
+        load_auth_file(f)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_python_m_app_auth_hash_prints_a_usable_entry(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "app.auth", "hash", "carol", "--role", "lead", "--password-stdin"],
+                       input="carol-pw\n", capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    entry = tomllib.loads(r.stdout)["users"]["carol"]
+    assert entry["role"] == "lead" and entry["password_hash"].startswith("pbkdf2_sha256$600000$")
+    f = tmp_path / "users.toml"
+    f.write_text(r.stdout)
+    assert authenticate(load_auth_file(f), "carol", "carol-pw") is not None
+    assert "carol-pw" not in r.stdout
+
+
+# --- the app -------------------------------------------------------------------------------
+
+def test_sign_in_is_required_and_a_wrong_password_is_refused(ledger, users_file, monkeypatch):
+    monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))
+    at = _sign_in(make_app(), "alice", "wrong")
+    assert [e.value for e in at.error] == ["Wrong user or password."]
+    assert not at.metric and at.title[0].value == "Sign in to trainledger"
+    at.text_input(key="login_password").input("alice-pw")
+    at.button[0].click().run()
+    assert "Spend (CNY)" in metrics(at)
+
+
+def test_viewer_cannot_change_prices(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "bob", "bob-pw")
+    assert any("only leads can save changes" in i.value for i in at.info)
+    _change_rent_price(at, "1")
+    assert any("Only leads can change prices: bob is a viewer. Nothing was saved." in e.value for e in at.error)
+    assert not at.success
+    assert _rent_price(ledger) == Decimal("3600")
+
+
+def test_viewer_cannot_edit_fleet_or_settings(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "bob", "bob-pw")
+    at.text_input(key="fleet__name").input("sneaky")
+    next(b for b in at.button if b.label == "Save fleet").click().run()
+    at.text_input(key="set_currency").input("USD")
+    next(b for b in at.button if b.label == "Save settings").click().run()
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("Only leads can change settings") for e in errors)
+    engine = make_engine(ledger)
+    with Session(engine) as s:
+        assert s.exec(select(Fleet)).all() == [] and s.get(Setting, "currency") is None
+    engine.dispose()
+
+
+def test_lead_can_change_prices(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
+    _change_rent_price(at, "3000.50")
+    assert [s.value for s in at.success] == ["Saved offer rtx4090-rent."]
+    assert _rent_price(ledger) == Decimal("3000.50")
+
+
+def test_bad_price_is_one_line_and_writes_nothing(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
+    _change_rent_price(at, "-5")
+    assert [e.value for e in at.error] == [
+        "offer form: offer 'rtx4090-rent': price_per_node_month: Input should be greater than or equal to 0 (got '-5')"]
+    assert _rent_price(ledger) == Decimal("3600")
+
+
+def test_local_use_is_a_lead_and_can_add_a_fleet(ledger):
+    at = make_app()
+    at.run()
+    at.switch_page("pages/settings.py").run()
+    assert not any("Signed in" in i.value for i in at.info)
+    at.text_input(key="fleet__name").input("rack-a")
+    at.number_input(key="fleet__nodes").set_value(4)
+    at.date_input(key="fleet__from").set_value(date(2026, 1, 1))
+    next(b for b in at.button if b.label == "Save fleet").click().run()
+    assert [s.value for s in at.success] == ["Fleet rack-a added."]
+    engine = make_engine(ledger)
+    with Session(engine) as s:
+        f = s.exec(select(Fleet)).one()
+        assert (f.name, f.node_count, f.valid_from, f.valid_to) == ("rack-a", 4, date(2026, 1, 1), None)
+    engine.dispose()
+
+
+def test_role_removed_from_the_file_signs_out(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
+    users_file.write_text(make_entry("bob", "viewer", "bob-pw", iterations=FAST))
+    st_ = users_file.stat()
+    os.utime(users_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))  # a new mtime: re-read
+    at.run()
+    assert at.title[0].value == "Sign in to trainledger"

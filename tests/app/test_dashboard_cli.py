@@ -1,0 +1,123 @@
+"""`trainledger dashboard`: loopback unless signed in, an argument list, the URL in the environment."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from app import cli as dashboard_cli
+from app.auth import make_entry
+from ledger.cli import app
+
+
+class FakePopen:
+    """Stands in for subprocess.Popen: records the call, 'serves' and exits 0."""
+
+    calls: list = []
+
+    def __init__(self, argv, env=None, **kw):
+        FakePopen.calls.append((argv, env, kw))
+        self.returncode = 0
+
+    def wait(self, timeout=None):
+        return 0
+
+    def send_signal(self, sig):
+        pass
+
+
+@pytest.fixture
+def fake_popen(monkeypatch):
+    FakePopen.calls = []
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    return FakePopen.calls
+
+
+def _invoke(*args):
+    return CliRunner().invoke(app, ["dashboard", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "example.org"])
+def test_public_bind_without_auth_is_refused(host, sqlite_url, fake_popen, monkeypatch):
+    monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
+    r = _invoke("--host", host, "--db", sqlite_url)
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1
+    assert r.stderr.startswith(f"error: --host {host} is not a loopback address and no --auth-file is set")
+    assert fake_popen == []
+
+
+def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, monkeypatch):
+    monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
+    r = _invoke("--port", "8765", "--db", sqlite_url)
+    assert r.exit_code == 0, r.output
+    (argv, env, kw), = fake_popen
+    assert isinstance(argv, list) and kw == {}
+    assert argv[1:5] == ["-m", "app.serve", "run", str(dashboard_cli.MAIN_SCRIPT)]  # `streamlit run`
+    opts = dict(zip(argv[5::2], argv[6::2]))
+    assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8765"
+    assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
+    assert env["TRAINLEDGER_DB_URL"] == sqlite_url and sqlite_url not in argv
+    assert env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] == "false"
+    assert "TRAINLEDGER_AUTH_FILE" not in env
+
+
+@pytest.mark.parametrize("host", ["localhost", "::1", "127.0.0.1"])
+def test_every_loopback_spelling_is_accepted(host, sqlite_url, fake_popen):
+    assert _invoke("--host", host, "--db", sqlite_url).exit_code == 0
+
+
+def test_password_goes_to_the_environment_not_argv(fake_popen, monkeypatch):
+    import ledger.db
+
+    url = "postgresql+psycopg://lead:s3cret@127.0.0.1:5432/ledger"
+    monkeypatch.setattr(ledger.db, "make_engine", lambda u: type("E", (), {"dispose": lambda self: None})())
+    r = _invoke("--db", url)
+    assert r.exit_code == 0, r.output
+    (argv, env, _), = fake_popen
+    assert not any("s3cret" in a for a in argv)
+    assert env["TRAINLEDGER_DB_URL"] == url
+    assert "s3cret" not in r.output and "***" in r.stderr
+
+
+def test_public_bind_with_auth_file(sqlite_url, fake_popen, tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text(make_entry("alice", "lead", "pw", iterations=1000))
+    r = _invoke("--host", "0.0.0.0", "--auth-file", str(users), "--db", sqlite_url)
+    assert r.exit_code == 0, r.output
+    (argv, env, _), = fake_popen
+    assert argv[argv.index("--server.address") + 1] == "0.0.0.0"
+    assert env["TRAINLEDGER_AUTH_FILE"] == str(users.resolve())
+    assert "sign-in required (1 users)" in r.stderr
+
+
+def test_bad_auth_file_is_one_line_exit_2(sqlite_url, fake_popen, tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text('[users.bob]\nrole = "boss"\npassword_hash = "x"\n')
+    r = _invoke("--auth-file", str(users), "--db", sqlite_url)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert "role must be viewer or lead, got 'boss'" in r.stderr
+    assert fake_popen == []
+
+
+def test_unreachable_ledger_is_one_line_exit_1(fake_popen):
+    r = _invoke("--db", "postgresql+psycopg://postgres@127.0.0.1:1/nothing")
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: cannot use the ledger at postgresql+psycopg://postgres@127.0.0.1:1/nothing")
+    assert fake_popen == []
+
+
+def test_dashboard_upgrades_an_empty_ledger_before_serving(sqlite_url, fake_popen):
+    from sqlalchemy import create_engine, inspect
+
+    assert _invoke("--db", sqlite_url).exit_code == 0
+    assert inspect(create_engine(sqlite_url)).has_table("run")
+
+
+def test_help():
+    r = _invoke("--help")
+    assert r.exit_code == 0
+    for flag in ("--host", "--port", "--db", "--auth-file"):
+        assert flag in r.output

@@ -1,0 +1,138 @@
+"""The dashboard's thin ledger helpers agree with the ledger functions the CLI uses."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from importlib import resources
+
+import pytest
+from sqlmodel import Session, select
+
+from app import queries, rentown
+from ledger import costs
+from ledger.accounting import monthly_report
+from ledger.compare import compare_node_type
+from ledger.db import make_engine
+from ledger.errors import LedgerInputError
+from ledger.models import Fleet, NodeType, Offer
+from ledger.presets import apply_pricing, parse_pricing
+from ledger.runs import show_run
+from tests.app.helpers import SWEEP
+
+
+@pytest.fixture
+def demo(demo_url):
+    engine = make_engine(demo_url)
+    with Session(engine) as s:
+        yield s
+    engine.dispose()
+
+
+def _offer(session, name):
+    return session.exec(select(Offer).where(Offer.name == name)).one()
+
+
+@pytest.mark.parametrize("u", ["0", "0.25", "0.6", "0.7385", "1"])
+def test_compare_offers_equals_compare_node_type(session, u):
+    h100 = resources.files("trainledger_data").joinpath("examples/h100-offers.toml").read_text()
+    apply_pricing(session, parse_pricing(h100), source="user", replace=True)
+    for nt in ("rtx4090-8x", "h100-8x"):
+        expected = compare_node_type(session, nt, Decimal(u))
+        got = rentown.compare_offers(_offer(session, expected["own_offer"]), _offer(session, expected["rent_offer"]),
+                                     Decimal(u), nt)
+        assert got == expected
+
+
+def test_assumed_offer_changes_nothing_in_the_ledger(session):
+    own = _offer(session, "rtx4090-own")
+    edited = rentown.assumed_offer(own, capex_per_node=Decimal("60000"))
+    # 60,000 ÷ 36 + 6.67 operations + 4.0 kW × 730 h × 0.5
+    assert costs.cents(costs.own_cost_per_node_month(edited)) == Decimal("3133.34")
+    assert own.capex_per_node == Decimal("120000") and not session.dirty
+
+
+def test_cost_under_offers_equals_show_run(demo):
+    for run_id in ("hand-elastic-1", "demo-0003", "sweep-a-3d"):
+        d = show_run(demo, run_id)
+        offers = demo.exec(select(Offer).join(NodeType).where(NodeType.name == d["node_type"])).all()
+        assert queries.cost_under_offers(offers, d["nodes"], d["duration_hours"]) == d["cost_under_offers"]
+
+
+def test_sweeps(demo):
+    assert [(s["sweep_id"], s["runs"], s["nodes"]) for s in queries.sweeps(demo)] == [(SWEEP, 3, 2)]
+
+
+def test_loss_curve_and_filters(demo):
+    run_id = "demo-0001"
+    curve = queries.loss_curve(demo, run_id)
+    assert len(curve) == 40 and curve == sorted(curve, key=lambda p: p["ts"])
+    assert queries.loss_curve(demo, "hand-elastic-1") == []
+    f = queries.filter_values(demo)
+    assert f["project"] == ["demo-finetune", "demo-pretrain", "hand"] and "3d" in f["strategy"] and "" not in f["strategy"]
+    assert queries.run_month_span(demo) == ("2026-06", "2026-11")
+
+
+def test_peak_sizing_equals_the_reports_own_cost_sized_to_the_peak(session):
+    """Without an own fleet, monthly_report sizes owning to the month's peak: one month, same figure."""
+    from datetime import datetime, timezone
+
+    from tests.helpers import add_run
+
+    t = datetime(2026, 3, 2, tzinfo=timezone.utc)
+    add_run(session, "a", t, 30, nodes=4, offer_name="rtx4090-rent")
+    add_run(session, "b", t.replace(day=3), 10, nodes=3, offer_name="rtx4090-rent")  # overlaps a: peak 7
+    add_run(session, "c", t.replace(day=20), 5, nodes=2, offer_name="rtx4090-rent")
+    rep = monthly_report(session, "2026-03")
+    nt = rep.node_types[0]
+    assert (nt.own_nodes_from, nt.peak_nodes) == ("peak", 7)
+    sizing = rentown.peak_sizing([rep], "rtx4090-8x", _offer(session, "rtx4090-own"))
+    assert sizing["peak_nodes"] == 7
+    assert sizing["own_for_peak_cost"] == nt.own_cost and sizing["elastic_cost"] == nt.elastic_cost
+    assert sizing["months"][0]["time_utilization"] == costs.time_utilization(nt.node_hours, 7 * Decimal(31 * 24))
+
+
+def test_peak_sizing_uses_one_fleet_for_the_whole_window(demo):
+    reports = [monthly_report(demo, m) for m in ("2026-07", "2026-08")]
+    own = _offer(demo, "rtx4090-own")
+    sizing = rentown.peak_sizing(reports, "rtx4090-8x", own)
+    peak = max(r.node_types[0].peak_nodes for r in reports)
+    assert sizing["peak_nodes"] == peak
+    assert sizing["own_for_peak_cost"] == sum((r["own_for_peak_cost"] for r in sizing["months"]), Decimal(0))
+    assert sizing["elastic_cost"] == sum((r.node_types[0].elastic_cost for r in reports), Decimal(0))
+    assert sizing["elastic_offers"] == ["rtx4090-rent"]
+
+
+def test_save_fleet_validates_and_edits(session):
+    assert queries.save_fleet(session, "rack", "rtx4090-own", 4, date(2026, 1, 1), None) == "added"
+    assert queries.save_fleet(session, "rack-a", "rtx4090-reserved", 6, date(2026, 1, 1), date(2026, 7, 1),
+                              original="rack") == "updated"
+    f = session.exec(select(Fleet)).one()
+    assert (f.name, f.node_count, f.valid_to) == ("rack-a", 6, date(2026, 7, 1))
+    for args, needle in [
+        (("x", "rtx4090-rent", 1, date(2026, 1, 1), None), "is rent_elastic; a fleet is held under an own or rent_reserved offer"),
+        (("x", "nope", 1, date(2026, 1, 1), None), "no offer named 'nope'"),
+        (("x", "rtx4090-own", 0, date(2026, 1, 1), None), "must be a positive whole number"),
+        (("x", "rtx4090-own", 1, date(2026, 2, 1), date(2026, 1, 1)), "must be after valid from"),
+        (("rack-a", "rtx4090-own", 1, date(2026, 1, 1), None), "already exists"),
+        (("", "rtx4090-own", 1, date(2026, 1, 1), None), "fleet name"),
+    ]:
+        with pytest.raises(LedgerInputError, match=needle):
+            queries.save_fleet(session, *args)
+    assert len(session.exec(select(Fleet)).all()) == 1
+
+
+def test_offer_form_goes_through_pricing_validation_exactly(session):
+    text = queries.offer_toml({"name": 'say "hi" =1', "node_type": "rtx4090-8x", "kind": "own", "currency": "CNY",
+                               "capex_per_node": "100000.123456", "depreciation_months": "48", "power_kw_load": "3.5",
+                               "electricity_price_per_kwh": "0.61", "operations_per_node_month": "10", "notes": "",
+                               "residual_value": " "})
+    spec = parse_pricing(text, where="offer form")
+    apply_pricing(session, spec, source="user", replace=True)
+    o = _offer(session, 'say "hi" =1')
+    assert o.capex_per_node == Decimal("100000.123456") and o.depreciation_months == 48 and o.residual_value == 0
+    assert queries.offer_form_defaults(o, "rtx4090-8x")["capex_per_node"] == "100000.123456"
+    with pytest.raises(LedgerInputError, match="depreciation_months: Input should be a valid integer"):
+        parse_pricing(queries.offer_toml({"name": "y", "node_type": "rtx4090-8x", "kind": "own",
+                                          "depreciation_months": "3.5"}), where="offer form")
+
