@@ -21,13 +21,13 @@ from decimal import Decimal
 from typing import Any, Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, func, or_
 from sqlmodel import Session, select
 
 from ledger import costs
 from ledger.costs import ZERO
 from ledger.errors import LedgerInputError
-from ledger.models import WASTE_STATUSES, Fleet, NodeType, Offer, OfferKind, Project, Run, RunStatus, User
+from ledger.models import WASTE_STATUSES, Fleet, NodeType, Offer, OfferKind, Project, Run, RunNode, RunStatus, User
 from ledger.settings import display_timezone, get_setting
 from ledger.types import utcnow
 
@@ -151,6 +151,7 @@ class NodeTypeMonth:
     reserved_offer: Optional[str]
     reserved_cost: Optional[Decimal]
     over_capacity: bool = False
+    power_basis: str = "nominal"  # own power term: "measured" | "mixed" | "nominal" (_fleet_energy_kwh)
 
 
 @dataclass
@@ -299,6 +300,9 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             return (total * _share(s, e, t)).quantize(SLICE_QUANTUM)
         return upto(sl.end) - upto(sl.start)
 
+    # measured energy (trainledger collect) of each slice; None = not measured
+    slice_kwh = _slice_energy_kwh(session, slices, full, ms, me)
+
     # 2) per node type ----------------------------------------------------------
     by_nt: dict[int, list[int]] = defaultdict(list)
     for i, offer in enumerate(slice_offer):
@@ -315,6 +319,7 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
         idle = ZERO
         capacity = ZERO
         over = False
+        bases: list[str] = []
         # actual: fixed-cost offers share their fleet; elastic runs are billed
         groups: dict[int, list[int]] = defaultdict(list)
         for i in idx:
@@ -331,7 +336,9 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             cap = _fleet_capacity(fleets_by_offer.get(off_id, []), ms, me, tz)
             if not fleets_by_offer.get(off_id):  # no fleet configured: implied by peak use
                 cap = Decimal(peak_concurrent_nodes([(slices[i].start, slices[i].end, slices[i].nodes) for i in members])) * hours_in_month
-            fm = costs.fleet_month(offer, cap, [slices[i].node_hours for i in members], hours_in_month)
+            kwh, basis = _fleet_energy_kwh(offer, members, cap, slices, slice_kwh)
+            bases.append(basis)
+            fm = costs.fleet_month(offer, cap, [slices[i].node_hours for i in members], hours_in_month, energy_kwh=kwh)
             for i, c in zip(members, fm.allocated):
                 slices[i].cost = c
             actual += fm.total
@@ -359,7 +366,9 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             sized = "peak"
         own_cost = own_idle = None
         if own_offer is not None:
-            fm = costs.fleet_month(own_offer, own_cap, [slices[i].node_hours for i in idx], hours_in_month)
+            kwh, basis = _fleet_energy_kwh(own_offer, idx, own_cap, slices, slice_kwh)
+            bases.append(basis)
+            fm = costs.fleet_month(own_offer, own_cap, [slices[i].node_hours for i in idx], hours_in_month, energy_kwh=kwh)
             own_cost, own_idle = fm.total, fm.idle
             for i, c in zip(idx, fm.allocated):
                 slices[i].cost_own = c
@@ -380,7 +389,7 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             own_cost=own_cost, own_idle_cost=own_idle,
             elastic_offer=rent_offer.name if rent_offer else None, elastic_cost=elastic_cost,
             reserved_offer=res_offer.name if res_offer else None, reserved_cost=reserved_cost,
-            over_capacity=over))
+            over_capacity=over, power_basis=_combine_bases(bases)))
         for o in (own_offer, rent_offer, res_offer):
             if o is not None:
                 currencies.add(o.currency)
@@ -391,9 +400,65 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             "one report needs one currency: re-price the offers (`trainledger pricing import`) in one currency")
     currency = currencies.pop() if currencies else currency_setting
     summary = _summary(month, slices, nt_months)
+    measured_kwh = [k for k in slice_kwh if k is not None]
+    summary["power_basis"] = _combine_bases([n.power_basis for n in nt_months])
+    summary["measured_energy_kwh"] = sum(measured_kwh, ZERO).quantize(Decimal("0.000001")) if measured_kwh else None
     projects = _projects(slices)
     return MonthlyReport(month=month, timezone=str(tz), currency=currency, summary=summary,
                          node_types=nt_months, projects=projects, runs=slices)
+
+
+# --- measured energy (``trainledger collect``) --------------------------------------
+
+def _slice_energy_kwh(session: Session, slices: list[RunSlice], full: list[tuple[datetime, datetime]],
+                      ms: datetime, me: datetime) -> list[Optional[Decimal]]:
+    """Measured kWh of each slice: the run's Σ RunNode.energy_kwh × the slice's share of its duration.
+
+    A run counts as measured only when it has ended and every one of its nodes
+    has a RunNode with an energy figure (one aggregate query for the month).
+    """
+    rows = session.exec(
+        select(RunNode.run_id, func.sum(RunNode.energy_kwh), func.count(RunNode.energy_kwh), func.count(RunNode.id), Run.nodes)
+        .join(Run, Run.id == RunNode.run_id)
+        .where(Run.started_at.is_not(None), Run.started_at < me, Run.ended_at.is_not(None), Run.ended_at > ms)
+        .group_by(RunNode.run_id, Run.nodes)
+    ).all()
+    run_kwh = {rid: Decimal(str(total)) for rid, total, measured, n, nodes in rows if n and measured == n and n >= nodes}
+    out: list[Optional[Decimal]] = []
+    for sl, (s, e) in zip(slices, full):
+        kwh = run_kwh.get(sl.run_id)
+        if kwh is not None and e > s:
+            kwh = kwh * costs.hours_between(sl.start, sl.end) / costs.hours_between(s, e)
+        out.append(kwh)
+    return out
+
+
+def _fleet_energy_kwh(offer: Offer, members: list[int], capacity_nh: Decimal, slices: list[RunSlice],
+                      slice_kwh: list[Optional[Decimal]]) -> tuple[Optional[Decimal], str]:
+    """The kWh that replaces an own fleet's nominal power term, and its basis.
+
+    kWh = Σ measured runs' kWh + unmeasured node-hours × load kW + idle node-hours × idle kW
+    (idle nodes run no collected run, so their draw stays nominal). None (nominal
+    power) when no run of the fleet was measured or the offer is not ``own``.
+    """
+    if offer.kind != OfferKind.own:
+        return None, "nominal"
+    known = [i for i in members if slice_kwh[i] is not None]
+    if not known:
+        return None, "nominal"
+    load_kw = Decimal(offer.power_kw_load or 0)
+    idle_kw = Decimal(offer.power_kw_idle) if offer.power_kw_idle is not None else load_kw
+    busy = sum((slices[i].node_hours for i in members), ZERO)
+    kwh = (sum((slice_kwh[i] for i in known), ZERO)
+           + sum((slices[i].node_hours for i in members if slice_kwh[i] is None), ZERO) * load_kw
+           + max(ZERO, Decimal(capacity_nh) - busy) * idle_kw)
+    return kwh, "measured" if len(known) == len(members) else "mixed"
+
+
+def _combine_bases(bases: list[str]) -> str:
+    if bases and all(b == "measured" for b in bases):
+        return "measured"
+    return "mixed" if any(b != "nominal" for b in bases) else "nominal"
 
 
 def _default_offer(cat: _Catalog, nt_id: int, fleets_by_offer: dict[int, list[Fleet]]) -> Optional[Offer]:

@@ -6,6 +6,9 @@ For each succeeded run of a sweep (or of the last ``days`` days):
 * time per epoch   = tokens per epoch ÷ tokens/s
 * memory per GPU   = peak memory of the busiest rank (``mem_kind`` says CUDA or CPU RSS)
 * communication share, GPU-Util (labelled with its source), MFU (null on CPU)
+* measured by ``trainledger collect`` (DCGM): GPU-Util of the run's nodes
+  (``measured_gpu_util_mean``, source ``dcgm``) and energy (``measured_energy_kwh``,
+  Σ of its nodes; null unless every node was measured)
 * cost per 1M tokens under offer o = nodes × rate_o ÷ (tokens/s × 3,600) × 10⁶,
   with rate_o the offer's price of a node-hour in use (elastic: hourly rate;
   own and reserved: the full-use rate of a 730-hour month).
@@ -22,7 +25,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger import costs
-from ledger.models import NodeType, Offer, OfferKind, Run, RunStatus
+from ledger.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
 from ledger.types import utcnow
 
 
@@ -53,6 +56,7 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
         q = q.where(Run.sweep_id == sweep_id) if sweep_id else q.where(False)
         label = f"sweep {sweep_id}" if sweep_id else "no sweep yet"
     pairs = session.exec(q.order_by(Run.created_at)).all()
+    measured = _measured(session, [(run.id, run.nodes) for run, _ in pairs])
     offers_by_nt: dict[int, list[Offer]] = {}
     rows = []
     pending = []
@@ -76,6 +80,7 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
             "comm_share": run.comm_share, "gpu_util_mean": run.gpu_util_mean, "util_source": run.util_source,
             "mfu": run.mfu, "final_loss": run.final_loss, "node_type": nt.name,
             "cost_per_1m_tokens": per_offer,
+            **measured.get(run.id, {"measured_gpu_util_mean": None, "measured_util_source": None, "measured_energy_kwh": None}),
         })
 
     def best(r):
@@ -87,3 +92,21 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
         r["cheapest"] = i == 0 and best(r) != Decimal("Infinity")
         r["best_cost_per_1m_tokens"] = best(r) if best(r) != Decimal("Infinity") else None
     return {"scope": label, "sweep_id": sweep_id, "rows": rows, "not_measured": pending}
+
+
+def _measured(session: Session, runs: list[tuple[str, int]]) -> dict[str, dict[str, Any]]:
+    """Per run: mean DCGM GPU-Util of its nodes and Σ their energy (None unless all nodes have one)."""
+    if not runs:
+        return {}
+    nodes_of = dict(runs)
+    by_run: dict[str, list[RunNode]] = {}
+    for n in session.exec(select(RunNode).where(RunNode.run_id.in_(list(nodes_of)))).all():
+        by_run.setdefault(n.run_id, []).append(n)
+    out = {}
+    for rid, ns in by_run.items():
+        utils = [n.gpu_util_mean for n in ns if n.util_source == "dcgm" and n.gpu_util_mean is not None]
+        energy = [n.energy_kwh for n in ns]
+        out[rid] = {"measured_gpu_util_mean": sum(utils) / len(utils) if utils else None,
+                    "measured_util_source": "dcgm" if utils else None,
+                    "measured_energy_kwh": sum(energy) if len(ns) >= nodes_of[rid] and all(e is not None for e in energy) else None}
+    return out

@@ -47,5 +47,10 @@ if [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
 fi
 
+# --- Prometheus for tests/collect (a fixture starts its own server on a free loopback port) --
+if ! command -v prometheus >/dev/null 2>&1; then
+  apt_install prometheus
+fi
+
 # --- the suite -----------------------------------------------------------------
 exec "$VENV/bin/python" -m pytest -q "$@"
