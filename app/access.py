@@ -2,7 +2,7 @@
 
 * With an auth file (``TRAINLEDGER_AUTH_FILE``, set by ``trainledger dashboard
   --auth-file``) every session signs in; viewers read, leads may also edit
-  prices, fleet and settings (later: launch and cancel runs).
+  prices, fleet and settings, and launch and cancel runs.
 * Without one, the dashboard serves loopback only, and everyone there is a lead
   (local use). A server bound elsewhere without an auth file serves nothing.
 
@@ -79,13 +79,13 @@ def current_identity() -> Optional[Identity]:
     return Identity(user=entry.name, role=entry.role, signed_in=True)
 
 
-def require_lead(action: str) -> bool:
+def require_lead(action: str, outcome: str = "Nothing was saved.") -> bool:
     """Server-side check before a write: True for a lead, else an error on the page and False."""
     ident = current_identity()
     if ident is not None and ident.is_lead:
         return True
     who = f"{ident.user} is a {ident.role}" if ident else "you are not signed in"
-    st.error(f"Only leads can {action}: {who}. Nothing was saved.")
+    st.error(f"Only leads can {action}: {who}. {outcome}")
     return False
 
 

@@ -17,6 +17,7 @@ from sqlmodel import Session
 
 from app import queries
 from ledger import strategies as ledger_strategies
+from ledger import sweep as ledger_sweep
 from ledger.accounting import MonthlyReport, monthly_report, months_between, parse_month
 from ledger.compare import compare_node_type
 from ledger.db import get_engine, resolve_url, session_scope
@@ -140,17 +141,42 @@ def filter_values(url: str) -> dict[str, list[str]]:
         return queries.filter_values(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@st.cache_data(ttl=5, show_spinner=False)  # short: a running sweep adds runs
 def sweeps(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return queries.sweeps(s)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def strategy_comparison(url: str, sweep_id: str) -> dict[str, Any]:
-    """``ledger.strategies.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints."""
+def strategy_comparison(url: str, sweep_id: str, version: str = "") -> dict[str, Any]:
+    """``ledger.strategies.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
+
+    ``version`` (``sweep_progress``'s run:status list) is part of the cache key, so a live
+    sweep's table is read again as soon as one of its runs changes status.
+    """
     with read_session(url) as s:
         return ledger_strategies.strategy_comparison(s, sweep_id=sweep_id)
+
+
+# --- live (not cached: read on every refresh of a progress fragment) -----------------
+
+def sweep_progress(url: str, sweep_id: str) -> dict[str, Any]:
+    """``ledger.sweep.sweep_progress``: strategies measured / running / waiting, and the sweep's state."""
+    with read_session(url) as s:
+        return ledger_sweep.sweep_progress(s, sweep_id)
+
+
+def run_progress(url: str, run_id: str) -> dict[str, Any]:
+    """``queries.run_progress`` with the run's log tail (``app.launch.with_log``): status, step, heartbeat, loss."""
+    from app.launch import with_log
+
+    with read_session(url) as s:
+        return with_log(queries.run_progress(s, run_id))
+
+
+def active_runs(url: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return queries.active_runs(s)
 
 
 # --- catalog and settings ----------------------------------------------------------

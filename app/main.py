@@ -2,7 +2,7 @@
 
 This entry script decides who may see what (app/access.py) and hands over to
 the page (st.navigation, one module per page under app/pages/). To add a page
-(e.g. Launch), append a :class:`PageSpec` to :data:`SECTIONS`.
+append a :class:`PageSpec` to :data:`SECTIONS`.
 
 Every page also starts with ``access.page_gate()``: under a plain ``streamlit
 run app/main.py`` Streamlit runs a file of a ``pages/`` folder next to the entry
@@ -42,6 +42,7 @@ SECTIONS: dict[str, list[PageSpec]] = {
     "Training": [
         PageSpec("pages/strategies.py", "Strategies", ":material/compare_arrows:", "strategies"),
         PageSpec("pages/planner.py", "Planner", ":material/calculate:", "planner"),
+        PageSpec("pages/launch.py", "Launch", ":material/rocket_launch:", "launch"),
     ],
     "Ledger": [
         PageSpec("pages/export.py", "Export", ":material/download:", "export"),
@@ -81,7 +82,8 @@ def main() -> None:
     try:
         url = data.ledger_url()
         if data.demo_ledger(url):
-            st.sidebar.caption(":orange[Demo ledger]: run ids `demo-*`, not real usage.")
+            st.sidebar.caption(":orange[Demo ledger]: runs `demo-*` are made up, not real usage; the `demo-sweep` "
+                               "project's runs are real tiny runs on this machine.")
         access.sidebar_identity(ident)
         page.run()
     except (LedgerInputError, LedgerURLError) as exc:

@@ -7,18 +7,19 @@ computed differently from the CLI); they are candidates to move into ledger/
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Optional
 
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from ledger import costs
 from ledger.accounting import month_of
 from ledger.errors import LedgerInputError
-from ledger.models import Fleet, MetricSample, NodeType, Offer, OfferKind, Project, Run, User
+from ledger.models import Fleet, MetricSample, NodeType, Offer, OfferKind, Project, Run, RunStatus, User
+from ledger.runs import get_run, reap_stale
 from ledger.settings import display_timezone
+from ledger.sweep import planned_sweeps
 from ledger.types import utcnow
 
 SWEEP_LIMIT = 50
@@ -56,41 +57,78 @@ def loss_curve(session: Session, run_id: str, metric: str = "loss") -> list[dict
     return [{"ts": ts, "value": v, "node": node or "run"} for ts, v, node in rows]
 
 
-# --- cost of one run under every offer (→ ledger/runs.py; show_run should call it) ---
-
-def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list[dict[str, Any]]:
-    """A run of ``nodes`` × ``duration_hours`` costed under each offer, exactly as ``show_run`` does.
-
-    rent_elastic: nodes × billed hours × hourly rate;
-    own / rent_reserved: node-hours × full-use rate per node-hour (730 h month).
-    """
-    nh = costs.node_hours(nodes, duration_hours)
-    out = []
-    for o in sorted(offers, key=lambda o: o.name):
-        kind = getattr(o.kind, "value", o.kind)
-        if kind == OfferKind.rent_elastic.value:
-            c = costs.elastic_run_cost(o, nodes, duration_hours)
-            basis = "billed node-hours × hourly rate"
-        else:
-            c = nh * costs.busy_rate_per_node_hour(o)
-            basis = "node-hours × full-use rate per node-hour (730 h month)"
-        out.append({"offer": o.name, "kind": kind, "currency": o.currency, "cost": c, "basis": basis})
-    return out
-
-
 # --- sweeps (→ ledger/runs.py) ----------------------------------------------------
 
 def sweeps(session: Session, limit: int = SWEEP_LIMIT) -> list[dict[str, Any]]:
-    """Sweeps (runs sharing a sweep id), newest first, aggregated in SQL."""
+    """Sweeps (runs sharing a sweep id), newest first, aggregated in SQL; plus recorded sweep
+    plans that have no run yet (a sweep that is just starting), with ``runs`` = 0."""
     rows = session.exec(
-        select(Run.sweep_id, func.count(Run.id), func.min(Run.started_at), func.max(Run.nodes))
+        select(Run.sweep_id, func.count(Run.id), func.min(Run.started_at), func.max(Run.nodes), func.max(Run.created_at))
         .where(Run.sweep_id.is_not(None))
         .group_by(Run.sweep_id)
         .order_by(func.max(Run.created_at).desc(), Run.sweep_id)
         .limit(limit)).all()
     tz = display_timezone(session)
-    return [{"sweep_id": sid, "runs": n, "started_at": started.astimezone(tz) if started else None, "nodes": nodes}
-            for sid, n, started, nodes in rows]
+    out = [{"sweep_id": sid, "runs": n, "started_at": started.astimezone(tz) if started else None, "nodes": nodes,
+            "_created": created.replace(tzinfo=created.tzinfo or timezone.utc)}
+           for sid, n, started, nodes, created in rows]
+    plans = planned_sweeps(session)
+    with_runs = set(session.exec(select(Run.sweep_id).where(Run.sweep_id.in_(list(plans))).distinct()).all()) if plans else set()
+    for sid, plan in plans.items():
+        if sid in with_runs:
+            continue
+        try:
+            created = datetime.fromisoformat(plan.get("created_at") or "")
+        except ValueError:
+            continue
+        out.append({"sweep_id": sid, "runs": 0, "started_at": None, "nodes": plan.get("nodes"), "_created": created})
+    out.sort(key=lambda r: r.pop("_created"), reverse=True)
+    return out[:limit]
+
+
+# --- live progress of one run (the Launch page) ----------------------------------------
+
+ACTIVE = (RunStatus.queued, RunStatus.running)
+
+
+def active_runs(session: Session, limit: int = 20) -> list[dict[str, Any]]:
+    """Queued and running runs, newest first (stale ones are reaped first, as ``runs list`` does)."""
+    reap_stale(session)
+    rows = session.exec(select(Run.id, Run.name, Run.status, Run.strategy, Run.sweep_id)
+                        .where(Run.status.in_(ACTIVE)).order_by(Run.created_at.desc(), Run.id).limit(limit)).all()
+    return [{"id": rid, "name": name, "status": st.value, "strategy": strat, "sweep_id": sweep}
+            for rid, name, st, strat, sweep in rows]
+
+
+def run_progress(session: Session, run_id: str) -> dict[str, Any]:
+    """Where a run is: status, steps done of planned, heartbeat age, loss so far.
+
+    steps done = the run's recorded steps once it has ended, else the latest
+    ``tokens`` sample (cumulative tokens) ÷ tokens per step, with tokens per step
+    = micro-batch × grad-accum × dp × seq len; planned steps from its config.
+    """
+    reap_stale(session)
+    run = get_run(session, run_id)
+    per_step = (run.micro_batch or 0) * (run.grad_accum or 0) * (run.dp or 0) * (run.seq_len or 0)
+    tokens_seen = session.exec(select(func.max(MetricSample.value))
+                               .where(MetricSample.run_id == run.id, MetricSample.metric == "tokens")).one()
+    planned = ((run.config or {}).get("train") or {}).get("steps")
+    if run.steps is not None:
+        done = run.steps
+    elif tokens_seen and per_step:
+        done = int(round(tokens_seen / per_step))
+    else:
+        done = 0
+    now = utcnow()
+    hb = run.heartbeat_at.replace(tzinfo=run.heartbeat_at.tzinfo or timezone.utc) if run.heartbeat_at else None
+    loss = loss_curve(session, run.id)
+    return {"id": run.id, "name": run.name, "status": run.status.value, "active": run.status in ACTIVE,
+            "strategy": run.strategy, "world_size": run.world_size, "sweep_id": run.sweep_id,
+            "steps_done": done, "steps_planned": planned,
+            "heartbeat_age_s": (now - hb).total_seconds() if hb else None,
+            "loss": loss, "last_loss": loss[-1]["value"] if loss else run.final_loss,
+            "final_loss": run.final_loss, "tokens_per_s": run.tokens_per_s, "error": run.error,
+            "exit_code": run.exit_code, "log_path": run.log_path, "cancellable": run.pgid is not None or run.status == RunStatus.queued}
 
 
 # --- fleets (→ ledger/fleets.py, with a `trainledger fleet` command) ---------------

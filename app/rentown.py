@@ -1,9 +1,9 @@
 """Rent vs own with editable assumptions: pure functions on ledger.costs (no database).
 
-:func:`compare_offers` is ``ledger.compare.compare_node_type`` without the
-database lookup, so the page can cost offers whose prices the user is trying
-out without saving them; a test holds the two equal for the ledger's offers
-(candidate to move into ledger/compare.py, with compare_node_type calling it).
+:func:`assumed_offer` makes a detached copy of an offer with edited prices;
+``ledger.compare.compare_offers`` (what ``trainledger cost compare`` prints)
+costs it, so the page tries out prices without saving them. The charts'
+series below use the same ``ledger.costs`` functions.
 """
 
 from __future__ import annotations
@@ -35,41 +35,6 @@ def assumed_offer(offer, **overrides) -> SimpleNamespace:
             raise KeyError(k)
         values[k] = v
     return SimpleNamespace(**values)
-
-
-def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str, Any]:
-    """Own vs elastic rent for one node for one 730-hour month at a time utilization.
-
-    Same figures and keys as ``ledger.compare.compare_node_type`` (see its docstring).
-    """
-    u = Decimal(utilization)
-    own_month = costs.own_cost_per_node_month(own, u)
-    own_full = costs.own_cost_per_node_month(own, costs.ONE)
-    rent_full = costs.elastic_full_month(rent)
-    rent_month = rent_full * u
-    cheaper, saving, pct = costs.savings(own_month, rent_month)
-    u_star = costs.break_even_utilization(own_full, rent_full)
-    u_star_power = costs.break_even_utilization_power_adjusted(own, rent_full)
-    cash = own_month - costs.fixed_cost_per_node_month(own) + (own.operations_per_node_month or 0)
-    payback = costs.payback_months(own.capex_per_node, rent_month, cash)
-    return {
-        "node_type": node_type,
-        "currency": own.currency,
-        "utilization": u,
-        "own_offer": own.name,
-        "rent_offer": rent.name,
-        "own_per_node_month": own_month,
-        "rent_per_node_month": rent_month,
-        "cheaper": {"a": "own", "b": "rent", "equal": "equal"}[cheaper],
-        "savings_per_node_month": saving,
-        "savings_pct": pct,
-        "break_even_utilization": u_star,
-        "break_even_utilization_power_adjusted": u_star_power,
-        "renting_always_cheaper": u_star >= 1,
-        "payback_months": payback,
-        "depreciation_months": own.depreciation_months,
-        "pays_back_within_depreciation": payback is not None and payback <= own.depreciation_months,
-    }
 
 
 def utilization_grid(step: Decimal = Decimal("0.05")) -> list[Decimal]:

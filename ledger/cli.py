@@ -137,17 +137,40 @@ def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `tra
 @app.command("demo")
 @command
 def demo(db: DbOpt = None,
-         end_month: Annotated[Optional[str], typer.Option(help="Last month of the history (YYYY-MM); default this month.")] = None,
+         end_month: Annotated[Optional[str], typer.Option(help="Last month of the history (YYYY-MM); default this month. A month before this one gets no sweep.")] = None,
+         no_sweep: Annotated[bool, typer.Option("--no-sweep", help="Only the history: start no background strategy sweep.")] = False,
          as_json: JsonOpt = False) -> None:
-    """Fill an empty ledger with six months of clearly labelled demo history (seed scenario)."""
+    """Fill an empty ledger with six months of clearly labelled demo history (seed scenario), then start a
+    small real strategy sweep (dp, zero2, pp, tp, 3d; a few steps each) on this machine in the background."""
     from ledger.accounting import parse_month
-    from ledger.demo import generate_demo
+    from ledger.db import resolve_url
+    from ledger.demo import generate_demo, start_demo_sweep, sweep_unavailable
 
     if end_month:
         parse_month(end_month)
     with _session(db) as s:
         result = generate_demo(s, end_month=end_month)
-    emit(result, as_json, lambda r: f"demo ledger: {r['runs']} runs over {r['months']} months on the 8-node RTX 4090 cluster (run ids demo-*)")
+    sweep = None
+    if result.get("already_present"):
+        emit(result, as_json, lambda r: f"demo ledger already present ({r['runs']} runs); nothing added")
+        return
+    if not no_sweep:
+        why = sweep_unavailable(end_month)
+        sweep = {"started": False, "reason": why} if why else {"started": True, **start_demo_sweep(resolve_url(db))}
+    result = {**result, "sweep": sweep}
+
+    def text(r):
+        out = f"demo ledger: {r['runs']} runs over {r['months']} months on the 8-node RTX 4090 cluster (run ids demo-*)"
+        sw = r["sweep"]
+        if sw and sw["started"]:
+            out += (f"\nstrategy sweep {sw['sweep_id']} ({', '.join(sw['strategies'])}; {sw['steps']} steps each) "
+                    f"running in the background (pid {sw['pid']}, log {sw['log']}): see the dashboard's Strategies page, "
+                    f"or `trainledger report weekly --sweep {sw['sweep_id']}` when it is done")
+        elif sw:
+            out += f"\nno strategy sweep: {sw['reason']}"
+        return out
+
+    emit(result, as_json, text)
 
 
 # --- import --------------------------------------------------------------------
@@ -340,7 +363,9 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
                    "tokens_per_s": r["tokens_per_s"], "time_per_epoch_hours": r["time_per_epoch_hours"],
                    "peak_mem_per_gpu_GiB": r["peak_mem_per_gpu_bytes"] / 2**30 if r["peak_mem_per_gpu_bytes"] else None,
                    "comm_share": r["comm_share"],
-                   "gpu_util_mean": r["gpu_util_mean"], "util_source": r["util_source"], "mfu": r["mfu"]}
+                   "gpu_util_mean": r["gpu_util_mean"], "util_source": r["util_source"], "mfu": r["mfu"],
+                   "measured_gpu_util_mean": r.get("measured_gpu_util_mean"),
+                   "measured_energy_kwh": r.get("measured_energy_kwh")}
             for o in offers:
                 row[f"cost_per_1m_{o}"] = r["cost_per_1m_tokens"].get(o)
             flat.append(row)
@@ -456,36 +481,27 @@ def sweep(config: ConfigArg,
           node_type: Annotated[str, typer.Option()] = "rtx4090-8x",
           project: Annotated[Optional[str], typer.Option()] = None,
           db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Run each strategy for N steps as tracked runs sharing a sweep id (pre-scaling trial)."""
-    from ledger.db import get_engine, resolve_url, session_scope
-    from ledger.launch import LaunchRequest, prepare, record_process, start, wait_attached
-    from ledger.strategies import strategy_comparison
-    from ledger.sweep import parse_strategies, write_configs
-    from trainer.tracking import new_run_id
+    """Run each strategy for N steps as tracked runs sharing a sweep id (pre-scaling trial).
 
-    names = parse_strategies(strategies)
-    url = resolve_url(db)
-    sweep_id = "sweep-" + new_run_id()[:10]
-    gpn = gpus_per_node or 2
-    paths = write_configs(config, names, gpn, sweep_id)
-    results = []
-    for i, strat in enumerate(names, 1):
-        req = LaunchRequest(config=paths[strat], nodes=nodes, gpus_per_node=max(gpn, 4) if strat == "3d" else gpn,
-                            hostfile=hostfile, launcher=launcher, node_type=node_type, project=project,
-                            name=f"{sweep_id}-{strat}", sweep_id=sweep_id, steps=steps)
-        with session_scope(get_engine(url)) as s:
-            prep = prepare(s, req, url)
-        typer.echo(f"[{i}/{len(names)}] {strat}: run {prep.run_id}", err=True)
-        proc = start(prep, url, detach=False)
-        with session_scope(get_engine(url)) as s:
-            record_process(s, prep.run_id, proc.pid)
-        code = wait_attached(proc)
-        results.append({"strategy": strat, "run_id": prep.run_id, "exit_code": code})
+    Ctrl-C / SIGTERM cancels the running strategy and stops the sweep (exit 130).
+    """
+    from ledger.db import resolve_url
+    from ledger.strategies import strategy_comparison
+    from ledger.sweep import SweepRequest, parse_strategies, run_sweep
+
+    req = SweepRequest(config=config, strategies=parse_strategies(strategies), steps=steps, nodes=nodes,
+                       gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher, node_type=node_type,
+                       project=project)
+    outcome = run_sweep(resolve_url(db), req,
+                        on_start=lambda i, n, strat, run_id: typer.echo(f"[{i}/{n}] {strat}: run {run_id}", err=True))
     with _session(db) as s:
-        table_data = strategy_comparison(s, sweep_id=sweep_id)
-    emit({"sweep_id": sweep_id, "runs": results, "comparison": table_data}, as_json,
+        table_data = strategy_comparison(s, sweep_id=outcome.sweep_id)
+    emit({"sweep_id": outcome.sweep_id, "runs": outcome.runs, "comparison": table_data}, as_json,
          lambda d: f"sweep {d['sweep_id']}: " + ", ".join(f"{r['strategy']}={'ok' if r['exit_code'] == 0 else 'exit ' + str(r['exit_code'])}" for r in d["runs"])
          + f"\nsee `trainledger report weekly --sweep {d['sweep_id']}`")
+    if outcome.stopped_by:
+        typer.echo(f"sweep stopped by {outcome.stopped_by} after {len(outcome.runs)} of {len(req.strategies)} strategies", err=True)
+        raise typer.Exit(130)
 
 
 # --- pricing -------------------------------------------------------------------

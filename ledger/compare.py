@@ -36,38 +36,34 @@ def node_type_by_name(session: Session, name: str) -> NodeType:
     return nt
 
 
-def compare_node_type(session: Session, node_type: str, utilization: Decimal = costs.ONE,
-                      own: Optional[str] = None, rent: Optional[str] = None) -> dict[str, Any]:
-    """Own vs elastic rent for one node for one 730-hour month at a time utilization.
+def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str, Any]:
+    """Own vs elastic rent for one node for one 730-hour month at time utilization u, for two given offers.
 
     own_per_node_month  = own cost at utilization u (idle power when idle)
     rent_per_node_month = u × elastic rent of a full node-month
     savings_pct         = |own − rent| ÷ the dearer × 100 (the cheaper option saves it)
     break_even_utilization = own at full load ÷ rent of a full node-month (SPEC §4)
+    payback_months      = capex ÷ (rent avoided − owning's power and operations)
+
+    The offers may be ledger rows or detached copies with edited prices (the
+    dashboard's Rent vs own page costs assumptions without saving them).
     """
     u = Decimal(utilization)
-    if not (0 <= u <= 1):
-        raise LedgerInputError(f"--utilization: must be between 0 and 1, got {u}")
-    nt = node_type_by_name(session, node_type)
-    own_o = _offer(session, nt, own, OfferKind.own, "--own")
-    rent_o = _offer(session, nt, rent, OfferKind.rent_elastic, "--rent")
-    if own_o.currency != rent_o.currency:
-        raise LedgerInputError(f"--rent: {rent_o.name} is priced in {rent_o.currency} but {own_o.name} in {own_o.currency}; compare offers in one currency")
-    own_month = costs.own_cost_per_node_month(own_o, u)
-    own_full = costs.own_cost_per_node_month(own_o, costs.ONE)
-    rent_full = costs.elastic_full_month(rent_o)
+    own_month = costs.own_cost_per_node_month(own, u)
+    own_full = costs.own_cost_per_node_month(own, costs.ONE)
+    rent_full = costs.elastic_full_month(rent)
     rent_month = rent_full * u
     cheaper, saving, pct = costs.savings(own_month, rent_month)
     u_star = costs.break_even_utilization(own_full, rent_full)
-    u_star_power = costs.break_even_utilization_power_adjusted(own_o, rent_full)
-    cash = own_month - costs.fixed_cost_per_node_month(own_o) + (own_o.operations_per_node_month or 0)
-    payback = costs.payback_months(own_o.capex_per_node, rent_month, cash)
+    u_star_power = costs.break_even_utilization_power_adjusted(own, rent_full)
+    cash = own_month - costs.fixed_cost_per_node_month(own) + (own.operations_per_node_month or 0)
+    payback = costs.payback_months(own.capex_per_node, rent_month, cash)
     return {
-        "node_type": nt.name,
-        "currency": own_o.currency,
+        "node_type": node_type,
+        "currency": own.currency,
         "utilization": u,
-        "own_offer": own_o.name,
-        "rent_offer": rent_o.name,
+        "own_offer": own.name,
+        "rent_offer": rent.name,
         "own_per_node_month": own_month,
         "rent_per_node_month": rent_month,
         "cheaper": {"a": "own", "b": "rent", "equal": "equal"}[cheaper],
@@ -77,9 +73,26 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
         "break_even_utilization_power_adjusted": u_star_power,
         "renting_always_cheaper": u_star >= 1,
         "payback_months": payback,
-        "depreciation_months": own_o.depreciation_months,
-        "pays_back_within_depreciation": payback is not None and payback <= own_o.depreciation_months,
+        "depreciation_months": own.depreciation_months,
+        "pays_back_within_depreciation": payback is not None and payback <= own.depreciation_months,
     }
+
+
+def compare_node_type(session: Session, node_type: str, utilization: Decimal = costs.ONE,
+                      own: Optional[str] = None, rent: Optional[str] = None) -> dict[str, Any]:
+    """Own vs elastic rent for one node-month of ``node_type``: :func:`compare_offers` on the ledger's offers.
+
+    ``own``/``rent`` name the offers; by default the node type's (presets first).
+    """
+    u = Decimal(utilization)
+    if not (0 <= u <= 1):
+        raise LedgerInputError(f"--utilization: must be between 0 and 1, got {u}")
+    nt = node_type_by_name(session, node_type)
+    own_o = _offer(session, nt, own, OfferKind.own, "--own")
+    rent_o = _offer(session, nt, rent, OfferKind.rent_elastic, "--rent")
+    if own_o.currency != rent_o.currency:
+        raise LedgerInputError(f"--rent: {rent_o.name} is priced in {rent_o.currency} but {own_o.name} in {own_o.currency}; compare offers in one currency")
+    return compare_offers(own_o, rent_o, u, nt.name)
 
 
 def compare_month(session: Session, month: str, own: Optional[str] = None, rent: Optional[str] = None,

@@ -101,6 +101,27 @@ def get_run(session: Session, run_id: str) -> Run:
     return run
 
 
+def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list[dict[str, Any]]:
+    """A run of ``nodes`` × ``duration_hours`` costed under each offer, sorted by offer name.
+
+    rent_elastic: nodes × billed hours × hourly rate (granularity and minimum per run);
+    own / rent_reserved: node-hours × full-use rate per node-hour (730 h month).
+    Offers may be ledger rows or detached copies (the Planner costs planned runs with it).
+    """
+    nh = costs.node_hours(nodes, duration_hours)
+    out = []
+    for o in sorted(offers, key=lambda o: o.name):
+        kind = getattr(o.kind, "value", o.kind)
+        if kind == OfferKind.rent_elastic.value:
+            c = costs.elastic_run_cost(o, nodes, duration_hours)
+            basis = "billed node-hours × hourly rate"
+        else:
+            c = nh * costs.busy_rate_per_node_hour(o)
+            basis = "node-hours × full-use rate per node-hour (730 h month)"
+        out.append({"offer": o.name, "kind": kind, "currency": o.currency, "cost": c, "basis": basis})
+    return out
+
+
 def show_run(session: Session, run_id: str) -> dict[str, Any]:
     """A run with its nodes, its cost per month (actual) and its cost under every offer."""
     reap_stale(session)
@@ -110,15 +131,8 @@ def show_run(session: Session, run_id: str) -> dict[str, Any]:
     iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, utcnow())
     duration = costs.hours_between(*iv) if iv else costs.ZERO
     nh = costs.node_hours(run.nodes, duration)
-    under: list[dict[str, Any]] = []
-    for o in session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id).order_by(Offer.name)).all():
-        if o.kind == OfferKind.rent_elastic:
-            c = costs.elastic_run_cost(o, run.nodes, duration)
-            basis = "billed node-hours × hourly rate"
-        else:
-            c = nh * costs.busy_rate_per_node_hour(o)
-            basis = "node-hours × full-use rate per node-hour (730 h month)"
-        under.append({"offer": o.name, "kind": o.kind.value, "currency": o.currency, "cost": c, "basis": basis})
+    offers = session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id)).all()
+    under = cost_under_offers(offers, run.nodes, duration)
     monthly: list[dict[str, Any]] = []
     if iv:
         m = month_of(iv[0], tz)

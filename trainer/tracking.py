@@ -289,6 +289,7 @@ class LedgerTracker:
         self._every = 1
         self._prev_handlers: dict[int, Any] = {}
         self._cancelling = False
+        self._handed_at = time.monotonic()
         # fault injection for tests and drills: raise in the training step at this step
         fault = os.environ.get("TRAINLEDGER_FAULT_STEP")
         self._fault_step = int(fault) if fault else None
@@ -352,8 +353,10 @@ class LedgerTracker:
             self._pending.append(["", -1, "loss", ts, metrics["loss"]])
             self._pending.append(["", -1, "step_seconds", ts, metrics["step_time_s"]])
             self._pending.append(["", -1, "tokens", ts, metrics["tokens"]])
-            if len(self._pending) >= 300:
+            now = time.monotonic()  # hand over every flush interval so live views see the loss
+            if len(self._pending) >= 300 or now - self._handed_at >= self.o.flush_s:
                 self._hand_over_samples()
+                self._handed_at = now
         if self.writer.error is not None:
             raise self.writer.error
 

@@ -13,8 +13,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, planner, queries, ui
+from app import access, data, planner, ui
 from ledger.present import fmt_cell
+from ledger.runs import cost_under_offers
 from trainer.shapes import SHAPES, ModelShape, flops_per_token, param_count
 
 CUSTOM = "custom"
@@ -108,7 +109,7 @@ st.metric("Wall-clock time", f"{hours:,.1f} h ({hours / 24:,.1f} days)", border=
           help="tokens × FLOPs per token ÷ (MFU × peak × GPUs).")
 offers = [o for o, name in data.offers(url) if name == nt_name]
 if offers:
-    under = queries.cost_under_offers(offers, nodes, Decimal(str(hours)))
+    under = cost_under_offers(offers, nodes, Decimal(str(hours)))
     st.dataframe(ui.frame(under, ["offer", "kind", "cost", "basis"]), hide_index=True)
     best = min(under, key=lambda u: u["cost"])
     st.caption(f"Cheapest: {best['offer']} at {fmt_cell('cost', best['cost'])} {best['currency']} "

@@ -2,8 +2,8 @@
 
 With the ledger's prices the figures are ``ledger.compare.compare_node_type``
 (``trainledger cost compare --node-type``). Edited assumptions are costed by
-:func:`app.rentown.compare_offers` (the same ``ledger.costs`` functions) and
-never saved. Fleet sizing uses ``monthly_report`` for the real usage.
+``ledger.compare.compare_offers`` (which ``compare_node_type`` calls) on
+detached copies, never saved. Fleet sizing uses ``monthly_report`` for the real usage.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import streamlit as st
 
 from app import access, data, rentown, ui
 from ledger import costs
+from ledger.compare import compare_offers
 from ledger.present import fmt_cell
 
 access.page_gate()
@@ -77,7 +78,7 @@ edited = bool(overrides_own or overrides_rent)
 if edited:
     own_a = rentown.assumed_offer(own_o, **overrides_own)
     rent_a = rentown.assumed_offer(rent_o, **overrides_rent)
-    r = rentown.compare_offers(own_a, rent_a, u, node_type)
+    r = compare_offers(own_a, rent_a, u, node_type)
     st.caption(":orange[Edited assumptions]: these figures differ from the ledger's prices (nothing was saved).")
 else:
     own_a, rent_a = own_o, rent_o

@@ -29,3 +29,22 @@ def app_env(monkeypatch):
     yield use
     st.cache_data.clear()
     config.set_option("server.address", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def shard_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("shard-cache")
+
+
+RUN_ENV = {"TRAINLEDGER_HEARTBEAT_S": "1", "TRAINLEDGER_FLUSH_S": "0.5", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def run_env(monkeypatch, tmp_path, shard_cache) -> dict:
+    """Environment for runs the dashboard (in this process) or `trainledger demo` starts: private journal,
+    logs and data dirs, a shared shard cache, fast heartbeats (as tests/tracking does)."""
+    values = {**RUN_ENV, "TRAINLEDGER_JOURNAL_DIR": str(tmp_path / "journal"),
+              "TRAINLEDGER_CACHE_DIR": str(shard_cache), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    return values

@@ -2,13 +2,16 @@
 
 Visits every page through the sidebar, checks a figure on Overview, and
 downloads the CSV export, which must equal `trainledger report monthly
---format csv` byte for byte. Screenshots go to test-artifacts/ (gitignored).
-The server runs in its own process group, killed in teardown.
+--format csv` byte for byte. Launches a tiny run from the Launch page and
+watches it (live refresh) reach `succeeded`. Screenshots go to
+test-artifacts/ (gitignored). The server runs in its own process group,
+killed in teardown; then no process of a launched run may be left.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +26,10 @@ from sqlmodel import Session
 from ledger.accounting import monthly_report
 from ledger.db import make_engine
 from ledger.present import fmt_cell
+from ledger.models import Run, RunStatus
+from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
+from tests.tracking.conftest import processes_of_run, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +37,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 ARTIFACTS = REPO / "test-artifacts"
-PAGES = ["Runs", "Rent vs own", "Monthly ROI", "Strategies", "Planner", "Settings", "Export"]  # Export last
+PAGES = ["Runs", "Rent vs own", "Monthly ROI", "Strategies", "Planner", "Launch", "Settings", "Export"]  # Export last
 WAIT_MS = 60_000
+RUN_WAIT_MS = 180_000  # a tiny 2-rank run on a small CPU, start to end
+LAUNCHED: list[str] = []  # run ids started through the dashboard, checked in teardown
 
 
 def _trainledger() -> list[str]:
@@ -72,6 +80,8 @@ def dashboard(tmp_path_factory):
     port = _free_port()
     log = tmp / "dashboard.log"
     env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL")}
+    env.update(RUN_ENV, TRAINLEDGER_JOURNAL_DIR=str(tmp / "journal"), XDG_DATA_HOME=str(tmp / "xdg"),
+               TRAINLEDGER_CACHE_DIR=str(tmp_path_factory.mktemp("shards")))  # for the runs it launches
     with open(log, "wb") as out:
         proc = subprocess.Popen([*_trainledger(), "dashboard", "--port", str(port), "--db", url],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=tmp, env=env, start_new_session=True)
@@ -90,6 +100,22 @@ def dashboard(tmp_path_factory):
                 break
             except subprocess.TimeoutExpired:
                 continue
+        _no_run_left_behind(url)
+
+
+def _no_run_left_behind(url: str) -> None:
+    """Launched runs live in their own sessions (they outlive a dashboard restart): none may be left running."""
+    engine = make_engine(url)
+    for rid in LAUNCHED:
+        if processes_of_run(rid):  # the test failed before the run ended
+            with Session(engine) as s:
+                pgid = s.get(Run, rid).pgid
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, TypeError):
+                pass
+        wait_for(lambda: not processes_of_run(rid), 30, f"no processes of launched run {rid}")
+    engine.dispose()
 
 
 def test_the_ledger_url_is_not_on_the_command_line(dashboard):
@@ -164,6 +190,51 @@ def test_every_page_and_the_csv_export(dashboard):
                          capture_output=True, check=True, timeout=120)
     assert got == cli.stdout
     assert got.startswith(b"metric,value\nmonth,2026-11\n")
+
+
+def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, url, _ = dashboard
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1200})
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{base}/launch")
+            expect(page.get_by_role("heading", name="Launch", exact=True).first).to_be_visible(timeout=WAIT_MS)
+            _settle(page)
+            expect(page.get_by_role("combobox", name="Config")).to_have_value("shipped: dp.yaml")
+            steps = page.get_by_role("spinbutton", name="Steps")
+            steps.fill("4")
+            steps.press("Enter")
+            _settle(page)
+            page.get_by_role("button", name="Launch", exact=True).click()
+            launched = page.get_by_test_id("stAlert").filter(has_text="Launched run ")
+            expect(launched).to_be_visible(timeout=WAIT_MS)
+            rid = re.search(r"Launched run ([0-9a-f]{16}) ", launched.inner_text()).group(1)
+            LAUNCHED.append(rid)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-launch-started.png"), full_page=True)
+            # no reload: the progress fragment refreshes itself until the run has ended, then the page redraws
+            # once (for a moment the fragment's old elements are still there: hence .first, then settle)
+            status = page.get_by_test_id("stMetric").filter(has_text="Status").get_by_test_id("stMetricValue")
+            expect(status.first).to_have_text("succeeded", timeout=RUN_WAIT_MS)
+            expect(status).to_have_count(1)  # the redraw has finished: the old elements are gone
+            expect(status).to_have_text("succeeded")
+            _settle(page)
+            expect(page.get_by_test_id("stMetric").filter(has_text="Step").get_by_test_id("stMetricValue")
+                   ).to_have_text("4 of 4")
+            expect(page.get_by_test_id("stAlert").filter(has_text=f"Run {rid} succeeded: 4 steps")).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-launch-succeeded.png"), full_page=True)
+        finally:
+            browser.close()
+    engine = make_engine(url)
+    with Session(engine) as s:
+        run = s.get(Run, rid)
+        assert (run.status, run.steps, run.world_size, run.strategy) == (RunStatus.succeeded, 4, 2, "dp")
+    engine.dispose()
+    wait_for(lambda: not processes_of_run(rid), 30, "no processes of the finished run")
 
 
 def _settle(page) -> None:

@@ -15,7 +15,7 @@ from ledger.present import fmt_cell
 from ledger.runs import show_run
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, run_page
 
-PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "export", "settings"]
+PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
 
 
 def _report(url: str, month: str = MONTH):

@@ -12,12 +12,12 @@ from sqlmodel import Session, select
 from app import queries, rentown
 from ledger import costs
 from ledger.accounting import monthly_report
-from ledger.compare import compare_node_type
+from ledger.compare import compare_node_type, compare_offers
 from ledger.db import make_engine
 from ledger.errors import LedgerInputError
 from ledger.models import Fleet, NodeType, Offer
 from ledger.presets import apply_pricing, parse_pricing
-from ledger.runs import show_run
+from ledger.runs import cost_under_offers, show_run
 from tests.app.helpers import SWEEP
 
 
@@ -34,14 +34,22 @@ def _offer(session, name):
 
 
 @pytest.mark.parametrize("u", ["0", "0.25", "0.6", "0.7385", "1"])
-def test_compare_offers_equals_compare_node_type(session, u):
+def test_compare_offers_on_assumed_copies_equals_compare_node_type(session, u):
+    """The page costs detached copies of the offers; unedited, they give the CLI's figures."""
     h100 = resources.files("trainledger_data").joinpath("examples/h100-offers.toml").read_text()
     apply_pricing(session, parse_pricing(h100), source="user", replace=True)
     for nt in ("rtx4090-8x", "h100-8x"):
         expected = compare_node_type(session, nt, Decimal(u))
-        got = rentown.compare_offers(_offer(session, expected["own_offer"]), _offer(session, expected["rent_offer"]),
-                                     Decimal(u), nt)
+        got = compare_offers(rentown.assumed_offer(_offer(session, expected["own_offer"])),
+                             rentown.assumed_offer(_offer(session, expected["rent_offer"])), Decimal(u), nt)
         assert got == expected
+
+
+def test_compare_offers_seed_figures(session):
+    got = compare_offers(_offer(session, "rtx4090-own"), _offer(session, "rtx4090-rent"), Decimal(1), "rtx4090-8x")
+    assert costs.cents(got["own_per_node_month"]) == Decimal("4800.00")
+    assert costs.cents(got["rent_per_node_month"]) == Decimal("3600.00")
+    assert got["cheaper"] == "rent" and got["renting_always_cheaper"] and round(got["savings_pct"], 2) == 25
 
 
 def test_assumed_offer_changes_nothing_in_the_ledger(session):
@@ -56,7 +64,11 @@ def test_cost_under_offers_equals_show_run(demo):
     for run_id in ("hand-elastic-1", "demo-0003", "sweep-a-3d"):
         d = show_run(demo, run_id)
         offers = demo.exec(select(Offer).join(NodeType).where(NodeType.name == d["node_type"])).all()
-        assert queries.cost_under_offers(offers, d["nodes"], d["duration_hours"]) == d["cost_under_offers"]
+        assert cost_under_offers(offers, d["nodes"], d["duration_hours"]) == d["cost_under_offers"]
+    # hand-elastic-1: 2 nodes × 10 h on rtx4090-rent = 2 × 10 × 3,600 ÷ 730
+    under = {u["offer"]: u for u in show_run(demo, "hand-elastic-1")["cost_under_offers"]}
+    assert costs.cents(under["rtx4090-rent"]["cost"]) == Decimal("98.63")
+    assert under["rtx4090-rent"]["basis"] == "billed node-hours × hourly rate"
 
 
 def test_sweeps(demo):
