@@ -52,11 +52,14 @@ def guard_formula(text: str) -> str:
     return text
 
 
-def _rounded_column(values: list[Decimal | None], extra: list[Decimal]) -> tuple[list, list]:
-    """Round a money column (+ trailing extra parts such as idle) preserving the total."""
+def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
+                    total: Decimal | None = None) -> tuple[list, list]:
+    """Round a money column (+ trailing extra parts such as idle) so it adds up to the
+    presented total (``cents(total)``: the summary's figure, not the sum of rounded parts)."""
     known = [i for i, v in enumerate(values) if v is not None]
     parts = [values[i] for i in known] + list(extra)
-    rounded = round_preserving_sum(parts) if parts else []
+    target = cents(total) if total is not None else None
+    rounded = round_preserving_sum(parts, total=target) if parts else []
     out: list = [None] * len(values)
     for j, i in enumerate(known):
         out[i] = rounded[j]
@@ -66,10 +69,10 @@ def _rounded_column(values: list[Decimal | None], extra: list[Decimal]) -> tuple
 def presented_report(rep: MonthlyReport) -> dict[str, Any]:
     """The report rounded for people: JSON-ready dict with summary, node types, projects, runs."""
     s = rep.summary
-    run_cost, (idle_r,) = _rounded_column([r.cost for r in rep.runs], [s["idle_cost"]])
-    run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [])
+    run_cost, (idle_r,) = _rounded_column([r.cost for r in rep.runs], [s["idle_cost"]], s["actual_cost"])
+    run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [], s["elastic_cost"])
     own_idle = sum((n.own_idle_cost or ZERO for n in rep.node_types), ZERO)
-    run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle])
+    run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle], s["own_cost"])
     # projects share what the run lines share: the rounded total less the rounded idle
     proj_cost = round_preserving_sum([p["cost"] for p in rep.projects], total=cents(s["actual_cost"]) - idle_r)
     summary = jsonable(s)

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ledger import costs
 from ledger.accounting import monthly_report, month_bounds, peak_concurrent_nodes
 from ledger.compare import compare_month
+from ledger.export import presented_report
+from ledger.present import jsonable
 from ledger.models import RunStatus
 from ledger.settings import set_setting
 from tests.helpers import add_fleet, add_run
@@ -134,8 +136,15 @@ def test_identities_hold_every_month(session, runs, fleet_nodes, tz):
             fixed_runs = sum((r.cost for r in rep.runs if r.offer_kind != "rent_elastic"), D(0))
             elastic_runs = sum((r.cost for r in rep.runs if r.offer_kind == "rent_elastic"), D(0))
             assert abs(fixed_runs + s["idle_cost"] + elastic_runs - s["actual_cost"]) < D("1e-18")
-            lines = costs.round_preserving_sum([r.cost for r in rep.runs] + [s["idle_cost"]])
+            lines = costs.round_preserving_sum([r.cost for r in rep.runs] + [s["idle_cost"]], total=costs.cents(s["actual_cost"]))
             assert sum(lines, D(0)) == costs.cents(s["actual_cost"])  # to the cent, as exported
+            # the export's lines add up to its totals, which are the CLI's (cost compare --month)
+            p = presented_report(rep)
+            assert sum(D(r["cost"]) for r in p["runs"]) + D(p["summary"]["idle_cost"]) == D(p["summary"]["actual_cost"])
+            assert sum((D(x["cost"]) for x in p["projects"]), D(0)) + D(p["summary"]["idle_cost"]) == D(p["summary"]["actual_cost"])
+            cmp = jsonable(compare_month(session, month))
+            assert cmp["total"]["actual_cost"] == p["summary"]["actual_cost"]
+            assert cmp["total"]["elastic_cost"] == p["summary"]["elastic_cost"]
             if s["own_cost"] is not None:
                 own_idle = sum((n.own_idle_cost for n in rep.node_types), D(0))
                 assert abs(sum((r.cost_own for r in rep.runs), D(0)) + own_idle - s["own_cost"]) < D("1e-18")

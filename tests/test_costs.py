@@ -146,7 +146,7 @@ def test_allocation_identity_to_the_cent(nodes, month_hours, runs, capex, ops, k
     # exact up to Decimal's 28 digits (rounding each part separately could split a half cent) ...
     assert abs(sum(fm.allocated, D(0)) + fm.idle - fm.total) < D("1e-18")
     # ... and to the cent as presented: the rounded lines add up to the rounded total
-    presented = costs.round_preserving_sum(list(fm.allocated) + [fm.idle])
+    presented = costs.round_preserving_sum(list(fm.allocated) + [fm.idle], total=costs.cents(fm.total))
     assert sum(presented, D(0)) == costs.cents(fm.total)
 
 
