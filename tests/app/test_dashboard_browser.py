@@ -29,7 +29,7 @@ from ledger.present import fmt_cell
 from ledger.models import Run, RunStatus
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
-from tests.tracking.conftest import processes_of_run, wait_for
+from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -100,22 +100,7 @@ def dashboard(tmp_path_factory):
                 break
             except subprocess.TimeoutExpired:
                 continue
-        _no_run_left_behind(url)
-
-
-def _no_run_left_behind(url: str) -> None:
-    """Launched runs live in their own sessions (they outlive a dashboard restart): none may be left running."""
-    engine = make_engine(url)
-    for rid in LAUNCHED:
-        if processes_of_run(rid):  # the test failed before the run ended
-            with Session(engine) as s:
-                pgid = s.get(Run, rid).pgid
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, TypeError):
-                pass
-        wait_for(lambda: not processes_of_run(rid), 30, f"no processes of launched run {rid}")
-    engine.dispose()
+        kill_leftover_runs(url, LAUNCHED)  # launched runs live in their own sessions
 
 
 def test_the_ledger_url_is_not_on_the_command_line(dashboard):

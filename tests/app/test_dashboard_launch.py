@@ -23,7 +23,7 @@ from ledger.db import make_engine, session_scope
 from ledger.launch import LaunchRequest, prepare
 from ledger.models import MetricSample, Run, RunStatus
 from tests.app.helpers import REPO, make_app, metrics, run_page
-from tests.tracking.conftest import processes_of_run, wait_for
+from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for
 
 SHIPPED = REPO / "trainer" / "configs"
 DP = str(SHIPPED / "dp.yaml")
@@ -42,17 +42,7 @@ def launched(ledger):
     """Run ids a test started; afterwards none of their processes may be left (killed first if a test failed)."""
     ids: list[str] = []
     yield ids
-    engine = make_engine(ledger)
-    for rid in ids:
-        if processes_of_run(rid):
-            with Session(engine) as s:
-                pgid = s.get(Run, rid).pgid
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, TypeError):
-                pass
-        wait_for(lambda: not processes_of_run(rid), 30, f"no processes of run {rid}")
-    engine.dispose()
+    kill_leftover_runs(ledger, ids)
 
 
 def _run(url: str, rid: str) -> Run:

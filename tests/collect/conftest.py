@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tracking.conftest import wait_for
+
 HOSTS = ("node-a", "node-b", "node-c")
 UTIL = {"node-a": 90.0, "node-b": 40.0, "node-c": 88.0}
 FB = {"node-a": (20000.0, 21000.0), "node-b": (12000.0, 12000.0), "node-c": (20000.0, 20000.0)}
@@ -106,16 +108,6 @@ class PromEnv:
     log: Path
 
 
-def _wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture(scope="session")
 def prom(tmp_path_factory) -> PromEnv:
     """Prometheus on a free loopback port, scraping the fake cluster and three trainer ranks every second."""
@@ -176,12 +168,12 @@ scrape_configs:
                 return proc.poll() is not None and _raise(log)
 
         # the first sample of every source, then WINDOW_S seconds of data after a margin
-        _wait_for(lambda: has('DCGM_FI_DEV_GPU_UTIL') and has('trainledger_loss') and has('node_infiniband_port_data_received_bytes_total'),
+        wait_for(lambda: has('DCGM_FI_DEV_GPU_UTIL') and has('trainledger_loss') and has('node_infiniband_port_data_received_bytes_total'),
                   60, "Prometheus to scrape its targets")
         first = datetime.now(timezone.utc)
         start = first + timedelta(seconds=6)
         end = start + timedelta(seconds=WINDOW_S)
-        _wait_for(lambda: datetime.now(timezone.utc) > end + timedelta(seconds=2), 60, "the test window to fill")
+        wait_for(lambda: datetime.now(timezone.utc) > end + timedelta(seconds=2), 60, "the test window to fill")
         yield PromEnv(url=url, start=start, end=end, log=log)
     finally:
         stop.set()

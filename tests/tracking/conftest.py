@@ -86,3 +86,23 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def kill_leftover_runs(url: str, run_ids) -> None:
+    """Teardown: SIGKILL the process group of any launched run still alive, then insist none is left."""
+    from sqlmodel import Session
+
+    from ledger.db import make_engine
+    from ledger.models import Run
+
+    engine = make_engine(url)
+    for rid in run_ids:
+        if processes_of_run(rid):  # the test failed before the run ended
+            with Session(engine) as s:
+                pgid = s.get(Run, rid).pgid
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, TypeError):
+                pass
+        wait_for(lambda: not processes_of_run(rid), 30, f"no processes of launched run {rid}")
+    engine.dispose()
