@@ -8,7 +8,6 @@ through :func:`write_session` and clear the cache.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Iterator, Optional
 
@@ -85,15 +84,16 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 # --- monthly figures (monthly_report is the single source) -------------------------
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def report(url: str, month: str) -> MonthlyReport:
+def report(url: str, month: str, lines: bool = False) -> MonthlyReport:
+    """The month's report; per-run lines only when asked for (the totals come from the rollup)."""
     with read_session(url) as s:
-        return monthly_report(s, month)
+        return monthly_report(s, month, lines=lines)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def presented(url: str, month: str) -> dict[str, Any]:
+def presented(url: str, month: str, lines: bool = False) -> dict[str, Any]:
     """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use."""
-    return presented_report(report(url, month))
+    return presented_report(report(url, month, lines))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -102,15 +102,15 @@ def trend(url: str, months: tuple[str, ...]) -> list[dict[str, Any]]:
     out = []
     with read_session(url) as s:
         for m in months:
-            rep = monthly_report(s, m)
-            out.append({"month": m, "summary": presented_report(rep)["summary"], "report": replace(rep, runs=[])})
+            rep = monthly_report(s, m, lines=False, projects=False)
+            out.append({"month": m, "summary": presented_report(rep)["summary"], "report": rep})
     return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def export_bytes(url: str, month: str, fmt: str) -> bytes:
     """The monthly export, byte for byte what ``trainledger report monthly --format FMT`` writes."""
-    return render(presented(url, month), fmt)
+    return render(presented(url, month, lines=True), fmt)
 
 
 # --- runs ------------------------------------------------------------------------

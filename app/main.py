@@ -71,7 +71,8 @@ def main() -> None:
             return
         ident = access.current_identity()
     except AuthFileError as exc:
-        st.navigation([st.Page(lambda: access.auth_error_page(str(exc)), title="Sign-in unusable")]).run()
+        message = str(exc)
+        st.navigation([st.Page(lambda: access.auth_error_page(message), title="Sign-in unusable")]).run()
         return
     if ident is None:
         st.navigation([st.Page(access.login_page, title="Sign in")]).run()

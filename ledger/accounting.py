@@ -18,16 +18,17 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Optional
+from types import SimpleNamespace
+from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import and_, func, or_
+from sqlalchemy import or_
 from sqlmodel import Session, select
 
-from ledger import costs
+from ledger import costs, rollup
 from ledger.costs import ZERO
 from ledger.errors import LedgerInputError
-from ledger.models import WASTE_STATUSES, Fleet, NodeType, Offer, OfferKind, Project, Run, RunNode, RunStatus, User
+from ledger.models import WASTE_STATUSES, Fleet, NodeType, Offer, OfferKind, Project, Run, RunStatus, User
 from ledger.settings import display_timezone, get_setting
 from ledger.types import utcnow
 
@@ -87,13 +88,8 @@ def run_interval(run_started: Optional[datetime], run_ended: Optional[datetime],
     return run_started, max(run_started, heartbeat or run_started)
 
 
-def _share(start: datetime, end: datetime, t: datetime) -> Decimal:
-    """Share of [start, end] before t; exactly 0 at start and 1 at end (telescopes)."""
-    if t >= end:
-        return costs.ONE
-    if t <= start:
-        return ZERO
-    return costs.hours_between(start, t) / costs.hours_between(start, end)
+#: share of [start, end] before t; exactly 0 at start and 1 at end (telescopes)
+_share = rollup.time_share
 
 
 @dataclass
@@ -178,8 +174,9 @@ class _Catalog:
 
 
 def _catalog(session: Session) -> _Catalog:
-    return _Catalog({n.id: n for n in session.exec(select(NodeType)).all()},
-                    {o.id: o for o in session.exec(select(Offer)).all()})
+    """Node types and offers as plain read-only copies (attribute reads on ORM rows are slow)."""
+    return _Catalog({n.id: SimpleNamespace(**n.model_dump()) for n in session.exec(select(NodeType)).all()},
+                    {o.id: SimpleNamespace(**o.model_dump()) for o in session.exec(select(Offer)).all()})
 
 
 def _pick(cat: _Catalog, name: Optional[str], node_type_id: int, kind: OfferKind, flag: str) -> Optional[Offer]:
@@ -222,13 +219,22 @@ def _fleet_capacity(fleets: list[Fleet], ms: datetime, me: datetime, tz: ZoneInf
 
 
 def monthly_report(session: Session, month: str, *, own: Optional[str] = None, rent: Optional[str] = None,
-                   reserved: Optional[str] = None, now: Optional[datetime] = None) -> MonthlyReport:
+                   reserved: Optional[str] = None, now: Optional[datetime] = None,
+                   lines: bool | Iterable[str] = True, projects: bool = True) -> MonthlyReport:
     """Cost the ledger's usage of ``month`` under its actual offers and every alternative.
 
     Per node type: actual cost (fleets allocated, elastic runs billed), cost if
     owned (fleet sized to the configured own fleet, else to the peak of
     concurrent nodes), cost if rented elastic (only used node-hours, billed per
     run) and cost if rented reserved (same sizing as owning).
+
+    The figures come from the pre-aggregated rollup (:mod:`ledger.rollup`: exact
+    sums per month, node type, offer, project and status, plus live runs), so
+    their cost does not grow with the number of runs. The totals are computed per
+    node type, recorded offer and status; projects and per-run lines are then
+    costed at the same rates, so they add up to the totals. ``lines``: the per-run
+    lines (``runs``) for every run (True), none (False) or only the given run ids;
+    ``projects=False`` leaves out the per-project table (trend charts).
     """
     tz = display_timezone(session)
     ms, me = month_bounds(month, tz)
@@ -236,121 +242,89 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
     hours_in_month = costs.hours_between(ms, me)
     cat = _catalog(session)
     currency_setting = get_setting(session, "currency")
-
-    rows = session.exec(
-        select(Run.id, Run.name, Run.status, Run.strategy, Run.node_type_id, Run.offer_id, Run.nodes,
-               Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
-               Run.gpu_util_mean, Run.util_source, Run.mfu, Project.name, User.name)
-        .outerjoin(Project, Project.id == Run.project_id)
-        .outerjoin(User, User.id == Run.user_id)
-        .where(Run.started_at.is_not(None), Run.started_at < me,
-               or_(Run.ended_at.is_(None), Run.ended_at > ms))
-        .order_by(Run.started_at, Run.id)
-    ).all()
+    mf = rollup.month_facts(session, month, tz, now)
     fleets_all = session.exec(
         select(Fleet).where(Fleet.valid_from < (me.astimezone(tz).date() + timedelta(days=1)),
                             or_(Fleet.valid_to.is_(None), Fleet.valid_to > (ms.astimezone(tz).date() - timedelta(days=1))))
     ).all()
-
-    # fleets by offer
     fleets_by_offer: dict[int, list[Fleet]] = defaultdict(list)
     for f in fleets_all:
         fleets_by_offer[f.offer_id].append(f)
 
-    # 1) slices ---------------------------------------------------------------
-    slices: list[RunSlice] = []
-    slice_offer: list[Offer] = []
-    full: list[tuple[datetime, datetime]] = []
-    for (rid, name, status, strategy, nt_id, offer_id, nodes, gpn, started, ended, hb, tokens,
-         util, usrc, mfu_, project, user) in rows:
-        status_v = getattr(status, "value", status)
-        interval = run_interval(started, ended, status_v, hb, now)
-        if interval is None:
-            continue
-        s, e = interval
-        a, b = max(s, ms), min(e, me)
-        if b <= a and not (s == e and ms <= s < me):
-            continue
-        offer = cat.offers.get(offer_id) if offer_id else None
+    # 1) each group's offer: as recorded, else the node type's default --------------
+    detail = {k: f for k, f in mf.groups.items() if f.slices}  # (node type, offer, project, status)
+    groups: dict[tuple, rollup.Facts] = defaultdict(rollup.Facts)  # the same without the project
+    for (nt_id, offer_id, _, status), f in detail.items():
+        groups[(nt_id, offer_id, None, status)].add(f)
+    resolved: dict[tuple, Offer] = {}
+    by_recorded: dict[tuple[int, Optional[int]], Offer] = {}
+    for key in groups:
+        offer = by_recorded.get(key[:2])
         if offer is None:
-            offer = _default_offer(cat, nt_id, fleets_by_offer)
-        if offer is None:
-            raise LedgerInputError(f"run {rid}: node type has no offer; add one with `trainledger pricing import`")
-        nt = cat.node_types[nt_id]
-        nh = costs.node_hours(nodes, costs.hours_between(a, b))
-        tok = None
-        if tokens is not None:
-            tok = int(tokens * _share(s, e, b)) - int(tokens * _share(s, e, a))
-        slices.append(RunSlice(
-            run_id=rid, name=name or "", project=project or "", user=user or "", status=status_v,
-            strategy=strategy or "", node_type=nt.name, offer=offer.name, offer_kind=offer.kind.value,
-            nodes=nodes, gpus_per_node=gpn, start=a, end=b, node_hours=nh,
-            gpu_hours=costs.gpu_hours(nh, gpn), tokens=tok, gpu_util_mean=util,
-            util_source=usrc, mfu=mfu_, split=(s < ms or e > me)))
-        slice_offer.append(offer)
-        full.append((s, e))
+            nt_id, offer_id = key[0], key[1]
+            offer = cat.offers.get(offer_id) if offer_id else None
+            if offer is None:
+                offer = _default_offer(cat, nt_id, fleets_by_offer)
+            if offer is None:
+                raise LedgerInputError(f"node type {cat.node_types[nt_id].name}: runs in {month} have no offer to cost "
+                                       "them; add one with `trainledger pricing import`")
+            by_recorded[key[:2]] = offer
+        resolved[key] = offer
 
-    def elastic_slice(i: int, offer: Offer) -> Decimal:
-        # cumulative cost at both ends of the slice, on a fixed 1e-12 grid, so
-        # that a run's slices add up to its bill exactly (telescoping sum)
-        s, e = full[i]
-        sl = slices[i]
-        total = costs.elastic_run_cost(offer, sl.nodes, costs.hours_between(s, e)).quantize(SLICE_QUANTUM)
-        def upto(t: datetime) -> Decimal:
-            return (total * _share(s, e, t)).quantize(SLICE_QUANTUM)
-        return upto(sl.end) - upto(sl.start)
-
-    # measured energy (trainledger collect) of each slice; None = not measured
-    slice_kwh = _slice_energy_kwh(session, slices, full, ms, me)
-
-    # 2) per node type ----------------------------------------------------------
-    by_nt: dict[int, list[int]] = defaultdict(list)
-    for i, offer in enumerate(slice_offer):
-        by_nt[offer.node_type_id].append(i)
+    by_nt: dict[int, list[tuple]] = defaultdict(list)
+    for key, offer in resolved.items():
+        by_nt[offer.node_type_id].append(key)
     for off_id in fleets_by_offer:  # fleets with no runs still cost money
         by_nt.setdefault(cat.offers[off_id].node_type_id, [])
 
+    # 2) per node type ----------------------------------------------------------
+    cost: dict[tuple, Decimal] = {}
+    cost_el: dict[tuple, Decimal] = {}
+    cost_own: dict[tuple, Decimal] = {}
+    fleet_months: dict[int, costs.FleetMonth] = {}  # by offer id: how its runs are allocated
+    own_months: dict[int, tuple[Offer, costs.FleetMonth]] = {}  # by node type
+    rent_offers: dict[int, Offer] = {}
     nt_months: list[NodeTypeMonth] = []
+    nt_totals: list[rollup.Facts] = []
     currencies: set[str] = set()
     for nt_id in sorted(by_nt, key=lambda k: cat.node_types[k].name):
-        idx = by_nt[nt_id]
+        keys = by_nt[nt_id]
         nt = cat.node_types[nt_id]
-        actual = ZERO
-        idle = ZERO
-        capacity = ZERO
+        actual = idle = capacity = ZERO
         over = False
         bases: list[str] = []
-        # actual: fixed-cost offers share their fleet; elastic runs are billed
-        groups: dict[int, list[int]] = defaultdict(list)
-        for i in idx:
-            if slice_offer[i].kind == OfferKind.rent_elastic:
-                slices[i].cost = elastic_slice(i, slice_offer[i])
-                actual += slices[i].cost
+        by_offer: dict[int, list[tuple]] = defaultdict(list)
+        for k in keys:
+            off = resolved[k]
+            currencies.add(off.currency)
+            if off.kind == OfferKind.rent_elastic:
+                cost[k] = _elastic(off, groups[k])
+                actual += cost[k]
             else:
-                groups[slice_offer[i].id].append(i)
-        for off_id, fl in fleets_by_offer.items():
+                by_offer[off.id].append(k)
+        for off_id in fleets_by_offer:
             if cat.offers[off_id].node_type_id == nt_id:
-                groups.setdefault(off_id, [])
-        for off_id, members in groups.items():
+                by_offer.setdefault(off_id, [])
+        for off_id, members in by_offer.items():
             offer = cat.offers[off_id]
             cap = _fleet_capacity(fleets_by_offer.get(off_id, []), ms, me, tz)
             if not fleets_by_offer.get(off_id):  # no fleet configured: implied by peak use
-                cap = Decimal(peak_concurrent_nodes([(slices[i].start, slices[i].end, slices[i].nodes) for i in members])) * hours_in_month
-            kwh, basis = _fleet_energy_kwh(offer, members, cap, slices, slice_kwh)
+                cap = Decimal(mf.peak(nt_id, {k[1] or 0 for k in members})) * hours_in_month
+            kwh, basis = _fleet_energy_kwh(offer, [groups[k] for k in members], cap)
             bases.append(basis)
-            fm = costs.fleet_month(offer, cap, [slices[i].node_hours for i in members], hours_in_month, energy_kwh=kwh)
-            for i, c in zip(members, fm.allocated):
-                slices[i].cost = c
+            fm = costs.fleet_month(offer, cap, [groups[k].node_hours for k in members], hours_in_month, energy_kwh=kwh)
+            fleet_months[off_id] = fm
+            for k, c in zip(members, fm.allocated):
+                cost[k] = c
             actual += fm.total
             idle += fm.idle
             capacity += cap
             over = over or fm.over_capacity
             currencies.add(offer.currency)
-        for i in idx:
-            currencies.add(slice_offer[i].currency)
 
-        nh_total = sum((slices[i].node_hours for i in idx), ZERO)
-        peak = peak_concurrent_nodes([(slices[i].start, slices[i].end, slices[i].nodes) for i in idx])
+        total = _total(groups[k] for k in keys)
+        nt_totals.append(total)
+        peak = mf.peak(nt_id)
         own_offer = _pick(cat, own, nt_id, OfferKind.own, "--own")
         rent_offer = _pick(cat, rent, nt_id, OfferKind.rent_elastic, "--rent")
         res_offer = _pick(cat, reserved, nt_id, OfferKind.rent_reserved, "--reserved")
@@ -366,24 +340,25 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             sized = "peak"
         own_cost = own_idle = None
         if own_offer is not None:
-            kwh, basis = _fleet_energy_kwh(own_offer, idx, own_cap, slices, slice_kwh)
+            kwh, basis = _fleet_energy_kwh(own_offer, [groups[k] for k in keys], own_cap, total)
             bases.append(basis)
-            fm = costs.fleet_month(own_offer, own_cap, [slices[i].node_hours for i in idx], hours_in_month, energy_kwh=kwh)
+            fm = costs.fleet_month(own_offer, own_cap, [groups[k].node_hours for k in keys], hours_in_month, energy_kwh=kwh)
             own_cost, own_idle = fm.total, fm.idle
-            for i, c in zip(idx, fm.allocated):
-                slices[i].cost_own = c
+            own_months[nt_id] = (own_offer, fm)
+            for k, c in zip(keys, fm.allocated):
+                cost_own[k] = c
         elastic_cost = None
         if rent_offer is not None:
-            elastic_cost = ZERO
-            for i in idx:
-                slices[i].cost_elastic = elastic_slice(i, rent_offer)
-                elastic_cost += slices[i].cost_elastic
+            rent_offers[nt_id] = rent_offer
+            for k in keys:
+                cost_el[k] = _elastic(rent_offer, groups[k])
+            elastic_cost = sum((cost_el[k] for k in keys), ZERO)
         reserved_cost = None
         if res_offer is not None:
             reserved_cost = costs.fixed_cost_per_node_month(res_offer) * own_cap / hours_in_month
         nt_months.append(NodeTypeMonth(
             node_type=nt.name, currency=(own_offer or rent_offer or res_offer).currency if (own_offer or rent_offer or res_offer) else currency_setting,
-            node_hours=nh_total, gpu_hours=sum((slices[i].gpu_hours for i in idx), ZERO), peak_nodes=peak,
+            node_hours=total.node_hours, gpu_hours=total.gpu_hours, peak_nodes=peak,
             capacity_node_hours=capacity, actual_cost=actual, idle_cost=idle,
             own_offer=own_offer.name if own_offer else None, own_nodes=own_nodes, own_nodes_from=sized,
             own_cost=own_cost, own_idle_cost=own_idle,
@@ -399,60 +374,123 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
             f"month {month}: offers in use are priced in {', '.join(sorted(currencies))}; "
             "one report needs one currency: re-price the offers (`trainledger pricing import`) in one currency")
     currency = currencies.pop() if currencies else currency_setting
-    summary = _summary(month, slices, nt_months)
-    measured_kwh = [k for k in slice_kwh if k is not None]
+    kinds = {k: resolved[k].kind.value for k in groups}
+    summary = _summary(month, groups, _total(nt_totals), kinds, cost, nt_months)
+    measured = [f for f in groups.values() if f.kwh_slices]
     summary["power_basis"] = _combine_bases([n.power_basis for n in nt_months])
-    summary["measured_energy_kwh"] = sum(measured_kwh, ZERO).quantize(Decimal("0.000001")) if measured_kwh else None
-    projects = _projects(slices)
+    summary["measured_energy_kwh"] = sum((f.kwh for f in measured), ZERO).quantize(Decimal("0.000001")) if measured else None
+    costing = _Costing(by_recorded, fleet_months, own_months, rent_offers)
+    project_rows = _projects(session, detail, costing) if projects else []
+    runs: list[RunSlice] = []
+    if lines is not False:
+        runs = _lines(session, cat, mf, month, None if lines is True else set(lines), costing)
     return MonthlyReport(month=month, timezone=str(tz), currency=currency, summary=summary,
-                         node_types=nt_months, projects=projects, runs=slices)
+                         node_types=nt_months, projects=project_rows, runs=runs)
+
+
+@dataclass
+class _Costing:
+    """The month's rates, to cost any part of a group (a project's share, one run's slice)."""
+
+    by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
+    fleet_months: dict[int, costs.FleetMonth]  # fixed-cost offer id → its month
+    own_months: dict[int, tuple[Offer, costs.FleetMonth]]  # node type → the own alternative
+    rent_offers: dict[int, Offer]  # node type → the elastic alternative
+
+    def offer(self, node_type_id: int, offer_id: Optional[int]) -> Offer:
+        return self.by_recorded[(node_type_id, offer_id)]
+
+    def cost(self, offer: Offer, f: rollup.Facts) -> Decimal:
+        if offer.kind == OfferKind.rent_elastic:
+            return _elastic(offer, f)
+        return self.fleet_months[offer.id].allocate(f.node_hours)
+
+    def if_elastic(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
+        o = self.rent_offers.get(node_type_id)
+        return _elastic(o, f) if o is not None else None
+
+    def if_own(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
+        pair = self.own_months.get(node_type_id)
+        return pair[1].allocate(f.node_hours) if pair is not None else None
+
+
+def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
+    """Elastic rent of a set of slices = hourly rate × their billed node-hours under the offer's rule."""
+    rate, rule = _rate_rule(offer)
+    return rate * facts.billed.get(rule, ZERO)
+
+
+def _rate_rule(offer: Offer) -> tuple[Decimal, str]:
+    key = (offer.id, offer.price_per_node_hour, offer.price_per_node_month, offer.billing_granularity_hours,
+           offer.minimum_hours)
+    found = _RATE_RULE.get(key)
+    if found is None:
+        found = _RATE_RULE[key] = (costs.hourly_rate(offer), rollup.offer_rule(offer))
+    return found
+
+
+_RATE_RULE: dict[tuple, tuple[Decimal, str]] = {}
+
+
+def _total(facts: Iterable[rollup.Facts]) -> rollup.Facts:
+    out = rollup.Facts()
+    for f in facts:
+        out.add(f)
+    return out
+
+
+def _lines(session: Session, cat: _Catalog, mf: rollup.MonthFacts, month: str, run_ids: Optional[set[str]],
+           costing: _Costing) -> list[RunSlice]:
+    """Per-run lines of the month, costed with the same rates as the group totals."""
+    slices = rollup.month_slices(session, month, mf.live, run_ids)
+    info: dict[str, tuple] = {}
+    ids = sorted({s.run_id for s in slices})
+    for i in range(0, len(ids), 500):
+        for row in session.exec(
+                select(Run.id, Run.name, Run.strategy, Run.util_source, Run.gpu_util_mean, Run.mfu, Run.tokens,
+                       Run.started_at, Project.name, User.name)
+                .outerjoin(Project, Project.id == Run.project_id).outerjoin(User, User.id == Run.user_id)
+                .where(Run.id.in_(ids[i:i + 500]))):
+            info[row[0]] = tuple(row)
+    out = []
+    for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id)):
+        _, name, strategy, usrc, util, mfu_, tokens, _, project, user = info[s.run_id]
+        offer = costing.offer(s.node_type_id, s.offer_id)
+        f = s.facts
+        nh = f.node_hours
+        nt_id = offer.node_type_id
+        out.append(RunSlice(
+            run_id=s.run_id, name=name or "", project=project or "", user=user or "", status=s.status,
+            strategy=strategy or "", node_type=cat.node_types[s.node_type_id].name, offer=offer.name,
+            offer_kind=offer.kind.value, nodes=s.nodes, gpus_per_node=s.gpus_per_node, start=s.start, end=s.end,
+            node_hours=nh, gpu_hours=f.gpu_hours, tokens=None if tokens is None else f.tokens, gpu_util_mean=util,
+            util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
+            cost_own=costing.if_own(nt_id, f), split=s.split))
+    return out
 
 
 # --- measured energy (``trainledger collect``) --------------------------------------
 
-def _slice_energy_kwh(session: Session, slices: list[RunSlice], full: list[tuple[datetime, datetime]],
-                      ms: datetime, me: datetime) -> list[Optional[Decimal]]:
-    """Measured kWh of each slice: the run's Σ RunNode.energy_kwh × the slice's share of its duration.
-
-    A run counts as measured only when it has ended and every one of its nodes
-    has a RunNode with an energy figure (one aggregate query for the month).
-    """
-    rows = session.exec(
-        select(RunNode.run_id, func.sum(RunNode.energy_kwh), func.count(RunNode.energy_kwh), func.count(RunNode.id), Run.nodes)
-        .join(Run, Run.id == RunNode.run_id)
-        .where(Run.started_at.is_not(None), Run.started_at < me, Run.ended_at.is_not(None), Run.ended_at > ms)
-        .group_by(RunNode.run_id, Run.nodes)
-    ).all()
-    run_kwh = {rid: Decimal(str(total)) for rid, total, measured, n, nodes in rows if n and measured == n and n >= nodes}
-    out: list[Optional[Decimal]] = []
-    for sl, (s, e) in zip(slices, full):
-        kwh = run_kwh.get(sl.run_id)
-        if kwh is not None and e > s:
-            kwh = kwh * costs.hours_between(sl.start, sl.end) / costs.hours_between(s, e)
-        out.append(kwh)
-    return out
-
-
-def _fleet_energy_kwh(offer: Offer, members: list[int], capacity_nh: Decimal, slices: list[RunSlice],
-                      slice_kwh: list[Optional[Decimal]]) -> tuple[Optional[Decimal], str]:
+def _fleet_energy_kwh(offer: Offer, members: list[rollup.Facts], capacity_nh: Decimal,
+                      total: Optional[rollup.Facts] = None) -> tuple[Optional[Decimal], str]:
     """The kWh that replaces an own fleet's nominal power term, and its basis.
 
     kWh = Σ measured runs' kWh + unmeasured node-hours × load kW + idle node-hours × idle kW
     (idle nodes run no collected run, so their draw stays nominal). None (nominal
     power) when no run of the fleet was measured or the offer is not ``own``.
+    A run counts as measured when it has ended and every one of its nodes has a
+    RunNode with an energy figure; a slice of it gets its share of the kWh by time.
     """
     if offer.kind != OfferKind.own:
         return None, "nominal"
-    known = [i for i in members if slice_kwh[i] is not None]
-    if not known:
+    total = total if total is not None else _total(members)
+    if not total.kwh_slices:
         return None, "nominal"
     load_kw = Decimal(offer.power_kw_load or 0)
     idle_kw = Decimal(offer.power_kw_idle) if offer.power_kw_idle is not None else load_kw
-    busy = sum((slices[i].node_hours for i in members), ZERO)
-    kwh = (sum((slice_kwh[i] for i in known), ZERO)
-           + sum((slices[i].node_hours for i in members if slice_kwh[i] is None), ZERO) * load_kw
-           + max(ZERO, Decimal(capacity_nh) - busy) * idle_kw)
-    return kwh, "measured" if len(known) == len(members) else "mixed"
+    busy = total.node_hours
+    kwh = (total.kwh + total.unmeasured_node_hours * load_kw + max(ZERO, Decimal(capacity_nh) - busy) * idle_kw)
+    return kwh, "measured" if total.kwh_slices == total.slices else "mixed"
 
 
 def _combine_bases(bases: list[str]) -> str:
@@ -473,46 +511,39 @@ def _default_offer(cat: _Catalog, nt_id: int, fleets_by_offer: dict[int, list[Fl
     return None
 
 
-def _sum_opt(values) -> Optional[Decimal]:
-    vals = [v for v in values if v is not None]
-    return sum(vals, ZERO) if vals else None
-
-
-def _summary(month: str, slices: list[RunSlice], nts: list[NodeTypeMonth]) -> dict[str, Any]:
+def _summary(month: str, groups: dict[tuple, rollup.Facts], t: rollup.Facts, kinds: dict[tuple, str],
+             cost: dict[tuple, Decimal], nts: list[NodeTypeMonth]) -> dict[str, Any]:
     actual = sum((n.actual_cost for n in nts), ZERO)
     idle = sum((n.idle_cost for n in nts), ZERO)
     capacity = sum((n.capacity_node_hours for n in nts), ZERO)
-    node_hours = sum((s.node_hours for s in slices), ZERO)
-    gpu_hours = sum((s.gpu_hours for s in slices), ZERO)
-    tokens = sum((s.tokens or 0) for s in slices)
+    node_hours, gpu_hours, tokens = t.node_hours, t.gpu_hours, t.tokens
     own_cost = _sum_opt(n.own_cost for n in nts)
     elastic_cost = _sum_opt(n.elastic_cost for n in nts)
     reserved_cost = _sum_opt(n.reserved_cost for n in nts)
-    failed_cost = sum((s.cost for s in slices if s.waste), ZERO)
-    fixed_actual = sum((s.cost for s in slices if s.offer_kind != "rent_elastic"), ZERO) + idle
+    waste = {s.value for s in WASTE_STATUSES}
+    failed_cost = sum((cost[k] for k in groups if k[3] in waste), ZERO)
+    fixed_actual = sum((cost[k] for k in groups if kinds[k] != "rent_elastic"), ZERO) + idle
     elastic_actual = actual - fixed_actual
     chosen = "own" if fixed_actual >= elastic_actual and fixed_actual > 0 else "rent_elastic"
-    if chosen == "own" and any(s.offer_kind == "rent_reserved" for s in slices) and not any(s.offer_kind == "own" for s in slices):
+    if chosen == "own" and "rent_reserved" in kinds.values() and "own" not in kinds.values():
         chosen = "rent_reserved"
     alternative = "rent_elastic" if chosen != "rent_elastic" else "own"
     alt_cost = elastic_cost if alternative == "rent_elastic" else own_cost
     options = {k: v for k, v in (("own", own_cost), ("rent_elastic", elastic_cost), ("rent_reserved", reserved_cost)) if v is not None}
     cheapest = min(options, key=lambda k: (options[k], k)) if options else None
-    useful = [costs.useful_gpu_hours(s.gpu_hours, s.gpu_util_mean) for s in slices]
-    useful_known = _sum_opt(useful)
-    measured_gpu_hours = sum((s.gpu_hours for s, u in zip(slices, useful) if u is not None), ZERO)
+    useful_known = t.useful_gpu_hours
     return {
         "month": month,
-        "runs": len({s.run_id for s in slices}),
+        "runs": t.slices,
         "node_hours": node_hours,
         "gpu_hours": gpu_hours,
         "tokens": tokens,
         "capacity_node_hours": capacity,
         "time_utilization": costs.time_utilization(node_hours, capacity) if capacity else None,
-        "gpu_util_mean": costs.weighted_mean((s.gpu_util_mean, s.gpu_hours) for s in slices),
-        "gpu_util_coverage": (measured_gpu_hours / gpu_hours) if gpu_hours else None,
-        "gpu_util_sources": sorted({s.util_source for s in slices if s.util_source}),
-        "mfu_mean": costs.weighted_mean((s.mfu, s.gpu_hours) for s in slices),
+        "gpu_util_mean": (t.util_w / t.util_us) if t.util_us else None,
+        "gpu_util_coverage": (Decimal(t.util_us) / Decimal(t.gpu_us)) if t.gpu_us else None,
+        "gpu_util_sources": sorted(src for src, n in t.sources.items() if n),
+        "mfu_mean": (t.mfu_w / t.mfu_us) if t.mfu_us else None,
         "actual_cost": actual,
         "idle_cost": idle,
         "failed_run_cost": failed_cost,
@@ -532,28 +563,47 @@ def _summary(month: str, slices: list[RunSlice], nts: list[NodeTypeMonth]) -> di
     }
 
 
-def _projects(slices: list[RunSlice]) -> list[dict[str, Any]]:
-    groups: dict[str, list[RunSlice]] = defaultdict(list)
-    for s in slices:
-        groups[s.project].append(s)
+def _sum_opt(values) -> Optional[Decimal]:
+    vals = [v for v in values if v is not None]
+    return sum(vals, ZERO) if vals else None
+
+
+def _projects(session: Session, groups: dict[tuple, rollup.Facts], costing: _Costing) -> list[dict[str, Any]]:
+    """Per project: the groups of ``(node type, offer, project, status)`` costed at the month's rates."""
+    cost: dict[tuple, Decimal] = {}
+    cost_el: dict[tuple, Optional[Decimal]] = {}
+    cost_own: dict[tuple, Optional[Decimal]] = {}
+    for k, f in groups.items():
+        offer = costing.offer(k[0], k[1])
+        cost[k] = costing.cost(offer, f)
+        cost_el[k] = costing.if_elastic(offer.node_type_id, f)
+        cost_own[k] = costing.if_own(offer.node_type_id, f)
+    names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
+    by_project: dict[str, list[tuple]] = defaultdict(list)
+    totals: dict[str, rollup.Facts] = defaultdict(rollup.Facts)
+    for k, f in groups.items():
+        name = names.get(k[2], "") if k[2] else ""
+        by_project[name].append(k)
+        totals[name].add(f)
+    waste = {s.value for s in WASTE_STATUSES}
     out = []
-    for project in sorted(groups):
-        ss = groups[project]
-        cost = sum((s.cost for s in ss), ZERO)
-        tokens = sum((s.tokens or 0) for s in ss)
-        useful = _sum_opt(costs.useful_gpu_hours(s.gpu_hours, s.gpu_util_mean) for s in ss)
+    for project in sorted(by_project):
+        ks = by_project[project]
+        t = totals[project]
+        c = sum((cost[k] for k in ks), ZERO)
+        useful = t.useful_gpu_hours
         out.append({
             "project": project,
-            "runs": len({s.run_id for s in ss}),
-            "node_hours": sum((s.node_hours for s in ss), ZERO),
-            "gpu_hours": sum((s.gpu_hours for s in ss), ZERO),
-            "tokens": tokens,
-            "cost": cost,
-            "cost_if_elastic": _sum_opt(s.cost_elastic for s in ss),
-            "cost_if_own": _sum_opt(s.cost_own for s in ss),
-            "waste_cost": sum((s.cost for s in ss if s.waste), ZERO),
-            "tokens_per_1000": costs.per_thousand(tokens, cost) if tokens else None,
-            "useful_gpu_hours_per_1000": costs.per_thousand(useful, cost) if useful is not None else None,
+            "runs": t.slices,
+            "node_hours": t.node_hours,
+            "gpu_hours": t.gpu_hours,
+            "tokens": t.tokens,
+            "cost": c,
+            "cost_if_elastic": _sum_opt(cost_el.get(k) for k in ks),
+            "cost_if_own": _sum_opt(cost_own.get(k) for k in ks),
+            "waste_cost": sum((cost[k] for k in ks if k[3] in waste), ZERO),
+            "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
+            "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
         })
     return out
 

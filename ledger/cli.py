@@ -11,17 +11,46 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer vendors click (typer._click) in recent versions
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer on plain click
+    from click import exceptions as _click_errors
 
 from ledger.errors import LedgerInputError
 
+
+class _OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (bad option value, missing argument, unknown option) as one line + exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click_errors.NoArgsIsHelpError as exc:
+            exc.show()  # a bare group: its help, as before
+            sys.exit(exc.exit_code)
+        except _click_errors.ClickException as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
+            typer.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+                  pretty_exceptions_enable=False, add_completion=False, cls=_OneLineUsageErrors)
 db_app = typer.Typer(help="Ledger database: upgrade the schema, back up and restore.", no_args_is_help=True)
 runs_app = typer.Typer(help="List, inspect and reap runs.", no_args_is_help=True)
 cost_app = typer.Typer(help="Rent vs own comparisons.", no_args_is_help=True)
@@ -47,20 +76,50 @@ def command(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from sqlalchemy.exc import OperationalError
+        from sqlalchemy.exc import DatabaseError, DataError, OperationalError
 
         from ledger.db import LedgerURLError, redact_url, resolve_url
 
         try:
+            _check_arguments(kwargs)
             return fn(*args, **kwargs)
         except (LedgerInputError, LedgerURLError) as exc:
             fail(str(exc).splitlines()[0])
-        except OperationalError as exc:
+        except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"the ledger refused a value: {reason}")
+        except DatabaseError as exc:  # unreachable, or not a ledger at all (e.g. "file is not a database")
+            if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
+                raise
             url = redact_url(resolve_url(kwargs.get("db")))
             reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
             fail(f"cannot use the ledger at {url}: {reason}", code=1)
 
     return wrapper
+
+
+MONTH_YEARS = (1970, 9998)
+
+
+def _check_arguments(kwargs: dict[str, Any]) -> None:
+    """Refuse what no command can use before any work: NUL characters, months outside MONTH_YEARS."""
+    for name, value in kwargs.items():
+        if isinstance(value, (str, Path)) and "\0" in str(value):
+            raise LedgerInputError(f"{name}: contains a NUL character")
+    for name in ("month", "end_month", "date_"):
+        value = kwargs.get(name)
+        if isinstance(value, str) and value:
+            from ledger.accounting import parse_month
+
+            flag = f"--{name.strip('_').replace('_', '-')}"
+            if name == "date_":
+                if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+                    continue  # today, yesterday, or an error of the command's own
+                year = int(value[:4])
+            else:
+                year, _ = parse_month(value)
+            if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
+                raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {value!r}")
 
 
 def _session(db: Optional[str]):
@@ -103,10 +162,20 @@ def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
 @command
 def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head") -> None:
     """Apply pending schema migrations (the CLI also does this on first use)."""
-    from ledger.db import make_engine, redact_url, resolve_url, upgrade_schema
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
 
+    from ledger.db import alembic_config, current_revision, make_engine, redact_url, resolve_url, upgrade_schema
+
+    known = [r.revision for r in ScriptDirectory.from_config(alembic_config(None)).walk_revisions()]
+    if revision != "head" and revision not in known:
+        raise LedgerInputError(f"--revision: expected head or one of {', '.join(sorted(known))}, got {revision!r}")
     engine = make_engine(db, upgrade=False)
-    rev = upgrade_schema(engine, revision)
+    try:
+        upgrade_schema(engine, revision)
+    except CommandError as exc:
+        raise LedgerInputError(f"--revision: {' '.join(str(exc).split())}") from None
+    rev = current_revision(engine)  # never older than it was: upgrade does not downgrade
     typer.echo(f"ledger {redact_url(resolve_url(db))} at revision {rev}")
 
 
@@ -130,6 +199,33 @@ def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `tra
 
     restore(db, file, force=force)
     typer.echo(f"restored from {file}")
+
+
+@db_app.command("rollup")
+@command
+def db_rollup(db: DbOpt = None,
+              rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild the monthly rollup from the run rows.")] = False) -> None:
+    """Check the pre-aggregated monthly rollup against the run rows (exit 1 on a difference); --rebuild it."""
+    from sqlmodel import Session
+
+    from ledger import rollup
+    from ledger.db import get_engine
+
+    with Session(get_engine(db)) as s:
+        if rebuild:
+            def progress(done: int, total: int) -> None:
+                typer.echo(f"rollup: {done:,}/{total:,} runs", err=True)
+            n = rollup.rebuild(s, progress=progress)
+            s.commit()
+            typer.echo(f"rollup rebuilt from {n:,} runs")
+            return
+        problems = rollup.check(s)
+    for p in problems[:20]:
+        typer.echo(p, err=True)
+    if problems:
+        typer.echo(f"rollup: {len(problems)} difference(s) from the run rows; fix with `trainledger db rollup --rebuild`", err=True)
+        raise typer.Exit(1)
+    typer.echo("rollup consistent with the run rows")
 
 
 # --- demo ----------------------------------------------------------------------
@@ -215,19 +311,30 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
               status: Annotated[Optional[str], typer.Option(help="queued|running|succeeded|failed|cancelled|crashed")] = None,
               strategy: Annotated[Optional[str], typer.Option()] = None,
               sweep: Annotated[Optional[str], typer.Option(help="Sweep id.")] = None,
-              limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+              limit: Annotated[int, typer.Option(min=1, max=100000, help="Show at most this many runs (the newest).")] = 50,
+              offset: Annotated[int, typer.Option(min=0, help="Skip this many of the newest runs first (paging).")] = 0,
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Runs, newest first (stale running runs are marked crashed first)."""
+    """Runs, newest first (stale running runs are marked crashed first).
+
+    Shows the newest --limit runs (default 50) after --offset; when more runs
+    match, a last line on stderr says how many (the JSON output is the page only).
+    """
     from ledger.accounting import parse_month
     from ledger.present import table
-    from ledger.runs import list_runs
+    from ledger.runs import count_runs, list_runs
 
     if month:
         parse_month(month)
     _sync_quietly(db)
+    filters = dict(month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
     with _session(db) as s:
-        rows = list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep, limit=limit)
+        rows = list_runs(s, **filters, limit=limit, offset=offset)
+        total = count_runs(s, **filters) if len(rows) == limit or offset else offset + len(rows)
     emit(rows, as_json, lambda r: table(r, RUN_COLUMNS))
+    more = total - offset - len(rows)
+    if more > 0 and not as_json:
+        typer.echo(f"… {more:,} more of {total:,} matching runs (newest first: rows {offset + 1:,}-{offset + len(rows):,} "
+                   f"shown); see --limit and --offset", err=True)
 
 
 @runs_app.command("show")
@@ -254,7 +361,7 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
 
 @runs_app.command("reap")
 @command
-def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a heartbeat before a running run is crashed.", min=1)] = 60,
+def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a heartbeat before a running run is crashed.", min=1, max=10**9)] = 60,
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Mark running runs whose heartbeat stopped as crashed (ended at the last heartbeat)."""
     from datetime import timedelta
@@ -270,9 +377,12 @@ def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a h
 
 def _decimal(value: str, flag: str) -> Decimal:
     try:
-        return Decimal(value)
+        number = Decimal(value)
     except InvalidOperation:
         raise LedgerInputError(f"{flag}: expected a number, got {value!r}") from None
+    if not number.is_finite():
+        raise LedgerInputError(f"{flag}: expected a finite number, got {value!r}")
+    return number
 
 
 @cost_app.command("compare")
@@ -335,16 +445,22 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     if output is None:
         sys.stdout.write(data.decode("utf-8"))
         return
+    if output.is_dir():
+        raise LedgerInputError(f"--output: {output} is a directory; give a file name")
     tmp = output.with_name(output.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(output)  # never leave a half-written export
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(output)  # never leave a half-written export
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise LedgerInputError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
     emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
 
 
 @report_app.command("weekly")
 @command
 def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
-                  days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1)] = None,
+                  days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1, max=36500)] = None,
                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
     from ledger.present import table
@@ -395,7 +511,7 @@ def launch(config: ConfigArg,
            user: Annotated[Optional[str], typer.Option(help="Default: $USER.")] = None,
            name: Annotated[Optional[str], typer.Option(help="Run name.")] = None,
            steps: Annotated[Optional[int], typer.Option(help="Override the config's steps.")] = None,
-           metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus metrics from port+local_rank (default off).")] = None,
+           metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus metrics from port+local_rank (default off; 0 picks a free port).", min=0, max=65535)] = None,
            detach: Annotated[bool, typer.Option("--detach", help="Return at once; the run goes on in the background.")] = False,
            db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Validate the plan, register the run, start it as a tracked run and return its id."""

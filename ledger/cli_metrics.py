@@ -50,7 +50,7 @@ def collect_command(
         nic_margin: Annotated[float, typer.Option(help="Communication-blocked: NIC rx+tx below the run's median by more than this share of it.")] = 0.30,
         min_step: Annotated[int, typer.Option(help="Smallest downsampling step in seconds (step = max(this, window ÷ 300), rounded up to 1, 2, 5, 10, 15, 30 s, 1 min ...).")] = 15,
         rate_window: Annotated[int, typer.Option(help="Counter series: rate over max(step, this many seconds).")] = 60,
-        timeout: Annotated[float, typer.Option(help="Seconds to wait for each Prometheus answer.")] = 10.0,
+        timeout: Annotated[float, typer.Option(help="Seconds to wait for each Prometheus answer.", min=0.1, max=3600)] = 10.0,
         db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Pull GPU (DCGM), power, energy and network (node_exporter) figures of runs from Prometheus.
 

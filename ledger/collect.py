@@ -47,6 +47,7 @@ from sqlmodel import Session, select
 
 from ledger.accounting import run_interval
 from ledger.errors import LedgerInputError
+from ledger.ingest import insert_samples
 from ledger.models import MetricSample, Run, RunNode, RunStatus
 from ledger.types import utcnow
 
@@ -582,20 +583,7 @@ def store_samples(session: Session, run_id: str, rows: list[list[Any]]) -> int:
                                                MetricSample.metric.in_(COLLECT_METRICS)))
     if not rows:
         return 0
-    table = MetricSample.__table__
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    values = [{"run_id": run_id, "node": r[0], "gpu": r[1], "metric": r[2], "ts": r[3], "value": r[4]} for r in rows]
-    written = 0
-    for i in range(0, len(values), 5000):
-        stmt = insert(table)
-        stmt = stmt.on_conflict_do_update(index_elements=["run_id", "node", "gpu", "metric", "ts"],
-                                          set_={"value": stmt.excluded.value}, where=table.c.value.is_(None))
-        res = session.execute(stmt, values[i:i + 5000])
-        written += max(0, res.rowcount or 0)
-    return written
+    return insert_samples(session, rows, run_id=run_id, fill_missing=True)
 
 
 def _apply_nodes(session: Session, run_id: str, figures: dict[str, NodeFigures]) -> None:

@@ -98,7 +98,7 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
 def compare_month(session: Session, month: str, own: Optional[str] = None, rent: Optional[str] = None,
                   reserved: Optional[str] = None) -> dict[str, Any]:
     """Own fleet vs elastic vs reserved for the ledger's real usage of ``month``."""
-    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved)
+    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False)
     rows = []
     for n in rep.node_types:
         options = {k: v for k, v in (("own", n.own_cost), ("rent_elastic", n.elastic_cost),

@@ -213,6 +213,13 @@ class FleetMonth:
     allocated: tuple[Decimal, ...]
     idle: Decimal
     over_capacity: bool
+    busy_rate: Decimal = ZERO  # per node-hour in a run (when not over capacity)
+
+    def allocate(self, node_hours_: Decimal) -> Decimal:
+        """The share of ``node_hours_`` (any part of the busy node-hours), as in ``allocated``."""
+        if self.over_capacity:
+            return self.total * node_hours_ / self.busy_node_hours
+        return node_hours_ * self.busy_rate
 
     @property
     def idle_node_hours(self) -> Decimal:
@@ -247,10 +254,10 @@ def fleet_month(offer: OfferLike, capacity_node_hours: Decimal, run_node_hours: 
         total = fixed_rate * cap + (busy_rate - fixed_rate) * busy + (idle_rate - fixed_rate) * idle_nh
         allocated = tuple(nh * busy_rate for nh in run_node_hours)
         idle = idle_nh * idle_rate
-        return FleetMonth(cap, busy, total, allocated, idle, False)
+        return FleetMonth(cap, busy, total, allocated, idle, False, busy_rate)
     total = fixed_rate * cap + (busy_rate - fixed_rate) * cap
     allocated = tuple(total * nh / busy for nh in run_node_hours)
-    return FleetMonth(cap, busy, total, allocated, ZERO, True)
+    return FleetMonth(cap, busy, total, allocated, ZERO, True, busy_rate)
 
 
 # --- comparison --------------------------------------------------------------

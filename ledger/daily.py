@@ -28,12 +28,13 @@ from sqlalchemy import or_
 from sqlmodel import Session, select
 
 from ledger import costs
+from sqlalchemy import func
+
 from ledger.accounting import (SLICE_QUANTUM, RunSlice, _catalog, _combine_bases, _default_offer, _fleet_capacity,
-                               _fleet_energy_kwh, _share, _slice_energy_kwh, month_bounds, peak_concurrent_nodes,
-                               run_interval)
+                               _share, month_bounds, peak_concurrent_nodes, run_interval)
 from ledger.costs import ZERO
 from ledger.errors import LedgerInputError
-from ledger.models import Fleet, OfferKind, Run, RunNode
+from ledger.models import Fleet, Offer, OfferKind, Run, RunNode
 from ledger.settings import display_timezone, get_setting
 from ledger.types import utcnow
 
@@ -208,3 +209,50 @@ def _hosts(session: Session, run_ids: list[str]) -> dict[str, set[str]]:
         for rid, host in session.exec(select(RunNode.run_id, RunNode.hostname).where(RunNode.run_id.in_(run_ids[i:i + 1000]))).all():
             out[rid].add(host)
     return out
+
+
+# --- measured energy of a day's slices (per run: days are small) -------------------
+
+def _slice_energy_kwh(session: Session, slices: list[RunSlice], full: list[tuple[datetime, datetime]],
+                      ms: datetime, me: datetime) -> list[Optional[Decimal]]:
+    """Measured kWh of each slice: the run's Σ RunNode.energy_kwh × the slice's share of its duration.
+
+    A run counts as measured only when it has ended and every one of its nodes
+    has a RunNode with an energy figure (one aggregate query for the month).
+    """
+    rows = session.exec(
+        select(RunNode.run_id, func.sum(RunNode.energy_kwh), func.count(RunNode.energy_kwh), func.count(RunNode.id), Run.nodes)
+        .join(Run, Run.id == RunNode.run_id)
+        .where(Run.started_at.is_not(None), Run.started_at < me, Run.ended_at.is_not(None), Run.ended_at > ms)
+        .group_by(RunNode.run_id, Run.nodes)
+    ).all()
+    run_kwh = {rid: Decimal(str(total)) for rid, total, measured, n, nodes in rows if n and measured == n and n >= nodes}
+    out: list[Optional[Decimal]] = []
+    for sl, (s, e) in zip(slices, full):
+        kwh = run_kwh.get(sl.run_id)
+        if kwh is not None and e > s:
+            kwh = kwh * costs.hours_between(sl.start, sl.end) / costs.hours_between(s, e)
+        out.append(kwh)
+    return out
+
+
+def _fleet_energy_kwh(offer: Offer, members: list[int], capacity_nh: Decimal, slices: list[RunSlice],
+                      slice_kwh: list[Optional[Decimal]]) -> tuple[Optional[Decimal], str]:
+    """The kWh that replaces an own fleet's nominal power term, and its basis.
+
+    kWh = Σ measured runs' kWh + unmeasured node-hours × load kW + idle node-hours × idle kW
+    (idle nodes run no collected run, so their draw stays nominal). None (nominal
+    power) when no run of the fleet was measured or the offer is not ``own``.
+    """
+    if offer.kind != OfferKind.own:
+        return None, "nominal"
+    known = [i for i in members if slice_kwh[i] is not None]
+    if not known:
+        return None, "nominal"
+    load_kw = Decimal(offer.power_kw_load or 0)
+    idle_kw = Decimal(offer.power_kw_idle) if offer.power_kw_idle is not None else load_kw
+    busy = sum((slices[i].node_hours for i in members), ZERO)
+    kwh = (sum((slice_kwh[i] for i in known), ZERO)
+           + sum((slices[i].node_hours for i in members if slice_kwh[i] is None), ZERO) * load_kw
+           + max(ZERO, Decimal(capacity_nh) - busy) * idle_kw)
+    return kwh, "measured" if len(known) == len(members) else "mixed"

@@ -26,6 +26,8 @@ from ledger.costs import ZERO, cents, round_preserving_sum
 from ledger.present import jsonable
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+#: control characters an XLSX cell cannot hold (openpyxl's ILLEGAL_CHARACTERS_RE); shown as U+FFFD
+XLSX_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost", "cost_if_elastic",
                    "cost_if_own", "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000"]
@@ -53,12 +55,14 @@ def guard_formula(text: str) -> str:
 
 
 def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
-                    total: Decimal | None = None) -> tuple[list, list]:
+                    total: Decimal | None = None, target: Decimal | None = None) -> tuple[list, list]:
     """Round a money column (+ trailing extra parts such as idle) so it adds up to the
-    presented total (``cents(total)``: the summary's figure, not the sum of rounded parts)."""
+    presented total (``cents(total)``: the summary's figure, not the sum of rounded parts),
+    or to an already presented ``target``."""
     known = [i for i, v in enumerate(values) if v is not None]
     parts = [values[i] for i in known] + list(extra)
-    target = cents(total) if total is not None else None
+    if target is None:
+        target = cents(total) if total is not None else None
     rounded = round_preserving_sum(parts, total=target) if parts else []
     out: list = [None] * len(values)
     for j, i in enumerate(known):
@@ -69,7 +73,10 @@ def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
 def presented_report(rep: MonthlyReport) -> dict[str, Any]:
     """The report rounded for people: JSON-ready dict with summary, node types, projects, runs."""
     s = rep.summary
-    run_cost, (idle_r,) = _rounded_column([r.cost for r in rep.runs], [s["idle_cost"]], s["actual_cost"])
+    # idle is presented on its own (so the summary never depends on the run lines); the
+    # lines share the rest of the presented total
+    idle_r = cents(s["idle_cost"])
+    run_cost, _ = _rounded_column([r.cost for r in rep.runs], [], target=cents(s["actual_cost"]) - idle_r)
     run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [], s["elastic_cost"])
     own_idle = sum((n.own_idle_cost or ZERO for n in rep.node_types), ZERO)
     run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle], s["own_cost"])
@@ -109,10 +116,25 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
+class _LFWriter:
+    """``csv.writer`` with LF line ends that still quotes a field holding a CR: csv quotes only the
+    characters of its line terminator, and a bare CR in a name would split the row for a reader."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._out, self._line = out, io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\r\n")
+
+    def writerow(self, row: list) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._out.write(self._line.getvalue()[:-2] + "\n")
+
+
 def to_csv(p: dict[str, Any]) -> str:
     """Three blocks separated by a blank line: summary (metric,value), projects, runs."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = _LFWriter(buf)
     w.writerow(["metric", "value"])
     for k, v in p["summary"].items():
         w.writerow([k, _csv_value(v)])
@@ -137,7 +159,7 @@ def _xlsx_cell(key: str, v: Any) -> Any:
     if isinstance(v, str):
         if kind_of(key) == "money":
             return Decimal(v)  # a numeric cell, shown with a 2-decimal format
-        return guard_formula(v)
+        return guard_formula(XLSX_ILLEGAL.sub("\ufffd", v))
     return v
 
 

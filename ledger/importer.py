@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,6 +57,13 @@ SLURM_UNFINISHED = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "
                     "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "CONFIGURING", "COMPLETING"}
 FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed}
 GRES_RE = re.compile(r"(?:^|,)gres/gpu(?::([^=,]+))?=(\d+)")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+#: limits that keep every value storable on SQLite and PostgreSQL alike (INTEGER, BIGINT, VARCHAR(n))
+MAX_NODES = 100_000
+MAX_BIGINT = 2**63 - 1
+YEARS = (1970, 2199)
+#: column lengths of the run, project and user tables (ledger/models.py)
+TEXT_LIMITS = {"id": 64, "name": 200, "project": 100, "user": 100, "strategy": 20, "launcher": 20}
 
 
 @dataclass
@@ -72,19 +80,34 @@ def _parse_ts(text: str, tz: ZoneInfo, where: str, fieldname: str) -> datetime:
         ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise LedgerInputError(f"{where}: {fieldname}: expected an ISO 8601 time such as 2026-11-03T08:00:00, got {text!r}") from None
+    if not YEARS[0] <= ts.year <= YEARS[1]:
+        raise LedgerInputError(f"{where}: {fieldname}: the year must be {YEARS[0]} to {YEARS[1]}, got {text!r}")
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=tz)
     return ts
 
 
-def _int(text: str, where: str, fieldname: str, minimum: int = 0) -> int:
+def _int(text: str, where: str, fieldname: str, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
     try:
         v = int(text)
-    except (TypeError, ValueError):
-        raise LedgerInputError(f"{where}: {fieldname}: expected a whole number, got {text!r}") from None
+    except (TypeError, ValueError):  # also a number of more than 4300 digits
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise LedgerInputError(f"{where}: {fieldname}: expected a whole number, got {shown!r}") from None
     if v < minimum:
         raise LedgerInputError(f"{where}: {fieldname}: must be at least {minimum}, got {v}")
+    if v > maximum:
+        raise LedgerInputError(f"{where}: {fieldname}: must be at most {maximum:,}, got {text}")
     return v
+
+
+def _text(value: str, where: str, fieldname: str, limit: int) -> str:
+    """A text field as stored: no control characters, at most ``limit`` characters (the column's length)."""
+    bad = CONTROL_RE.search(value)
+    if bad:
+        raise LedgerInputError(f"{where}: {fieldname}: contains a control character ({bad.group()!r}); remove it")
+    if len(value) > limit:
+        raise LedgerInputError(f"{where}: {fieldname}: at most {limit} characters, got {len(value)}")
+    return value
 
 
 def _ratio(text: str, where: str, fieldname: str) -> Optional[float]:
@@ -94,6 +117,7 @@ def _ratio(text: str, where: str, fieldname: str) -> Optional[float]:
         v = float(text)
     except ValueError:
         raise LedgerInputError(f"{where}: {fieldname}: expected a ratio between 0 and 1, got {text!r}") from None
+    # NaN fails the range check below
     if not 0 <= v <= 1:
         raise LedgerInputError(f"{where}: {fieldname}: must be a ratio between 0 and 1 (e.g. 0.85 for 85%), got {text}")
     return v
@@ -104,7 +128,8 @@ def _row_id(*parts: Any) -> str:
 
 
 def detect_format(text: str) -> str:
-    first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
+    lines = text.lstrip("\ufeff").splitlines()
+    first = lines[0] if lines else ""
     return "sacct" if first.startswith("JobID|") or "|" in first and "JobID" in first else "csv"
 
 
@@ -115,10 +140,17 @@ def _validate_common(where: str, start: datetime, end: datetime, nodes: int, gpn
         raise LedgerInputError(f"{where}: gpus_per_node: {gpn} exceeds the {nt.gpus_per_node} GPUs of node type {nt.name}; fix the row or pass another --node-type")
 
 
-def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[str] = None,
-               offer: Optional[str] = None, tz: ZoneInfo = ZoneInfo("UTC"), fmt: str = "auto",
-               cluster: str = "") -> tuple[str, list[dict[str, Any]], dict[str, int]]:
+def parse_runs(session: Session, text: str, name: str, **kw: Any) -> tuple[str, list[dict[str, Any]], dict[str, int]]:
     """Validate a whole file; returns (format, run rows, skipped counts). Writes nothing."""
+    try:
+        return _parse_runs(session, text, name, **kw)
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+        raise LedgerInputError(f"{name}: not valid CSV: {exc}") from None
+
+
+def _parse_runs(session: Session, text: str, name: str, *, node_type: Optional[str] = None,
+                offer: Optional[str] = None, tz: ZoneInfo = ZoneInfo("UTC"), fmt: str = "auto",
+                cluster: str = "") -> tuple[str, list[dict[str, Any]], dict[str, int]]:
     fmt = detect_format(text) if fmt == "auto" else fmt
     node_types = {n.name: n for n in session.exec(select(NodeType)).all()}
     offers = {o.name: o for o in session.exec(select(Offer)).all()}
@@ -174,20 +206,26 @@ def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[st
             if not m:
                 skipped["jobs without GPUs"] = skipped.get("jobs without GPUs", 0) + 1
                 continue
-            untyped = [int(x.group(2)) for x in m if x.group(1) is None]
-            gpus = untyped[0] if untyped else sum(int(x.group(2)) for x in m)
-            nodes = _int(get("NNodes"), where, "NNodes", 1)
+            counts = [(x.group(1), _int(x.group(2), where, "AllocTRES gres/gpu", 0, MAX_NODES * 1024)) for x in m]
+            untyped = [n for kind, n in counts if kind is None]
+            gpus = untyped[0] if untyped else sum(n for _, n in counts)
+            if gpus == 0:
+                skipped["jobs without GPUs"] = skipped.get("jobs without GPUs", 0) + 1
+                continue
+            nodes = _int(get("NNodes"), where, "NNodes", 1, MAX_NODES)
             nt = resolve_nt(None, where)
             if gpus % nodes:
                 raise LedgerInputError(f"{where}: AllocTRES: {gpus} GPUs do not split evenly over {nodes} nodes")
             start = _parse_ts(get("Start"), tz, where, "Start")
             end = _parse_ts(get("End"), tz, where, "End")
             _validate_common(where, start, end, nodes, gpus // nodes, nt)
-            rid = f"slurm-{cluster + '-' if cluster else ''}{job}"
+            rid = _text(f"slurm-{cluster + '-' if cluster else ''}{job}", where, "JobID (with --cluster)", TEXT_LIMITS["id"])
             if rid in seen:
                 raise LedgerInputError(f"{where}: JobID: {job} appears twice in the file")
             seen.add(rid)
-            rows.append(dict(id=rid, name=get("JobName"), project=get("Account") or None, user=get("User") or None,
+            rows.append(dict(id=rid, name=_text(get("JobName"), where, "JobName", TEXT_LIMITS["name"]),
+                             project=_text(get("Account"), where, "Account", TEXT_LIMITS["project"]) or None,
+                             user=_text(get("User"), where, "User", TEXT_LIMITS["user"]) or None,
                              node_type_id=nt.id, offer_id=resolve_offer(None, nt, where), nodes=nodes,
                              gpus_per_node=gpus // nodes, world_size=gpus, started_at=start, ended_at=end,
                              heartbeat_at=end, status=SLURM_STATES[state], launcher="slurm",
@@ -198,6 +236,9 @@ def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[st
     if reader.fieldnames is None:
         raise LedgerInputError(f"{name}:1: header: the file is empty; expected a header row with {','.join(CSV_REQUIRED)}")
     fields = [f.strip() for f in reader.fieldnames]
+    twice = sorted({f for f in fields if fields.count(f) > 1})
+    if twice:
+        raise LedgerInputError(f"{name}:1: header: column {twice[0]!r} appears twice")
     unknown = [f for f in fields if f not in CSV_REQUIRED + CSV_OPTIONAL]
     if unknown:
         raise LedgerInputError(f"{name}:1: header: unknown column {unknown[0]!r}; columns are {','.join(CSV_REQUIRED + CSV_OPTIONAL)}")
@@ -212,7 +253,7 @@ def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[st
             continue
         where = f"{name}:{lineno}"
         nt = resolve_nt(rec.get("node_type"), where)
-        nodes = _int(rec["nodes"], where, "nodes", 1)
+        nodes = _int(rec["nodes"], where, "nodes", 1, MAX_NODES)
         gpn = _int(rec["gpus_per_node"], where, "gpus_per_node", 1) if rec.get("gpus_per_node") else nt.gpus_per_node
         start = _parse_ts(rec["start"], tz, where, "start")
         end = _parse_ts(rec["end"], tz, where, "end")
@@ -225,6 +266,8 @@ def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[st
             raise LedgerInputError(f"{where}: status: import takes finished runs ({', '.join(s.value for s in FINISHED)}), got {status.value!r}")
         if not rec["name"]:
             raise LedgerInputError(f"{where}: name: empty; give the run a name")
+        for key in ("name", "project", "user", "id", "strategy", "launcher"):
+            _text(rec.get(key) or "", where, key, TEXT_LIMITS[key])
         tokens = _int(rec["tokens"], where, "tokens") if rec.get("tokens") else None
         final_loss = None
         if rec.get("final_loss"):
@@ -232,9 +275,9 @@ def parse_runs(session: Session, text: str, name: str, *, node_type: Optional[st
                 final_loss = float(rec["final_loss"])
             except ValueError:
                 raise LedgerInputError(f"{where}: final_loss: expected a number, got {rec['final_loss']!r}") from None
+            if not math.isfinite(final_loss):
+                raise LedgerInputError(f"{where}: final_loss: expected a finite number, got {rec['final_loss']!r}")
         rid = rec.get("id") or _row_id(rec["name"], nt.name, nodes, start.isoformat(), end.isoformat())
-        if len(rid) > 64:
-            raise LedgerInputError(f"{where}: id: at most 64 characters, got {len(rid)}")
         if rid in seen:
             raise LedgerInputError(f"{where}: id: run {rid!r} appears twice in the file")
         seen.add(rid)

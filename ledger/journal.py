@@ -23,11 +23,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from ledger.models import MetricSample, NodeType, Offer, Project, Run, RunNode, RunStatus, User
+from ledger.ingest import insert_samples
+from ledger.models import NodeType, Offer, Project, Run, RunNode, RunStatus, User
 
 ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
 #: fields of a ``run`` event that name rows in other tables
@@ -35,6 +36,9 @@ NAMED = {"node_type": (NodeType, "node_type_id"), "offer": (Offer, "offer_id"),
          "project": (Project, "project_id"), "user": (User, "user_id")}
 TIME_FIELDS = {"created_at", "started_at", "ended_at", "heartbeat_at"}
 REAPED_ERROR = "heartbeat stopped; marked crashed at the last heartbeat"
+ENDED = (RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed)
+#: fields of a start event that would turn an ended run back into a running one
+REOPENING = ("status", "ended_at", "heartbeat_at", "error", "exit_code")
 
 
 def default_journal_dir() -> Path:
@@ -65,26 +69,39 @@ class Journal:
                 self.seq = max(self.seq, ev["seq"])
 
     def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Number, write and fsync events; returns them with their ``seq``."""
-        out = []
-        for ev in events:
-            self.seq += 1
-            out.append({"seq": self.seq, "run_id": self.run_id, **ev})
+        """Number, write and fsync events; returns them with their ``seq``.
+
+        All or nothing: if the write fails (disk full, file too large, I/O
+        error) the file is cut back to where it was, ``seq`` is restored and
+        :class:`JournalWriteError` is raised, so a half-written line never
+        hides the events appended after it.
+        """
+        out = [{"seq": self.seq + i, "run_id": self.run_id, **ev} for i, ev in enumerate(events, 1)]
         if not out:
             return out
         data = "".join(json.dumps(ev, separators=(",", ":"), default=_json_default) + "\n" for ev in out)
+        fd = None
+        size = None
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                view = memoryview(data.encode("utf-8"))
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            size = os.fstat(fd).st_size
+            view = memoryview(data.encode("utf-8"))
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
         except OSError as exc:
-            raise JournalWriteError(f"cannot write the run journal {self.path}: {exc.strerror or exc}") from exc
+            if fd is not None and size is not None:
+                try:  # drop the torn tail; truncating only frees space
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                except OSError:
+                    pass
+            raise JournalWriteError(_write_error(self.path, exc)) from exc
+        finally:
+            if fd is not None:
+                os.close(fd)
+        self.seq = out[-1]["seq"]
         return out
 
     def applied_seq(self) -> int:
@@ -95,12 +112,23 @@ class Journal:
 
     def mark_applied(self, seq: int) -> None:
         tmp = self.applied_path.with_suffix(".applied.tmp")
-        tmp.write_text(str(seq))
-        os.replace(tmp, self.applied_path)
+        try:
+            tmp.write_text(str(seq))
+            os.replace(tmp, self.applied_path)
+        except OSError as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise JournalWriteError(_write_error(self.applied_path, exc)) from exc
 
     def pending(self) -> list[dict[str, Any]]:
         done = self.applied_seq()
         return [ev for ev in read_events(self.path) if ev["seq"] > done] if self.path.exists() else []
+
+
+def _write_error(path: Path, exc: OSError) -> str:
+    return f"cannot write the run journal {path}: {exc.strerror or exc} (is its disk full?)"
 
 
 def _json_default(o: Any) -> Any:
@@ -164,6 +192,11 @@ def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
             if run is None:
                 session.add(Run(id=rid, **fields))
             else:
+                if fields.get("status") == RunStatus.running and run.status in ENDED:
+                    # a replayed start event (e.g. a journal replayed again after the run's end
+                    # was written straight to the ledger) never reopens an ended run
+                    for key in REOPENING:
+                        fields.pop(key, None)
                 for k, v in fields.items():
                     setattr(run, k, v)
             session.flush()
@@ -189,23 +222,15 @@ def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
         else:
             raise ValueError(f"unknown journal event type {kind!r}")
         n += 1
+    session.flush()  # before the caller commits: session hooks that run before commit (the rollup) see every change
     return n
 
 
 def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:
-    """Insert samples once: rows already present (same run, node, gpu, metric, ts) are skipped."""
-    if not rows:
-        return
-    values = [{"run_id": run_id, "node": r[0], "gpu": r[1], "metric": r[2], "ts": _ts(r[3]), "value": r[4]} for r in rows]
-    dialect = session.get_bind().dialect.name
-    table = MetricSample.__table__
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(table).on_conflict_do_nothing(index_elements=["run_id", "node", "gpu", "metric", "ts"])
-    for i in range(0, len(values), 5000):
-        session.execute(stmt, values[i:i + 5000])
+    """Insert samples once: rows already present (same run, node, gpu, metric, ts) are skipped
+    (``ledger.ingest``: one executemany on SQLite, COPY on PostgreSQL)."""
+    if rows:
+        insert_samples(session, rows, run_id=run_id)
 
 
 def sync_journal(engine: Engine, journal: Journal) -> int:

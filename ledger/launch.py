@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
@@ -201,8 +202,9 @@ def slurm_script(run_id: str, req: LaunchRequest, gpn: int, train_args: list[str
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(req.nodes), "--nproc-per-node", str(gpn),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head:29500", "--rdzv-id", "$SLURM_JOB_ID",
                 "-m", "trainer.train", *train_args]
-    line = " ".join(a if a.startswith("$") or a.startswith('"$') else q(a) for a in torchrun)
-    line = line.replace("$head:29500", '"$head:29500"')
+    # only our own two placeholders are left for the shell to expand; every other argument
+    # (run names, projects, users: user input) is quoted
+    line = " ".join({"$SLURM_JOB_ID": '"$SLURM_JOB_ID"', "$head:29500": '"$head:29500"'}.get(a) or q(a) for a in torchrun)
     return "\n".join([
         "#!/bin/bash",
         f"#SBATCH --job-name={q('trainledger-' + run_id)}",
@@ -223,6 +225,7 @@ def slurm_script(run_id: str, req: LaunchRequest, gpn: int, train_args: list[str
 
 def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> int:
     """Run the launcher, forward one SIGTERM/SIGINT to it, then settle the run in the ledger."""
+    launched_at = utcnow()
     with open(log_path, "ab", buffering=0) as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  preexec_fn=_pdeathsig(signal.SIGKILL))
@@ -239,33 +242,90 @@ def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> i
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
         code = child.wait()
-    settle(run_id, db_url, code)
+    try:
+        settle(run_id, db_url, code, cancel_requested=bool(forwarded), log_path=log_path, launched_at=launched_at)
+    except Exception as exc:  # the ledger went away between the launcher's exit and here
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        _notice(f"could not settle run {run_id} in the ledger ({reason}); run `trainledger sync` later", log_path)
     return code
 
 
-def settle(run_id: str, db_url: str, exit_code: int) -> None:
-    """After the launcher exits: replay the journal, then close a run that did not close itself."""
+def _notice(message: str, log_path: Optional[Path]) -> None:
+    """A line for whoever watches: stderr (attached launches) and the run's log (detached ones)."""
+    line = f"[trainledger] {message}"
+    print(line, file=sys.stderr, flush=True)
+    if log_path is not None:
+        try:
+            with open(log_path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass
+
+
+#: signals that stop a rank because someone asked the run to stop (not a failure of that rank)
+_STOP_CODES = {130, 143, -signal.SIGTERM, -signal.SIGINT}
+
+
+def first_failure(log_path: Optional[Path]) -> Optional[tuple[int, int, str]]:
+    """(rank, exit code, description) of torchrun's "Root Cause (first observed failure)" in the run log, if any."""
+    import re
+
+    if log_path is None:
+        return None
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    at = tail.rfind("Root Cause (first observed failure)")
+    if at < 0:
+        return None
+    block = tail[at:at + 2000]
+    rank = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", block)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
+    if not rank or not code:
+        return None
+    r, local, c = int(rank.group(1)), int(rank.group(2)), int(code.group(1))
+    try:
+        how = f"was killed by {signal.Signals(-c).name}" if c < 0 else f"exited with {c}"
+    except ValueError:
+        how = f"exited with {c}"
+    return r, c, f"rank {r} (local_rank {local}) {how}"
+
+
+def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = False,
+           log_path: Optional[Path] = None, launched_at: Optional[datetime] = None) -> None:
+    """After the launcher exits: replay the journal, then close a run that did not close itself.
+
+    A run whose rank 0 recorded ``cancelled`` although nobody asked to cancel it was stopped by its
+    launcher because another rank failed first: it is ``failed``, with that rank's failure as its error.
+    """
     from ledger.db import make_engine
-    from ledger.journal import Journal, default_journal_dir, sync_journal
+    from ledger.journal import Journal, JournalWriteError, default_journal_dir, sync_journal
 
     try:
         engine = make_engine(db_url)
     except Exception as exc:
-        print(f"[trainledger] ledger unreachable after the run ({exc.__class__.__name__}); run `trainledger sync` later",
-              file=sys.stderr)
+        _notice(f"ledger unreachable after the run ({exc.__class__.__name__}); run `trainledger sync` later", log_path)
         return
     journal_dir = Path(os.environ.get("TRAINLEDGER_JOURNAL_DIR") or default_journal_dir())
     try:
         if (journal_dir / f"{run_id}.jsonl").exists():
-            sync_journal(engine, Journal(journal_dir, run_id))
+            try:
+                sync_journal(engine, Journal(journal_dir, run_id))
+            except JournalWriteError as exc:  # applied; only the journal's applied mark could not be written
+                _notice(str(exc), log_path)
         with Session(engine) as s:
             run = s.get(Run, run_id)
             if run is None:
                 return
             now = utcnow()
+            failure = first_failure(log_path or (Path(run.log_path) if run.log_path else None))
             if run.status == RunStatus.queued:
                 run.status = RunStatus.failed
-                run.started_at = run.started_at or now
+                run.started_at = run.started_at or min(launched_at or now, now)  # it held its nodes from the launch
                 run.ended_at = now
                 run.exit_code = exit_code
                 run.error = f"the launcher exited with {exit_code} before training started; see {run.log_path}"
@@ -274,8 +334,21 @@ def settle(run_id: str, db_url: str, exit_code: int) -> None:
                 run.ended_at = run.heartbeat_at or now
                 run.exit_code = exit_code
                 run.error = f"the launcher exited with {exit_code} without a final status; ended at the last heartbeat"
-            elif run.exit_code is None:
+                if failure:
+                    run.error += f" (first failure: {failure[2]})"
+            elif (run.status == RunStatus.cancelled and not cancel_requested and exit_code != 0 and failure
+                  and failure[0] != 0 and failure[1] not in _STOP_CODES):
+                # nobody cancelled it: another rank failed and the launcher stopped rank 0 with SIGTERM
+                run.status = RunStatus.failed
                 run.exit_code = exit_code
+                run.error = f"{failure[2]}; the launcher then stopped the other ranks"
+            elif (run.status == RunStatus.failed and failure and failure[0] != 0 and failure[1] < 0
+                  and failure[1] not in _STOP_CODES and run.error and "first failure:" not in run.error):
+                # rank 0's own error is only the echo (a broken connection) of another rank's death
+                run.error = f"{run.error[:800]} (first failure: {failure[2]})"
+            if run.exit_code is None:
+                run.exit_code = exit_code
+            s.flush()  # flush before commit: session hooks that run before commit (the rollup) see the change
             s.commit()
     finally:
         engine.dispose()
@@ -349,6 +422,7 @@ def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, An
         if run.status == RunStatus.queued:
             run.status, run.ended_at, run.error = RunStatus.cancelled, utcnow(), "cancelled before it started"
             run.started_at = run.started_at or run.ended_at
+            session.flush()
             session.commit()
             return {"run_id": run.id, "status": "cancelled", "signalled": False}
         raise LedgerInputError(f"RUN_ID: run {run.id} was not started by `trainledger launch`; stop it with its own launcher")
@@ -375,6 +449,7 @@ def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, An
         run.ended_at = utcnow()
         run.started_at = run.started_at or run.ended_at
         run.error = "cancelled (`trainledger runs cancel`)" + ("; processes were killed after the grace period" if killed else "")
+        session.flush()
         session.commit()
     return {"run_id": run.id, "status": run.status.value, "signalled": True, "killed_after_grace": killed}
 

@@ -139,6 +139,7 @@ class Run(SQLModel, table=True):
     __tablename__ = "run"
     __table_args__ = (
         Index("ix_run_started_ended", "started_at", "ended_at"),
+        Index("ix_run_ended_started", "ended_at", "started_at"),  # runs of a month: count and list (migration 0003)
         Index("ix_run_status_heartbeat", "status", "heartbeat_at"),
     )
 
@@ -234,3 +235,76 @@ class MetricSample(SQLModel, table=True):
     metric: str = Field(max_length=100)
     ts: datetime = Field(sa_type=UTCDateTime)
     value: Optional[float] = None  # None = missing (never stored as zero)
+
+
+# --- pre-aggregated monthly rollup (ledger/rollup.py; migration 0003) ------------------
+
+class RollupFacts(SQLModel):
+    """The additive facts of a set of run slices (``ledger.rollup.Facts``): integers, an exact
+    decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices)."""
+
+    slices: int = 0
+    node_us: int = Field(default=0, sa_type=BigInteger)
+    gpu_us: int = Field(default=0, sa_type=BigInteger)
+    tokens: int = Field(default=0, sa_type=BigInteger)
+    util_slices: int = 0
+    util_us: int = Field(default=0, sa_type=BigInteger)
+    util_w: int = Field(default=0, sa_type=BigInteger)
+    mfu_us: int = Field(default=0, sa_type=BigInteger)
+    mfu_w: int = Field(default=0, sa_type=BigInteger)
+    kwh: str = Field(default="0", max_length=60)
+    kwh_slices: int = 0
+    kwh_node_us: int = Field(default=0, sa_type=BigInteger)
+    billed: str = Field(default="{}", max_length=2000)
+    util_sources: str = Field(default="{}", max_length=200)
+
+
+class RollupSlice(RollupFacts, table=True):
+    """One run's part of one calendar month (display time zone) and its additive facts."""
+
+    __tablename__ = "rollup_slice"
+    __table_args__ = (
+        UniqueConstraint("run_id", "month", name="uq_rollup_slice"),
+        Index("ix_rollup_slice_scope", "month", "node_type_id", "start_at"),
+    )
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=64)  # indexed by uq_rollup_slice
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_id: Optional[int] = None  # as recorded on the run (resolved when read)
+    project_id: Optional[int] = None
+    status: str = Field(max_length=20)
+    start_at: datetime = Field(sa_type=UTCDateTime)
+    end_at: datetime = Field(sa_type=UTCDateTime)
+    nodes: int
+    gpus_per_node: int
+    split: bool = False
+
+
+class RollupMonth(RollupFacts, table=True):
+    """The facts of ``rollup_slice`` summed per month, node type, recorded offer, project and status."""
+
+    __tablename__ = "rollup_month"
+    __table_args__ = (UniqueConstraint("month", "node_type_id", "offer_key", "project_key", "status",
+                                       name="uq_rollup_month"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_key: int = 0  # offer id, 0 = none recorded
+    project_key: int = 0  # project id, 0 = none
+    status: str = Field(max_length=20)
+
+
+class RollupPeak(SQLModel, table=True):
+    """Peak nodes in use at one instant, per month and node type (offer_key −1) and per recorded offer."""
+
+    __tablename__ = "rollup_peak"
+    __table_args__ = (UniqueConstraint("month", "node_type_id", "offer_key", name="uq_rollup_peak"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_key: int
+    peak: int = 0

@@ -21,43 +21,48 @@ from ledger.errors import LedgerInputError
 from ledger.models import NodeType, Offer, OfferKind
 
 PRESET_FILE = "pricing.toml"
+#: Money columns are NUMERIC(20, 6): at most 14 digits before the point, 6 after
+MONEY_MAX = Decimal("1e14")
+MONEY_STEP = Decimal("0.000001")
+#: names and labels: printable text (no control characters), as stored in VARCHAR(n)
+NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
 
 
 class NodeTypeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=100)
-    gpu_model: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
+    gpu_model: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
     gpus_per_node: int = Field(gt=0, le=1024)
-    gpu_memory_gb: float = Field(gt=0)
-    peak_bf16_tflops: float = Field(gt=0)
-    interconnect: str = ""
-    network: str = ""
+    gpu_memory_gb: float = Field(gt=0, le=1e6)
+    peak_bf16_tflops: float = Field(gt=0, le=1e9)
+    interconnect: str = Field(default="", max_length=100, pattern=NO_CONTROL)
+    network: str = Field(default="", max_length=100, pattern=NO_CONTROL)
 
 
-NonNeg = Field(default=None, ge=0)
+NonNeg = Field(default=None, ge=0, lt=MONEY_MAX)
 
 
 class OfferSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=100)
-    node_type: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
+    node_type: str = Field(min_length=1, max_length=100)
     kind: Literal["rent_elastic", "rent_reserved", "own"]
     currency: str = Field(default="CNY", pattern=r"^[A-Z]{3}$")
     price_per_node_hour: Optional[Decimal] = NonNeg
     price_per_node_month: Optional[Decimal] = NonNeg
-    billing_granularity_hours: Optional[Decimal] = Field(default=None, gt=0)
+    billing_granularity_hours: Optional[Decimal] = Field(default=None, ge=MONEY_STEP, lt=MONEY_MAX)
     minimum_hours: Optional[Decimal] = NonNeg
     capex_per_node: Optional[Decimal] = NonNeg
-    depreciation_months: Optional[int] = Field(default=None, gt=0)
+    depreciation_months: Optional[int] = Field(default=None, gt=0, le=1200)
     residual_value: Optional[Decimal] = NonNeg
     power_kw_load: Optional[Decimal] = NonNeg
     power_kw_idle: Optional[Decimal] = NonNeg
     electricity_price_per_kwh: Optional[Decimal] = NonNeg
-    pue: Optional[Decimal] = Field(default=None, ge=1)
+    pue: Optional[Decimal] = Field(default=None, ge=1, lt=MONEY_MAX)
     operations_per_node_month: Optional[Decimal] = NonNeg
-    notes: str = ""
+    notes: str = Field(default="", max_length=500)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "OfferSpec":
@@ -93,6 +98,15 @@ class PricingFile(BaseModel):
     node_type: list[NodeTypeSpec] = []
     offer: list[OfferSpec] = []
 
+    @model_validator(mode="after")
+    def _unique_names(self) -> "PricingFile":
+        for section, entries in (("node_type", self.node_type), ("offer", self.offer)):
+            names = [e.name for e in entries]
+            twice = next((n for n in names if names.count(n) > 1), None)
+            if twice is not None:
+                raise ValueError(f"{section} {twice!r} is defined twice; keep one")
+        return self
+
 
 def _one_line(err: ValidationError, where: str, data: dict) -> str:
     first = err.errors()[0]
@@ -108,8 +122,11 @@ def _one_line(err: ValidationError, where: str, data: dict) -> str:
         loc = loc[2:]
     field = ".".join(str(p) for p in loc) or "entry"
     msg = first["msg"].removeprefix("Value error, ")
+    if field == "entry" and label == where:  # a check of the whole file (e.g. a name defined twice)
+        return f"{where}: {msg}"
     got = first.get("input")
-    got_s = "" if isinstance(got, dict) or loc == [] else f" (got {got!r})"
+    shown = repr(got) if len(repr(got)) <= 80 else repr(got)[:77] + "..."
+    got_s = "" if isinstance(got, dict) or loc == [] else f" (got {shown})"
     return f"{label}: {field}: {msg}{got_s}"
 
 
@@ -179,9 +196,14 @@ def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror}") from None
+        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     spec = parse_pricing(text, where=Path(path).name)
-    return apply_pricing(session, spec, source="user", replace=True)
+    try:
+        return apply_pricing(session, spec, source="user", replace=True)
+    except LedgerInputError as exc:
+        raise LedgerInputError(f"{Path(path).name}: {exc}") from None
 
 
 def ensure_presets(engine: Engine) -> None:

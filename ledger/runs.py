@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Optional
 
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlmodel import Session, select
 
-from ledger import costs
+from ledger import costs, rollup
 from ledger.accounting import month_bounds, monthly_report, month_of, run_interval
 from ledger.errors import LedgerInputError
 from ledger.models import NodeType, Offer, OfferKind, Project, Run, RunNode, RunStatus, User
@@ -38,6 +38,8 @@ def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Opti
             .values(status=RunStatus.crashed, ended_at=max(hb, started or hb),
                     error="heartbeat stopped; marked crashed at the last heartbeat")
         )
+    if stale:
+        rollup.touch(session, [rid for rid, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
     return len(stale)
 
 
@@ -50,10 +52,33 @@ def _status(value: Optional[str]) -> Optional[RunStatus]:
         raise LedgerInputError(f"--status: expected one of {', '.join(s.value for s in RunStatus)}, got {value!r}") from None
 
 
+def _filters(session: Session, q, *, month: Optional[str], project: Optional[str], user: Optional[str],
+             status: Optional[str], strategy: Optional[str], sweep: Optional[str]):
+    """``q`` narrowed in SQL by the ``runs list`` filters (joins to Project/User only when filtered by them)."""
+    if month:
+        ms, me = month_bounds(month, display_timezone(session))
+        q = q.where(Run.started_at < me, (Run.ended_at.is_(None)) | (Run.ended_at > ms))
+    if project:
+        q = q.where(Run.project_id == select(Project.id).where(Project.name == project).scalar_subquery())
+    if user:
+        q = q.where(Run.user_id == select(User.id).where(User.name == user).scalar_subquery())
+    if status:
+        q = q.where(Run.status == _status(status))
+    if strategy:
+        q = q.where(Run.strategy == strategy)
+    if sweep:
+        q = q.where(Run.sweep_id == sweep)
+    return q
+
+
 def list_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
               user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
               sweep: Optional[str] = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration."""
+    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration.
+
+    Only the page (``limit`` rows from ``offset``) is read: the newest-first order
+    walks the ``started_at`` index, so the cost does not grow with the ledger.
+    """
     reap_stale(session)
     q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
                 Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
@@ -61,19 +86,7 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
          .join(NodeType, NodeType.id == Run.node_type_id)
          .outerjoin(Project, Project.id == Run.project_id)
          .outerjoin(User, User.id == Run.user_id))
-    if month:
-        ms, me = month_bounds(month, display_timezone(session))
-        q = q.where(Run.started_at < me, (Run.ended_at.is_(None)) | (Run.ended_at > ms))
-    if project:
-        q = q.where(Project.name == project)
-    if user:
-        q = q.where(User.name == user)
-    if status:
-        q = q.where(Run.status == _status(status))
-    if strategy:
-        q = q.where(Run.strategy == strategy)
-    if sweep:
-        q = q.where(Run.sweep_id == sweep)
+    q = _filters(session, q, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
     q = q.order_by(Run.started_at.desc(), Run.id).offset(offset).limit(limit)
     now = utcnow()
     tz = display_timezone(session)
@@ -89,6 +102,44 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
                     "ended_at": ended.astimezone(tz) if ended else None, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
                     "final_loss": loss, "sweep_id": sweep_id})
     return out
+
+
+def _indexed_by_end(session: Session) -> bool:
+    """Whether ``run`` has an index leading with ``ended_at`` (looked up once per engine)."""
+    bind = session.get_bind()
+    key = str(bind.url)
+    if key not in _END_INDEX:
+        from sqlalchemy import inspect
+
+        # the session's own connection: a second one would queue behind this transaction's write lock (SQLite)
+        _END_INDEX[key] = any((ix.get("column_names") or [None])[0] == "ended_at"
+                              for ix in inspect(session.connection()).get_indexes("run"))
+    return _END_INDEX[key]
+
+
+_END_INDEX: dict[str, bool] = {}
+
+
+def count_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
+               user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
+               sweep: Optional[str] = None) -> int:
+    """How many runs :func:`list_runs` would list with these filters and no limit (COUNT in SQL).
+
+    With a month and an index on ``run(ended_at, …)``, the count is split into runs
+    started in the month, runs started before it that end inside or after it, and
+    runs started before it with no end, so each part is an index range of about
+    the month's size; otherwise it is one COUNT over the ``started_at`` index range
+    up to the month's end (it grows with the ledger: ~0.1 s per million runs).
+    """
+    rest = dict(project=project, user=user, status=status, strategy=strategy, sweep=sweep)
+    base = select(func.count()).select_from(Run)
+    if not month or not _indexed_by_end(session):
+        return session.exec(_filters(session, base, month=month, **rest)).one()
+    ms, me = month_bounds(month, display_timezone(session))
+    parts = (base.where(Run.started_at >= ms, Run.started_at < me),
+             base.where(Run.ended_at > ms, Run.started_at < ms),
+             base.where(Run.ended_at.is_(None), Run.started_at < ms))
+    return sum(session.exec(_filters(session, q, month=None, **rest)).one() for q in parts)
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -140,7 +191,7 @@ def show_run(session: Session, run_id: str) -> dict[str, Any]:
         from ledger.accounting import months_between
 
         for month in months_between(m, last):
-            rep = monthly_report(session, month)
+            rep = monthly_report(session, month, lines={run_id})
             for s in rep.runs:
                 if s.run_id == run.id:
                     monthly.append({"month": month, "node_hours": s.node_hours, "cost": s.cost, "offer": s.offer,

@@ -37,7 +37,7 @@ def set_setting(session: Session, key: str, value: str) -> None:
 def parse_timezone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
         raise LedgerInputError(f"timezone: unknown time zone {name!r}; use an IANA name such as UTC or Asia/Shanghai") from None
 
 

@@ -94,6 +94,9 @@ def new_sweep_id() -> str:
     return "sweep-" + uuid.uuid4().hex[:10]
 
 
+SWEEP_LAUNCHERS = ("torchrun", "deepspeed")
+
+
 @dataclass
 class SweepRequest:
     """What ``trainledger sweep`` takes: strategies × steps on ``nodes`` nodes of ``gpus_per_node`` processes."""
@@ -108,6 +111,10 @@ class SweepRequest:
     node_type: str = "rtx4090-8x"
     project: Optional[str] = None
     sweep_id: str = field(default_factory=new_sweep_id)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in SWEEP_LAUNCHERS:  # a sweep waits for each run here: no batch queue
+            raise LedgerInputError(f"--launcher: a sweep runs under {' or '.join(SWEEP_LAUNCHERS)}, got {self.launcher!r}")
 
     def processes(self, strategy: str) -> int:
         gpn = self.gpus_per_node or 2

@@ -98,3 +98,15 @@ def cli(ledger_url, monkeypatch):
 
     yield run
     get_engine.cache_clear()
+
+
+@pytest.fixture
+def fake_popen(monkeypatch):
+    """``subprocess.Popen`` replaced by :class:`tests.helpers.FakePopen`; yields the recorded calls."""
+    import subprocess
+
+    from tests.helpers import FakePopen
+
+    FakePopen.calls = []
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    return FakePopen.calls

@@ -42,3 +42,35 @@ def add_fleet(session: Session, nodes: int = 8, offer_name: str = "rtx4090-own",
     session.add(f)
     session.flush()
     return f
+
+
+class FakePopen:
+    """Stands in for ``subprocess.Popen``: records ``(argv, env, other kwargs)`` (positional arguments
+    after argv under ``"positional"``), starts nothing, exits 0."""
+
+    calls: list = []
+
+    def __init__(self, argv, *args, env=None, **kw):
+        FakePopen.calls.append((argv, env, {**kw, "positional": args} if args else kw))
+        self.pid = 2**22 + len(FakePopen.calls)  # beyond pid_max on most systems: no real process
+        self.returncode = 0
+
+    def wait(self, timeout=None):
+        return 0
+
+    def poll(self):
+        return 0
+
+    def send_signal(self, sig):
+        pass
+
+
+def offer_price(url: str, name: str = "rtx4090-rent"):
+    """An offer's monthly price, read through a fresh engine (what another process would see)."""
+    from ledger.db import make_engine
+
+    engine = make_engine(url)
+    with Session(engine) as s:
+        price = s.exec(select(Offer.price_per_node_month).where(Offer.name == name)).one()
+    engine.dispose()
+    return price

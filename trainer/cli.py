@@ -32,7 +32,7 @@ data_app = typer.Typer(
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(message.splitlines())}", err=True)  # one line, even for a path with a newline
     raise typer.Exit(2)
 
 

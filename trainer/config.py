@@ -51,6 +51,7 @@ the key. This module imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -61,6 +62,8 @@ from trainer.shapes import ModelShape, get_shape
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "pp", "tp", "3d")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: the largest whole number a config may hold (a 32-bit INTEGER column in the ledger)
+MAX_INT = 2**31 - 1
 
 
 class ConfigError(ValueError):
@@ -149,19 +152,50 @@ class TrainConfig:
             )
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
-        for key, value, low in (
-            ("steps", self.steps, 1),
-            ("log_every", self.log_every, 1),
-            ("parallel.micro_batch", self.parallel.micro_batch, 1),
-            ("data.shard_size", self.data.shard_size, 1),
-            ("optimizer.warmup_steps", self.optimizer.warmup_steps, 0),
+        par, opt = self.parallel, self.optimizer
+        for key, value, low, high in (
+            ("steps", self.steps, 1, MAX_INT),
+            ("seed", self.seed, 0, 2**32 - 1),
+            ("log_every", self.log_every, 1, MAX_INT),
+            ("parallel.micro_batch", par.micro_batch, 1, MAX_INT),
+            ("parallel.dp", par.dp, 1, MAX_INT),
+            ("parallel.tp", par.tp, 1, MAX_INT),
+            ("parallel.pp", par.pp, 1, MAX_INT),
+            ("parallel.zero_stage", par.zero_stage, 0, 3),
+            ("parallel.grad_accum", par.grad_accum, 1, MAX_INT),
+            ("parallel.global_batch", par.global_batch, 1, MAX_INT),
+            ("parallel.nodes", par.nodes, 1, MAX_INT),
+            ("parallel.gpus_per_node", par.gpus_per_node, 1, MAX_INT),
+            ("data.seq_len", self.data.seq_len, 1, MAX_INT),
+            ("data.shard_size", self.data.shard_size, 1, MAX_INT),
+            ("optimizer.warmup_steps", opt.warmup_steps, 0, MAX_INT),
+            *((f"model.{k}", getattr(self.model, k), 1, MAX_INT)
+              for k in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size")),
         ):
-            if value < low:
-                raise ConfigError(f"{key} must be ≥ {low}, got {value}")
-        if self.optimizer.lr <= 0:
-            raise ConfigError(f"optimizer.lr must be > 0, got {self.optimizer.lr}")
-        if self.optimizer.grad_clip < 0:
-            raise ConfigError(f"optimizer.grad_clip must be ≥ 0 (0 disables), got {self.optimizer.grad_clip}")
+            if value is not None and not low <= value <= high:
+                raise ConfigError(f"{key} must be {low} to {high}, got {value}" if value > high
+                                  else f"{key} must be ≥ {low}, got {value}")
+        floats = [("optimizer.lr", opt.lr), ("optimizer.weight_decay", opt.weight_decay), ("optimizer.eps", opt.eps),
+                  ("optimizer.betas", opt.betas[0]), ("optimizer.betas", opt.betas[1]),
+                  ("optimizer.min_lr_ratio", opt.min_lr_ratio), ("optimizer.grad_clip", opt.grad_clip),
+                  ("peak_tflops", self.peak_tflops)]
+        for key, value in floats:
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{key} must be a finite number, got {value!r}")
+        if opt.lr <= 0:
+            raise ConfigError(f"optimizer.lr must be > 0, got {opt.lr}")
+        if opt.weight_decay < 0:
+            raise ConfigError(f"optimizer.weight_decay must be ≥ 0, got {opt.weight_decay}")
+        if opt.eps <= 0:
+            raise ConfigError(f"optimizer.eps must be > 0, got {opt.eps}")
+        if not all(0 <= b < 1 for b in opt.betas):
+            raise ConfigError(f"optimizer.betas must be two numbers in [0, 1) such as [0.9, 0.95], got {list(opt.betas)}")
+        if not 0 <= opt.min_lr_ratio <= 1:
+            raise ConfigError(f"optimizer.min_lr_ratio must be between 0 and 1, got {opt.min_lr_ratio}")
+        if opt.grad_clip < 0:
+            raise ConfigError(f"optimizer.grad_clip must be ≥ 0 (0 disables), got {opt.grad_clip}")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise ConfigError(f"peak_tflops must be > 0 (TFLOPS per device), got {self.peak_tflops}")
         shape = self.shape  # raises ConfigError on bad dims
         if self.data.seq_len is not None and self.data.seq_len != shape.seq_len:
             raise ConfigError(
@@ -184,6 +218,12 @@ class TrainConfig:
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "parallel": ParallelConfig, "optimizer": OptimizerConfig}
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error names the value, it does not echo a whole file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     """Check/convert one YAML value against a dataclass type hint."""
     origin = typing.get_origin(hint)
@@ -195,34 +235,40 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
+        raise ConfigError(f"{key} must be true or false, got {_short(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
+        raise ConfigError(f"{key} must be an integer, got {_short(value)}")
     if hint is float:
         # YAML 1.1 reads "1e-3" (no dot) as a string; accept it.
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                pass
+        elif isinstance(value, str):
+            try:
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key} must be a number, got {value!r}")
+        if number is not None and math.isfinite(number):
+            return number
+        raise ConfigError(f"{key} must be a finite number, got {_short(value)}")
     if hint is str:
         if isinstance(value, (str, Path)):
             return str(value)
-        raise ConfigError(f"{key} must be a string, got {value!r}")
+        raise ConfigError(f"{key} must be a string, got {_short(value)}")
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{key} must be a list of {len(args)} numbers, got {value!r}")
+            raise ConfigError(f"{key} must be a list of {len(args)} numbers, got {_short(value)}")
         return tuple(_coerce(v, a, key) for v, a in zip(value, args))
     if hint is dict:
         if isinstance(value, Mapping):
             return dict(value)
-        raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        raise ConfigError(f"{key} must be a mapping, got {_short(value)}")
     raise TypeError(f"unsupported config type {hint!r} for {key}")  # a bug in this module
 
 
@@ -230,14 +276,14 @@ def _build(cls: type, raw: Any, where: str) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where or 'the config'} must be a mapping, got {raw!r}")
+        raise ConfigError(f"{where or 'the config'} must be a mapping, got {_short(raw)}")
     hints = typing.get_type_hints(cls)
     allowed = [f.name for f in fields(cls)]
     kwargs = {}
     for key, value in raw.items():
         name = f"{where}.{key}" if where else str(key)
         if key not in allowed:
-            raise ConfigError(f"unknown config key '{name}' (allowed: {', '.join(allowed)})")
+            raise ConfigError(f"unknown config key {name!r} (allowed: {', '.join(allowed)})")
         if where == "" and key in _SECTIONS:
             kwargs[key] = _build(_SECTIONS[key], value, key)
         else:
@@ -259,10 +305,15 @@ def load_config(path: str | Path) -> TrainConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     return config_from_dict(raw)

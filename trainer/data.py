@@ -230,10 +230,19 @@ def prepare_corpus_cached(sources: Sequence[str | Path], cache_dir: str | Path, 
                           shard_size: int) -> Path:
     """Prepare a text corpus into ``cache_dir/corpus-<hash>`` unless it is there already."""
     out = Path(cache_dir) / f"corpus-{corpus_cache_key(sources, seq_len, shard_size)}"
-    if not (out / INDEX).exists():
-        if out.exists():  # a crashed earlier attempt
-            shutil.rmtree(out, ignore_errors=True)
-        prepare_shards(sources, out, seq_len=seq_len, shard_size=shard_size)
+    if (out / INDEX).exists():
+        return out
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # every rank of every run on this node may get here at once: one prepares, the others wait for it
+    # (without the lock, a late process could delete a cache another had just completed, or fail on it)
+    with open(out.parent / f".{out.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / INDEX).exists():
+            if out.exists():  # a crashed earlier attempt
+                shutil.rmtree(out, ignore_errors=True)
+            prepare_shards(sources, out, seq_len=seq_len, shard_size=shard_size)
     return out
 
 

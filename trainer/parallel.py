@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -44,7 +45,10 @@ class PlanError(ValueError):
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+    """The divisors of ``n`` (trial division up to √n, so a huge n costs microseconds, not minutes)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    large = [n // d for d in reversed(small) if d * d != n]
+    return ", ".join(str(d) for d in small + large)
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,18 @@ def _is_auto(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() == "auto"
 
 
+def _ds_float(value: Any, path: str) -> float:
+    """A number of a DeepSpeed JSON (a numeric string too, as DeepSpeed's own parsing allows); finite."""
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (OverflowError, ValueError):
+            number = math.nan
+        if math.isfinite(number):
+            return number
+    raise PlanError(f"DeepSpeed JSON {path} must be a finite number or \"auto\", got {value!r}"[:300])
+
+
 def _ds_int(ds: Mapping, path: str) -> Optional[int]:
     value = _get(ds, path)
     if value is None or _is_auto(value):
@@ -251,15 +267,22 @@ def apply_deepspeed_json(config: TrainConfig, ds: Mapping, infer_strategy: bool 
         if value is not None:
             updates[field] = value
     opt_updates: dict[str, Any] = {}
+    for section in ("optimizer", "optimizer.params", "zero_optimization", "pipeline"):
+        value = _get(ds, section)
+        if value is not None and not isinstance(value, Mapping):
+            raise PlanError(f"DeepSpeed JSON {section} must be an object, got {value!r}"[:300])
     params = _get(ds, "optimizer.params") or {}
     for key in ("lr", "eps", "weight_decay"):
         if key in params and not _is_auto(params[key]):
-            opt_updates[key] = float(params[key])
+            opt_updates[key] = _ds_float(params[key], f"optimizer.params.{key}")
     if "betas" in params and not _is_auto(params["betas"]):
-        opt_updates["betas"] = tuple(float(b) for b in params["betas"])
+        betas = params["betas"]
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise PlanError(f"DeepSpeed JSON optimizer.params.betas must be a list of 2 numbers, got {betas!r}"[:300])
+        opt_updates["betas"] = tuple(_ds_float(b, "optimizer.params.betas") for b in betas)
     clip = ds.get("gradient_clipping")
     if clip is not None and not _is_auto(clip):
-        opt_updates["grad_clip"] = float(clip)
+        opt_updates["grad_clip"] = _ds_float(clip, "gradient_clipping")
     try:
         return replace(
             config,
@@ -293,6 +316,9 @@ def resolve_plan(
             config = config_from_dict(config)
         except ConfigError as exc:
             raise PlanError(str(exc)) from None
+    for name, value in (("world size", world_size), ("nodes", nodes), ("gpus per node", gpus_per_node)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise PlanError(f"{name} must be a positive integer, got {value!r}")
     if config.deepspeed:
         config = apply_deepspeed_json(config, config.deepspeed)
     par = config.parallel

@@ -138,18 +138,30 @@ class Exporter:
         self.mem = Gauge("trainledger_gpu_memory_used_bytes", "Device memory in use (process RSS on CPU-only runs).", labels, registry=self.registry)
         self.lv = dict(run_id=run_id, node=node, rank=str(rank))
         self.source = source
+        # labelled children, looked up once (``labels()`` costs ~10× the update) and made on first use,
+        # so a series appears only once it has a value (missing is never exported as zero)
+        self._step_children: Optional[tuple] = None
+        self._util_child = self._mem_child = None
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
 
     def on_step(self, metrics: dict, tokens_per_step: int) -> None:
-        self.tokens.labels(**self.lv).inc(tokens_per_step)
-        self.step.labels(**self.lv).set(metrics["step_time_s"])
-        self.loss.labels(**self.lv).set(metrics["loss"])
+        c = self._step_children
+        if c is None:
+            c = self._step_children = (self.tokens.labels(**self.lv), self.step.labels(**self.lv),
+                                       self.loss.labels(**self.lv))
+        c[0].inc(tokens_per_step)
+        c[1].set(metrics["step_time_s"])
+        c[2].set(metrics["loss"])
 
     def on_sample(self, util: Optional[float], mem: Optional[int]) -> None:
         if util is not None:
-            self.util.labels(**self.lv, source=self.source).set(util)
+            if self._util_child is None:
+                self._util_child = self.util.labels(**self.lv, source=self.source)
+            self._util_child.set(util)
         if mem is not None:
-            self.mem.labels(**self.lv).set(mem)
+            if self._mem_child is None:
+                self._mem_child = self.mem.labels(**self.lv)
+            self._mem_child.set(mem)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -174,12 +186,18 @@ class LedgerWriter(threading.Thread):
         self._engine = None
         self.ledger_ok: Optional[bool] = None
         self.error: Optional[BaseException] = None  # a journal write failure: fatal for the run
+        self.run_id = run_id
+        self._unjournaled: list[dict] = []  # events the failed journal could not keep: written straight to the ledger
         self._last_beat = 0.0
         self._lock = threading.Lock()
 
     def put(self, event: dict) -> None:
+        """Queue an event. After a journal failure it is kept for :meth:`close` to write straight to the ledger
+        (the training step raises :attr:`error` itself, see ``on_step``)."""
         if self.error is not None:
-            raise self.error
+            with self._lock:
+                self._unjournaled.append({"run_id": self.run_id, **event})
+            return
         self.queue.put(event)
 
     def _engine_or_none(self):
@@ -190,11 +208,17 @@ class LedgerWriter(threading.Thread):
         return self._engine
 
     def flush(self) -> None:
-        """Journal whatever is queued (fsync), then try to apply all pending events."""
+        """Journal whatever is queued (fsync), then try to apply all pending events.
+
+        A journal write failure (disk full, ...) raises :class:`~ledger.journal.JournalWriteError`
+        and is fatal for the run; the events of the failed write are kept for :meth:`close`.
+        """
+        from ledger.journal import JournalWriteError
+
         with self._lock:
             events = []
             now = time.monotonic()
-            if now - self._last_beat >= self.heartbeat_s:
+            if self.error is None and now - self._last_beat >= self.heartbeat_s:
                 events.append({"type": "heartbeat", "ts": _now().isoformat()})
                 self._last_beat = now
             while True:
@@ -202,18 +226,39 @@ class LedgerWriter(threading.Thread):
                     events.append(self.queue.get_nowait())
                 except queue.Empty:
                     break
-            self.journal.append(events)  # JournalWriteError propagates: the run must stop loudly
-            self._apply()
+            if self.error is not None:  # the journal already failed: never write to it again
+                self._unjournaled += [{"run_id": self.run_id, **ev} for ev in events]
+                return
+            try:
+                self.journal.append(events)  # all or nothing
+            except JournalWriteError as exc:
+                self._journal_failed(exc, events)
+                raise
+            try:
+                self._apply()
+            except JournalWriteError as exc:  # events are journaled and applied; only the applied mark failed
+                self._journal_failed(exc, [])
+                raise
+
+    def _journal_failed(self, exc: BaseException, events: list[dict]) -> None:
+        self._unjournaled += [{"run_id": self.run_id, **ev} for ev in events]
+        if self.error is None:
+            self.error = exc
+            print(f"[trainledger] error: {exc}; the run stops (tracking cannot go on without its journal)",
+                  file=sys.stderr, flush=True)
 
     def _apply(self) -> None:
         from ledger.db import redact_url, resolve_url
-        from ledger.journal import sync_journal
+        from ledger.journal import JournalWriteError, sync_journal
 
         try:
             sync_journal(self._engine_or_none(), self.journal)
             if self.ledger_ok is False:
                 print("[trainledger] ledger reachable again; journal replayed", file=sys.stderr, flush=True)
             self.ledger_ok = True
+        except JournalWriteError:  # the ledger has the events; the journal's applied mark could not be written
+            self.ledger_ok = True
+            raise
         except Exception as exc:  # unreachable ledger: keep journaling, retry next flush
             if self.ledger_ok is not False:
                 reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200]
@@ -228,17 +273,35 @@ class LedgerWriter(threading.Thread):
         while not self._halt.wait(self.flush_s):
             try:
                 self.flush()
-            except BaseException as exc:  # journal write failed
-                self.error = exc
-                os.kill(os.getpid(), signal.SIGUSR1)
+            except BaseException as exc:  # journal write failed (or a bug): stop the run loudly
+                if self.error is None:
+                    self._journal_failed(exc, [])
+                os.kill(os.getpid(), signal.SIGUSR1)  # the main thread raises it in the training step
                 return
 
-    def close(self, timeout_s: float = 30.0) -> bool:
-        """Stop the thread, flush the rest, and try to reach the ledger for up to ``timeout_s``."""
+    def close(self, timeout_s: float = 30.0, on_durable=None) -> bool:
+        """Stop the thread, flush the rest, and try to reach the ledger for up to ``timeout_s``.
+
+        ``on_durable`` is called once every event is safe (fsync'd in the journal, or, after a journal
+        failure, written to the ledger): from then on the process may be interrupted without loss.
+        """
+        from ledger.journal import JournalWriteError
+
         self._halt.set()
         if self.is_alive():
             self.join()
-        self.flush()
+        try:
+            self.flush()
+        except JournalWriteError:
+            pass
+        if self.error is not None:
+            try:
+                return self._write_through(timeout_s)
+            finally:
+                if on_durable is not None:
+                    on_durable()
+        if on_durable is not None:
+            on_durable()
         deadline = time.monotonic() + timeout_s
         while self.ledger_ok is False and time.monotonic() < deadline:
             time.sleep(1.0)
@@ -249,6 +312,43 @@ class LedgerWriter(threading.Thread):
         if self._engine is not None:
             self._engine.dispose()
         return bool(self.ledger_ok)
+
+    def _write_through(self, timeout_s: float) -> bool:
+        """After a journal failure: apply what the journal holds and what it could not keep straight to
+        the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
+        from sqlmodel import Session
+
+        from ledger.db import redact_url, resolve_url
+        from ledger.journal import JournalWriteError, apply_events
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with Session(self._engine_or_none()) as session:
+                    apply_events(session, self.journal.pending())
+                    apply_events(session, self._unjournaled)
+                    session.commit()
+                break
+            except Exception as exc:
+                if self._engine is not None:
+                    self._engine.dispose()
+                    self._engine = None
+                if time.monotonic() >= deadline:
+                    reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200]
+                    print(f"[trainledger] error: the run journal failed and the ledger {redact_url(resolve_url(self.db_url))} "
+                          f"is unreachable ({reason}); the last {len(self._unjournaled)} tracking events are lost",
+                          file=sys.stderr, flush=True)
+                    return False
+                time.sleep(1.0)
+        try:
+            self.journal.mark_applied(self.journal.seq)
+        except JournalWriteError:
+            pass  # replaying the journal again is idempotent
+        print(f"[trainledger] the run journal failed; its events and the {len(self._unjournaled)} it could not keep "
+              f"were written straight to the ledger", file=sys.stderr, flush=True)
+        self._engine.dispose()
+        self._engine = None
+        return True
 
 
 # --- the callback ----------------------------------------------------------------
@@ -271,6 +371,7 @@ class TrackingOptions:
     metrics_addr: str = "127.0.0.1"
     flush_s: float = 2.0
     heartbeat_s: float = 5.0
+    ledger_wait_s: float = 30.0  # at the end, how long to wait for an unreachable ledger before leaving it to `sync`
     util_interval_s: float = 1.0
     sample_every: int = 0  # 0: every step up to 1,000 steps, then ~1,000 points
 
@@ -289,6 +390,8 @@ class LedgerTracker:
         self._every = 1
         self._prev_handlers: dict[int, Any] = {}
         self._cancelling = False
+        self._finishing = False  # the final write has begun: signals must not interrupt it
+        self._closed = False  # the writer is closed: nothing more can be recorded
         self._handed_at = time.monotonic()
         # fault injection for tests and drills: raise in the training step at this step
         fault = os.environ.get("TRAINLEDGER_FAULT_STEP")
@@ -375,6 +478,7 @@ class LedgerTracker:
         self._close_exporter()
         if self.rank != 0:
             return
+        self._finishing = True  # from here on, signals must not cut rank 0's final write short
         self._hand_over_samples()
         nodes_rows, samples, util_mean, util_p95, source = self._per_node(gathered, result)
         self.writer.put({"type": "samples", "rows": samples})
@@ -387,14 +491,15 @@ class LedgerTracker:
             "mem_kind": result.memory_kind, "comm_share": result.comm_share, "final_loss": result.final_loss,
             "exit_code": 0, "nodes": result.nodes,
         }})
-        self._finish()
+        self._finish(fail_if_lost=True)
 
     def on_error(self, exc: BaseException) -> None:
         if self.sampler is not None:
             self.sampler.stop()
         self._close_exporter()
-        if self.rank != 0 or self.writer is None:
+        if self.rank != 0 or self.writer is None or self._closed:
             return
+        self._finishing = True  # a SIGTERM from the launcher (stopping the ranks) must not cut the final write short
         cancelled = isinstance(exc, (RunCancelled, KeyboardInterrupt))
         text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000] if not cancelled else None
         self._hand_over_samples()
@@ -440,9 +545,16 @@ class LedgerTracker:
         mean = sum(all_vals) / len(all_vals) if all_vals else None
         return rows, samples, mean, (percentile(all_vals, 95) if all_vals else None), source
 
-    def _finish(self) -> None:
-        self._restore_signals()
-        self.writer.close()
+    def _finish(self, fail_if_lost: bool = False) -> None:
+        # our handlers stay until the end is journaled: a SIGTERM/SIGUSR1 must not kill the process
+        # (their default action) half-way through its final write; waiting for the ledger may be cut short
+        self._closed = True
+        try:
+            ok = self.writer.close(self.o.ledger_wait_s, on_durable=self._restore_signals)
+        finally:
+            self._restore_signals()
+        if fail_if_lost and not ok and self.writer.error is not None:
+            raise self.writer.error  # neither the journal nor the ledger has the end of this run: exit non-zero
 
     def _export_samples(self) -> None:
         while self.sampler is not None and self.sampler.is_alive() and self.exporter is not None:
@@ -460,14 +572,20 @@ class LedgerTracker:
             return
 
         def cancel(signum, frame):
-            if self._cancelling:  # one cancellation is enough; later signals must not interrupt the final write
+            if self._cancelling or self._finishing:  # one cancellation is enough; later signals must not interrupt the final write
                 return
             self._cancelling = True
             raise RunCancelled(f"received {signal.Signals(signum).name}")
 
-        def journal_failed(signum, frame):
+        def journal_failed(signum, frame):  # SIGUSR1 from the writer thread: stop training, record `failed`
+            if self._finishing:  # already writing the end: close() writes it past the broken journal
+                return
+            from ledger.journal import JournalWriteError
+
             err = self.writer.error if self.writer else None
-            raise RuntimeError(str(err) if err else "run journal failed")
+            if isinstance(err, JournalWriteError):
+                raise JournalWriteError(str(err))
+            raise RuntimeError(f"run tracking failed: {type(err).__name__}: {err}" if err else "run journal failed")
 
         for sig, handler in ((signal.SIGTERM, cancel), (signal.SIGINT, cancel), (signal.SIGUSR1, journal_failed)):
             self._prev_handlers[sig] = signal.signal(sig, handler)
@@ -513,5 +631,6 @@ def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTrac
         metrics_addr=args.metrics_addr,
         flush_s=float(os.environ.get("TRAINLEDGER_FLUSH_S", 2.0)),
         heartbeat_s=float(os.environ.get("TRAINLEDGER_HEARTBEAT_S", 5.0)),
+        ledger_wait_s=float(os.environ.get("TRAINLEDGER_LEDGER_WAIT_S", 30.0)),
     )
     return LedgerTracker(opts)

@@ -18,7 +18,7 @@ FORMATS = {"csv": ("CSV", "text/csv"),
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-p = data.presented(url, month)
+p = data.presented(url, month, lines=True)
 st.title("Export")
 st.caption(f"The monthly report for {month}: a summary (own vs rent, savings, ROI, idle, waste), one line per "
            "project and one per run. CSV has three blocks separated by a blank line; XLSX has three sheets. "

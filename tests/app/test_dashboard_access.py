@@ -16,8 +16,9 @@ from sqlmodel import Session, select
 
 from app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
 from ledger.db import make_engine
-from ledger.models import Fleet, Offer, Setting
+from ledger.models import Fleet, Setting
 from tests.app.helpers import REPO, make_app, metrics
+from tests.helpers import offer_price
 
 FAST = 1_000  # PBKDF2 iterations in tests (the default is 600,000)
 
@@ -55,15 +56,9 @@ def _settings_as(monkeypatch, users_file, user, password):
     return at
 
 
-def _rent_price(url: str) -> Decimal:
-    engine = make_engine(url)
-    with Session(engine) as s:
-        price = s.exec(select(Offer.price_per_node_month).where(Offer.name == "rtx4090-rent")).one()
-    engine.dispose()
-    return price
 
 
-def _change_rent_price(at, price: str):
+def _changeoffer_price(at, price: str):
     at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()
     at.text_input(key="offer_rtx4090-rent_rent_elastic_price_per_node_month").input(price)
     next(b for b in at.button if b.label == "Save offer").click().run()
@@ -132,10 +127,10 @@ def test_sign_in_is_required_and_a_wrong_password_is_refused(ledger, users_file,
 def test_viewer_cannot_change_prices(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "bob", "bob-pw")
     assert any("only leads can save changes" in i.value for i in at.info)
-    _change_rent_price(at, "1")
+    _changeoffer_price(at, "1")
     assert any("Only leads can change prices: bob is a viewer. Nothing was saved." in e.value for e in at.error)
     assert not at.success
-    assert _rent_price(ledger) == Decimal("3600")
+    assert offer_price(ledger) == Decimal("3600")
 
 
 def test_viewer_cannot_edit_fleet_or_settings(ledger, users_file, monkeypatch):
@@ -154,17 +149,17 @@ def test_viewer_cannot_edit_fleet_or_settings(ledger, users_file, monkeypatch):
 
 def test_lead_can_change_prices(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
-    _change_rent_price(at, "3000.50")
+    _changeoffer_price(at, "3000.50")
     assert [s.value for s in at.success] == ["Saved offer rtx4090-rent."]
-    assert _rent_price(ledger) == Decimal("3000.50")
+    assert offer_price(ledger) == Decimal("3000.50")
 
 
 def test_bad_price_is_one_line_and_writes_nothing(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
-    _change_rent_price(at, "-5")
+    _changeoffer_price(at, "-5")
     assert [e.value for e in at.error] == [
         "offer form: offer 'rtx4090-rent': price_per_node_month: Input should be greater than or equal to 0 (got '-5')"]
-    assert _rent_price(ledger) == Decimal("3600")
+    assert offer_price(ledger) == Decimal("3600")
 
 
 def test_local_use_is_a_lead_and_can_add_a_fleet(ledger):

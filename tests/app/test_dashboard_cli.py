@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -12,27 +11,6 @@ from app.auth import make_entry
 from ledger.cli import app
 
 
-class FakePopen:
-    """Stands in for subprocess.Popen: records the call, 'serves' and exits 0."""
-
-    calls: list = []
-
-    def __init__(self, argv, env=None, **kw):
-        FakePopen.calls.append((argv, env, kw))
-        self.returncode = 0
-
-    def wait(self, timeout=None):
-        return 0
-
-    def send_signal(self, sig):
-        pass
-
-
-@pytest.fixture
-def fake_popen(monkeypatch):
-    FakePopen.calls = []
-    monkeypatch.setattr(subprocess, "Popen", FakePopen)
-    return FakePopen.calls
 
 
 def _invoke(*args):

@@ -21,20 +21,38 @@ def shard_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shard-cache")
 
 
-@pytest.fixture
-def track_env(tmp_path, shard_cache):
-    """Environment for launched runs: private journal, logs and data dirs; fast heartbeats."""
+def make_track_env(base: Path, shard_cache: Path) -> dict:
+    """Environment for launched runs under ``base``: private journal, logs and data dirs; fast heartbeats."""
     env = dict(os.environ)
     env.update({
-        "TRAINLEDGER_JOURNAL_DIR": str(tmp_path / "journal"),
+        "TRAINLEDGER_JOURNAL_DIR": str(base / "journal"),
         "TRAINLEDGER_CACHE_DIR": str(shard_cache),
-        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "XDG_DATA_HOME": str(base / "xdg"),
         "TRAINLEDGER_HEARTBEAT_S": "1",
         "TRAINLEDGER_FLUSH_S": "0.5",
         "OMP_NUM_THREADS": "1",
     })
     env.pop("TRAINLEDGER_DB_URL", None)
     return env
+
+
+@pytest.fixture
+def track_env(tmp_path, shard_cache):
+    """Environment for launched runs: private journal, logs and data dirs; fast heartbeats."""
+    return make_track_env(tmp_path, shard_cache)
+
+
+@pytest.fixture
+def pg_cluster():
+    """A started throwaway PostgreSQL cluster (tests/pgcluster.py) that the test may stop and start."""
+    from tests.pgcluster import PgCluster
+
+    pg = PgCluster()
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.destroy()
 
 
 def free_port() -> int:
@@ -51,6 +69,42 @@ def trainledger(args: list[str], env: dict, timeout: float = 300, check: bool = 
     if check and proc.returncode != 0:
         raise AssertionError(f"trainledger {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def launch_detached(url: str, env: dict, *extra, config: str = "zero2.yaml") -> str:
+    """`trainledger launch CONFIG --detach`; returns the run id."""
+    out = trainledger(["launch", CONFIGS / config, "--db", url, "--detach", "--json", *extra], env)
+    return json.loads(out.stdout)["run_id"]
+
+
+def run_row(engine, run_id: str):
+    """The run's ledger row (detached from its session), or None."""
+    from sqlmodel import Session
+
+    from ledger.models import Run
+
+    with Session(engine) as s:
+        return s.get(Run, run_id)
+
+
+def sample_counts(engine, run_id: str) -> dict[str, int]:
+    """Number of metric samples of a run, per metric."""
+    from sqlmodel import Session, func, select
+
+    from ledger.models import MetricSample
+
+    with Session(engine) as s:
+        return dict(s.exec(select(MetricSample.metric, func.count()).where(MetricSample.run_id == run_id)
+                           .group_by(MetricSample.metric)).all())
+
+
+def journal_samples(path: Path) -> list[list]:
+    """Every sample row ([node, gpu, metric, ts, value]) in a run journal file."""
+    from ledger.journal import read_events
+
+    if not Path(path).exists():
+        return []
+    return [row for ev in read_events(Path(path)) if ev["type"] == "samples" for row in ev["rows"]]
 
 
 def processes_of_run(run_id: str) -> list[int]:

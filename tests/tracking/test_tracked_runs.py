@@ -15,16 +15,13 @@ from sqlmodel import Session, func, select
 
 from ledger import costs
 from ledger.db import make_engine
-from ledger.journal import Journal, read_events
+from ledger.journal import Journal
 from ledger.models import MetricSample, Offer, Run, RunNode, RunStatus
-from tests.tracking.conftest import CONFIGS, REPO, children, processes_of_run, trainledger, wait_for
+from tests.tracking.conftest import CONFIGS, REPO, children, journal_samples, processes_of_run, sample_counts, trainledger, wait_for
+from tests.tracking.conftest import launch_detached as _launch_detached
+from tests.tracking.conftest import run_row as _run
 
 pytestmark = pytest.mark.slow
-
-
-def _run(engine, run_id) -> Run:
-    with Session(engine) as s:
-        return s.get(Run, run_id)
 
 
 def _scrape(port: int, name: str) -> list[tuple[dict, float]]:
@@ -38,11 +35,6 @@ def _scrape(port: int, name: str) -> list[tuple[dict, float]]:
     except OSError:
         return []
     return [(s.labels, s.value) for fam in text_string_to_metric_families(body) for s in fam.samples if s.name == name]
-
-
-def _launch_detached(url, env, *extra) -> str:
-    out = trainledger(["launch", CONFIGS / "zero2.yaml", "--db", url, "--detach", "--json", *extra], env)
-    return json.loads(out.stdout)["run_id"]
 
 
 def test_launched_zero2_run_is_recorded_with_every_field(sqlite_url, track_env):
@@ -145,44 +137,34 @@ def test_exception_in_training_step_fails_the_run_with_its_error(sqlite_url, tra
     assert run.ended_at is not None and run.exit_code == 1
 
 
-def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path):
-    from tests.pgcluster import PgCluster
-
-    pg = PgCluster()
+def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg_cluster):
+    pg = pg_cluster
+    url = pg.url
+    make_engine(url).dispose()
+    rid = _launch_detached(url, track_env, "--steps", "200")
+    engine = make_engine(url)
+    wait_for(lambda: _run(engine, rid) is not None and _run(engine, rid).status == RunStatus.running, 120, "running")
+    engine.dispose()
+    pg.stop()
+    time.sleep(4)  # training goes on; events pile up in the journal
     pg.start()
-    try:
-        url = pg.url
-        make_engine(url).dispose()
-        rid = _launch_detached(url, track_env, "--steps", "200")
-        engine = make_engine(url)
-        wait_for(lambda: _run(engine, rid) is not None and _run(engine, rid).status == RunStatus.running, 120, "running")
-        engine.dispose()
-        pg.stop()
-        time.sleep(4)  # training goes on; events pile up in the journal
-        pg.start()
-        engine = make_engine(url)
-        wait_for(lambda: _run(engine, rid).status == RunStatus.succeeded, 300, "succeeded")
-        wait_for(lambda: not processes_of_run(rid), 60, "run processes gone")
-        # a second replay of the whole journal changes nothing
-        journal = Journal(tmp_path / "journal", rid)
-        events = read_events(journal.path)
-        journal.mark_applied(0)
-        trainledger(["sync", "--db", url], track_env)
-        with Session(engine) as s:
-            rows = s.exec(select(MetricSample.metric, func.count()).where(MetricSample.run_id == rid)
-                          .group_by(MetricSample.metric)).all()
-            counts = dict(rows)
-            assert counts["loss"] == 200 and counts["step_seconds"] == 200 and counts["tokens"] == 200
-            journal_losses = [r for ev in events if ev["type"] == "samples" for r in ev["rows"] if r[2] == "loss"]
-            assert len(journal_losses) == 200
-            run = s.get(Run, rid)
-            assert run.steps == 200 and run.status == RunStatus.succeeded
-        # the outage really hit the run: rank 0 saw the ledger go and come back
-        log = open(run.log_path).read()
-        assert "unreachable" in log and "training continues" in log and "reachable again" in log
-        engine.dispose()
-    finally:
-        pg.destroy()
+    engine = make_engine(url)
+    wait_for(lambda: _run(engine, rid).status == RunStatus.succeeded, 300, "succeeded")
+    wait_for(lambda: not processes_of_run(rid), 60, "run processes gone")
+    # a second replay of the whole journal changes nothing
+    journal = Journal(tmp_path / "journal", rid)
+    journal_losses = [r for r in journal_samples(journal.path) if r[2] == "loss"]
+    journal.mark_applied(0)
+    trainledger(["sync", "--db", url], track_env)
+    counts = sample_counts(engine, rid)
+    assert counts["loss"] == 200 and counts["step_seconds"] == 200 and counts["tokens"] == 200
+    assert len(journal_losses) == 200
+    run = _run(engine, rid)
+    assert run.steps == 200 and run.status == RunStatus.succeeded
+    # the outage really hit the run: rank 0 saw the ledger go and come back
+    log = open(run.log_path).read()
+    assert "unreachable" in log and "training continues" in log and "reachable again" in log
+    engine.dispose()
 
 
 def test_sweep_of_seven_strategies_gives_seven_rows(sqlite_url, track_env):

@@ -1,0 +1,144 @@
+"""kill -9 of rank 0, of rank 1 and of the launcher (torchrun) in the middle of tracked runs.
+
+The three runs (2 ranks each, tiny, CPU) are launched together with `trainledger launch --detach`
+and, once the ledger shows all three training, each gets its kill. Every run must
+end failed or crashed with the right end time, be costed, leave no process behind, and keep every
+sample it journaled exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ledger.db import make_engine
+from ledger.models import RunStatus
+from tests.faults.conftest import _utc, audit_samples, rank_pid, run_lost, training
+from tests.tracking.conftest import (CONFIGS, REPO, children, kill_leftover_runs, make_track_env, processes_of_run,
+                                     run_row, wait_for)
+
+pytestmark = pytest.mark.slow
+CASES = ("rank0", "rank1", "launcher")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, shard_cache):
+    """Three long tracked runs on one SQLite ledger, started at once; once all three train, each gets its
+    kill -9 (rank 0 of the first, rank 1 of the second, torchrun of the third) and the ledger settles them."""
+    base = tmp_path_factory.mktemp("kill9")
+    env = make_track_env(base, shard_cache)
+    url = f"sqlite:///{base / 'ledger.db'}"
+    make_engine(url).dispose()
+    procs = {case: subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
+                                     "--steps", "1000", "--name", f"kill-{case}", "--db", url, "--detach", "--json"],
+                                    env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for case in CASES}
+    rids = {}
+    for case, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        rids[case] = json.loads(out)["run_id"]
+    engine = make_engine(url)
+    try:
+        killed_at = {}
+        for case in CASES:
+            rid = rids[case]
+            wait_for(lambda: training(engine, rid), 300, f"run {rid} ({case}) to train")
+        for case in CASES:
+            supervisor = run_row(engine, rids[case]).pid
+            launcher = wait_for(lambda: children(supervisor), 30, "the launcher process")[0]
+            victim = launcher if case == "launcher" else wait_for(lambda: rank_pid(launcher, int(case[-1])), 30, case)
+            killed_at[case] = datetime.now(timezone.utc).replace(tzinfo=None)
+            os.kill(victim, signal.SIGKILL)
+        for case, rid in rids.items():
+            wait_for(lambda: run_row(engine, rid).status not in (RunStatus.queued, RunStatus.running), 120,
+                     f"run {rid} to end after kill -9 of {case}")
+            wait_for(lambda: not processes_of_run(rid), 60, f"no orphan processes of run {rid}")
+        yield SimpleNamespace(url=url, env=env, engine=engine, rids=rids, journal=base / "journal", killed_at=killed_at)
+    finally:
+        try:
+            kill_leftover_runs(url, rids.values())
+        finally:
+            engine.dispose()
+
+
+def _check_killed(ctx, case: str, fault_tally):
+    """What every killed run must satisfy; returns its row and when its process was killed."""
+    rid = ctx.rids[case]
+    run = run_row(ctx.engine, rid)
+    audit = audit_samples(ctx.engine, rid, journal=ctx.journal / f"{rid}.jsonl")
+    lost = run_lost(ctx.engine, rid)
+    fault_tally.record(f"kill -9 {case}", 1, [audit], runs_lost=int(lost is not None), status=run.status.value,
+                       error=run.error)
+    assert not processes_of_run(rid)
+    assert lost is None, lost
+    assert audit["lost"] == 0 and audit["doubled"] == 0, audit
+    assert audit["steps"] >= 3 and audit["journal_missing"] == 0
+    assert run.exit_code not in (None, 0)
+    assert _utc(run.started_at) < _utc(run.ended_at)
+    return run, ctx.killed_at[case]
+
+
+def test_kill9_rank0_crashes_the_run_at_its_last_heartbeat(runs, fault_tally):
+    run, killed_at = _check_killed(runs, "rank0", fault_tally)
+    assert run.status == RunStatus.crashed, (run.status, run.error)
+    assert run.ended_at == run.heartbeat_at and _utc(run.ended_at) <= killed_at
+    # the supervisor names the rank that died, from torchrun's failure report
+    assert "without a final status" in run.error and "rank 0 (local_rank 0) was killed by SIGKILL" in run.error
+
+
+def test_kill9_of_rank1_fails_the_run_at_the_failure(runs, fault_tally):
+    run, killed_at = _check_killed(runs, "rank1", fault_tally)
+    # rank 0 notices (a broken collective, or the launcher's SIGTERM) and records the end itself;
+    # nobody cancelled this run, so it is failed, with the rank that died as the cause
+    assert run.status == RunStatus.failed, (run.status, run.error)
+    assert "rank 1 (local_rank 1) was killed by SIGKILL" in run.error
+    assert _utc(run.ended_at) >= killed_at  # the failure time, as rank 0 saw it
+
+
+def test_kill9_of_the_launcher_crashes_the_run_and_leaves_no_orphans(runs, fault_tally):
+    run, killed_at = _check_killed(runs, "launcher", fault_tally)
+    # the ranks die with their launcher (PR_SET_PDEATHSIG); the supervisor settles the run
+    assert run.status == RunStatus.crashed, (run.status, run.error)
+    assert run.ended_at == run.heartbeat_at and _utc(run.ended_at) <= killed_at
+    assert run.exit_code == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("cancel_requested", [False, True], ids=["nobody-cancelled", "runs-cancel"])
+def test_rank0_stopped_by_the_launcher_is_failed_unless_someone_cancelled(runs, tmp_path, cancel_requested):
+    """When rank 1 dies, torchrun may SIGTERM rank 0 before rank 0 notices the broken collective; rank 0
+    then records ``cancelled``. The supervisor knows whether anyone asked for a cancel: if not, the run
+    failed, and torchrun's report (here the real one of the rank-1 run above) names the cause."""
+    from datetime import timedelta
+
+    from sqlmodel import Session
+
+    from ledger.launch import settle
+    from ledger.models import Run
+    from tests.helpers import add_run
+
+    report = run_row(runs.engine, runs.rids["rank1"]).log_path
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = make_engine(url)
+    with Session(engine) as s:
+        add_run(s, "stopped", datetime.now(timezone.utc) - timedelta(minutes=2), 0.01, nodes=1, offer_name=None,
+                status=RunStatus.cancelled)
+        run = s.get(Run, "stopped")
+        run.error, run.exit_code = "cancelled by signal", 130
+        s.commit()
+    settle("stopped", url, 1, cancel_requested=cancel_requested, log_path=Path(report))
+    run = run_row(engine, "stopped")
+    engine.dispose()
+    if cancel_requested:
+        assert (run.status, run.error, run.exit_code) == (RunStatus.cancelled, "cancelled by signal", 130)
+    else:
+        assert run.status == RunStatus.failed and run.exit_code == 1
+        assert run.error == "rank 1 (local_rank 1) was killed by SIGKILL; the launcher then stopped the other ranks"
