@@ -64,6 +64,7 @@ class Journal:
         self.applied_path = self.dir / f"{run_id}.applied"
         self.run_id = run_id
         self.seq = 0
+        self._skip = (0, 0)  # (byte offset, seq): every event before the offset has seq <= this seq
         if self.path.exists():
             for ev in read_events(self.path):
                 self.seq = max(self.seq, ev["seq"])
@@ -123,8 +124,32 @@ class Journal:
             raise JournalWriteError(_write_error(self.applied_path, exc)) from exc
 
     def pending(self) -> list[dict[str, Any]]:
+        """Events not applied yet. The file is read from the end of the last applied event seen
+        (seq only grows along the file), so a flush costs O(new events), not O(journal)."""
         done = self.applied_seq()
-        return [ev for ev in read_events(self.path) if ev["seq"] > done] if self.path.exists() else []
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        start, seen = self._skip
+        if seen > done or start > size:  # the applied mark went back, or the file is not ours any more
+            start, seen = 0, 0
+        out = []
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break  # torn write: never fsync'd, so never acknowledged
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                start += len(line)
+                if ev["seq"] > done:
+                    out.append(ev)
+                elif not out:
+                    self._skip = (start, ev["seq"])
+        return out
 
 
 def _write_error(path: Path, exc: OSError) -> str:
