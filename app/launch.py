@@ -19,7 +19,6 @@ the page's, right before it calls :func:`launch_run` or :func:`cancel_run`.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ledger.errors import LedgerInputError
+from ledger.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
 
-CONFIG_DIRS_ENV = "TRAINLEDGER_CONFIG_DIRS"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 MAX_STEPS = 1_000_000
 MAX_PROCESSES = 16
@@ -44,24 +43,6 @@ STEP_LINE = re.compile(r"\[trainer\] step (\d+)/(\d+) loss ([0-9.eE+-]+|nan|inf)
 class ConfigChoice:
     path: str  # absolute, as listed (the form's value)
     label: str  # "shipped: dp.yaml" or "<dir>: name.yaml"
-
-
-def shipped_config_dir() -> Path:
-    from trainer import configs  # a package of YAML files; imports no torch
-
-    return Path(configs.__file__).resolve().parent
-
-
-def allowed_config_dirs() -> list[Path]:
-    """The shipped config directory, then each existing directory of ``$TRAINLEDGER_CONFIG_DIRS`` (resolved)."""
-    dirs = [shipped_config_dir()]
-    for part in os.environ.get(CONFIG_DIRS_ENV, "").split(os.pathsep):
-        if not part.strip():
-            continue
-        d = Path(part.strip()).expanduser().resolve()
-        if d.is_dir() and d not in dirs:
-            dirs.append(d)
-    return dirs
 
 
 def _inside(path: Path, dirs: list[Path]) -> bool:

@@ -495,7 +495,7 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
 
 # --- tracked runs ------------------------------------------------------------------
 
-ConfigArg = Annotated[Path, typer.Argument(help="Trainer YAML (e.g. trainer/configs/zero2.yaml).")]
+ConfigArg = Annotated[Path, typer.Argument(help="Trainer YAML from trainer/configs (e.g. trainer/configs/zero2.yaml) or from a directory listed in $TRAINLEDGER_CONFIG_DIRS.")]
 
 
 @app.command("launch")
@@ -516,7 +516,9 @@ def launch(config: ConfigArg,
            db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Validate the plan, register the run, start it as a tracked run and return its id."""
     from ledger.db import get_engine, resolve_url, session_scope
-    from ledger.launch import LaunchRequest, prepare, record_process, start, wait_attached
+    from ledger.launch import LaunchRequest, check_config_allowed, prepare, record_process, start, wait_attached
+
+    check_config_allowed(config)
 
     url = resolve_url(db)
     req = LaunchRequest(config=config, nodes=nodes, gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher,
@@ -603,7 +605,10 @@ def sweep(config: ConfigArg,
     """
     from ledger.db import resolve_url
     from ledger.strategies import strategy_comparison
+    from ledger.launch import check_config_allowed
     from ledger.sweep import SweepRequest, parse_strategies, run_sweep
+
+    check_config_allowed(config)
 
     req = SweepRequest(config=config, strategies=parse_strategies(strategies), steps=steps, nodes=nodes,
                        gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher, node_type=node_type,

@@ -22,7 +22,6 @@ After a grace period anything left in the session gets SIGKILL.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import shlex
 import shutil
@@ -93,6 +92,40 @@ def default_log_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("trainledger", appauthor=False)) / "runs"
+
+
+#: directories besides the shipped ``trainer/configs`` whose configs may be launched (``os.pathsep``-separated)
+CONFIG_DIRS_ENV = "TRAINLEDGER_CONFIG_DIRS"
+
+
+def shipped_config_dir() -> Path:
+    from trainer import configs  # a package of YAML files; imports no torch
+
+    return Path(configs.__file__).resolve().parent
+
+
+def allowed_config_dirs() -> list[Path]:
+    """The shipped config directory, then each existing directory of ``$TRAINLEDGER_CONFIG_DIRS`` (resolved)."""
+    dirs = [shipped_config_dir()]
+    for part in os.environ.get(CONFIG_DIRS_ENV, "").split(os.pathsep):
+        if not part.strip():
+            continue
+        d = Path(part.strip()).expanduser().resolve()
+        if d.is_dir() and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def check_config_allowed(path: Path, flag: str = "CONFIG") -> Path:
+    """The config's real path if it lies in an allowed directory (symlinks resolved); else a one-line error."""
+    try:
+        real = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise LedgerInputError(f"{flag}: {path} does not exist") from None
+    if not any(real.is_relative_to(d) for d in allowed_config_dirs()):
+        raise LedgerInputError(f"{flag}: {path} is outside the allowed config directories; copy it into "
+                               f"trainer/configs or add its directory to ${CONFIG_DIRS_ENV}")
+    return real
 
 
 def _load_plan(req: LaunchRequest):

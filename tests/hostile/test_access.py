@@ -308,3 +308,29 @@ def test_the_launch_page_passes_a_hostile_config_name_as_one_argument(signed_in,
         assert run.name == "`touch PWNED`" and run.config["path"] == listed
     engine.dispose()
     _assert_no_pwned(tmp_path, hostile_configs)
+
+
+def test_trainledger_launch_and_sweep_accept_only_configs_from_the_allowed_directories(sqlite_ledger, tmp_path,
+                                                                                     monkeypatch, fake_popen):
+    """A config outside trainer/configs and $TRAINLEDGER_CONFIG_DIRS is refused (one line, exit 2, nothing
+    registered or started), also through a symlink or '..' out of an allowed directory."""
+    from ledger.launch import CONFIG_DIRS_ENV
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cfg = outside / "dp.yaml"
+    shutil.copy(SHIPPED / "dp.yaml", cfg)
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "link.yaml").symlink_to(cfg)
+    monkeypatch.setenv(CONFIG_DIRS_ENV, str(allowed))
+    before = snapshot(sqlite_ledger)
+    for path in (cfg, allowed / "link.yaml", allowed / ".." / "outside" / "dp.yaml"):
+        for cmd in (["launch", path, "--detach", "--steps", "2"], ["sweep", path, "--strategies", "dp", "--steps", "2"]):
+            out = invoke(cmd, sqlite_ledger)
+            assert_refused(out, "CONFIG", "outside the allowed config directories", context=cmd)
+    unchanged(sqlite_ledger, before)
+    assert fake_popen == []
+    shutil.copy(SHIPPED / "dp.yaml", allowed / "mine.yaml")  # inside an allowed directory: launched
+    out = invoke(["launch", allowed / "mine.yaml", "--detach", "--steps", "2"], sqlite_ledger)
+    assert out.exit_code == 0 and len(fake_popen) == 1, out.stderr

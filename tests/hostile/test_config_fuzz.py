@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+from unittest import mock
 
 import pytest
 import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from ledger.launch import CONFIG_DIRS_ENV
 from tests.hostile.conftest import FUZZ, REPO, assert_clean, assert_refused, invoke, snapshot, unchanged
 
 CONFIGS = REPO / "trainer" / "configs"
@@ -169,7 +172,8 @@ def test_launch_refuses_bad_configs_before_registering_anything(ledger, tmp_path
     cfg = tmp_path / "fuzz.yaml"
     cfg.write_text(text, encoding="utf-8")
     before = snapshot(ledger)
-    out = invoke(["launch", cfg, "--launcher", "slurm", "--json"], ledger)
+    with mock.patch.dict(os.environ, {CONFIG_DIRS_ENV: str(tmp_path)}):  # an allowed config directory
+        out = invoke(["launch", cfg, "--launcher", "slurm", "--json"], ledger)
     event(f"exit {out.exit_code}")
     assert_clean(out, context=text)
     if out.exit_code == 2:

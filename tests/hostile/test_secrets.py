@@ -17,7 +17,8 @@ from sqlalchemy import create_engine, text
 from app.auth import load_auth_file, make_entry
 from tests.app.helpers import make_app
 from tests.conftest import PG_ADMIN
-from tests.hostile.conftest import REPO, FakePopen, assert_clean, invoke, run_subprocess
+from tests.helpers import FakePopen
+from tests.hostile.conftest import REPO, assert_clean, invoke, run_subprocess
 
 SECRET = "s3cr3tpw"
 UNREACHABLE = f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:5432/nonexistent_db"
@@ -110,8 +111,8 @@ def test_a_reachable_ledger_with_a_password_never_prints_it(pg_with_password, tm
     out = invoke(["launch", REPO / "trainer" / "configs" / "dp.yaml", "--detach", "--json", "--steps", "1"], url)
     assert_clean(out, codes=(0,))
     _no_secret(out, "detach")
-    (argv, _args, kwargs), = FakePopen.calls
-    assert not any(SECRET in a for a in argv) and SECRET in kwargs["env"]["TRAINLEDGER_DB_URL"]
+    (argv, env, _), = FakePopen.calls
+    assert not any(SECRET in a for a in argv) and SECRET in env["TRAINLEDGER_DB_URL"]
     engine = create_engine(url)
     with engine.connect() as c:
         configs = [r[0] for r in c.execute(text("SELECT CAST(config AS TEXT) FROM run WHERE config IS NOT NULL"))]

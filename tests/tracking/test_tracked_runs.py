@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from decimal import Decimal
 
@@ -17,7 +15,7 @@ from ledger import costs
 from ledger.db import make_engine
 from ledger.journal import Journal
 from ledger.models import MetricSample, Offer, Run, RunNode, RunStatus
-from tests.tracking.conftest import CONFIGS, REPO, children, journal_samples, processes_of_run, sample_counts, trainledger, wait_for
+from tests.tracking.conftest import CONFIGS, children, journal_samples, processes_of_run, sample_counts, trainledger, wait_for
 from tests.tracking.conftest import launch_detached as _launch_detached
 from tests.tracking.conftest import run_row as _run
 
@@ -190,6 +188,9 @@ def test_sweep_of_seven_strategies_gives_seven_rows(sqlite_url, track_env):
 def test_bad_plan_is_refused_before_anything_starts(sqlite_url, track_env, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((CONFIGS / "3d.yaml").read_text().replace("tp: 2", "tp: 3"))
+    out = trainledger(["launch", bad, "--gpus-per-node", "6", "--db", sqlite_url], track_env, check=False)
+    assert out.returncode == 2 and "outside the allowed config directories" in out.stderr  # not in an allowed dir
+    track_env = {**track_env, "TRAINLEDGER_CONFIG_DIRS": str(tmp_path)}
     out = trainledger(["launch", bad, "--gpus-per-node", "6", "--db", sqlite_url], track_env, check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.yaml:" in out.stderr and "tp" in out.stderr
     out = trainledger(["launch", CONFIGS / "zero2.yaml", "--nodes", "2", "--db", sqlite_url], track_env, check=False)
