@@ -194,18 +194,8 @@ def _pick(cat: _Catalog, name: Optional[str], node_type_id: int, kind: OfferKind
     return found[0] if found else None
 
 
-def peak_concurrent_nodes(intervals: list[tuple[datetime, datetime, int]]) -> int:
-    """Largest number of nodes in use at the same instant (sweep line)."""
-    events: list[tuple[datetime, int]] = []
-    for s, e, n in intervals:
-        if e > s:
-            events.append((s, n))
-            events.append((e, -n))
-    peak = cur = 0
-    for _, delta in sorted(events, key=lambda x: (x[0], x[1])):  # ends before starts at a tie
-        cur += delta
-        peak = max(peak, cur)
-    return peak
+#: largest number of nodes in use at the same instant (sweep line; ends before starts at a tie)
+peak_concurrent_nodes = rollup.sweep_peak
 
 
 def _fleet_capacity(fleets: list[Fleet], ms: datetime, me: datetime, tz: ZoneInfo) -> Decimal:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from itertools import islice
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from sqlalchemy.engine import Connection
 from sqlmodel import Session
@@ -74,22 +74,25 @@ def _sqlite_ts(ts: Any) -> str:
     return ts.isoformat(" ", "microseconds")[:26]
 
 
-def _sqlite_params(rows: list[Sequence[Any]]) -> list[tuple]:
-    """Plain tuples for executemany. Formatting a timestamp costs more than inserting the row, and
-    samples share timestamps (the metrics of one step, the hosts of one collect grid point), so each
-    distinct timestamp is formatted once per chunk."""
-    cache: dict[Any, str] = {}
+def _with_ts(rows: list[Sequence[Any]], conv: Callable[[Any], Any]) -> list[tuple]:
+    """Plain tuples with the timestamp converted by ``conv``. Converting a timestamp costs more than
+    inserting the row, and samples share timestamps (the metrics of one step, the hosts of one
+    collect grid point), so each distinct timestamp is converted once per chunk."""
+    cache: dict[Any, Any] = {}
     get = cache.get
-    fmt = _sqlite_ts
     out = []
     append = out.append
     for r in rows:
         t = r[4]
-        text = get(t)
-        if text is None:
-            text = cache[t] = fmt(t)
-        append((r[0], r[1], r[2], r[3], text, r[5]))
+        v = get(t)
+        if v is None:
+            v = cache[t] = conv(t)
+        append((r[0], r[1], r[2], r[3], v, r[5]))
     return out
+
+
+def _sqlite_params(rows: list[Sequence[Any]]) -> list[tuple]:
+    return _with_ts(rows, _sqlite_ts)
 
 
 def _connection(target: Union[Session, Connection]) -> Connection:
@@ -157,19 +160,8 @@ _PG_TYPES = ["text", "text", "int4", "text", "timestamp", "float8"]
 
 
 def _pg_params(rows: list[Sequence[Any]]) -> list[tuple]:
-    """Tuples with naive-UTC timestamps for binary COPY (each distinct timestamp converted once)."""
-    cache: dict[Any, datetime] = {}
-    get = cache.get
-    conv = _naive_utc
-    out = []
-    append = out.append
-    for r in rows:
-        t = r[4]
-        v = get(t)
-        if v is None:
-            v = cache[t] = conv(t)
-        append((r[0], r[1], r[2], r[3], v, r[5]))
-    return out
+    """Tuples with naive-UTC timestamps for binary COPY."""
+    return _with_ts(rows, _naive_utc)
 
 
 def _copy(cur, table: str, rows: list[tuple], with_seq: bool = False) -> None:

@@ -728,13 +728,11 @@ def sync(session: SASession) -> None:
     if not _has_tables(conn):
         return
     marker = _marker(conn)
-    if marker is None and not pending and not rebuild_flag and not rules_nts:
-        return  # not built yet: the first read builds it
-    if marker is None or rebuild_flag or marker != _timezone(conn):
-        if marker is not None or rebuild_flag:
-            log.info("rebuilding the monthly rollup (time zone %s)", _timezone(conn))
-        if marker is not None or rebuild_flag:
-            rebuild(conn)
+    if marker is None:
+        return  # not built yet (pending changes included): the first read builds it
+    if rebuild_flag or marker != _timezone(conn):
+        log.info("rebuilding the monthly rollup (time zone %s)", _timezone(conn))
+        rebuild(conn)
         return
     if rules_nts:
         backfill_rules(conn, rules_nts)

@@ -30,6 +30,7 @@ import yaml
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.launch import _alive
 from ledger.models import Run, RunStatus, Setting
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "pp", "tp", "3d")
@@ -344,22 +345,12 @@ def _driver_alive(plan: dict[str, Any]) -> Optional[bool]:
     if plan.get("host") != socket.gethostname() or not plan.get("pid"):
         return None
     pid = int(plan["pid"])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not _alive(pid):  # gone, or a zombie
         return False
-    except PermissionError:
-        return True
     start_ticks = _pid_start(pid)
-    if start_ticks is None:
-        return True
-    if plan.get("pid_start") and start_ticks != plan["pid_start"]:
+    if plan.get("pid_start") and start_ticks is not None and start_ticks != plan["pid_start"]:
         return False  # the pid was reused
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    return True
 
 
 def is_measured(status: RunStatus, tokens_per_s: Optional[float]) -> bool:
