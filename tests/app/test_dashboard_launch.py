@@ -266,7 +266,9 @@ def test_lead_cancels_a_running_run_from_the_page(ledger, launched):
     assert shown["Heartbeat"].endswith(" s ago")
     assert any(f"[trainer] step {done}/100000 loss {shown['Loss']}" in c.value for c in at.code)
     _click(at, "Cancel run")
-    assert [s.value for s in at.success] == [f"Run {rid} cancelled."]
+    # on a loaded machine the ranks may outlive the SIGTERM grace period and be killed: still cancelled
+    assert [s.value for s in at.success] in ([f"Run {rid} cancelled."],
+                                             [f"Run {rid} cancelled. Its processes were killed after the grace period."])
     run = _run(ledger, rid)
     assert run.status == RunStatus.cancelled and run.error == "cancelled by signal" and run.ended_at is not None
     assert metrics(at)["Status"] == "cancelled"

@@ -76,7 +76,7 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
 
     port = free_port()
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000", "--metrics-port", port)
-    wait_for(lambda: _run(engine, rid).status == RunStatus.running and (_run(engine, rid).heartbeat_at is not None), 120, "running")
+    wait_for(lambda: _run(engine, rid).status == RunStatus.running and (_run(engine, rid).heartbeat_at is not None), 300, "running")
     # every rank serves Prometheus metrics on port + local_rank while it trains
     for rank in (0, 1):
         samples = wait_for(lambda: _scrape(port + rank, "trainledger_tokens_total"), 30, f"rank {rank} metrics")
@@ -96,7 +96,7 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
 
     # kill -9 of the launcher (torchrun) mid-run: ranks die with it, the run ends crashed at its last heartbeat
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000")
-    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 120, "running")
+    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 300, "running")
     time.sleep(2)
     supervisor = _run(engine, rid).pid
     torchrun = wait_for(lambda: children(supervisor), 30, "the launcher process")[0]
@@ -112,7 +112,7 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
 def test_stale_heartbeat_is_reaped_as_crashed(sqlite_url, track_env):
     engine = make_engine(sqlite_url)
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000")
-    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 120, "running")
+    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 300, "running")
     time.sleep(2)
     os.killpg(_run(engine, rid).pgid, signal.SIGKILL)  # everything dies at once: nobody settles the run
     wait_for(lambda: not processes_of_run(rid), 30, "all processes gone")
@@ -141,7 +141,7 @@ def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg
     make_engine(url).dispose()
     rid = _launch_detached(url, track_env, "--steps", "200")
     engine = make_engine(url)
-    wait_for(lambda: _run(engine, rid) is not None and _run(engine, rid).status == RunStatus.running, 120, "running")
+    wait_for(lambda: _run(engine, rid) is not None and _run(engine, rid).status == RunStatus.running, 300, "running")
     engine.dispose()
     pg.stop()
     time.sleep(4)  # training goes on; events pile up in the journal
