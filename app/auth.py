@@ -30,10 +30,11 @@ import hmac
 import re
 import secrets
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import tomllib
 
 ALGORITHM = "pbkdf2_sha256"
 ITERATIONS = 600_000

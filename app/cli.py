@@ -74,7 +74,7 @@ def dashboard_command(
     from sqlalchemy.exc import OperationalError
 
     from app.auth import AuthFileError, load_auth_file
-    from ledger.db import LedgerURLError, make_engine, redact_url, resolve_url
+    from ledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url
 
     try:
         url = resolve_url(db)

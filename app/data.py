@@ -14,17 +14,20 @@ from typing import Any, Iterator, Optional
 import streamlit as st
 from sqlmodel import Session
 
-from app import queries
-from ledger import strategies as ledger_strategies
-from ledger import sweep as ledger_sweep
-from ledger.accounting import MonthlyReport, monthly_report, months_between, parse_month
-from ledger.compare import compare_node_type
-from ledger.db import get_engine, resolve_url, session_scope
 from ledger.demo import is_demo
-from ledger.export import presented_report, render
-from ledger.pricing_views import list_pricing
-from ledger.runs import list_runs, show_run
-from ledger.settings import DEFAULTS, get_setting
+from ledger.money.compare import compare_node_type
+from ledger.money.monthly import MonthlyReport, monthly_report
+from ledger.money.months import month_of, months_between, parse_month
+from ledger.money.pricing import list_pricing, offers_with_node_types
+from ledger.money.pricing import node_types as pricing_node_types
+from ledger.reports import weekly as ledger_strategies
+from ledger.reports.export import presented_report, render
+from ledger.runs import registry
+from ledger.runs import sweep as ledger_sweep
+from ledger.store.db import get_engine, resolve_url, session_scope
+from ledger.store.fleets import list_fleets
+from ledger.store.settings import DEFAULTS, display_timezone, get_setting
+from ledger.store.types import utcnow
 
 TTL = 30  # seconds
 
@@ -55,8 +58,8 @@ def write_session(url: str) -> Iterator[Session]:
 def month_options(url: str) -> list[str]:
     """Months from the first run's to this month (or the last run's, if later), newest first."""
     with read_session(url) as s:
-        span = queries.run_month_span(s)
-        now = queries.current_month(s)
+        span = registry.run_month_span(s)
+        now = month_of(utcnow(), display_timezone(s))
     if span is None:
         return [now]
     return list(reversed(months_between(span[0], max(span[1], now))))
@@ -65,7 +68,7 @@ def month_options(url: str) -> list[str]:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def current_month(url: str) -> str:
     with read_session(url) as s:
-        return queries.current_month(s)
+        return month_of(utcnow(), display_timezone(s))
 
 
 def add_months(month: str, delta: int) -> str:
@@ -119,37 +122,37 @@ def export_bytes(url: str, month: str, fmt: str) -> bytes:
 def runs(url: str, *, month: Optional[str], project: Optional[str], user: Optional[str], status: Optional[str],
          strategy: Optional[str], limit: int, offset: int) -> list[dict[str, Any]]:
     with read_session(url) as s:
-        return list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy,
+        return registry.list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy,
                          limit=limit, offset=offset)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def run_detail(url: str, run_id: str) -> dict[str, Any]:
     with read_session(url) as s:
-        return show_run(s, run_id)
+        return registry.show_run(s, run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def loss_curve(url: str, run_id: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
-        return queries.loss_curve(s, run_id)
+        return registry.loss_curve(s, run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def filter_values(url: str) -> dict[str, list[str]]:
     with read_session(url) as s:
-        return queries.filter_values(s)
+        return registry.filter_values(s)
 
 
 @st.cache_data(ttl=5, show_spinner=False)  # short: a running sweep adds runs
 def sweeps(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
-        return queries.sweeps(s)
+        return ledger_sweep.list_sweeps(s)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def strategy_comparison(url: str, sweep_id: str, version: str = "") -> dict[str, Any]:
-    """``ledger.strategies.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
+    """``ledger.reports.weekly.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
 
     ``version`` (``sweep_progress``'s run:status list) is part of the cache key, so a live
     sweep's table is read again as soon as one of its runs changes status.
@@ -161,22 +164,22 @@ def strategy_comparison(url: str, sweep_id: str, version: str = "") -> dict[str,
 # --- live (not cached: read on every refresh of a progress fragment) -----------------
 
 def sweep_progress(url: str, sweep_id: str) -> dict[str, Any]:
-    """``ledger.sweep.sweep_progress``: strategies measured / running / waiting, and the sweep's state."""
+    """``ledger.runs.sweep.sweep_progress``: strategies measured / running / waiting, and the sweep's state."""
     with read_session(url) as s:
         return ledger_sweep.sweep_progress(s, sweep_id)
 
 
 def run_progress(url: str, run_id: str) -> dict[str, Any]:
-    """``queries.run_progress`` with the run's log tail (``app.launch.with_log``): status, step, heartbeat, loss."""
+    """``registry.run_progress`` with the run's log tail (``app.launch.with_log``): status, step, heartbeat, loss."""
     from app.launch import with_log
 
     with read_session(url) as s:
-        return with_log(queries.run_progress(s, run_id))
+        return with_log(registry.run_progress(s, run_id))
 
 
 def active_runs(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
-        return queries.active_runs(s)
+        return registry.active_runs(s)
 
 
 # --- catalog and settings ----------------------------------------------------------
@@ -191,19 +194,19 @@ def pricing(url: str) -> dict[str, Any]:
 def offers(url: str) -> list[tuple[Any, str]]:
     """(Offer, node type name) pairs, detached."""
     with read_session(url) as s:
-        return queries.offers_with_node_types(s)
+        return offers_with_node_types(s)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def node_types(url: str) -> list[Any]:
     with read_session(url) as s:
-        return queries.node_types(s)
+        return pricing_node_types(s)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def fleets(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
-        return queries.list_fleets(s)
+        return list_fleets(s)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -220,7 +223,7 @@ def demo_ledger(url: str) -> bool:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str]) -> dict[str, Any]:
-    """``ledger.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
+    """``ledger.money.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
     with read_session(url) as s:
         return compare_node_type(s, node_type, utilization, own=own, rent=rent)
 

@@ -1,7 +1,7 @@
 """Launching tracked runs from the dashboard: which configs may be launched, the form, start and cancel.
 
 The Launch page starts a run the way ``trainledger launch CONFIG --detach``
-does (``ledger.launch.prepare`` + ``start(detach=True)`` + ``record_process``):
+does (``ledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``):
 torchrun on this machine, one node, the ledger URL in the environment. The
 user picks a config from a list, never types a path or a command:
 
@@ -28,7 +28,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ledger.errors import LedgerInputError
-from ledger.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
+from ledger.runs.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 MAX_STEPS = 1_000_000
@@ -86,7 +86,7 @@ def resolve_config(path: str) -> Path:
 
 def config_defaults(path: str) -> dict[str, int]:
     """The config's own steps and the processes it needs here (as ``trainledger launch`` would pick)."""
-    from ledger.launch import default_processes_per_node
+    from ledger.runs.launch import default_processes_per_node
     from trainer.config import ConfigError, load_config
 
     try:
@@ -136,8 +136,8 @@ def launch_run(url: str, form: LaunchForm, user: Optional[str] = None) -> dict[s
     Raises LedgerInputError (one line) for a config outside the allowed
     directories or a plan the trainer refuses; nothing is written then.
     """
-    from ledger.db import get_engine, session_scope
-    from ledger.launch import LaunchRequest, prepare, record_process, start
+    from ledger.runs.launch import LaunchRequest, prepare, record_process, start
+    from ledger.store.db import get_engine, session_scope
 
     config = resolve_config(form.config)
     req = LaunchRequest(config=config, nodes=1, gpus_per_node=form.processes_per_node, launcher="torchrun",
@@ -155,8 +155,8 @@ def launch_run(url: str, form: LaunchForm, user: Optional[str] = None) -> dict[s
 
 def cancel_run(url: str, run_id: str, grace_s: float = CANCEL_GRACE_S) -> dict[str, Any]:
     """``trainledger runs cancel``: SIGTERM to the run's supervisor, SIGKILL to its group after ``grace_s``."""
-    from ledger.db import get_engine, session_scope
-    from ledger.launch import cancel
+    from ledger.runs.launch import cancel
+    from ledger.store.db import get_engine, session_scope
 
     with session_scope(get_engine(url)) as s:
         return cancel(s, run_id, grace_s)
@@ -170,7 +170,7 @@ def log_tail(run_id: str, log_path: Optional[str]) -> list[str]:
     The path comes from the ledger, so nothing else is ever read: a viewer sees
     no file but a run's own log.
     """
-    from ledger.launch import default_log_dir
+    from ledger.runs.launch import default_log_dir
 
     if not log_path:
         return []
@@ -187,7 +187,7 @@ def log_tail(run_id: str, log_path: Optional[str]) -> list[str]:
 
 
 def with_log(progress: dict[str, Any]) -> dict[str, Any]:
-    """``queries.run_progress`` plus the log's tail and the latest step and loss it printed.
+    """``ledger.runs.registry.run_progress`` plus the log's tail and the latest step and loss it printed.
 
     Rank 0 hands its samples to the ledger in batches, so between batches the
     log (a line every ``log_every`` steps) is ahead of the ledger; the newer of

@@ -20,8 +20,8 @@ from sqlalchemy.exc import OperationalError
 
 from app import access, data
 from app.auth import AuthFileError
-from ledger.db import LedgerURLError, redact_url
 from ledger.errors import LedgerInputError
+from ledger.store.db import LedgerURLError, redact_url
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Presentation helpers shared by the pages.
 
-Figures are formatted with ``ledger.present`` (``fmt_cell``/``present``), so
+Figures are formatted with ``ledger.reports.present`` (``fmt_cell``/``present``), so
 the dashboard shows the CLI's rounding ("4,800.00"). The three utilizations
 always carry their own label; ratios are shown as percentages with the CLI's
 four decimals (0.7319 → "73.19%").
@@ -14,9 +14,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from ledger.accounting import parse_month
 from ledger.errors import LedgerInputError
-from ledger.present import fmt_cell, kind_of, present
+from ledger.money.months import parse_month
+from ledger.reports.present import fmt_cell, kind_of, present
 
 TIME_UTIL = "Time utilization"
 GPU_UTIL = "GPU-Util (NVML/DCGM busy share)"

@@ -188,7 +188,7 @@ def _env(work: Path) -> dict[str, str]:
 
 
 def _run_concurrent(cpus: list[int], rounds: int, steps: int, work: Path) -> list[dict[str, Any]]:
-    from ledger.db import make_engine
+    from ledger.store.db import make_engine
 
     make_engine(f"sqlite:///{work / 'ledger.db'}").dispose()  # schema once, outside the runs
     procs = {}

@@ -1,6 +1,6 @@
 """Monthly rollup: ``monthly_report`` for the busiest month ÷ DuckDB computing the same numbers.
 
-Ledger side (timed): ``ledger.accounting.monthly_report(session, month, lines=False)``
+Ledger side (timed): ``ledger.money.monthly.monthly_report(session, month, lines=False)``
 (``lines`` only when the function takes it), a fresh session per call, median
 of several calls, on the generated ledger (``bench.gen``, 1M runs + 10M samples).
 
@@ -86,11 +86,11 @@ def load_duckdb(path) -> Any:
     """The ledger's run, offer and node-type tables in an in-memory DuckDB (untimed setup)."""
     import duckdb
     import pandas as pd
-
-    from ledger.accounting import _catalog, _default_offer
-    from ledger.db import make_engine
     from sqlmodel import Session, select
-    from ledger.models import Fleet
+
+    from ledger.money.catalog import default_offer, load_catalog
+    from ledger.store.db import make_engine
+    from ledger.store.models import Fleet
 
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     runs = pd.read_sql_query(
@@ -103,11 +103,11 @@ def load_duckdb(path) -> Any:
     # a run without an offer is costed under its node type's default offer (the ledger's own rule)
     engine = make_engine(f"sqlite:///{path}")
     with Session(engine) as s:
-        cat = _catalog(s)
+        cat = load_catalog(s)
         fleets: dict[int, list] = {}
         for f in s.exec(select(Fleet)).all():
             fleets.setdefault(f.offer_id, []).append(f)
-        defaults = pd.DataFrame([(nt, getattr(_default_offer(cat, nt, fleets), "id", None)) for nt in cat.node_types],
+        defaults = pd.DataFrame([(nt, getattr(default_offer(cat, nt, fleets), "id", None)) for nt in cat.node_types],
                                 columns=["node_type_id", "offer_id"])
     engine.dispose()
     con = duckdb.connect()
@@ -128,8 +128,9 @@ def load_duckdb(path) -> Any:
 
 
 def duck_month(con, month: str) -> tuple[float, list[tuple]]:
-    from ledger.accounting import month_bounds
     from zoneinfo import ZoneInfo
+
+    from ledger.money.months import month_bounds
 
     ms, me = month_bounds(month, ZoneInfo("UTC"))
     params = {"ms": int(ms.timestamp() * 1e6), "me": int(me.timestamp() * 1e6)}
@@ -141,7 +142,7 @@ def duck_month(con, month: str) -> tuple[float, list[tuple]]:
 def ledger_month(engine, month: str) -> tuple[float, Any]:
     from sqlmodel import Session
 
-    from ledger.accounting import monthly_report
+    from ledger.money.monthly import monthly_report
 
     kwargs = {"lines": False} if "lines" in inspect.signature(monthly_report).parameters else {}
     with Session(engine) as s:
@@ -175,7 +176,7 @@ def cross_check(rep, rows: list[tuple], names: dict[int, str]) -> list[str]:
 
 def run(quick: bool) -> Result:
     from bench.gen import generate
-    from ledger.db import make_engine
+    from ledger.store.db import make_engine
 
     res = Result("rollup", "monthly rollup (report monthly)", "DuckDB, one SQL query over the same tables", 2.0, "<=")
     n_runs, n_samples = (20_000, 200_000) if quick else (1_000_000, 10_000_000)
@@ -203,7 +204,8 @@ def run(quick: bool) -> Result:
         duck.append(t)
     names = {}
     from sqlmodel import Session, select
-    from ledger.models import NodeType
+
+    from ledger.store.models import NodeType
 
     with Session(engine) as s:
         names = {i: n for i, n in s.exec(select(NodeType.id, NodeType.name)).all()}

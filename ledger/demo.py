@@ -8,7 +8,7 @@ Every demo row has a run id starting with ``demo-`` and the setting
 ``demo=true`` marks the ledger, so nobody mistakes it for real usage.
 
 After the history, :func:`start_demo_sweep` starts a small *real* strategy
-sweep on this machine in the background (``ledger.sweep.start_background``):
+sweep on this machine in the background (``ledger.runs.sweep.start_background``):
 :data:`DEMO_SWEEP` on the shipped tiny config, :data:`DEMO_SWEEP_STEPS` steps
 each, project ``demo-sweep``. These are tracked runs with ordinary run ids,
 costed as RTX 4090 nodes; the Strategies page fills in as they finish.
@@ -18,17 +18,28 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import date, datetime, timedelta, timezone
-from pathlib import Path
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Optional
 
 from sqlmodel import Session, select
 
-from ledger import costs
-from ledger.accounting import month_bounds, months_between
 from ledger.errors import LedgerInputError
-from ledger.models import Fleet, MetricSample, NodeType, Offer, Project, Run, RunNode, RunStatus, Setting, User
-from ledger.types import utcnow
+from ledger.money import costs
+from ledger.money.months import month_bounds, months_between
+from ledger.store.models import (
+    Fleet,
+    MetricSample,
+    NodeType,
+    Offer,
+    Project,
+    Run,
+    RunNode,
+    RunStatus,
+    Setting,
+    User,
+)
+from ledger.store.types import utcnow
 
 SEED = 20261202
 # 1.3B GPT (24 layers, d=2048, 16 heads, seq 2048): FLOPs/token = 6N + 12·L·H·Q·T
@@ -54,31 +65,81 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
     now = now or utcnow()
     end_month = end_month or now.strftime("%Y-%m")
     first_month = _add_months(end_month, -5)
-    rng = random.Random(SEED)
-    nt = session.exec(select(NodeType).where(NodeType.name == "rtx4090-8x")).one()
-    own = session.exec(select(Offer).where(Offer.name == "rtx4090-own")).one()
-    tz = timezone.utc
-    start, _ = month_bounds(first_month, tz)
-    session.add(Setting(key="demo", value="true"))
-    session.add(Fleet(name="demo-cluster", offer_id=own.id, node_count=8, valid_from=start.date()))
-    projects = {n: Project(name=n) for n in ("demo-pretrain", "demo-finetune")}
-    users = {n: User(name=n, role=r) for n, r in (("alice", "lead"), ("bob", "viewer"), ("chen", "viewer"))}
-    session.add_all([*projects.values(), *users.values()])
+    demo = _Demo.start(session, first_month, now)
+    demo.walk(first_month, end_month)
+    session.add_all(demo.runs)
     session.flush()
+    samples = demo.add_nodes_and_losses()
+    session.flush()
+    return {"runs": len(demo.runs), "months": len(months_between(first_month, end_month)), "samples": samples}
 
-    runs: list[Run] = []
-    n = 0
 
-    def add(kind: str, t0: datetime, hours: float, status: RunStatus, user: str) -> Optional[Run]:
-        nonlocal n
+@dataclass
+class _Demo:
+    """The demo ledger being written: its cluster, projects and users, and the runs so far."""
+
+    session: Session
+    rng: random.Random
+    now: datetime
+    nt: NodeType
+    own: Offer
+    projects: dict[str, Project]
+    users: dict[str, User]
+    runs: list[Run] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, session: Session, first_month: str, now: datetime) -> "_Demo":
+        """The demo marker, the owned 8-node fleet, two projects and three users."""
+        rng = random.Random(SEED)
+        nt = session.exec(select(NodeType).where(NodeType.name == "rtx4090-8x")).one()
+        own = session.exec(select(Offer).where(Offer.name == "rtx4090-own")).one()
+        start, _ = month_bounds(first_month, timezone.utc)
+        session.add(Setting(key="demo", value="true"))
+        session.add(Fleet(name="demo-cluster", offer_id=own.id, node_count=8, valid_from=start.date()))
+        projects = {n: Project(name=n) for n in ("demo-pretrain", "demo-finetune")}
+        users = {n: User(name=n, role=r) for n, r in (("alice", "lead"), ("bob", "viewer"), ("chen", "viewer"))}
+        session.add_all([*projects.values(), *users.values()])
+        session.flush()
+        return cls(session, rng, now, nt, own, projects, users)
+
+    def walk(self, first_month: str, end_month: str) -> None:
+        """Walk the six months: pretraining blocks, fine-tunes between, an idle fortnight in month 3."""
+        rng, tz = self.rng, timezone.utc
+        t = month_bounds(first_month, tz)[0] + timedelta(hours=9)
+        idle_from = month_bounds(_add_months(first_month, 2), tz)[0] + timedelta(days=7)
+        idle_to = idle_from + timedelta(days=14)
+        users_cycle = ["alice", "bob", "chen"]
+        i = 0
+        end = min(self.now, month_bounds(end_month, tz)[1])
+        while t < end:
+            if idle_from <= t < idle_to:
+                t = idle_to + timedelta(hours=9)
+                continue
+            i += 1
+            if rng.random() < 0.55:
+                hours = rng.uniform(30, 90)
+                status = RunStatus.succeeded if rng.random() > 0.12 else rng.choice([RunStatus.failed, RunStatus.cancelled])
+                if status != RunStatus.succeeded:
+                    hours = rng.uniform(2, 12)
+                self.add("pretrain", t, hours, status, "alice")
+                t += timedelta(hours=hours + rng.uniform(2, 20))
+            else:
+                for _ in range(rng.randint(1, 3)):  # fine-tunes on 2 nodes, often side by side
+                    hours = rng.uniform(3, 14)
+                    status = RunStatus.succeeded if rng.random() > 0.15 else rng.choice([RunStatus.failed, RunStatus.cancelled])
+                    self.add("finetune", t + timedelta(hours=rng.uniform(0, 3)), hours, status, users_cycle[i % 3])
+                t += timedelta(hours=rng.uniform(12, 40))
+
+    def add(self, kind: str, t0: datetime, hours: float, status: RunStatus, user: str) -> Optional[Run]:
+        """One pretraining (8 nodes, 3d) or fine-tuning (2 nodes, zero2) run; cut at now, none after it."""
+        rng, nt = self.rng, self.nt
         t1 = t0 + timedelta(hours=hours)
-        if t0 >= now:
+        if t0 >= self.now:
             return None
-        if t1 > now:
-            t1 = now
+        if t1 > self.now:
+            t1 = self.now
             hours = (t1 - t0).total_seconds() / 3600
-            status = RunStatus.succeeded if status == RunStatus.succeeded else status
-        n += 1
+        n = len(self.runs) + 1
         if kind == "pretrain":
             nodes, strategy, dp, tp, pp, zs, util, mfu = 8, "3d", 8, 2, 4, 1, rng.uniform(0.84, 0.93), rng.uniform(0.30, 0.38)
         else:
@@ -87,8 +148,8 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
         tps = mfu * nt.peak_bf16_tflops * 1e12 * gpus / FLOPS_PER_TOKEN
         steps = int(hours * 3600 / (8.0 if kind == "pretrain" else 2.5))
         loss = (2.1 if kind == "pretrain" else 1.6) + rng.uniform(0, 0.3) if status == RunStatus.succeeded else None
-        run = Run(id=f"demo-{n:04d}", name=f"{kind}-{t0:%m%d}-{n:03d}", project_id=projects[f"demo-{kind}"].id,
-                  user_id=users[user].id, launcher="deepspeed", node_type_id=nt.id, offer_id=own.id, nodes=nodes,
+        run = Run(id=f"demo-{n:04d}", name=f"{kind}-{t0:%m%d}-{n:03d}", project_id=self.projects[f"demo-{kind}"].id,
+                  user_id=self.users[user].id, launcher="deepspeed", node_type_id=nt.id, offer_id=self.own.id, nodes=nodes,
                   gpus_per_node=nt.gpus_per_node, world_size=gpus, strategy=strategy, dp=dp, tp=tp, pp=pp,
                   zero_stage=zs, micro_batch=4, grad_accum=8, **DEMO_MODEL, config={"demo": True},
                   status=status, created_at=t0, started_at=t0, ended_at=t1, heartbeat_at=t1, steps=steps,
@@ -98,59 +159,30 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
                   peak_mem_bytes=int(rng.uniform(19, 23) * 2**30), comm_share=rng.uniform(0.12, 0.3) if kind == "pretrain" else rng.uniform(0.05, 0.12),
                   final_loss=loss, exit_code=0 if status == RunStatus.succeeded else (1 if status == RunStatus.failed else None),
                   error="CUDA out of memory on rank 37 (demo)" if status == RunStatus.failed else None)
-        runs.append(run)
+        self.runs.append(run)
         return run
 
-    # walk the six months: pretraining blocks, fine-tunes between, an idle fortnight in month 3
-    t = start + timedelta(hours=9)
-    idle_from = month_bounds(_add_months(first_month, 2), tz)[0] + timedelta(days=7)
-    idle_to = idle_from + timedelta(days=14)
-    users_cycle = ["alice", "bob", "chen"]
-    i = 0
-    end = min(now, month_bounds(end_month, tz)[1])
-    while t < end:
-        if idle_from <= t < idle_to:
-            t = idle_to + timedelta(hours=9)
-            continue
-        i += 1
-        roll = rng.random()
-        if roll < 0.55:
-            hours = rng.uniform(30, 90)
-            status = RunStatus.succeeded if rng.random() > 0.12 else rng.choice([RunStatus.failed, RunStatus.cancelled])
-            if status != RunStatus.succeeded:
-                hours = rng.uniform(2, 12)
-            add("pretrain", t, hours, status, "alice")
-            t += timedelta(hours=hours + rng.uniform(2, 20))
-        else:
-            for _ in range(rng.randint(1, 3)):  # fine-tunes on 2 nodes, often side by side
-                hours = rng.uniform(3, 14)
-                status = RunStatus.succeeded if rng.random() > 0.15 else rng.choice([RunStatus.failed, RunStatus.cancelled])
-                add("finetune", t + timedelta(hours=rng.uniform(0, 3)), hours, status, users_cycle[i % 3])
-            t += timedelta(hours=rng.uniform(12, 40))
-    session.add_all(runs)
-    session.flush()
-
-    # per-node figures and loss curves for the succeeded pretraining runs
-    samples = 0
-    for run in runs:
-        if run.strategy != "3d":
-            continue
-        straggler_rank = 5 if run.id.endswith("3") else None
-        for r in range(run.nodes):
-            util = run.gpu_util_mean - (0.25 if r == straggler_rank else rng.uniform(-0.02, 0.02))
-            session.add(RunNode(run_id=run.id, hostname=f"demo-node{r:02d}", node_rank=r, gpu_util_mean=util,
-                                gpu_util_p95=min(0.99, util + 0.05), util_source="nvml",
-                                mem_peak_bytes=run.peak_mem_bytes, step_time_share=1 / run.nodes,
-                                energy_kwh=float(costs.hours_between(run.started_at, run.ended_at)) * (2.6 + 1.2 * util),
-                                straggler=r == straggler_rank))
-        if run.status == RunStatus.succeeded:
-            span = (run.ended_at - run.started_at) / 40
-            for k in range(40):
-                loss = run.final_loss + 6.0 * math.exp(-k / 6) + rng.uniform(-0.03, 0.03)
-                session.add(MetricSample(run_id=run.id, node="", gpu=-1, metric="loss", ts=run.started_at + span * k, value=loss))
-                samples += 1
-    session.flush()
-    return {"runs": len(runs), "months": len(months_between(first_month, end_month)), "samples": samples}
+    def add_nodes_and_losses(self) -> int:
+        """Per-node figures of the pretraining runs and loss curves of the succeeded ones; returns the samples added."""
+        rng, samples = self.rng, 0
+        for run in self.runs:
+            if run.strategy != "3d":
+                continue
+            straggler_rank = 5 if run.id.endswith("3") else None
+            for r in range(run.nodes):
+                util = run.gpu_util_mean - (0.25 if r == straggler_rank else rng.uniform(-0.02, 0.02))
+                self.session.add(RunNode(run_id=run.id, hostname=f"demo-node{r:02d}", node_rank=r, gpu_util_mean=util,
+                                         gpu_util_p95=min(0.99, util + 0.05), util_source="nvml",
+                                         mem_peak_bytes=run.peak_mem_bytes, step_time_share=1 / run.nodes,
+                                         energy_kwh=float(costs.hours_between(run.started_at, run.ended_at)) * (2.6 + 1.2 * util),
+                                         straggler=r == straggler_rank))
+            if run.status == RunStatus.succeeded:
+                span = (run.ended_at - run.started_at) / 40
+                for k in range(40):
+                    loss = run.final_loss + 6.0 * math.exp(-k / 6) + rng.uniform(-0.03, 0.03)
+                    self.session.add(MetricSample(run_id=run.id, node="", gpu=-1, metric="loss", ts=run.started_at + span * k, value=loss))
+                    samples += 1
+        return samples
 
 
 DEMO_SWEEP = ("dp", "zero2", "pp", "tp", "3d")  # 3d: 4 processes, the others 2
@@ -174,10 +206,10 @@ def sweep_unavailable(end_month: Optional[str] = None, now: Optional[datetime] =
 
 def start_demo_sweep(url: str) -> dict:
     """Start the demo's strategy sweep in the background (returns at once): sweep id, strategies, pid, log."""
-    from ledger.sweep import SweepRequest, start_background
-    from trainer import configs
+    from ledger.runs.launch import shipped_config_dir
+    from ledger.runs.sweep import SweepRequest, start_background
 
-    req = SweepRequest(config=Path(configs.__file__).with_name("dp.yaml"), strategies=list(DEMO_SWEEP),
+    req = SweepRequest(config=shipped_config_dir() / "dp.yaml", strategies=list(DEMO_SWEEP),
                        steps=DEMO_SWEEP_STEPS, gpus_per_node=2, project=DEMO_SWEEP_PROJECT)
     return start_background(url, req)
 

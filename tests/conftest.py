@@ -55,7 +55,7 @@ def ledger_url(request, tmp_path: Path):
         c.execute(text(f'CREATE DATABASE "{name}"'))
     base = PG_ADMIN.rsplit("/", 1)[0]
     yield f"{base}/{name}"
-    from ledger.db import get_engine
+    from ledger.store.db import get_engine
 
     get_engine.cache_clear()
     with admin.connect() as c:
@@ -70,7 +70,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def engine(ledger_url):
-    from ledger.db import make_engine
+    from ledger.store.db import make_engine
 
     eng = make_engine(ledger_url)
     yield eng
@@ -87,7 +87,7 @@ def session(engine):
 def cli(ledger_url, monkeypatch):
     """Run ``trainledger ARGS --db <this test's ledger>``; returns the click Result."""
     from ledger.cli import app
-    from ledger.db import get_engine
+    from ledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     runner = CliRunner()

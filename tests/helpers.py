@@ -7,8 +7,8 @@ from typing import Optional
 
 from sqlmodel import Session, select
 
-from ledger.importer import get_or_create
-from ledger.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
+from ledger.store.lookup import get_or_create
+from ledger.store.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
 
 UTC = timezone.utc
 
@@ -67,7 +67,7 @@ class FakePopen:
 
 def offer_price(url: str, name: str = "rtx4090-rent"):
     """An offer's monthly price, read through a fresh engine (what another process would see)."""
-    from ledger.db import make_engine
+    from ledger.store.db import make_engine
 
     engine = make_engine(url)
     with Session(engine) as s:

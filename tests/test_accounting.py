@@ -9,13 +9,15 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import costs
-from ledger.accounting import monthly_report, month_bounds, peak_concurrent_nodes
-from ledger.compare import compare_month
-from ledger.export import presented_report
-from ledger.present import jsonable
-from ledger.models import RunStatus
-from ledger.settings import set_setting
+from ledger.money import costs
+from ledger.money.monthly import monthly_report
+from ledger.money.rollup import sweep_peak as peak_concurrent_nodes
+from ledger.money.months import month_bounds
+from ledger.money.compare import compare_month
+from ledger.reports.export import presented_report
+from ledger.reports.present import jsonable
+from ledger.store.models import RunStatus
+from ledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -10,7 +10,7 @@ import typer
 from sqlmodel import Session, select
 
 from ledger.cli import app
-from ledger.models import Offer
+from ledger.store.models import Offer
 
 
 def test_seed_compare_json_says_25_percent(cli):

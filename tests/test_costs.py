@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
 
-from ledger import costs
-from ledger.presets import parse_pricing, preset_text
+from ledger.money import costs
+from ledger.store.presets import parse_pricing, preset_text
 
 D = Decimal
 

@@ -17,11 +17,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sqlalchemy import func, update
 from sqlmodel import Session, select
 
-from ledger import costs, rollup
-from ledger.accounting import month_bounds, monthly_report
-from ledger.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
-from ledger.runs import reap_stale
-from ledger.settings import set_setting
+from ledger.money import costs
+
+from ledger.money import rollup
+from ledger.money.monthly import monthly_report
+from ledger.money.months import month_bounds
+from ledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
+from ledger.runs.registry import reap_stale
+from ledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run, node_type, offer
 
 D = Decimal
@@ -32,7 +35,7 @@ MONTHS = ["2026-08", "2026-09", "2026-10", "2026-11", "2026-12"]
 
 def _node_hours_by_hand(session: Session, month: str, now: datetime) -> Decimal:
     """Σ nodes × hours of every run clipped to the month, straight from the run rows."""
-    from ledger.settings import display_timezone
+    from ledger.store.settings import display_timezone
 
     ms, me = month_bounds(month, display_timezone(session))
     total = D(0)
@@ -123,7 +126,7 @@ def test_incremental_rollup_equals_a_rebuild_after_any_writes(engine, ops, fleet
 def _reset(session: Session) -> None:
     for model in (RunNode, RollupSlice, Run):
         session.exec(model.__table__.delete())  # type: ignore[arg-type]
-    from ledger.models import Fleet, Setting
+    from ledger.store.models import Fleet, Setting
 
     session.exec(Fleet.__table__.delete())  # type: ignore[arg-type]
     session.exec(Offer.__table__.delete().where(Offer.name.like("rent-%")))  # type: ignore[arg-type]

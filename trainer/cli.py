@@ -115,7 +115,7 @@ def train_command(
         args += ["--results-json", str(results_json)]
     env = dict(os.environ)
     if track:
-        from ledger.db import resolve_url
+        from ledger.store.db import resolve_url
 
         args += ["--track", "--node-type", node_type, "--launcher", "local"]
         if project:

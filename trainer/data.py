@@ -29,6 +29,7 @@ only the shards holding its samples (for small G that is every shard).
 
 from __future__ import annotations
 
+import array
 import hashlib
 import io
 import json
@@ -108,8 +109,6 @@ def prepare_shards(
     Writes into a temporary sibling directory and renames it into place, so
     ``out_dir`` either holds a complete shard set or nothing.
     """
-    import array
-
     if seq_len < 1:
         raise DataError(f"--seq-len must be ≥ 1, got {seq_len}")
     if shard_size < 1:
@@ -119,6 +118,34 @@ def prepare_shards(
         raise DataError(f"{out_dir} is not empty: choose another --out or delete it")
     files = text_files(sources)
     tok = ByteTokenizer()
+    stream, source_info = _tokenize_files(files, tok)
+    n_samples = _sample_count(len(stream), seq_len)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        shards = _write_shards(tmp, stream, seq_len, n_samples, shard_size)
+        index = {
+            "format": FORMAT,
+            "tokenizer": tok.to_dict(),
+            "seq_len": seq_len,
+            "sample_tokens": seq_len + 1,
+            "dtype": "uint16-le",
+            "samples": n_samples,
+            "tokens": len(stream),
+            "dropped_tail_tokens": len(stream) - (n_samples * seq_len + 1),
+            "shard_size": shard_size,
+            "shards": shards,
+            "sources": source_info,
+        }
+        (tmp / INDEX).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+        return _move_into_place(tmp, out_dir, overwrite, index)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _tokenize_files(files: list[Path], tok: ByteTokenizer) -> tuple[array.array, list[dict]]:
+    """The files' tokens concatenated (an end-of-document token after each), and a record of each file."""
     stream = array.array("H")
     source_info = []
     for path in files:
@@ -131,53 +158,49 @@ def prepare_shards(
         source_info.append({"path": path.name, "bytes": len(raw), "sha256": _sha256(raw)})
     if stream.itemsize != 2:
         raise DataError("this platform has no 2-byte unsigned array type")
+    return stream, source_info
+
+
+def _sample_count(n_tokens: int, seq_len: int) -> int:
+    """Windows of seq_len + 1 tokens at stride seq_len that fit in ``n_tokens``; none is an error."""
     window = seq_len + 1
-    n_samples = (len(stream) - 1) // seq_len if len(stream) >= window else 0
+    n_samples = (n_tokens - 1) // seq_len if n_tokens >= window else 0
     if n_samples == 0:
         raise DataError(
-            f"the corpus has {len(stream)} tokens, fewer than one sample of seq_len + 1 = {window}: "
+            f"the corpus has {n_tokens} tokens, fewer than one sample of seq_len + 1 = {window}: "
             f"add text or lower --seq-len"
         )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    return n_samples
+
+
+def _write_shards(tmp: Path, stream: array.array, seq_len: int, n_samples: int, shard_size: int) -> list[dict]:
+    """Write the samples as ``shard-NNNNNN.tar`` files into ``tmp``; return their index entries."""
+    window = seq_len + 1
+    shards = []
+    for first in range(0, n_samples, shard_size):
+        count = min(shard_size, n_samples - first)
+        name = f"shard-{first // shard_size:06d}.tar"
+        with tarfile.open(tmp / name, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(first, first + count):
+                sample = stream[i * seq_len : i * seq_len + window]
+                if sys.byteorder != "little":
+                    sample.byteswap()
+                _tar_member(tar, f"{i:09d}.{SAMPLE_EXT}", sample.tobytes())
+        shards.append({"name": name, "first": first, "samples": count,
+                       "bytes": (tmp / name).stat().st_size, "sha256": _file_sha256(tmp / name)})
+    return shards
+
+
+def _move_into_place(tmp: Path, out_dir: Path, overwrite: bool, index: dict) -> dict:
+    """Rename ``tmp`` to ``out_dir`` and return the index there (another process's, if it finished first)."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir) if overwrite else out_dir.rmdir()
     try:
-        shards = []
-        for first in range(0, n_samples, shard_size):
-            count = min(shard_size, n_samples - first)
-            name = f"shard-{first // shard_size:06d}.tar"
-            with tarfile.open(tmp / name, "w", format=tarfile.USTAR_FORMAT) as tar:
-                for i in range(first, first + count):
-                    sample = stream[i * seq_len : i * seq_len + window]
-                    if sys.byteorder != "little":
-                        sample.byteswap()
-                    _tar_member(tar, f"{i:09d}.{SAMPLE_EXT}", sample.tobytes())
-            shards.append({"name": name, "first": first, "samples": count,
-                           "bytes": (tmp / name).stat().st_size, "sha256": _file_sha256(tmp / name)})
-        index = {
-            "format": FORMAT,
-            "tokenizer": tok.to_dict(),
-            "seq_len": seq_len,
-            "sample_tokens": window,
-            "dtype": "uint16-le",
-            "samples": n_samples,
-            "tokens": len(stream),
-            "dropped_tail_tokens": len(stream) - (n_samples * seq_len + 1),
-            "shard_size": shard_size,
-            "shards": shards,
-            "sources": source_info,
-        }
-        (tmp / INDEX).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir) if overwrite else out_dir.rmdir()
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            if (out_dir / INDEX).exists():  # another process on this node finished the same job first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return load_index(out_dir)
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.rename(tmp, out_dir)
+    except OSError:
+        if (out_dir / INDEX).exists():  # another process on this node finished the same job first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return load_index(out_dir)
         raise
     return index
 

@@ -24,12 +24,18 @@ import math
 import resource
 import sys
 import time
-from typing import Any, Iterable, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from trainer.config import TrainConfig
 from trainer.metrics import TrainResult, mfu, percentile
 from trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
 from trainer.shapes import flops_per_token, param_count
+
+if TYPE_CHECKING:
+    from trainer.comm import CommTimer
+    from trainer.data import SampleStream
+    from trainer.distributed import Grid, LaunchEnv
 
 
 class Callback:
@@ -133,52 +139,105 @@ class Trainer:
                 self._engine.destroy()
             self._engine = self._timer = None
 
-    # The body is one function so the order of collective calls is plain to read.
-    def _run(self):
-        import deepspeed
-        import torch
-        from deepspeed import comm as dist
-
-        from trainer import data as data_mod
+    # The steps run in this order on every rank. Those whose docstring starts "Collective:" make calls
+    # that every rank must reach in the same order; keeping them in one sequence here keeps that order
+    # plain to read.
+    def _run(self) -> TrainResult:
+        """Set up, train for ``config.steps`` steps, and gather the result."""
         from trainer.comm import CommTimer
-        from trainer.distributed import build_grid, hostname, init_distributed, launch_env
+        from trainer.distributed import launch_env
 
         config = self.config
         shape = config.shape
         env = launch_env(self.local_rank_arg)
         self.rank = env.rank
-        plan = self.plan or resolve_plan(config, world_size=env.world_size, nodes=env.nodes)
-        plan.validate(shape)
+        plan = self._resolve_plan(env)
+        wall_start = time.perf_counter()
+        device, grid, hostnames = self._init_process_groups(env, plan)
+        shard_dir = self._stage_data(env)
+        stream = self._open_stream(shard_dir, plan, grid)
+        model = self._build_model(plan, grid)
+        engine, ds_config, precision = self._build_engine(model, plan, grid)
+        timer = CommTimer(synchronize_cuda=device.startswith("cuda")).install() if config.comm_timing else None
+        self._timer = timer
+
+        tokens_per_step = plan.global_batch * shape.seq_len
+        info = self._start_info(env, plan, device, hostnames, ds_config, precision, stream, shard_dir)
+        self._emit("on_start", info)
+        self._log(f"{plan.strategy}: dp {plan.dp} × tp {plan.tp} × pp {plan.pp} on {info['nodes']} node(s), "
+                  f"{shape.name} {param_count(shape):,} params, {tokens_per_step} tokens/step, {precision} on {device}")
+
+        losses, step_times, comm_seconds = self._train_loop(engine, stream, plan, grid, device, timer)
+        rank_stats, memory_kind = self._gather_rank_stats(env, device, comm_seconds, step_times)
+        result = self._result(
+            env=env, plan=plan, hostnames=hostnames, backend=info["backend"], device=device, precision=precision,
+            stream=stream, timer=timer, losses=losses, step_times=step_times, rank_stats=rank_stats,
+            memory_kind=memory_kind, wall_start=wall_start,
+        )
+        self._log(f"done: {result.steps} steps, loss {losses[0]:.4f} → {losses[-1]:.4f}, "
+                  f"median step {result.step_time_median_s * 1000:.0f} ms, {result.tokens_per_s:,.0f} tok/s, "
+                  f"comm share {result.comm_share if result.comm_share is not None else 'n/a'}, "
+                  f"MFU {result.mfu if result.mfu is not None else 'n/a (CPU or unknown GPU)'}")
+        return result
+
+    def _resolve_plan(self, env: LaunchEnv) -> ParallelPlan:
+        """The given plan, or one resolved against the launcher; checked against the shape and world size."""
+        plan = self.plan or resolve_plan(self.config, world_size=env.world_size, nodes=env.nodes)
+        plan.validate(self.config.shape)
         if plan.world_size != env.world_size:
             raise ValueError(f"the plan needs world size {plan.world_size} but {env.world_size} processes were launched")
-        wall_start = time.perf_counter()
+        return plan
+
+    def _init_process_groups(self, env: LaunchEnv, plan: ParallelPlan) -> tuple[str, Grid, list[str]]:
+        """Collective: start the process group, build the rank grid, and gather every rank's hostname."""
+        import torch
+        from deepspeed import comm as dist
+
+        from trainer.distributed import build_grid, hostname, init_distributed
+
         device = init_distributed(env)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
         grid = build_grid(plan)
         hostnames: list[str] = [None] * env.world_size  # type: ignore[list-item]
         dist.all_gather_object(hostnames, hostname())
+        return device, grid, hostnames
 
-        # Data: one process per node prepares or copies to the node-local cache; the rest wait.
-        cache_dir = config.data.cache_dir or data_mod.default_cache_dir()
+    def _local_shards(self, cache_dir: str | Path) -> Path:
+        """The node-local shard directory: ``data.shards`` staged to the cache, or the corpus prepared in it."""
+        from trainer import data as data_mod
 
-        def local_shards():
-            if config.data.shards:
-                return data_mod.stage_to_cache(config.data.shards, cache_dir)
-            corpus = config.data.corpus or data_mod.shipped_corpus_dir()
-            return data_mod.prepare_corpus_cached([corpus], cache_dir, shape.seq_len, config.data.shard_size)
+        config = self.config
+        if config.data.shards:
+            return data_mod.stage_to_cache(config.data.shards, cache_dir)
+        corpus = config.data.corpus or data_mod.shipped_corpus_dir()
+        return data_mod.prepare_corpus_cached([corpus], cache_dir, config.shape.seq_len, config.data.shard_size)
 
+    def _stage_data(self, env: LaunchEnv) -> Path:
+        """Collective: one process per node prepares or copies the shards to the node-local cache; the rest wait."""
+        from deepspeed import comm as dist
+
+        from trainer import data as data_mod
+
+        cache_dir = self.config.data.cache_dir or data_mod.default_cache_dir()
         problem = None
         if env.local_rank == 0:
             try:
-                local_shards()
+                self._local_shards(cache_dir)
             except data_mod.DataError as exc:
                 problem = str(exc)
         problems = [None] * env.world_size
         dist.all_gather_object(problems, problem)  # doubles as the barrier; every rank learns of a failure
         if any(problems):
             raise data_mod.DataError(next(p for p in problems if p))
-        shard_dir = local_shards()  # already there: returns the node-local path
+        return self._local_shards(cache_dir)  # already there: returns the node-local path
+
+    def _open_stream(self, shard_dir: Path, plan: ParallelPlan, grid: Grid) -> SampleStream:
+        """This data-parallel rank's sample stream; the shards' seq_len must be the model's."""
+        from trainer import data as data_mod
+
+        config = self.config
+        shape = config.shape
         stream = data_mod.SampleStream(shard_dir, dp_rank=grid.dp_rank, dp_size=plan.dp,
                                        micro_batch=plan.micro_batch, grad_accum=plan.grad_accum, seed=config.seed)
         if stream.seq_len != shape.seq_len:
@@ -186,19 +245,30 @@ class Trainer:
                 f"shards in {config.data.shards} were prepared with seq_len {stream.seq_len} but the model uses "
                 f"{shape.seq_len}: re-run `trainledger data prepare --seq-len {shape.seq_len}` or set model.seq_len"
             )
+        return stream
 
-        # Model and engine.
+    def _build_model(self, plan: ParallelPlan, grid: Grid):
+        """The GPT, as a pipeline module when pp > 1, with tensor-parallel layers when tp > 1."""
+        config = self.config
         tp = grid.tp if plan.tp > 1 else None
         if plan.pp > 1:
             from trainer.pipeline import build_pipeline_module
 
-            model = build_pipeline_module(shape, config.seed, grid.topology, tp, config.model.activation_checkpointing)
-        else:
-            from trainer.model import GPT
+            return build_pipeline_module(config.shape, config.seed, grid.topology, tp,
+                                         config.model.activation_checkpointing)
+        from trainer.model import GPT
 
-            model = GPT(shape, seed=config.seed, tp=tp, activation_checkpointing=config.model.activation_checkpointing)
+        return GPT(config.shape, seed=config.seed, tp=tp,
+                   activation_checkpointing=config.model.activation_checkpointing)
+
+    def _build_engine(self, model, plan: ParallelPlan, grid: Grid) -> tuple[Any, dict, str]:
+        """Collective: DeepSpeed's engine around ``model``, with AdamW, the LR schedule and the gradient clip."""
+        import deepspeed
+        import torch
+
         from trainer.model import optimizer_groups
 
+        config = self.config
         ds_config = deepspeed_config(plan, config)
         precision = resolve_precision(config)
         opt = config.optimizer
@@ -217,23 +287,30 @@ class Trainer:
         self._engine = engine
         if opt.grad_clip > 0 and trainer_clips_gradients(plan, precision):
             engine.basic_optimizer.register_step_pre_hook(_gradient_clip_hook(grid.mpu, grid.tp.rank, opt.grad_clip))
-        timer = CommTimer(synchronize_cuda=device.startswith("cuda")).install() if config.comm_timing else None
-        self._timer = timer
+        return engine, ds_config, precision
 
-        tokens_per_step = plan.global_batch * shape.seq_len
-        info = {
+    def _start_info(self, env: LaunchEnv, plan: ParallelPlan, device: str, hostnames: list[str], ds_config: dict,
+                    precision: str, stream: SampleStream, shard_dir: Path) -> dict:
+        """What ``on_start`` hooks get: ranks, hosts, plan, shape, DeepSpeed config, device and data."""
+        import torch
+
+        config = self.config
+        shape = config.shape
+        return {
             "rank": env.rank, "local_rank": env.local_rank, "world_size": env.world_size,
             "hostname": hostnames[env.rank], "hostnames": hostnames, "nodes": len(set(hostnames)),
             "plan": plan.to_dict(), "shape": shape.to_dict(), "params": param_count(shape),
             "flops_per_token": flops_per_token(shape), "deepspeed_config": ds_config,
             "device": device, "backend": torch.distributed.get_backend(),
-            "precision": precision, "steps": config.steps, "tokens_per_step": tokens_per_step,
+            "precision": precision, "steps": config.steps, "tokens_per_step": plan.global_batch * shape.seq_len,
             "samples_per_epoch": stream.samples_per_epoch, "shard_dir": str(shard_dir),
         }
-        self._emit("on_start", info)
-        self._log(f"{plan.strategy}: dp {plan.dp} × tp {plan.tp} × pp {plan.pp} on {info['nodes']} node(s), "
-                  f"{shape.name} {param_count(shape):,} params, {tokens_per_step} tokens/step, {precision} on {device}")
 
+    def _train_loop(self, engine, stream: SampleStream, plan: ParallelPlan, grid: Grid, device: str,
+                    timer: Optional[CommTimer]) -> tuple[list[float], list[float], float]:
+        """Collective: run ``config.steps`` optimizer steps; return losses, step times and communication seconds."""
+        config = self.config
+        tokens_per_step = plan.global_batch * config.shape.seq_len
         batches = stream.micro_batches(device)
         dp_group = grid.mpu.get_data_parallel_group()
         losses: list[float] = []
@@ -244,20 +321,7 @@ class Trainer:
             lr = float(engine.get_lr()[0])
             comm_before = timer.seconds if timer else 0.0
             start = time.perf_counter()
-            if plan.pp > 1:
-                loss = engine.train_batch(data_iter=batches)
-            else:
-                total = None
-                for _ in range(plan.grad_accum):
-                    x, y = next(batches)
-                    micro_loss = engine(x, y)
-                    engine.backward(micro_loss)
-                    engine.step()
-                    total = micro_loss.detach() if total is None else total + micro_loss.detach()
-                loss = (total / plan.grad_accum).float()
-                if plan.dp > 1:
-                    dist.all_reduce(loss, group=dp_group)
-                    loss = loss / plan.dp
+            loss = self._train_step(engine, batches, plan, dp_group)
             loss_value = float(loss)  # the one host sync per step
             elapsed = time.perf_counter() - start
             comm = (timer.seconds - comm_before) if timer else 0.0
@@ -272,8 +336,33 @@ class Trainer:
             if step % config.log_every == 0 or step == config.steps - 1:
                 self._log(f"step {step + 1}/{config.steps} loss {loss_value:.4f} lr {lr:.2e} "
                           f"{elapsed * 1000:.0f} ms {tokens_per_step / elapsed:,.0f} tok/s")
+        return losses, step_times, comm_seconds
 
-        # Per-rank numbers gathered to every rank.
+    def _train_step(self, engine, batches, plan: ParallelPlan, dp_group):
+        """Collective: one optimizer step; the loss (on device) averaged over micro-batches and data-parallel ranks."""
+        from deepspeed import comm as dist
+
+        if plan.pp > 1:
+            return engine.train_batch(data_iter=batches)
+        total = None
+        for _ in range(plan.grad_accum):
+            x, y = next(batches)
+            micro_loss = engine(x, y)
+            engine.backward(micro_loss)
+            engine.step()
+            total = micro_loss.detach() if total is None else total + micro_loss.detach()
+        loss = (total / plan.grad_accum).float()
+        if plan.dp > 1:
+            dist.all_reduce(loss, group=dp_group)
+            loss = loss / plan.dp
+        return loss
+
+    def _gather_rank_stats(self, env: LaunchEnv, device: str, comm_seconds: float,
+                           step_times: list[float]) -> tuple[list[tuple], str]:
+        """Collective: every rank's (peak memory, communication seconds, step seconds), and the memory kind."""
+        import torch
+        from deepspeed import comm as dist
+
         if device.startswith("cuda"):
             peak = int(torch.cuda.max_memory_allocated(device))
             memory_kind = "cuda_max_allocated"
@@ -282,19 +371,28 @@ class Trainer:
             memory_kind = "cpu_max_rss"
         rank_stats = [None] * env.world_size
         dist.all_gather_object(rank_stats, (peak, comm_seconds, sum(step_times)))
-        median = percentile(step_times, 50)
-        tokens_per_s = tokens_per_step / median
+        return rank_stats, memory_kind
+
+    def _result(self, *, env: LaunchEnv, plan: ParallelPlan, hostnames: list[str], backend: str, device: str,
+                precision: str, stream: SampleStream, timer: Optional[CommTimer], losses: list[float],
+                step_times: list[float], rank_stats: list[tuple], memory_kind: str, wall_start: float) -> TrainResult:
+        """The run's :class:`TrainResult`: throughput, MFU, memory and communication share across ranks."""
         from trainer.hardware import resolve_peak_tflops
 
+        config = self.config
+        shape = config.shape
+        tokens_per_step = plan.global_batch * shape.seq_len
+        median = percentile(step_times, 50)
+        tokens_per_s = tokens_per_step / median
         peak_tflops = resolve_peak_tflops(config.peak_tflops)
         comm_share = (
             sum(c / s for _, c, s in rank_stats) / len(rank_stats) if timer else None
         )
         consumed = config.steps * plan.global_batch
-        result = TrainResult(
+        return TrainResult(
             strategy=plan.strategy, plan=plan.to_dict(), shape=shape.to_dict(), params=param_count(shape),
             flops_per_token=flops_per_token(shape), world_size=env.world_size, nodes=len(set(hostnames)),
-            hostnames=hostnames, backend=info["backend"], device=device, precision=precision,
+            hostnames=hostnames, backend=backend, device=device, precision=precision,
             steps=config.steps, tokens=config.steps * tokens_per_step, tokens_per_step=tokens_per_step,
             step_time_median_s=median, step_time_p95_s=percentile(step_times, 95), tokens_per_s=tokens_per_s,
             mfu=mfu(flops_per_token(shape), tokens_per_s, peak_tflops, env.world_size), peak_tflops=peak_tflops,
@@ -304,8 +402,3 @@ class Trainer:
             wall_time_s=time.perf_counter() - wall_start, samples_per_epoch=stream.samples_per_epoch,
             epochs=consumed / stream.samples_per_epoch, step_times_s=step_times,
         )
-        self._log(f"done: {result.steps} steps, loss {losses[0]:.4f} → {losses[-1]:.4f}, "
-                  f"median step {median * 1000:.0f} ms, {tokens_per_s:,.0f} tok/s, "
-                  f"comm share {comm_share if comm_share is not None else 'n/a'}, "
-                  f"MFU {result.mfu if result.mfu is not None else 'n/a (CPU or unknown GPU)'}")
-        return result

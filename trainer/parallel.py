@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from trainer.config import STRATEGIES, ConfigError, TrainConfig, config_from_dict
+from trainer.config import STRATEGIES, ConfigError, ParallelConfig, TrainConfig, config_from_dict
 from trainer.shapes import ModelShape
 
 #: ZeRO stage each strategy runs with unless ``parallel.zero_stage`` says otherwise.
@@ -233,6 +233,21 @@ def apply_deepspeed_json(config: TrainConfig, ds: Mapping, infer_strategy: bool 
             "set parallel.tp in a YAML config (strategy 'tp' or '3d') and drop the key"
         )
     par = config.parallel
+    updates = _parallel_updates(ds, par, infer_strategy)
+    opt_updates = _optimizer_updates(ds)
+    try:
+        return replace(
+            config,
+            parallel=replace(par, **updates),
+            optimizer=replace(config.optimizer, **opt_updates),
+            deepspeed=ds,
+        )
+    except ConfigError as exc:
+        raise PlanError(str(exc)) from None
+
+
+def _parallel_updates(ds: Mapping, par: ParallelConfig, infer_strategy: bool) -> dict[str, Any]:
+    """The ``parallel`` fields the JSON sets: pp, strategy or ZeRO stage, and batch sizes."""
     stage = _ds_int(ds, "zero_optimization.stage")
     pp = _ds_int(ds, "pipeline.stages")
     updates: dict[str, Any] = {}
@@ -266,6 +281,11 @@ def apply_deepspeed_json(config: TrainConfig, ds: Mapping, infer_strategy: bool 
         value = _ds_int(ds, key)
         if value is not None:
             updates[field] = value
+    return updates
+
+
+def _optimizer_updates(ds: Mapping) -> dict[str, Any]:
+    """The ``optimizer`` fields the JSON sets: lr, eps, weight decay, betas and the gradient clip."""
     opt_updates: dict[str, Any] = {}
     for section in ("optimizer", "optimizer.params", "zero_optimization", "pipeline"):
         value = _get(ds, section)
@@ -283,15 +303,7 @@ def apply_deepspeed_json(config: TrainConfig, ds: Mapping, infer_strategy: bool 
     clip = ds.get("gradient_clipping")
     if clip is not None and not _is_auto(clip):
         opt_updates["grad_clip"] = _ds_float(clip, "gradient_clipping")
-    try:
-        return replace(
-            config,
-            parallel=replace(par, **updates),
-            optimizer=replace(config.optimizer, **opt_updates),
-            deepspeed=ds,
-        )
-    except ConfigError as exc:
-        raise PlanError(str(exc)) from None
+    return opt_updates
 
 
 # --------------------------------------------------------------------------- resolution
@@ -311,101 +323,147 @@ def resolve_plan(
     absent they follow from the config. Missing dims are derived: dp fills
     world ÷ (tp × pp); for strategies ``tp``/``pp`` the unset tp/pp does.
     """
-    if isinstance(config, Mapping):
-        try:
-            config = config_from_dict(config)
-        except ConfigError as exc:
-            raise PlanError(str(exc)) from None
-    for name, value in (("world size", world_size), ("nodes", nodes), ("gpus per node", gpus_per_node)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise PlanError(f"{name} must be a positive integer, got {value!r}")
+    config = _as_config(config)
+    _check_launch_counts(world_size, nodes, gpus_per_node)
     if config.deepspeed:
         config = apply_deepspeed_json(config, config.deepspeed)
     par = config.parallel
     strategy = par.strategy
-    shape = config.shape
 
     # Strategy ↔ dims.
-    if strategy in DATA_PARALLEL_ONLY:
-        if par.pp not in (None, 1):
-            stage = STRATEGY_ZERO_STAGE[strategy]
-            if stage >= 2:
-                raise PlanError(_zero_with_pp_message(stage, par.pp))
-            raise PlanError(
-                f"strategy '{strategy}' does not pipeline (pp {par.pp}): use strategy 'pp' or '3d', or set pp: 1"
-            )
-        if par.tp not in (None, 1):
-            raise PlanError(
-                f"strategy '{strategy}' is data parallel only (tp {par.tp}): use strategy 'tp' or '3d', or set tp: 1"
-            )
-        if par.zero_stage is not None and par.zero_stage != STRATEGY_ZERO_STAGE[strategy]:
-            raise PlanError(
-                f"strategy '{strategy}' means ZeRO-{STRATEGY_ZERO_STAGE[strategy]} but zero_stage is "
-                f"{par.zero_stage}: drop zero_stage or use strategy "
-                f"'{('dp', 'zero1', 'zero2', 'zero3')[par.zero_stage] if par.zero_stage in (0, 1, 2, 3) else 'dp'}'"
-            )
-    zero_stage = par.zero_stage if par.zero_stage is not None else STRATEGY_ZERO_STAGE[strategy]
-    if strategy in ("pp", "tp", "3d") and zero_stage not in (0, 1):
-        if strategy == "tp":
-            raise PlanError(f"strategy 'tp' supports zero_stage 0 or 1, got {zero_stage}: use 0 or 1")
-        raise PlanError(_zero_with_pp_message(zero_stage, par.pp or 2))
-
+    _check_strategy_dims(strategy, par)
+    zero_stage = _strategy_zero_stage(strategy, par)
     tp = par.tp if par.tp is not None else (None if strategy in ("tp", "3d") else 1)
     pp = par.pp if par.pp is not None else (None if strategy in ("pp", "3d") else 1)
-    dp = par.dp
 
     # Hostfile and node layout.
     nodes = nodes if nodes is not None else par.nodes
     gpus_per_node = gpus_per_node if gpus_per_node is not None else par.gpus_per_node
     hostfile = hostfile if hostfile is not None else par.hostfile
     if hostfile is not None:
-        hosts = parse_hostfile(hostfile)
-        slots = {s for _, s in hosts}
-        if len(slots) > 1:
-            listing = ", ".join(f"{h}: {s}" for h, s in hosts)
-            raise PlanError(f"hostfile {hostfile}: slots differ between hosts ({listing}); give every node the same slots")
-        (hf_slots,) = slots
-        if nodes is not None and nodes != len(hosts):
-            raise PlanError(
-                f"hostfile {hostfile} lists {len(hosts)} nodes but nodes is {nodes}: "
-                f"set parallel.nodes: {len(hosts)} or edit the hostfile"
-            )
-        if gpus_per_node is not None and gpus_per_node != hf_slots:
-            raise PlanError(
-                f"hostfile {hostfile} gives slots={hf_slots} per node but gpus_per_node is {gpus_per_node}: "
-                f"set parallel.gpus_per_node: {hf_slots} or edit the hostfile's slots"
-            )
-        nodes, gpus_per_node = len(hosts), hf_slots
+        nodes, gpus_per_node = _hostfile_layout(hostfile, nodes, gpus_per_node)
     if world_size is None and nodes is not None and gpus_per_node is not None:
         world_size = nodes * gpus_per_node
 
     # Fill the one free dimension.
-    if world_size is not None:
-        free = [name for name, v in (("tp", tp), ("pp", pp)) if v is None]
-        if strategy == "3d" and len(free) == 2:
-            raise PlanError("strategy '3d' needs parallel.tp and parallel.pp (dp follows from the world size)")
-        known = (tp or 1) * (pp or 1)
-        if free:
-            rest = world_size // ((dp or 1) * known) if world_size % ((dp or 1) * known) == 0 else None
-            if rest is None or rest < 1:
-                raise PlanError(_world_message(dp or 1, tp or 1, pp or 1, world_size))
-            if free == ["tp"]:
-                tp = rest
-            else:
-                pp = rest
-            dp = dp or 1
-        elif dp is None:
-            if world_size % (tp * pp):
-                raise PlanError(_world_message(1, tp, pp, world_size))
-            dp = world_size // (tp * pp)
-    else:
+    dp, tp, pp, world_size = _fill_dims(strategy, par.dp, tp, pp, world_size)
+    _check_dims(strategy, dp, tp, pp, world_size)
+    nodes, gpus_per_node = _fill_node_layout(world_size, nodes, gpus_per_node)
+
+    # Batch arithmetic: global_batch = micro_batch × grad_accum × dp.
+    grad_accum = _grad_accum(par.micro_batch, par.grad_accum, par.global_batch, dp)
+    plan = ParallelPlan(
+        strategy=strategy, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage, micro_batch=par.micro_batch,
+        grad_accum=grad_accum, global_batch=par.micro_batch * grad_accum * dp, nodes=nodes,
+        gpus_per_node=gpus_per_node, world_size=world_size,
+    )
+    return plan.validate(config.shape)
+
+
+def _as_config(config: TrainConfig | Mapping) -> TrainConfig:
+    """A :class:`TrainConfig` from a config or a plain mapping; a bad mapping is a :class:`PlanError`."""
+    if isinstance(config, Mapping):
+        try:
+            return config_from_dict(config)
+        except ConfigError as exc:
+            raise PlanError(str(exc)) from None
+    return config
+
+
+def _check_launch_counts(world_size: Optional[int], nodes: Optional[int], gpus_per_node: Optional[int]) -> None:
+    """Check the launcher's (or command line's) world size, nodes and GPUs per node, where given."""
+    for name, value in (("world size", world_size), ("nodes", nodes), ("gpus per node", gpus_per_node)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise PlanError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_strategy_dims(strategy: str, par: ParallelConfig) -> None:
+    """Refuse pp, tp or a ZeRO stage that a data-parallel-only strategy does not have."""
+    if strategy not in DATA_PARALLEL_ONLY:
+        return
+    if par.pp not in (None, 1):
+        stage = STRATEGY_ZERO_STAGE[strategy]
+        if stage >= 2:
+            raise PlanError(_zero_with_pp_message(stage, par.pp))
+        raise PlanError(
+            f"strategy '{strategy}' does not pipeline (pp {par.pp}): use strategy 'pp' or '3d', or set pp: 1"
+        )
+    if par.tp not in (None, 1):
+        raise PlanError(
+            f"strategy '{strategy}' is data parallel only (tp {par.tp}): use strategy 'tp' or '3d', or set tp: 1"
+        )
+    if par.zero_stage is not None and par.zero_stage != STRATEGY_ZERO_STAGE[strategy]:
+        raise PlanError(
+            f"strategy '{strategy}' means ZeRO-{STRATEGY_ZERO_STAGE[strategy]} but zero_stage is "
+            f"{par.zero_stage}: drop zero_stage or use strategy "
+            f"'{('dp', 'zero1', 'zero2', 'zero3')[par.zero_stage] if par.zero_stage in (0, 1, 2, 3) else 'dp'}'"
+        )
+
+
+def _strategy_zero_stage(strategy: str, par: ParallelConfig) -> int:
+    """The ZeRO stage: ``parallel.zero_stage`` or the strategy's; pp/tp/3d allow 0 or 1 only."""
+    zero_stage = par.zero_stage if par.zero_stage is not None else STRATEGY_ZERO_STAGE[strategy]
+    if strategy in ("pp", "tp", "3d") and zero_stage not in (0, 1):
+        if strategy == "tp":
+            raise PlanError(f"strategy 'tp' supports zero_stage 0 or 1, got {zero_stage}: use 0 or 1")
+        raise PlanError(_zero_with_pp_message(zero_stage, par.pp or 2))
+    return zero_stage
+
+
+def _hostfile_layout(hostfile: str | Path, nodes: Optional[int], gpus_per_node: Optional[int]) -> tuple[int, int]:
+    """(nodes, gpus_per_node) from the hostfile, checked against the values given."""
+    hosts = parse_hostfile(hostfile)
+    slots = {s for _, s in hosts}
+    if len(slots) > 1:
+        listing = ", ".join(f"{h}: {s}" for h, s in hosts)
+        raise PlanError(f"hostfile {hostfile}: slots differ between hosts ({listing}); give every node the same slots")
+    (hf_slots,) = slots
+    if nodes is not None and nodes != len(hosts):
+        raise PlanError(
+            f"hostfile {hostfile} lists {len(hosts)} nodes but nodes is {nodes}: "
+            f"set parallel.nodes: {len(hosts)} or edit the hostfile"
+        )
+    if gpus_per_node is not None and gpus_per_node != hf_slots:
+        raise PlanError(
+            f"hostfile {hostfile} gives slots={hf_slots} per node but gpus_per_node is {gpus_per_node}: "
+            f"set parallel.gpus_per_node: {hf_slots} or edit the hostfile's slots"
+        )
+    return len(hosts), hf_slots
+
+
+def _fill_dims(strategy: str, dp: Optional[int], tp: Optional[int], pp: Optional[int],
+               world_size: Optional[int]) -> tuple[int, int, int, int]:
+    """(dp, tp, pp, world size) with the one free dimension filled from the world size, or the world size from them."""
+    if world_size is None:
         for name, v in (("tp", tp), ("pp", pp)):
             if v is None:
                 raise PlanError(
                     f"strategy '{strategy}' needs parallel.{name} (or a world size, e.g. --nproc-per-node, to derive it)"
                 )
         dp = dp or 1
-        world_size = dp * tp * pp
+        return dp, tp, pp, dp * tp * pp
+    free = [name for name, v in (("tp", tp), ("pp", pp)) if v is None]
+    if strategy == "3d" and len(free) == 2:
+        raise PlanError("strategy '3d' needs parallel.tp and parallel.pp (dp follows from the world size)")
+    known = (tp or 1) * (pp or 1)
+    if free:
+        rest = world_size // ((dp or 1) * known) if world_size % ((dp or 1) * known) == 0 else None
+        if rest is None or rest < 1:
+            raise PlanError(_world_message(dp or 1, tp or 1, pp or 1, world_size))
+        if free == ["tp"]:
+            tp = rest
+        else:
+            pp = rest
+        dp = dp or 1
+    elif dp is None:
+        if world_size % (tp * pp):
+            raise PlanError(_world_message(1, tp, pp, world_size))
+        dp = world_size // (tp * pp)
+    return dp, tp, pp, world_size
+
+
+def _check_dims(strategy: str, dp: int, tp: int, pp: int, world_size: int) -> None:
+    """Check that tp/pp strategies split the model and that dp × tp × pp is the world size."""
     if strategy in ("tp", "3d") and tp < 2:
         raise PlanError(f"strategy '{strategy}' needs tp ≥ 2, got {tp}: set parallel.tp or use strategy 'dp'")
     if strategy in ("pp", "3d") and pp < 2:
@@ -413,44 +471,44 @@ def resolve_plan(
     if dp * tp * pp != world_size:
         raise PlanError(_world_message(dp, tp, pp, world_size))
 
+
+def _fill_node_layout(world_size: int, nodes: Optional[int], gpus_per_node: Optional[int]) -> tuple[int, int]:
+    """(nodes, gpus_per_node), the missing one from the world size (one node when neither is given)."""
     if nodes is None and gpus_per_node is None:
-        nodes, gpus_per_node = 1, world_size
-    elif gpus_per_node is None:
+        return 1, world_size
+    if gpus_per_node is None:
         if world_size % nodes:
             raise PlanError(f"world size {world_size} is not divisible by nodes {nodes}: every node needs the same GPU count")
-        gpus_per_node = world_size // nodes
-    elif nodes is None:
+        return nodes, world_size // nodes
+    if nodes is None:
         if world_size % gpus_per_node:
             raise PlanError(
                 f"world size {world_size} is not divisible by gpus_per_node {gpus_per_node}: "
                 f"launch a multiple of {gpus_per_node} processes"
             )
-        nodes = world_size // gpus_per_node
+        return world_size // gpus_per_node, gpus_per_node
+    return nodes, gpus_per_node
 
-    # Batch arithmetic: global_batch = micro_batch × grad_accum × dp.
-    micro = par.micro_batch
+
+def _grad_accum(micro: int, grad_accum: Optional[int], global_batch: Optional[int], dp: int) -> int:
+    """Gradient accumulation steps, from global_batch = micro_batch × grad_accum × dp when it is given."""
     per_step = micro * dp
-    if par.global_batch is not None:
-        if par.global_batch % per_step:
-            multiples = f"{per_step} or {2 * per_step}"
-            raise PlanError(
-                f"global_batch {par.global_batch} is not a multiple of micro_batch {micro} × dp {dp} = {per_step}: "
-                f"set global_batch to {multiples} (grad_accum = global_batch ÷ {per_step})"
-            )
-        grad_accum = par.global_batch // per_step
-        if par.grad_accum is not None and par.grad_accum != grad_accum:
-            raise PlanError(
-                f"grad_accum {par.grad_accum} disagrees with global_batch {par.global_batch} ÷ (micro_batch {micro} "
-                f"× dp {dp}) = {grad_accum}: drop grad_accum or set it to {grad_accum}"
-            )
-    else:
-        grad_accum = par.grad_accum if par.grad_accum is not None else 1
-    plan = ParallelPlan(
-        strategy=strategy, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage, micro_batch=micro,
-        grad_accum=grad_accum, global_batch=micro * grad_accum * dp, nodes=nodes,
-        gpus_per_node=gpus_per_node, world_size=world_size,
-    )
-    return plan.validate(shape)
+    if global_batch is None:
+        return grad_accum if grad_accum is not None else 1
+    if global_batch % per_step:
+        multiples = f"{per_step} or {2 * per_step}"
+        raise PlanError(
+            f"global_batch {global_batch} is not a multiple of micro_batch {micro} × dp {dp} = {per_step}: "
+            f"set global_batch to {multiples} (grad_accum = global_batch ÷ {per_step})"
+        )
+    derived = global_batch // per_step
+    if grad_accum is not None and grad_accum != derived:
+        raise PlanError(
+            f"grad_accum {grad_accum} disagrees with global_batch {global_batch} ÷ (micro_batch {micro} "
+            f"× dp {dp}) = {derived}: drop grad_accum or set it to {derived}"
+        )
+    return derived
+
 
 
 # --------------------------------------------------------------------------- DeepSpeed JSON out
@@ -490,15 +548,27 @@ def deepspeed_config(plan: ParallelPlan, config: TrainConfig | Mapping) -> dict:
         config = config_from_dict(config)
     if config.deepspeed:
         config = apply_deepspeed_json(config, config.deepspeed)
-    shape = config.shape
-    opt = config.optimizer
     precision = resolve_precision(config)
-    clip = 0.0 if trainer_clips_gradients(plan, precision) else opt.grad_clip
+    clip = 0.0 if trainer_clips_gradients(plan, precision) else config.optimizer.grad_clip
+    generated = _generated_deepspeed_config(plan, config, precision, clip)
+    user = copy.deepcopy(config.deepspeed or {})
+    user = _resolve_auto(user, "", _auto_values(plan, config, precision, clip))
+    user.pop("pipeline", None)  # pipeline.stages became plan.pp; PipelineModule takes the rest as arguments
+    if "gradient_clipping" in user and trainer_clips_gradients(plan, precision):
+        user["gradient_clipping"] = 0.0
+    merged = _deep_merge(generated, user)
+    _check_merged_config(merged, plan)
+    return merged
+
+
+def _generated_deepspeed_config(plan: ParallelPlan, config: TrainConfig, precision: str, clip: float) -> dict:
+    """The DeepSpeed JSON trainledger writes itself: batch sizes, clip, AdamW, ZeRO stage and precision."""
+    opt = config.optimizer
     zero: dict[str, Any] = {"stage": plan.zero_stage}
     if plan.zero_stage >= 2:
         # Communication overlap needs CUDA streams; on CPU it only adds copies.
         zero.update({"overlap_comm": precision != "fp32", "contiguous_gradients": True})
-    generated: dict[str, Any] = {
+    return {
         "train_batch_size": plan.global_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
@@ -521,9 +591,13 @@ def deepspeed_config(plan: ParallelPlan, config: TrainConfig | Mapping) -> dict:
         "bf16": {"enabled": precision == "bf16"},
         "fp16": {"enabled": precision == "fp16"},
     }
-    user = copy.deepcopy(config.deepspeed or {})
-    d = shape.d_model
-    resolvers = {
+
+
+def _auto_values(plan: ParallelPlan, config: TrainConfig, precision: str, clip: float) -> dict[str, Any]:
+    """What each ``"auto"`` key of a DeepSpeed JSON resolves to, by dotted path."""
+    opt = config.optimizer
+    d = config.shape.d_model
+    return {
         "train_batch_size": plan.global_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
@@ -543,22 +617,22 @@ def deepspeed_config(plan: ParallelPlan, config: TrainConfig | Mapping) -> dict:
         "scheduler.params.warmup_min_lr": 0.0,
     }
 
-    def resolve(node: Any, prefix: str) -> Any:
-        if isinstance(node, Mapping):
-            return {k: resolve(v, f"{prefix}.{k}" if prefix else k) for k, v in node.items()}
-        if _is_auto(node):
-            if prefix not in resolvers:
-                raise PlanError(
-                    f"DeepSpeed JSON key '{prefix}' is \"auto\", which trainledger cannot resolve: set a value"
-                )
-            return resolvers[prefix]
-        return node
 
-    user = resolve(user, "")
-    user.pop("pipeline", None)  # pipeline.stages became plan.pp; PipelineModule takes the rest as arguments
-    if "gradient_clipping" in user and trainer_clips_gradients(plan, precision):
-        user["gradient_clipping"] = 0.0
-    merged = _deep_merge(generated, user)
+def _resolve_auto(node: Any, prefix: str, values: Mapping[str, Any]) -> Any:
+    """``node`` with every ``"auto"`` replaced from ``values`` by its dotted path; an unknown one raises."""
+    if isinstance(node, Mapping):
+        return {k: _resolve_auto(v, f"{prefix}.{k}" if prefix else k, values) for k, v in node.items()}
+    if _is_auto(node):
+        if prefix not in values:
+            raise PlanError(
+                f"DeepSpeed JSON key '{prefix}' is \"auto\", which trainledger cannot resolve: set a value"
+            )
+        return values[prefix]
+    return node
+
+
+def _check_merged_config(merged: Mapping, plan: ParallelPlan) -> None:
+    """Check that the merged DeepSpeed JSON keeps the plan's batch sizes and ZeRO stage."""
     for key, expected in (("train_batch_size", plan.global_batch),
                           ("train_micro_batch_size_per_gpu", plan.micro_batch),
                           ("gradient_accumulation_steps", plan.grad_accum)):
@@ -569,7 +643,6 @@ def deepspeed_config(plan: ParallelPlan, config: TrainConfig | Mapping) -> dict:
             f"DeepSpeed JSON zero_optimization.stage {merged['zero_optimization'].get('stage')} disagrees with "
             f"the plan's ZeRO-{plan.zero_stage}: drop it or use strategy matching stage"
         )
-    return merged
 
 
 def _deep_merge(base: dict, over: Mapping) -> dict:

@@ -8,7 +8,7 @@ per node.
 
 Nothing here touches the database from the training step: ``on_step`` only
 appends numbers the loop already has to a list. A writer thread on rank 0
-appends events to the run journal (fsync'd JSON lines, :mod:`ledger.journal`)
+appends events to the run journal (fsync'd JSON lines, :mod:`ledger.sources.journal`)
 and applies them to the ledger every ``flush_s`` seconds. If the ledger is
 unreachable, training goes on; the journal keeps everything and the writer
 (or ``trainledger sync`` later) replays it idempotently.
@@ -175,7 +175,7 @@ class LedgerWriter(threading.Thread):
 
     def __init__(self, db_url: Optional[str], journal_dir: Path, run_id: str, flush_s: float, heartbeat_s: float):
         super().__init__(name="trainledger-writer", daemon=True)
-        from ledger.journal import Journal
+        from ledger.sources.journal import Journal
 
         self.journal = Journal(journal_dir, run_id)
         self.db_url = db_url
@@ -202,7 +202,7 @@ class LedgerWriter(threading.Thread):
 
     def _engine_or_none(self):
         if self._engine is None:
-            from ledger.db import make_engine
+            from ledger.store.db import make_engine
 
             self._engine = make_engine(self.db_url)
         return self._engine
@@ -210,10 +210,10 @@ class LedgerWriter(threading.Thread):
     def flush(self) -> None:
         """Journal whatever is queued (fsync), then try to apply all pending events.
 
-        A journal write failure (disk full, ...) raises :class:`~ledger.journal.JournalWriteError`
+        A journal write failure (disk full, ...) raises :class:`~ledger.sources.journal.JournalWriteError`
         and is fatal for the run; the events of the failed write are kept for :meth:`close`.
         """
-        from ledger.journal import JournalWriteError
+        from ledger.sources.journal import JournalWriteError
 
         with self._lock:
             events = []
@@ -248,8 +248,8 @@ class LedgerWriter(threading.Thread):
                   file=sys.stderr, flush=True)
 
     def _apply(self) -> None:
-        from ledger.db import redact_url, resolve_url
-        from ledger.journal import JournalWriteError, sync_journal
+        from ledger.sources.journal import JournalWriteError, sync_journal
+        from ledger.store.db import redact_url, resolve_url
 
         try:
             sync_journal(self._engine_or_none(), self.journal)
@@ -285,7 +285,7 @@ class LedgerWriter(threading.Thread):
         ``on_durable`` is called once every event is safe (fsync'd in the journal, or, after a journal
         failure, written to the ledger): from then on the process may be interrupted without loss.
         """
-        from ledger.journal import JournalWriteError
+        from ledger.sources.journal import JournalWriteError
 
         self._halt.set()
         if self.is_alive():
@@ -318,8 +318,8 @@ class LedgerWriter(threading.Thread):
         the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
         from sqlmodel import Session
 
-        from ledger.db import redact_url, resolve_url
-        from ledger.journal import JournalWriteError, apply_events
+        from ledger.sources.journal import JournalWriteError, apply_events
+        from ledger.store.db import redact_url, resolve_url
 
         deadline = time.monotonic() + timeout_s
         while True:
@@ -418,7 +418,7 @@ class LedgerTracker:
         self._every = self.o.sample_every or max(1, -(-steps // 1000))
         if self.rank != 0:
             return
-        from ledger.journal import default_journal_dir
+        from ledger.sources.journal import default_journal_dir
 
         self.writer = LedgerWriter(self.o.db_url, Path(self.o.journal_dir or default_journal_dir()), self.o.run_id,
                                    self.o.flush_s, self.o.heartbeat_s)
@@ -580,7 +580,7 @@ class LedgerTracker:
         def journal_failed(signum, frame):  # SIGUSR1 from the writer thread: stop training, record `failed`
             if self._finishing:  # already writing the end: close() writes it past the broken journal
                 return
-            from ledger.journal import JournalWriteError
+            from ledger.sources.journal import JournalWriteError
 
             err = self.writer.error if self.writer else None
             if isinstance(err, JournalWriteError):

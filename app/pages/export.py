@@ -1,6 +1,6 @@
 """Export: the monthly report as CSV, XLSX or JSON.
 
-The bytes are ``ledger.export.render(presented_report(monthly_report(month)), fmt)``:
+The bytes are ``ledger.reports.export.render(presented_report(monthly_report(month)), fmt)``:
 exactly what ``trainledger report monthly --month M --format FMT`` writes.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import access, data, ui
-from ledger.present import key_values
+from ledger.reports.present import key_values
 
 FORMATS = {"csv": ("CSV", "text/csv"),
            "xlsx": ("XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),

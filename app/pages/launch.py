@@ -1,7 +1,7 @@
 """Launch: start a tracked run from a listed config, watch it (status, step, heartbeat, loss), cancel it.
 
 Launching is ``trainledger launch CONFIG --detach`` (:func:`app.launch.launch_run`:
-``ledger.launch.prepare`` + ``start(detach=True)`` + ``record_process``);
+``ledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``);
 cancelling is ``trainledger runs cancel`` (:func:`app.launch.cancel_run`). Both
 need the lead role, checked on the server right before they act; the config
 path is re-checked there too (:func:`app.launch.resolve_config`). Progress is a

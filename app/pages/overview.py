@@ -1,7 +1,7 @@
 """Overview: this month's spend, hours, the three utilizations, idle and waste, own vs rent, 12-month trends.
 
 Numbers: ``presented_report(monthly_report(month))`` (what ``trainledger report
-monthly`` exports); own vs rent through ``ledger.costs.savings`` on the same report.
+monthly`` exports); own vs rent through ``ledger.money.costs.savings`` on the same report.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from app import access, data, ui
-from ledger import costs
-from ledger.present import fmt_cell
+from ledger.money import costs
+from ledger.reports.present import fmt_cell
 
 access.page_gate()
 url = data.ledger_url()

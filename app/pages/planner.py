@@ -14,8 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from app import access, data, planner, ui
-from ledger.present import fmt_cell
-from ledger.runs import cost_under_offers
+from ledger.reports.present import fmt_cell
+from ledger.runs.registry import cost_under_offers
 from trainer.shapes import SHAPES, ModelShape, flops_per_token, param_count
 
 CUSTOM = "custom"

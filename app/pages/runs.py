@@ -1,4 +1,4 @@
-"""Runs: filtered, paginated list (``ledger.runs.list_runs``) and one run's detail (``ledger.runs.show_run``).
+"""Runs: filtered, paginated list (``ledger.runs.registry.list_runs``) and one run's detail (``ledger.runs.registry.show_run``).
 
 The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
 per month (actual) and under every offer, per-node utilization with straggler
@@ -12,7 +12,7 @@ import streamlit as st
 
 from app import access, data, ui
 from ledger.errors import LedgerInputError
-from ledger.models import RunStatus
+from ledger.store.models import RunStatus
 
 PAGE_SIZE = 50
 ALL = "All"

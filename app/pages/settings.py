@@ -1,8 +1,8 @@
 """Settings: offers (prices), the fleet, currency and time zone. Saving needs the lead role.
 
-Offers go through ``ledger.presets`` (``parse_pricing`` + ``apply_pricing``),
+Offers go through ``ledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``; settings through
-``ledger.settings.set_setting``; fleets through :func:`app.queries.save_fleet`.
+``ledger.store.settings.set_setting``; fleets through :func:`ledger.store.fleets.save_fleet`.
 Every save checks the role on the server (:func:`app.access.require_lead`)
 right before it writes.
 """
@@ -14,10 +14,11 @@ from zoneinfo import available_timezones
 
 import streamlit as st
 
-from app import access, data, queries, ui
+from app import access, data, offer_form, ui
 from ledger.errors import LedgerInputError
-from ledger.presets import apply_pricing, parse_pricing
-from ledger.settings import set_setting
+from ledger.store.fleets import save_fleet
+from ledger.store.presets import apply_pricing, parse_pricing
+from ledger.store.settings import set_setting
 
 NEW = ""  # the "add" choice of the offer and fleet pickers: no offer or fleet has an empty name
 KINDS = ["rent_elastic", "rent_reserved", "own"]
@@ -64,7 +65,7 @@ with tab_offers:
     default_nt = current_nt or next(iter(nt for _, nt in offers.values()), None)
     node_type = c[2].selectbox("Node type", nt_names, index=nt_names.index(default_nt) if default_nt in nt_names else 0,
                                key=f"set_offer_nt_{pick}")
-    defaults = queries.offer_form_defaults(current, current_nt or node_type)
+    defaults = offer_form.offer_form_defaults(current, current_nt or node_type)
     prefix = f"offer_{pick}_{kind}"
     with st.form(f"offer_form_{pick}_{kind}"):
         name = st.text_input("Name (a new name adds an offer)", value="" if current is None else current.name, key=f"{prefix}_name")
@@ -72,7 +73,7 @@ with tab_offers:
                                  key=f"{prefix}_currency")
         values = {}
         cols = st.columns(2)
-        for i, field in enumerate(queries.OFFER_FIELDS[kind]):
+        for i, field in enumerate(offer_form.OFFER_FIELDS[kind]):
             values[field] = cols[i % 2].text_input(FIELD_LABELS[field], value=defaults.get(field, ""), key=f"{prefix}_{field}")
         notes = st.text_input("Notes", value=defaults.get("notes", ""), key=f"{prefix}_notes")
         st.caption("Exact decimals; leave a field empty when it does not apply. Validated as `trainledger pricing import`.")
@@ -80,7 +81,7 @@ with tab_offers:
     if submitted and access.require_lead("change prices"):
         form = {"name": name, "node_type": node_type, "kind": kind, "currency": currency, **values, "notes": notes}
         try:
-            spec = parse_pricing(queries.offer_toml(form), where="offer form")
+            spec = parse_pricing(offer_form.offer_toml(form), where="offer form")
             with data.write_session(url) as s:
                 apply_pricing(s, spec, source="user", replace=True)
         except LedgerInputError as exc:
@@ -132,7 +133,7 @@ with tab_fleet:
     if fsubmitted and access.require_lead("edit the fleet"):
         try:
             with data.write_session(url) as s:
-                result = queries.save_fleet(s, fname, foffer, int(fnodes), ffrom, None if held else fto,
+                result = save_fleet(s, fname, foffer, int(fnodes), ffrom, None if held else fto,
                                             original=f["name"] if f else None)
         except LedgerInputError as exc:
             st.error(str(exc).splitlines()[0])

@@ -49,7 +49,7 @@ def add_hand_runs(session) -> None:
 
 def build_ledger(url: str) -> str:
     """The demo ledger for 2026-06..2026-11 plus the hand-built runs, at ``url``."""
-    from ledger.db import make_engine, session_scope
+    from ledger.store.db import make_engine, session_scope
     from ledger.demo import generate_demo
 
     engine = make_engine(url)

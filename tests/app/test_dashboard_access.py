@@ -15,8 +15,8 @@ import pytest
 from sqlmodel import Session, select
 
 from app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
-from ledger.db import make_engine
-from ledger.models import Fleet, Setting
+from ledger.store.db import make_engine
+from ledger.store.models import Fleet, Setting
 from tests.app.helpers import REPO, make_app, metrics
 from tests.helpers import offer_price
 

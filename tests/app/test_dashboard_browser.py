@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from ledger.accounting import monthly_report
-from ledger.db import make_engine
-from ledger.present import fmt_cell
-from ledger.models import Run, RunStatus
+from ledger.money.monthly import monthly_report
+from ledger.store.db import make_engine
+from ledger.reports.present import fmt_cell
+from ledger.store.models import Run, RunStatus
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
 from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for

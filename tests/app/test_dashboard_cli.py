@@ -48,10 +48,10 @@ def test_every_loopback_spelling_is_accepted(host, sqlite_url, fake_popen):
 
 
 def test_password_goes_to_the_environment_not_argv(fake_popen, monkeypatch):
-    import ledger.db
+    import ledger.store.db
 
     url = "postgresql+psycopg://lead:s3cret@127.0.0.1:5432/ledger"
-    monkeypatch.setattr(ledger.db, "make_engine", lambda u: type("E", (), {"dispose": lambda self: None})())
+    monkeypatch.setattr(ledger.store.db, "make_engine", lambda u: type("E", (), {"dispose": lambda self: None})())
     r = _invoke("--db", url)
     assert r.exit_code == 0, r.output
     (argv, env, _), = fake_popen

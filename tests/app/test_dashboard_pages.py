@@ -7,12 +7,12 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
-from ledger.accounting import monthly_report
-from ledger.db import make_engine, session_scope
-from ledger.export import presented_report
-from ledger.models import Run, RunNode
-from ledger.present import fmt_cell
-from ledger.runs import show_run
+from ledger.money.monthly import monthly_report
+from ledger.store.db import make_engine, session_scope
+from ledger.reports.export import presented_report
+from ledger.store.models import Run, RunNode
+from ledger.reports.present import fmt_cell
+from ledger.runs.registry import show_run
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, run_page
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
@@ -153,7 +153,7 @@ def test_roi_shows_the_summary_and_projects(demo_url, app_env):
 
 
 def test_strategies_shows_the_ledgers_comparison(demo_url, app_env):
-    from ledger.strategies import strategy_comparison
+    from ledger.reports.weekly import strategy_comparison
 
     app_env(demo_url)
     at = run_page(make_app(), "strategies")
@@ -253,9 +253,9 @@ def test_overview_shows_running_runs_in_the_current_month(sqlite_url, app_env):
     from datetime import timedelta
     from zoneinfo import ZoneInfo
 
-    from ledger.accounting import month_of
-    from ledger.models import RunStatus
-    from ledger.types import utcnow
+    from ledger.money.months import month_of
+    from ledger.store.models import RunStatus
+    from ledger.store.types import utcnow
     from tests.helpers import add_run
 
     engine = make_engine(sqlite_url)

@@ -9,15 +9,18 @@ from importlib import resources
 import pytest
 from sqlmodel import Session, select
 
-from app import queries, rentown
-from ledger import costs
-from ledger.accounting import monthly_report
-from ledger.compare import compare_node_type, compare_offers
-from ledger.db import make_engine
+from app import offer_form, rentown
+from ledger.runs import registry
+from ledger.runs.sweep import list_sweeps
+from ledger.store.fleets import save_fleet
+from ledger.money import costs
+from ledger.money.monthly import monthly_report
+from ledger.money.compare import compare_node_type, compare_offers
+from ledger.store.db import make_engine
 from ledger.errors import LedgerInputError
-from ledger.models import Fleet, NodeType, Offer
-from ledger.presets import apply_pricing, parse_pricing
-from ledger.runs import cost_under_offers, show_run
+from ledger.store.models import Fleet, NodeType, Offer
+from ledger.store.presets import apply_pricing, parse_pricing
+from ledger.runs.registry import cost_under_offers, show_run
 from tests.app.helpers import SWEEP
 
 
@@ -72,17 +75,17 @@ def test_cost_under_offers_equals_show_run(demo):
 
 
 def test_sweeps(demo):
-    assert [(s["sweep_id"], s["runs"], s["nodes"]) for s in queries.sweeps(demo)] == [(SWEEP, 3, 2)]
+    assert [(s["sweep_id"], s["runs"], s["nodes"]) for s in list_sweeps(demo)] == [(SWEEP, 3, 2)]
 
 
 def test_loss_curve_and_filters(demo):
     run_id = "demo-0001"
-    curve = queries.loss_curve(demo, run_id)
+    curve = registry.loss_curve(demo, run_id)
     assert len(curve) == 40 and curve == sorted(curve, key=lambda p: p["ts"])
-    assert queries.loss_curve(demo, "hand-elastic-1") == []
-    f = queries.filter_values(demo)
+    assert registry.loss_curve(demo, "hand-elastic-1") == []
+    f = registry.filter_values(demo)
     assert f["project"] == ["demo-finetune", "demo-pretrain", "hand"] and "3d" in f["strategy"] and "" not in f["strategy"]
-    assert queries.run_month_span(demo) == ("2026-06", "2026-11")
+    assert registry.run_month_span(demo) == ("2026-06", "2026-11")
 
 
 def test_peak_sizing_equals_the_reports_own_cost_sized_to_the_peak(session):
@@ -116,8 +119,8 @@ def test_peak_sizing_uses_one_fleet_for_the_whole_window(demo):
 
 
 def test_save_fleet_validates_and_edits(session):
-    assert queries.save_fleet(session, "rack", "rtx4090-own", 4, date(2026, 1, 1), None) == "added"
-    assert queries.save_fleet(session, "rack-a", "rtx4090-reserved", 6, date(2026, 1, 1), date(2026, 7, 1),
+    assert save_fleet(session, "rack", "rtx4090-own", 4, date(2026, 1, 1), None) == "added"
+    assert save_fleet(session, "rack-a", "rtx4090-reserved", 6, date(2026, 1, 1), date(2026, 7, 1),
                               original="rack") == "updated"
     f = session.exec(select(Fleet)).one()
     assert (f.name, f.node_count, f.valid_to) == ("rack-a", 6, date(2026, 7, 1))
@@ -130,12 +133,12 @@ def test_save_fleet_validates_and_edits(session):
         (("", "rtx4090-own", 1, date(2026, 1, 1), None), "fleet name"),
     ]:
         with pytest.raises(LedgerInputError, match=needle):
-            queries.save_fleet(session, *args)
+            save_fleet(session, *args)
     assert len(session.exec(select(Fleet)).all()) == 1
 
 
 def test_offer_form_goes_through_pricing_validation_exactly(session):
-    text = queries.offer_toml({"name": 'say "hi" =1', "node_type": "rtx4090-8x", "kind": "own", "currency": "CNY",
+    text = offer_form.offer_toml({"name": 'say "hi" =1', "node_type": "rtx4090-8x", "kind": "own", "currency": "CNY",
                                "capex_per_node": "100000.123456", "depreciation_months": "48", "power_kw_load": "3.5",
                                "electricity_price_per_kwh": "0.61", "operations_per_node_month": "10", "notes": "",
                                "residual_value": " "})
@@ -143,8 +146,8 @@ def test_offer_form_goes_through_pricing_validation_exactly(session):
     apply_pricing(session, spec, source="user", replace=True)
     o = _offer(session, 'say "hi" =1')
     assert o.capex_per_node == Decimal("100000.123456") and o.depreciation_months == 48 and o.residual_value == 0
-    assert queries.offer_form_defaults(o, "rtx4090-8x")["capex_per_node"] == "100000.123456"
+    assert offer_form.offer_form_defaults(o, "rtx4090-8x")["capex_per_node"] == "100000.123456"
     with pytest.raises(LedgerInputError, match="depreciation_months: Input should be a valid integer"):
-        parse_pricing(queries.offer_toml({"name": "y", "node_type": "rtx4090-8x", "kind": "own",
+        parse_pricing(offer_form.offer_toml({"name": "y", "node_type": "rtx4090-8x", "kind": "own",
                                           "depreciation_months": "3.5"}), where="offer form")
 

@@ -1,4 +1,4 @@
-"""Sweep progress (ledger.sweep.sweep_progress) on the Strategies page, and `trainledger demo` with its
+"""Sweep progress (ledger.runs.sweep.sweep_progress) on the Strategies page, and `trainledger demo` with its
 background sweep: the history is deterministic, the sweep's real runs share one sweep id, and stopping
 the sweep leaves no process behind."""
 
@@ -16,12 +16,12 @@ from sqlmodel import Session, select
 from typer.testing import CliRunner
 
 from ledger.cli import app
-from ledger.db import make_engine, session_scope
+from ledger.store.db import make_engine, session_scope
 from ledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
-from ledger.models import MetricSample, Run, RunStatus, Setting
-from ledger.strategies import strategy_comparison
-from ledger.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress
-from ledger.types import utcnow
+from ledger.store.models import MetricSample, Run, RunStatus, Setting
+from ledger.reports.weekly import strategy_comparison
+from ledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress
+from ledger.store.types import utcnow
 from tests.app.helpers import DEMO_NOW, MONTH, REPO, make_app, run_page
 from tests.helpers import add_run
 from tests.tracking.conftest import processes_of_run, wait_for

@@ -8,12 +8,12 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import costs
-from ledger.accounting import monthly_report
-from ledger.daily import daily_report
-from ledger.models import RunNode
-from ledger.settings import set_setting
-from ledger.strategies import strategy_comparison
+from ledger.money import costs
+from ledger.money.monthly import monthly_report
+from ledger.reports.daily import daily_report
+from ledger.store.models import RunNode
+from ledger.store.settings import set_setting
+from ledger.reports.weekly import strategy_comparison
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -114,7 +114,7 @@ def audit_samples(engine, run_id: str, journal: Optional[Path] = None, steps: Op
     """
     from sqlmodel import Session, select
 
-    from ledger.models import MetricSample
+    from ledger.store.models import MetricSample
 
     with Session(engine) as s:
         rows = s.exec(select(MetricSample.metric, MetricSample.ts, MetricSample.value)
@@ -147,7 +147,7 @@ def run_lost(engine, run_id: str) -> Optional[str]:
     """
     from sqlmodel import Session
 
-    from ledger.runs import show_run
+    from ledger.runs.registry import show_run
     from tests.tracking.conftest import run_row
 
     run = run_row(engine, run_id)
@@ -182,7 +182,7 @@ def rank_pid(launcher_pid: int, rank: int) -> Optional[int]:
 
 def training(engine, run_id: str, min_steps: int = 3) -> bool:
     """The run is running, heartbeating, and the ledger has at least ``min_steps`` of its steps."""
-    from ledger.models import RunStatus
+    from ledger.store.models import RunStatus
     from tests.tracking.conftest import run_row, sample_counts
 
     run = run_row(engine, run_id)

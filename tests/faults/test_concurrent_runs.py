@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.db import make_engine
-from ledger.models import RunNode, RunStatus
+from ledger.store.db import make_engine
+from ledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, run_lost
 from tests.tracking.conftest import (CONFIGS, REPO, kill_leftover_runs, make_track_env, processes_of_run, run_row,
                                      wait_for)

@@ -21,9 +21,9 @@ import sys
 
 import pytest
 
-from ledger.db import make_engine
-from ledger.journal import read_events
-from ledger.models import RunNode, RunStatus
+from ledger.store.db import make_engine
+from ledger.sources.journal import read_events
+from ledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, rank_pid, run_lost, training
 from tests.tracking.conftest import (CONFIGS, REPO, children, kill_leftover_runs, make_track_env, processes_of_run,
                                      run_row, sample_counts, trainledger, wait_for)
@@ -149,7 +149,7 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
 def _only_run(engine):
     from sqlmodel import Session, select
 
-    from ledger.models import Run
+    from ledger.store.models import Run
 
     with Session(engine) as s:
         ids = s.exec(select(Run.id)).all()
@@ -158,7 +158,7 @@ def _only_run(engine):
 
 APPEND_UNTIL_FULL = """
 import json, sys
-from ledger.journal import Journal, JournalWriteError
+from ledger.sources.journal import Journal, JournalWriteError
 j = Journal(sys.argv[1], "r1")
 n, err = 0, None
 try:
@@ -174,7 +174,7 @@ print(json.dumps({"appended": n, "seq": j.seq, "error": err}))
 def test_journal_append_is_all_or_nothing_on_a_full_disk(tiny_disk, fault_tally):
     """A journal write that hits a full disk leaves no torn line: the events written before it and
     after it (once there is room again) are all readable, numbered without a gap."""
-    from ledger.journal import read_events
+    from ledger.sources.journal import read_events
 
     def append(limit: int, events: int) -> dict:
         out = subprocess.run([sys.executable, "-c", APPEND_UNTIL_FULL, str(tiny_disk.dir), str(events)], cwd=REPO,

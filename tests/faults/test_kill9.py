@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ledger.db import make_engine
-from ledger.models import RunStatus
+from ledger.store.db import make_engine
+from ledger.store.models import RunStatus
 from tests.faults.conftest import _utc, audit_samples, rank_pid, run_lost, training
 from tests.tracking.conftest import (CONFIGS, REPO, children, kill_leftover_runs, make_track_env, processes_of_run,
                                      run_row, wait_for)
@@ -121,8 +121,8 @@ def test_rank0_stopped_by_the_launcher_is_failed_unless_someone_cancelled(runs, 
 
     from sqlmodel import Session
 
-    from ledger.launch import settle
-    from ledger.models import Run
+    from ledger.runs.launch import settle
+    from ledger.store.models import Run
     from tests.helpers import add_run
 
     report = run_row(runs.engine, runs.rids["rank1"]).log_path

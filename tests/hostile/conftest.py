@@ -111,7 +111,7 @@ def assert_clean(out: Outcome, context: Any = None, codes: tuple[int, ...] = (0,
 
 def snapshot(url: str) -> dict[str, list[tuple]]:
     """Every row of every ledger table (ordered), to prove that a refused input wrote nothing."""
-    from ledger.db import get_engine
+    from ledger.store.db import get_engine
 
     engine = get_engine(url)
     out = {}
@@ -135,7 +135,7 @@ def unchanged(url: str, before: dict, context: Any = None) -> None:
 @pytest.fixture
 def ledger(ledger_url, monkeypatch):
     """A ledger with the presets (both backends) for a fuzz test; TRAINLEDGER_DB_URL unset."""
-    from ledger.db import get_engine
+    from ledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     get_engine(ledger_url)  # upgrade + presets once, outside the examples
@@ -146,7 +146,7 @@ def ledger(ledger_url, monkeypatch):
 @pytest.fixture
 def sqlite_ledger(sqlite_url, monkeypatch):
     """A SQLite ledger with the presets, for tests where the backend does not matter."""
-    from ledger.db import get_engine
+    from ledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     get_engine(sqlite_url)

@@ -30,9 +30,9 @@ from app import launch as app_launch
 from app.access import IDENTITY_KEY, Identity
 from app.auth import make_entry
 from app.cli import is_loopback
-from ledger.db import make_engine
+from ledger.store.db import make_engine
 from ledger.errors import LedgerInputError
-from ledger.models import Run
+from ledger.store.models import Run
 from tests.app.helpers import make_app
 from tests.helpers import offer_price
 from tests.hostile.conftest import FUZZ, REPO, assert_clean, assert_refused, invoke, snapshot, unchanged
@@ -314,7 +314,7 @@ def test_trainledger_launch_and_sweep_accept_only_configs_from_the_allowed_direc
                                                                                      monkeypatch, fake_popen):
     """A config outside trainer/configs and $TRAINLEDGER_CONFIG_DIRS is refused (one line, exit 2, nothing
     registered or started), also through a symlink or '..' out of an allowed directory."""
-    from ledger.launch import CONFIG_DIRS_ENV
+    from ledger.runs.launch import CONFIG_DIRS_ENV
 
     outside = tmp_path / "outside"
     outside.mkdir()

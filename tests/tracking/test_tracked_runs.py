@@ -11,10 +11,10 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, func, select
 
-from ledger import costs
-from ledger.db import make_engine
-from ledger.journal import Journal
-from ledger.models import MetricSample, Offer, Run, RunNode, RunStatus
+from ledger.money import costs
+from ledger.store.db import make_engine
+from ledger.sources.journal import Journal
+from ledger.store.models import MetricSample, Offer, Run, RunNode, RunStatus
 from tests.tracking.conftest import CONFIGS, children, journal_samples, processes_of_run, sample_counts, trainledger, wait_for
 from tests.tracking.conftest import launch_detached as _launch_detached
 from tests.tracking.conftest import run_row as _run
@@ -200,7 +200,9 @@ def test_bad_plan_is_refused_before_anything_starts(sqlite_url, track_env, tmp_p
 
 
 def test_slurm_script_uses_srun_and_torchrun_and_keeps_secrets_out(sqlite_url, track_env, tmp_path):
-    env = {**track_env, "PATH": "/usr/bin:/bin"}  # no sbatch here
+    no_slurm = tmp_path / "bin"
+    no_slurm.mkdir()
+    env = {**track_env, "PATH": str(no_slurm)}  # no sbatch on PATH (Slurm may be installed on this machine)
     out = trainledger(["launch", CONFIGS / "3d.yaml", "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "8",
                        "--db", sqlite_url, "--json"], env)
     d = json.loads(out.stdout)

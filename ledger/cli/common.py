@@ -1,0 +1,158 @@
+"""What every ``trainledger`` command shares: options, one-line errors, sessions, output.
+
+Every command takes ``--db URL`` (else ``$TRAINLEDGER_DB_URL``, else the
+embedded SQLite ledger in the user's data directory), prints figures as a
+table or, with ``--json``, as the same dict in JSON. Exit status: 0 on
+success, 2 with a one-line reason on bad input, 1 when the ledger cannot be
+reached.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer vendors click (typer._click) in recent versions
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer on plain click
+    from click import exceptions as _click_errors
+
+from ledger.errors import LedgerInputError
+
+
+class OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (bad option value, missing argument, unknown option) as one line + exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click_errors.NoArgsIsHelpError as exc:
+            exc.show()  # a bare group: its help, as before
+            sys.exit(exc.exit_code)
+        except _click_errors.ClickException as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
+            typer.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def group(help_text: str) -> typer.Typer:
+    """A command group (``trainledger NAME ...``) with the shared conventions."""
+    return typer.Typer(help=help_text, no_args_is_help=True)
+
+
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def command(fn: Callable) -> Callable:
+    """Turn user errors into one line + exit 2, and an unreachable ledger into one line + exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sqlalchemy.exc import DatabaseError, DataError, OperationalError
+
+        from ledger.store.db import LedgerURLError, redact_url, resolve_url
+
+        try:
+            _check_arguments(kwargs)
+            return fn(*args, **kwargs)
+        except (LedgerInputError, LedgerURLError) as exc:
+            fail(str(exc).splitlines()[0])
+        except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"the ledger refused a value: {reason}")
+        except DatabaseError as exc:  # unreachable, or not a ledger at all (e.g. "file is not a database")
+            if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
+                raise
+            url = redact_url(resolve_url(kwargs.get("db")))
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"cannot use the ledger at {url}: {reason}", code=1)
+
+    return wrapper
+
+
+MONTH_YEARS = (1970, 9998)
+
+
+def _check_arguments(kwargs: dict[str, Any]) -> None:
+    """Refuse what no command can use before any work: NUL characters, months outside MONTH_YEARS."""
+    for name, value in kwargs.items():
+        if isinstance(value, (str, Path)) and "\0" in str(value):
+            raise LedgerInputError(f"{name}: contains a NUL character")
+    for name in ("month", "end_month", "date_"):
+        value = kwargs.get(name)
+        if isinstance(value, str) and value:
+            from ledger.money.months import parse_month
+
+            flag = f"--{name.strip('_').replace('_', '-')}"
+            if name == "date_":
+                if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+                    continue  # today, yesterday, or an error of the command's own
+                year = int(value[:4])
+            else:
+                year, _ = parse_month(value)
+            if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
+                raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {value!r}")
+
+
+def session(db: Optional[str]):
+    from ledger.store.db import get_engine, session_scope
+
+    return session_scope(get_engine(db))
+
+
+def sync_quietly(db: Optional[str]) -> None:
+    """Replay local run journals written while the ledger was unreachable (best effort)."""
+    from sqlalchemy.exc import OperationalError
+
+    from ledger.sources.journal import sync_all
+    from ledger.store.db import get_engine
+
+    engine = get_engine(db)  # an unreachable ledger is the command's error, not a warning
+    try:
+        applied = sync_all(engine)
+    except OperationalError:
+        raise
+    except Exception as exc:  # a broken journal must not block reading the ledger
+        typer.echo(f"warning: journal replay failed ({type(exc).__name__}); run `trainledger sync`", err=True)
+        return
+    if applied:
+        typer.echo(f"replayed {sum(applied.values())} journal events of {len(applied)} runs", err=True)
+
+
+def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    from ledger.reports.present import jsonable
+
+    if as_json:
+        typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
+    else:
+        typer.echo(text(data))
+
+
+def decimal_option(value: str, flag: str) -> Decimal:
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise LedgerInputError(f"{flag}: expected a number, got {value!r}") from None
+    if not number.is_finite():
+        raise LedgerInputError(f"{flag}: expected a finite number, got {value!r}")
+    return number

@@ -1,0 +1,59 @@
+"""``trainledger cost``: rent vs own comparisons."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ledger.cli.common import (
+    DbOpt,
+    JsonOpt,
+    command,
+    decimal_option,
+    emit,
+    group,
+    session,
+)
+from ledger.errors import LedgerInputError
+
+app = group("Rent vs own comparisons.")
+
+
+@app.command("compare")
+@command
+def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare one node-month of this node type.")] = None,
+                 utilization: Annotated[str, typer.Option(help="Time utilization 0..1 for --node-type.")] = "1",
+                 month: Annotated[Optional[str], typer.Option(help="Compare the ledger's real usage of this month (YYYY-MM).")] = None,
+                 own: Annotated[Optional[str], typer.Option(help="Own offer (default: the node type's).")] = None,
+                 rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer (default: the node type's).")] = None,
+                 reserved: Annotated[Optional[str], typer.Option(help="Reserved rent offer, with --month.")] = None,
+                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
+    from ledger.money.compare import compare_month, compare_node_type
+    from ledger.reports.present import key_values, table
+
+    if bool(node_type) == bool(month):
+        raise LedgerInputError("cost compare: pass exactly one of --node-type NAME or --month YYYY-MM")
+    with session(db) as s:
+        if node_type:
+            data = compare_node_type(s, node_type, decimal_option(utilization, "--utilization"), own=own, rent=rent)
+        else:
+            data = compare_month(s, month, own=own, rent=rent, reserved=reserved)
+
+    def text(d):
+        if "node_types" not in d:
+            lines = [key_values(d)]
+            if d["renting_always_cheaper"]:
+                lines.append(f"\nRenting ({d['rent_offer']}) is cheaper at every utilization: owning costs more even at full use.")
+            else:
+                lines.append(f"\nOwning ({d['own_offer']}) wins above a time utilization of {float(d['break_even_utilization']):.1%}.")
+            return "\n".join(lines)
+        cols = ["node_type", "node_hours", "peak_nodes", "own_nodes", "actual_cost", "own_cost", "elastic_cost", "reserved_cost", "cheapest"]
+        return f"{d['month']} ({d['timezone']}, {d['currency']})\n" + table(d["node_types"], cols) + "\n\ntotal:\n" + key_values(d["total"])
+
+    emit(data, as_json, text)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="cost")

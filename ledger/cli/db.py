@@ -1,0 +1,94 @@
+"""``trainledger db``: upgrade the schema, back up and restore, check the rollup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ledger.cli.common import DbOpt, command, group
+from ledger.errors import LedgerInputError
+
+app = group("Ledger database: upgrade the schema, back up and restore.")
+
+
+@app.command("upgrade")
+@command
+def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head") -> None:
+    """Apply pending schema migrations (the CLI also does this on first use)."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    from ledger.store.db import (
+        alembic_config,
+        current_revision,
+        make_engine,
+        redact_url,
+        resolve_url,
+        upgrade_schema,
+    )
+
+    known = [r.revision for r in ScriptDirectory.from_config(alembic_config(None)).walk_revisions()]
+    if revision != "head" and revision not in known:
+        raise LedgerInputError(f"--revision: expected head or one of {', '.join(sorted(known))}, got {revision!r}")
+    engine = make_engine(db, upgrade=False)
+    try:
+        upgrade_schema(engine, revision)
+    except CommandError as exc:
+        raise LedgerInputError(f"--revision: {' '.join(str(exc).split())}") from None
+    rev = current_revision(engine)  # never older than it was: upgrade does not downgrade
+    typer.echo(f"ledger {redact_url(resolve_url(db))} at revision {rev}")
+
+
+@app.command("backup")
+@command
+def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write.")], db: DbOpt = None) -> None:
+    """Back up the ledger (SQLite online backup API; pg_dump custom format for PostgreSQL)."""
+    from ledger.store.backup import backup
+
+    path = backup(db, out)
+    typer.echo(f"backup written to {path}")
+
+
+@app.command("restore")
+@command
+def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `trainledger db backup`.")],
+               db: DbOpt = None,
+               force: Annotated[bool, typer.Option("--force", help="Replace a ledger that already has runs.")] = False) -> None:
+    """Restore the ledger from a backup (refuses to overwrite runs without --force)."""
+    from ledger.store.backup import restore
+
+    restore(db, file, force=force)
+    typer.echo(f"restored from {file}")
+
+
+@app.command("rollup")
+@command
+def db_rollup(db: DbOpt = None,
+              rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild the monthly rollup from the run rows.")] = False) -> None:
+    """Check the pre-aggregated monthly rollup against the run rows (exit 1 on a difference); --rebuild it."""
+    from sqlmodel import Session
+
+    from ledger.money import rollup
+    from ledger.store.db import get_engine
+
+    with Session(get_engine(db)) as s:
+        if rebuild:
+            def progress(done: int, total: int) -> None:
+                typer.echo(f"rollup: {done:,}/{total:,} runs", err=True)
+            n = rollup.rebuild(s, progress=progress)
+            s.commit()
+            typer.echo(f"rollup rebuilt from {n:,} runs")
+            return
+        problems = rollup.check(s)
+    for p in problems[:20]:
+        typer.echo(p, err=True)
+    if problems:
+        typer.echo(f"rollup: {len(problems)} difference(s) from the run rows; fix with `trainledger db rollup --rebuild`", err=True)
+        raise typer.Exit(1)
+    typer.echo("rollup consistent with the run rows")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="db")

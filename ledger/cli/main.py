@@ -1,0 +1,45 @@
+"""``trainledger``: the command line (SPEC §9).
+
+One module per command group registers its commands here; no command module
+imports another (what they share is in :mod:`ledger.cli.common`). Every
+command has ``--help``, ``--db URL`` and, where it prints figures, ``--json``;
+exit status 0 on success, 2 with a one-line reason on bad input, 1 when the
+ledger cannot be reached.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from ledger.cli import costs, db, demo, fleet, imports, metrics, pricing, reports, runs, settings
+from ledger.cli.common import OneLineUsageErrors
+
+app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False, cls=OneLineUsageErrors)
+
+
+
+def _register_parts() -> None:
+    """Commands that live with their part: ``train``/``data prepare`` in trainer/,
+    ``dashboard`` in app/ (both importable without torch)."""
+    from app.cli import dashboard_command
+    from trainer.cli import data_app, train_command
+
+    app.command("train")(train_command)
+    app.command("dashboard")(dashboard_command)
+    app.add_typer(data_app, name="data")
+
+
+for _module in (db, demo, imports, runs, settings):
+    _module.register(app)
+_register_parts()
+for _module in (metrics, costs, reports, pricing, fleet):
+    _module.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

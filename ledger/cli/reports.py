@@ -1,0 +1,114 @@
+"""``trainledger report``: the monthly export and the daily and weekly reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from ledger.errors import LedgerInputError
+
+app = group("Reports and the monthly export.")
+
+
+@app.command("monthly")
+@command
+def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
+                   fmt: Annotated[str, typer.Option("--format", help="csv | xlsx | json")] = "csv",
+                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json).")] = None,
+                   own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
+                   rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
+                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run."""
+    from ledger.money.monthly import monthly_report
+    from ledger.reports.export import presented_report, render
+    from ledger.reports.present import key_values
+
+    if fmt not in ("csv", "xlsx", "json"):
+        raise LedgerInputError(f"--format: expected csv, xlsx or json, got {fmt!r}")
+    if fmt == "xlsx" and output is None:
+        raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
+    with session(db) as s:
+        p = presented_report(monthly_report(s, month, own=own, rent=rent))
+    data = render(p, fmt)
+    if output is None:
+        sys.stdout.write(data.decode("utf-8"))
+        return
+    if output.is_dir():
+        raise LedgerInputError(f"--output: {output} is a directory; give a file name")
+    tmp = output.with_name(output.name + ".part")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(output)  # never leave a half-written export
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise LedgerInputError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
+    emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+
+
+@app.command("weekly")
+@command
+def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
+                  days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1, max=36500)] = None,
+                  db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
+    from ledger.reports.present import table
+    from ledger.reports.weekly import strategy_comparison
+
+    with session(db) as s:
+        data = strategy_comparison(s, sweep_id=sweep, days=days)
+
+    def text(d):
+        if not d["rows"] and not d["not_measured"]:
+            return f"{d['scope']}: nothing to compare; run `trainledger sweep CONFIG --strategies dp,zero2,...` first"
+        offers = sorted({o for r in d["rows"] for o in r["cost_per_1m_tokens"]})
+        flat = []
+        for r in d["rows"]:
+            row = {"": "*" if r["cheapest"] else "", "strategy": r["strategy"], "run_id": r["run_id"],
+                   "tokens_per_s": r["tokens_per_s"], "time_per_epoch_hours": r["time_per_epoch_hours"],
+                   "peak_mem_per_gpu_GiB": r["peak_mem_per_gpu_bytes"] / 2**30 if r["peak_mem_per_gpu_bytes"] else None,
+                   "comm_share": r["comm_share"],
+                   "gpu_util_mean": r["gpu_util_mean"], "util_source": r["util_source"], "mfu": r["mfu"],
+                   "measured_gpu_util_mean": r.get("measured_gpu_util_mean"),
+                   "measured_energy_kwh": r.get("measured_energy_kwh")}
+            for o in offers:
+                row[f"cost_per_1m_{o}"] = r["cost_per_1m_tokens"].get(o)
+            flat.append(row)
+        out = f"{d['scope']} (* cheapest; GPU-Util source 'cpu' = process CPU share on a CPU-only run)\n" + table(flat)
+        if d["not_measured"]:
+            out += "\n\nnot measured: " + ", ".join(f"{x['strategy']} ({x['status']})" for x in d["not_measured"])
+        return out
+
+    emit(data, as_json, text)
+
+
+def _daily_text(d: dict[str, Any]) -> str:
+    from ledger.reports.present import key_values, table
+
+    head = f"{d['date']} ({d['timezone']}, {d['currency']}{', so far' if d['partial'] else ''}); GPU-Util sources: {', '.join(d['summary']['gpu_util_sources']) or 'none measured'}"
+    parts = [head, key_values({k: v for k, v in d["summary"].items() if k != "gpu_util_sources"})]
+    if d["fleets"]:
+        parts += ["", "fleets:", table(d["fleets"], ["offer", "nodes", "available_node_hours", "used_node_hours", "idle_node_hours",
+                                                     "time_utilization", "nodes_never_used", "cost", "idle_cost", "power_basis"])]
+    if d["runs"]:
+        parts += ["", "runs:", table(d["runs"], ["run_id", "status", "offer", "nodes", "node_hours", "gpu_util_mean", "util_source", "cost"])]
+    return "\n".join(parts)
+
+
+@app.command("daily")
+@command
+def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
+                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
+    from ledger.reports.daily import daily_report
+
+    with session(db) as s:
+        data = daily_report(s, date_)
+    emit(data, as_json, _daily_text)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="report")

@@ -1,0 +1,234 @@
+"""``trainledger runs``, ``launch``, ``sweep`` and ``sync``: the run lifecycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ledger.cli.common import (
+    DbOpt,
+    JsonOpt,
+    command,
+    emit,
+    group,
+    session,
+    sync_quietly,
+)
+from ledger.errors import LedgerInputError
+
+app = group("List, inspect, reap and cancel runs.")
+
+RUN_COLUMNS = ["id", "name", "project", "status", "strategy", "node_type", "nodes", "started_at", "node_hours", "tokens", "gpu_util_mean", "mfu"]
+
+
+@app.command("list")
+@command
+def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlapping this month (YYYY-MM).")] = None,
+              project: Annotated[Optional[str], typer.Option()] = None,
+              user: Annotated[Optional[str], typer.Option()] = None,
+              status: Annotated[Optional[str], typer.Option(help="queued|running|succeeded|failed|cancelled|crashed")] = None,
+              strategy: Annotated[Optional[str], typer.Option()] = None,
+              sweep: Annotated[Optional[str], typer.Option(help="Sweep id.")] = None,
+              limit: Annotated[int, typer.Option(min=1, max=100000, help="Show at most this many runs (the newest).")] = 50,
+              offset: Annotated[int, typer.Option(min=0, help="Skip this many of the newest runs first (paging).")] = 0,
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Runs, newest first (stale running runs are marked crashed first).
+
+    Shows the newest --limit runs (default 50) after --offset; when more runs
+    match, a last line on stderr says how many (the JSON output is the page only).
+    """
+    from ledger.money.months import parse_month
+    from ledger.reports.present import table
+    from ledger.runs.registry import count_runs, list_runs
+
+    if month:
+        parse_month(month)
+    sync_quietly(db)
+    filters = dict(month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
+    with session(db) as s:
+        rows = list_runs(s, **filters, limit=limit, offset=offset)
+        total = count_runs(s, **filters) if len(rows) == limit or offset else offset + len(rows)
+    emit(rows, as_json, lambda r: table(r, RUN_COLUMNS))
+    more = total - offset - len(rows)
+    if more > 0 and not as_json:
+        typer.echo(f"… {more:,} more of {total:,} matching runs (newest first: rows {offset + 1:,}-{offset + len(rows):,} "
+                   f"shown); see --limit and --offset", err=True)
+
+
+@app.command("show")
+@command
+def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """One run: its figures, its nodes, its cost per month and under every offer."""
+    from ledger.reports.present import key_values, table
+    from ledger.runs.registry import show_run
+
+    with session(db) as s:
+        data = show_run(s, run_id)
+
+    def text(d):
+        parts = [key_values({k: v for k, v in d.items() if k not in ("config",)})]
+        if d["nodes_detail"]:
+            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
+        parts += ["", "cost by month (actual):", table(d["cost_by_month"])]
+        parts += ["", "cost under every offer:", table(d["cost_under_offers"])]
+        return "\n".join(parts)
+
+    emit(data, as_json, text)
+
+
+@app.command("reap")
+@command
+def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a heartbeat before a running run is crashed.", min=1, max=10**9)] = 60,
+              db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Mark running runs whose heartbeat stopped as crashed (ended at the last heartbeat)."""
+    from datetime import timedelta
+
+    from ledger.runs.registry import reap_stale
+
+    with session(db) as s:
+        n = reap_stale(s, timedelta(seconds=stale_after))
+    emit({"reaped": n}, as_json, lambda d: f"marked {d['reaped']} runs crashed")
+
+
+ConfigArg = Annotated[Path, typer.Argument(help="Trainer YAML from trainer/configs (e.g. trainer/configs/zero2.yaml) or from a directory listed in $TRAINLEDGER_CONFIG_DIRS.")]
+
+
+@command
+def launch(config: ConfigArg,
+           nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
+           gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node; default: the visible GPUs, on CPU enough for tp × pp (≥ 2).")] = None,
+           hostfile: Annotated[Optional[Path], typer.Option(help="DeepSpeed hostfile (hostname slots=N).")] = None,
+           launcher: Annotated[str, typer.Option(help="torchrun | deepspeed | slurm")] = "torchrun",
+           node_type: Annotated[str, typer.Option(help="Node type the run is costed as.")] = "rtx4090-8x",
+           offer: Annotated[Optional[str], typer.Option(help="Offer the node-hours are paid under.")] = None,
+           project: Annotated[Optional[str], typer.Option()] = None,
+           user: Annotated[Optional[str], typer.Option(help="Default: $USER.")] = None,
+           name: Annotated[Optional[str], typer.Option(help="Run name.")] = None,
+           steps: Annotated[Optional[int], typer.Option(help="Override the config's steps.")] = None,
+           metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus metrics from port+local_rank (default off; 0 picks a free port).", min=0, max=65535)] = None,
+           detach: Annotated[bool, typer.Option("--detach", help="Return at once; the run goes on in the background.")] = False,
+           db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Validate the plan, register the run, start it as a tracked run and return its id."""
+    from ledger.runs.launch import (
+        LaunchRequest,
+        check_config_allowed,
+        prepare,
+        record_process,
+        start,
+        wait_attached,
+    )
+    from ledger.store.db import get_engine, resolve_url, session_scope
+
+    check_config_allowed(config)
+
+    url = resolve_url(db)
+    req = LaunchRequest(config=config, nodes=nodes, gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher,
+                        node_type=node_type, offer=offer, project=project, user=user, name=name, steps=steps,
+                        metrics_port=metrics_port)
+    with session_scope(get_engine(url)) as s:
+        prep = prepare(s, req, url)
+    if launcher == "slurm":
+        import shutil
+        import subprocess
+
+        if shutil.which("sbatch"):
+            out = subprocess.run(prep.command, env=prep.env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise LedgerInputError(f"sbatch: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": True, "sbatch": out.stdout.strip()},
+                 as_json, lambda d: f"{d['run_id']}\nsubmitted {d['script']}: {d['sbatch']}")
+        else:
+            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": False}, as_json,
+                 lambda d: f"{d['run_id']}\nsbatch not found here; submit {d['script']} on the cluster")
+        return
+    proc = start(prep, url, detach)
+    with session_scope(get_engine(url)) as s:
+        record_process(s, prep.run_id, proc.pid)
+    if detach:
+        emit({"run_id": prep.run_id, "pid": proc.pid, "log": str(prep.log_path)}, as_json,
+             lambda d: f"{d['run_id']}\nrunning in the background (pid {d['pid']}); log: {d['log']}")
+        return
+    if not as_json:
+        typer.echo(f"{prep.run_id}  (log: {prep.log_path})", err=True)
+    code = wait_attached(proc)
+    with session(db) as s:
+        from ledger.store.models import Run
+
+        run = s.get(Run, prep.run_id)
+        status = run.status.value
+    emit({"run_id": prep.run_id, "status": status, "exit_code": code, "log": str(prep.log_path)}, as_json,
+         lambda d: f"{d['run_id']} {d['status']} (exit {d['exit_code']})")
+    if code != 0:
+        raise typer.Exit(1)
+
+
+@app.command("cancel")
+@command
+def runs_cancel(run_id: Annotated[str, typer.Argument(help="Run id.")],
+                grace: Annotated[float, typer.Option(help="Seconds to wait after SIGTERM before SIGKILL.")] = 30.0,
+                db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop a launched run and its whole process group (it ends as cancelled)."""
+    from ledger.runs.launch import cancel
+
+    with session(db) as s:
+        data = cancel(s, run_id, grace)
+    emit(data, as_json, lambda d: f"{d['run_id']} {d['status']}")
+
+
+@command
+def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal directory (default: $TRAINLEDGER_JOURNAL_DIR or the user data dir).")] = None,
+         db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Replay run journals into the ledger (idempotent: nothing lost, nothing doubled)."""
+    from ledger.sources.journal import sync_all
+    from ledger.store.db import get_engine
+
+    applied = sync_all(get_engine(db), journal_dir)
+    emit({"applied": applied}, as_json,
+         lambda d: "\n".join(f"{k}: {v} events" for k, v in d["applied"].items()) or "nothing to replay")
+
+
+@command
+def sweep(config: ConfigArg,
+          strategies: Annotated[str, typer.Option(help="Comma list of dp,zero1,zero2,zero3,pp,tp,3d.")] = "dp,zero1,zero2,zero3,pp,tp,3d",
+          steps: Annotated[int, typer.Option(help="Steps per strategy.", min=1)] = 20,
+          nodes: Annotated[int, typer.Option(help="Nodes per run.", min=1)] = 1,
+          gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node (3d uses at least 4).")] = None,
+          hostfile: Annotated[Optional[Path], typer.Option()] = None,
+          launcher: Annotated[str, typer.Option(help="torchrun | deepspeed")] = "torchrun",
+          node_type: Annotated[str, typer.Option()] = "rtx4090-8x",
+          project: Annotated[Optional[str], typer.Option()] = None,
+          db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Run each strategy for N steps as tracked runs sharing a sweep id (pre-scaling trial).
+
+    Ctrl-C / SIGTERM cancels the running strategy and stops the sweep (exit 130).
+    """
+    from ledger.reports.weekly import strategy_comparison
+    from ledger.runs.launch import check_config_allowed
+    from ledger.runs.sweep import SweepRequest, parse_strategies, run_sweep
+    from ledger.store.db import resolve_url
+
+    check_config_allowed(config)
+
+    req = SweepRequest(config=config, strategies=parse_strategies(strategies), steps=steps, nodes=nodes,
+                       gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher, node_type=node_type,
+                       project=project)
+    outcome = run_sweep(resolve_url(db), req,
+                        on_start=lambda i, n, strat, run_id: typer.echo(f"[{i}/{n}] {strat}: run {run_id}", err=True))
+    with session(db) as s:
+        table_data = strategy_comparison(s, sweep_id=outcome.sweep_id)
+    emit({"sweep_id": outcome.sweep_id, "runs": outcome.runs, "comparison": table_data}, as_json,
+         lambda d: f"sweep {d['sweep_id']}: " + ", ".join(f"{r['strategy']}={'ok' if r['exit_code'] == 0 else 'exit ' + str(r['exit_code'])}" for r in d["runs"])
+         + f"\nsee `trainledger report weekly --sweep {d['sweep_id']}`")
+    if outcome.stopped_by:
+        typer.echo(f"sweep stopped by {outcome.stopped_by} after {len(outcome.runs)} of {len(req.strategies)} strategies", err=True)
+        raise typer.Exit(130)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="runs")
+    root.command("launch")(launch)
+    root.command("sync")(sync)
+    root.command("sweep")(sweep)

@@ -1,0 +1,560 @@
+"""The monthly report: the ledger's real usage of a month costed under every option.
+
+This is where ledger rows meet the cost engine (:mod:`ledger.money.costs`). The CLI
+(``cost compare --month``, ``report monthly``), the export and the dashboard
+all read their figures from :func:`monthly_report`, so a number is computed in
+exactly one place.
+
+A month is a calendar month in the display time zone (:mod:`ledger.money.months`).
+A run that crosses a month boundary is split at the boundary: its node-hours are
+split exactly, and its elastic cost and tokens are split by the share of its
+duration, so that the slices of a run always add up to the run's total
+(telescoping shares). The facts come from the pre-aggregated rollup
+(:mod:`ledger.money.rollup`); the report takes them in five steps:
+
+1. :func:`_load_month`: the month's bounds, catalog, fleets and rollup facts;
+2. :func:`_resolve_offers`: the offer each group of runs is costed under;
+3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
+   elastic runs billed) and the alternatives (own, elastic, reserved);
+4. :func:`_summary`: the month's totals, ROI, waste and output per spend;
+5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
+   same rates as the totals so that they add up to them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Iterable, Optional
+from zoneinfo import ZoneInfo
+
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.money import costs, rollup
+from ledger.money.catalog import (
+    Catalog,
+    combine_bases,
+    default_offer,
+    fleet_capacity,
+    fleets_by_offer,
+    load_catalog,
+    own_energy_kwh,
+    pick_offer,
+)
+from ledger.money.costs import ZERO
+from ledger.money.months import month_bounds
+from ledger.store.models import (
+    WASTE_STATUSES,
+    Fleet,
+    Offer,
+    OfferKind,
+    Project,
+    Run,
+    User,
+)
+from ledger.store.settings import display_timezone, get_setting
+from ledger.store.types import utcnow
+
+#: split costs are exact on this grid (a pico-unit of currency)
+SLICE_QUANTUM = Decimal("1e-12")
+#: a group of runs in the rollup: (node type id, recorded offer id, project id, status)
+GroupKey = tuple[int, Optional[int], Optional[int], str]
+
+
+@dataclass
+class RunSlice:
+    """The part of one run inside one month, with its cost under each option."""
+
+    run_id: str
+    name: str
+    project: str
+    user: str
+    status: str
+    strategy: str
+    node_type: str
+    offer: str
+    offer_kind: str
+    nodes: int
+    gpus_per_node: int
+    start: datetime  # clipped to the month
+    end: datetime
+    node_hours: Decimal
+    gpu_hours: Decimal
+    tokens: Optional[int]
+    gpu_util_mean: Optional[float]
+    util_source: Optional[str]
+    mfu: Optional[float]
+    cost: Decimal = ZERO  # actual: under the run's own offer (allocated for fleets)
+    cost_elastic: Optional[Decimal] = None  # if rented elastic
+    cost_own: Optional[Decimal] = None  # if owned (allocated from the own alternative)
+    split: bool = False  # the run crosses a month boundary
+
+    @property
+    def waste(self) -> bool:
+        return self.status in {s.value for s in WASTE_STATUSES}
+
+
+@dataclass
+class NodeTypeMonth:
+    """Comparison of options for one node type in one month."""
+
+    node_type: str
+    currency: str
+    node_hours: Decimal
+    gpu_hours: Decimal
+    peak_nodes: int
+    capacity_node_hours: Decimal  # of the fleets actually held
+    actual_cost: Decimal
+    idle_cost: Decimal
+    own_offer: Optional[str]
+    own_nodes: Optional[int]
+    own_nodes_from: Optional[str]  # "fleet" | "peak"
+    own_cost: Optional[Decimal]
+    own_idle_cost: Optional[Decimal]
+    elastic_offer: Optional[str]
+    elastic_cost: Optional[Decimal]
+    reserved_offer: Optional[str]
+    reserved_cost: Optional[Decimal]
+    over_capacity: bool = False
+    power_basis: str = "nominal"  # own power term: "measured" | "mixed" | "nominal" (_fleet_energy_kwh)
+
+
+@dataclass
+class MonthlyReport:
+    month: str
+    timezone: str
+    currency: str
+    summary: dict[str, Any]
+    node_types: list[NodeTypeMonth]
+    projects: list[dict[str, Any]]
+    runs: list[RunSlice] = field(repr=False)
+
+
+# --- the report, in steps ----------------------------------------------------------
+
+def monthly_report(session: Session, month: str, *, own: Optional[str] = None, rent: Optional[str] = None,
+                   reserved: Optional[str] = None, now: Optional[datetime] = None,
+                   lines: bool | Iterable[str] = True, projects: bool = True) -> MonthlyReport:
+    """Cost the ledger's usage of ``month`` under its actual offers and every alternative.
+
+    Per node type: actual cost (fleets allocated, elastic runs billed), cost if
+    owned (fleet sized to the configured own fleet, else to the peak of
+    concurrent nodes), cost if rented elastic (only used node-hours, billed per
+    run) and cost if rented reserved (same sizing as owning).
+
+    The totals are computed per node type, recorded offer and status, so their
+    cost does not grow with the number of runs; projects and per-run lines are
+    then costed at the same rates, so they add up to the totals. ``lines``: the
+    per-run lines (``runs``) for every run (True), none (False) or only the given
+    run ids; ``projects=False`` leaves out the per-project table (trend charts).
+    """
+    m = _load_month(session, month, now or utcnow())
+    offers = _resolve_offers(m)
+    costed = _Costing(offers.by_recorded, {}, {}, {})
+    nt_months, currencies = [], set()
+    for nt_id in sorted(offers.by_node_type, key=lambda k: m.cat.node_types[k].name):
+        nt_months.append(_node_type_month(m, offers, nt_id, (own, rent, reserved), costed, currencies))
+    currency = _one_currency(month, currencies) or m.currency_setting
+    summary = _summary(month, offers, nt_months, costed.group_cost)
+    project_rows = _projects(session, offers.detail, costed) if projects else []
+    runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costed)
+    return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
+                         node_types=nt_months, projects=project_rows, runs=runs)
+
+
+@dataclass
+class _Month:
+    """What one month's report reads: its bounds, the catalog, the fleets held and the rollup's facts."""
+
+    name: str
+    tz: ZoneInfo
+    start: datetime
+    end: datetime
+    hours: Decimal
+    cat: Catalog
+    facts: rollup.MonthFacts
+    fleets: dict[int, list[Fleet]]  # by offer id
+    currency_setting: str  # the ledger's currency, for a month with no offer in use
+
+    def fleets_of(self, node_type_id: int, kind: OfferKind) -> list[Fleet]:
+        """The fleets held under offers of one node type and kind, in id order."""
+        return sorted((f for off_id, fs in self.fleets.items() for f in fs
+                       if self.cat.offers[off_id].node_type_id == node_type_id and self.cat.offers[off_id].kind == kind),
+                      key=lambda f: f.id)
+
+
+def _load_month(session: Session, month: str, now: datetime) -> _Month:
+    tz = display_timezone(session)
+    ms, me = month_bounds(month, tz)
+    return _Month(month, tz, ms, me, costs.hours_between(ms, me), load_catalog(session),
+                  rollup.month_facts(session, month, tz, now), fleets_by_offer(session, ms, me, tz),
+                  get_setting(session, "currency"))
+
+
+@dataclass
+class _Offers:
+    """The groups of the month and the offer each is costed under."""
+
+    detail: dict[GroupKey, rollup.Facts]  # per (node type, offer, project, status)
+    groups: dict[GroupKey, rollup.Facts]  # the same without the project
+    resolved: dict[GroupKey, Offer]  # group → the offer it is costed under
+    by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
+    by_node_type: dict[int, list[GroupKey]]  # node type of the offer used → its groups
+
+
+def _resolve_offers(m: _Month) -> _Offers:
+    """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent)."""
+    detail = {k: f for k, f in m.facts.groups.items() if f.slices}
+    groups: dict[GroupKey, rollup.Facts] = defaultdict(rollup.Facts)
+    for (nt_id, offer_id, _, status), f in detail.items():
+        groups[(nt_id, offer_id, None, status)].add(f)
+    resolved: dict[GroupKey, Offer] = {}
+    by_recorded: dict[tuple[int, Optional[int]], Offer] = {}
+    for key in groups:
+        if key[:2] not in by_recorded:
+            nt_id, offer_id = key[0], key[1]
+            offer = (m.cat.offers.get(offer_id) if offer_id else None) or default_offer(m.cat, nt_id, m.fleets)
+            if offer is None:
+                raise LedgerInputError(f"node type {m.cat.node_types[nt_id].name}: runs in {m.name} have no offer to "
+                                       "cost them; add one with `trainledger pricing import`")
+            by_recorded[key[:2]] = offer
+        resolved[key] = by_recorded[key[:2]]
+    by_nt: dict[int, list[GroupKey]] = defaultdict(list)
+    for key, offer in resolved.items():
+        by_nt[offer.node_type_id].append(key)
+    for off_id in m.fleets:  # fleets with no runs still cost money
+        by_nt.setdefault(m.cat.offers[off_id].node_type_id, [])
+    return _Offers(detail, groups, resolved, by_recorded, by_nt)
+
+
+def _node_type_month(m: _Month, offers: _Offers, nt_id: int, flags: tuple[Optional[str], Optional[str], Optional[str]],
+                     costed: "_Costing", currencies: set[str]) -> NodeTypeMonth:
+    """One node type's month: what it cost under the offers used, and under each alternative."""
+    keys = offers.by_node_type[nt_id]
+    actual = _actual_cost(m, offers, nt_id, costed, currencies)
+    total = _total(offers.groups[k] for k in keys)
+    alt = _alternatives(m, offers, nt_id, total, flags, costed)
+    chosen = [o for o in (alt.own_offer, alt.rent_offer, alt.reserved_offer) if o is not None]
+    currencies.update(o.currency for o in chosen)
+    return NodeTypeMonth(
+        node_type=m.cat.node_types[nt_id].name, currency=chosen[0].currency if chosen else m.currency_setting,
+        node_hours=total.node_hours, gpu_hours=total.gpu_hours, peak_nodes=m.facts.peak(nt_id),
+        capacity_node_hours=actual.capacity, actual_cost=actual.cost, idle_cost=actual.idle,
+        own_offer=alt.own_offer.name if alt.own_offer else None, own_nodes=alt.own_nodes, own_nodes_from=alt.sized,
+        own_cost=alt.own_cost, own_idle_cost=alt.own_idle,
+        elastic_offer=alt.rent_offer.name if alt.rent_offer else None, elastic_cost=alt.elastic_cost,
+        reserved_offer=alt.reserved_offer.name if alt.reserved_offer else None, reserved_cost=alt.reserved_cost,
+        over_capacity=actual.over, power_basis=combine_bases(actual.bases + alt.bases))
+
+
+@dataclass
+class _Actual:
+    cost: Decimal = ZERO
+    idle: Decimal = ZERO
+    capacity: Decimal = ZERO
+    over: bool = False
+    bases: list[str] = field(default_factory=list)
+
+
+def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", currencies: set[str]) -> _Actual:
+    """Elastic groups billed per run; each fixed-cost offer's fleet month allocated to its groups, the rest idle."""
+    out = _Actual()
+    by_offer: dict[int, list[GroupKey]] = defaultdict(list)
+    for k in offers.by_node_type[nt_id]:
+        off = offers.resolved[k]
+        currencies.add(off.currency)
+        if off.kind == OfferKind.rent_elastic:
+            costed.group_cost[k] = _elastic(off, offers.groups[k])
+            out.cost += costed.group_cost[k]
+        else:
+            by_offer[off.id].append(k)
+    for off_id in m.fleets:
+        if m.cat.offers[off_id].node_type_id == nt_id:
+            by_offer.setdefault(off_id, [])
+    for off_id, members in by_offer.items():
+        offer = m.cat.offers[off_id]
+        if m.fleets.get(off_id):
+            cap = fleet_capacity(m.fleets[off_id], m.start, m.end, m.tz)
+        else:  # no fleet configured: implied by peak use
+            cap = Decimal(m.facts.peak(nt_id, {k[1] or 0 for k in members})) * m.hours
+        member_facts = [offers.groups[k] for k in members]
+        kwh, basis = _fleet_energy_kwh(offer, _total(member_facts), cap)
+        fm = costs.fleet_month(offer, cap, [f.node_hours for f in member_facts], m.hours, energy_kwh=kwh)
+        costed.fleet_months[off_id] = fm
+        for k, c in zip(members, fm.allocated):
+            costed.group_cost[k] = c
+        out.cost += fm.total
+        out.idle += fm.idle
+        out.capacity += cap
+        out.over = out.over or fm.over_capacity
+        out.bases.append(basis)
+        currencies.add(offer.currency)
+    return out
+
+
+@dataclass
+class _Alternatives:
+    own_offer: Optional[Offer]
+    rent_offer: Optional[Offer]
+    reserved_offer: Optional[Offer]
+    own_nodes: int
+    sized: str  # "fleet" | "peak"
+    own_cost: Optional[Decimal] = None
+    own_idle: Optional[Decimal] = None
+    elastic_cost: Optional[Decimal] = None
+    reserved_cost: Optional[Decimal] = None
+    bases: list[str] = field(default_factory=list)
+
+
+def _alternatives(m: _Month, offers: _Offers, nt_id: int, total: rollup.Facts,
+                  flags: tuple[Optional[str], Optional[str], Optional[str]], costed: "_Costing") -> _Alternatives:
+    """The node type's month if owned (fleet sized to the own fleet, else to peak use), rented elastic
+    (only used node-hours, billed per run) and rented reserved (sized as owning)."""
+    keys = offers.by_node_type[nt_id]
+    own, rent, reserved = flags
+    own_fleets = m.fleets_of(nt_id, OfferKind.own)
+    if own_fleets:
+        own_cap, own_nodes, sized = fleet_capacity(own_fleets, m.start, m.end, m.tz), max(f.node_count for f in own_fleets), "fleet"
+    else:
+        peak = m.facts.peak(nt_id)
+        own_cap, own_nodes, sized = Decimal(peak) * m.hours, peak, "peak"
+    alt = _Alternatives(pick_offer(m.cat, own, nt_id, OfferKind.own, "--own"),
+                        pick_offer(m.cat, rent, nt_id, OfferKind.rent_elastic, "--rent"),
+                        pick_offer(m.cat, reserved, nt_id, OfferKind.rent_reserved, "--reserved"), own_nodes, sized)
+    if alt.own_offer is not None:
+        kwh, basis = _fleet_energy_kwh(alt.own_offer, total, own_cap)
+        alt.bases.append(basis)
+        fm = costs.fleet_month(alt.own_offer, own_cap, [offers.groups[k].node_hours for k in keys], m.hours, energy_kwh=kwh)
+        alt.own_cost, alt.own_idle = fm.total, fm.idle
+        costed.own_months[nt_id] = (alt.own_offer, fm)
+    if alt.rent_offer is not None:
+        costed.rent_offers[nt_id] = alt.rent_offer
+        alt.elastic_cost = sum((_elastic(alt.rent_offer, offers.groups[k]) for k in keys), ZERO)
+    if alt.reserved_offer is not None:
+        alt.reserved_cost = costs.fixed_cost_per_node_month(alt.reserved_offer) * own_cap / m.hours
+    return alt
+
+
+def _one_currency(month: str, currencies: set[str]) -> Optional[str]:
+    if len(currencies) > 1:
+        raise LedgerInputError(
+            f"month {month}: offers in use are priced in {', '.join(sorted(currencies))}; "
+            "one report needs one currency: re-price the offers (`trainledger pricing import`) in one currency")
+    return next(iter(currencies), None)
+
+
+# --- rates, shares and lines ------------------------------------------------------
+
+@dataclass
+class _Costing:
+    """The month's rates, to cost any part of a group (a project's share, one run's slice)."""
+
+    by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
+    fleet_months: dict[int, costs.FleetMonth]  # fixed-cost offer id → its month
+    own_months: dict[int, tuple[Offer, costs.FleetMonth]]  # node type → the own alternative
+    rent_offers: dict[int, Offer]  # node type → the elastic alternative
+    group_cost: dict[GroupKey, Decimal] = field(default_factory=dict)  # actual cost of each group of the month
+
+    def offer(self, node_type_id: int, offer_id: Optional[int]) -> Offer:
+        return self.by_recorded[(node_type_id, offer_id)]
+
+    def cost(self, offer: Offer, f: rollup.Facts) -> Decimal:
+        if offer.kind == OfferKind.rent_elastic:
+            return _elastic(offer, f)
+        return self.fleet_months[offer.id].allocate(f.node_hours)
+
+    def if_elastic(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
+        o = self.rent_offers.get(node_type_id)
+        return _elastic(o, f) if o is not None else None
+
+    def if_own(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
+        pair = self.own_months.get(node_type_id)
+        return pair[1].allocate(f.node_hours) if pair is not None else None
+
+
+def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
+    """Elastic rent of a set of slices = hourly rate × their billed node-hours under the offer's rule."""
+    rate, rule = _rate_rule(offer)
+    return rate * facts.billed.get(rule, ZERO)
+
+
+def _rate_rule(offer: Offer) -> tuple[Decimal, str]:
+    key = (offer.id, offer.price_per_node_hour, offer.price_per_node_month, offer.billing_granularity_hours,
+           offer.minimum_hours)
+    found = _RATE_RULE.get(key)
+    if found is None:
+        found = _RATE_RULE[key] = (costs.hourly_rate(offer), rollup.offer_rule(offer))
+    return found
+
+
+_RATE_RULE: dict[tuple, tuple[Decimal, str]] = {}
+
+
+def _fleet_energy_kwh(offer: Offer, facts: rollup.Facts, capacity_nh: Decimal) -> tuple[Optional[Decimal], str]:
+    """The kWh that replaces an own fleet's nominal power term (measured runs, ``trainledger collect``), and its basis.
+
+    None (nominal power) when no run of the fleet was measured or the offer is not ``own``.
+    A run counts as measured when it has ended and every one of its nodes has a
+    RunNode with an energy figure; a slice of it gets its share of the kWh by time.
+    """
+    if offer.kind != OfferKind.own or not facts.kwh_slices:
+        return None, "nominal"
+    return own_energy_kwh(offer, facts.kwh, facts.unmeasured_node_hours, facts.node_hours, capacity_nh,
+                          facts.kwh_slices == facts.slices)
+
+
+def _total(facts: Iterable[rollup.Facts]) -> rollup.Facts:
+    out = rollup.Facts()
+    for f in facts:
+        out.add(f)
+    return out
+
+
+def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal]) -> dict[str, Any]:
+    """The month's totals over every node type: usage, utilizations, actual cost and alternatives, waste, ROI."""
+    t = _total(offers.groups.values())
+    actual = sum((n.actual_cost for n in nts), ZERO)
+    idle = sum((n.idle_cost for n in nts), ZERO)
+    capacity = sum((n.capacity_node_hours for n in nts), ZERO)
+    waste = {s.value for s in WASTE_STATUSES}
+    failed_cost = sum((cost[k] for k in offers.groups if k[3] in waste), ZERO)
+    choice = _choice(offers, nts, cost, actual, idle)
+    alt_cost = choice["alternative_cost"]
+    useful_known = t.useful_gpu_hours
+    return {
+        "month": month,
+        "runs": t.slices,
+        "node_hours": t.node_hours,
+        "gpu_hours": t.gpu_hours,
+        "tokens": t.tokens,
+        "capacity_node_hours": capacity,
+        "time_utilization": costs.time_utilization(t.node_hours, capacity) if capacity else None,
+        "gpu_util_mean": (t.util_w / t.util_us) if t.util_us else None,
+        "gpu_util_coverage": (Decimal(t.util_us) / Decimal(t.gpu_us)) if t.gpu_us else None,
+        "gpu_util_sources": sorted(src for src, n in t.sources.items() if n),
+        "mfu_mean": (t.mfu_w / t.mfu_us) if t.mfu_us else None,
+        "actual_cost": actual,
+        "idle_cost": idle,
+        "failed_run_cost": failed_cost,
+        "waste_cost": failed_cost + idle,
+        "own_cost": choice.pop("own_cost"),
+        "elastic_cost": choice.pop("elastic_cost"),
+        "reserved_cost": choice.pop("reserved_cost"),
+        **choice,
+        "savings_vs_alternative": (alt_cost - actual) if alt_cost is not None else None,
+        "roi": costs.roi(actual, alt_cost) if alt_cost is not None else None,
+        "tokens_per_1000": costs.per_thousand(t.tokens, actual) if t.tokens else None,
+        "useful_gpu_hours_per_1000": costs.per_thousand(useful_known, actual) if useful_known is not None else None,
+        "cost_per_1m_tokens": costs.cost_per_million_tokens(actual, t.tokens),
+        "power_basis": combine_bases([n.power_basis for n in nts]),
+        "measured_energy_kwh": _measured_kwh(offers.groups.values()),
+    }
+
+
+def _measured_kwh(groups: Iterable[rollup.Facts]) -> Optional[Decimal]:
+    """Measured energy of the month's measured runs (None when no run was measured)."""
+    measured = [f for f in groups if f.kwh_slices]
+    return sum((f.kwh for f in measured), ZERO).quantize(Decimal("0.000001")) if measured else None
+
+
+def _choice(offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal], actual: Decimal,
+            idle: Decimal) -> dict[str, Any]:
+    """The alternatives' totals, the cheapest, the option the month was mostly paid under and its alternative."""
+    own_cost = _sum_opt(n.own_cost for n in nts)
+    elastic_cost = _sum_opt(n.elastic_cost for n in nts)
+    reserved_cost = _sum_opt(n.reserved_cost for n in nts)
+    kinds = {k: offers.resolved[k].kind.value for k in offers.groups}
+    fixed_actual = sum((cost[k] for k in offers.groups if kinds[k] != "rent_elastic"), ZERO) + idle
+    elastic_actual = actual - fixed_actual
+    chosen = "own" if fixed_actual >= elastic_actual and fixed_actual > 0 else "rent_elastic"
+    if chosen == "own" and "rent_reserved" in kinds.values() and "own" not in kinds.values():
+        chosen = "rent_reserved"
+    alternative = "rent_elastic" if chosen != "rent_elastic" else "own"
+    options = {k: v for k, v in (("own", own_cost), ("rent_elastic", elastic_cost), ("rent_reserved", reserved_cost)) if v is not None}
+    return {"own_cost": own_cost, "elastic_cost": elastic_cost, "reserved_cost": reserved_cost,
+            "cheapest_option": min(options, key=lambda k: (options[k], k)) if options else None,
+            "chosen_option": chosen, "alternative_option": alternative,
+            "alternative_cost": elastic_cost if alternative == "rent_elastic" else own_cost}
+
+
+def _sum_opt(values) -> Optional[Decimal]:
+    vals = [v for v in values if v is not None]
+    return sum(vals, ZERO) if vals else None
+
+
+def _projects(session: Session, groups: dict[tuple, rollup.Facts], costing: _Costing) -> list[dict[str, Any]]:
+    """Per project: the groups of ``(node type, offer, project, status)`` costed at the month's rates."""
+    cost: dict[tuple, Decimal] = {}
+    cost_el: dict[tuple, Optional[Decimal]] = {}
+    cost_own: dict[tuple, Optional[Decimal]] = {}
+    for k, f in groups.items():
+        offer = costing.offer(k[0], k[1])
+        cost[k] = costing.cost(offer, f)
+        cost_el[k] = costing.if_elastic(offer.node_type_id, f)
+        cost_own[k] = costing.if_own(offer.node_type_id, f)
+    names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
+    by_project: dict[str, list[tuple]] = defaultdict(list)
+    totals: dict[str, rollup.Facts] = defaultdict(rollup.Facts)
+    for k, f in groups.items():
+        name = names.get(k[2], "") if k[2] else ""
+        by_project[name].append(k)
+        totals[name].add(f)
+    waste = {s.value for s in WASTE_STATUSES}
+    out = []
+    for project in sorted(by_project):
+        ks = by_project[project]
+        t = totals[project]
+        c = sum((cost[k] for k in ks), ZERO)
+        useful = t.useful_gpu_hours
+        out.append({
+            "project": project,
+            "runs": t.slices,
+            "node_hours": t.node_hours,
+            "gpu_hours": t.gpu_hours,
+            "tokens": t.tokens,
+            "cost": c,
+            "cost_if_elastic": _sum_opt(cost_el.get(k) for k in ks),
+            "cost_if_own": _sum_opt(cost_own.get(k) for k in ks),
+            "waste_cost": sum((cost[k] for k in ks if k[3] in waste), ZERO),
+            "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
+            "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
+        })
+    return out
+
+
+def report_to_dict(rep: MonthlyReport) -> dict[str, Any]:
+    return {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency,
+            "summary": rep.summary, "node_types": [asdict(n) for n in rep.node_types],
+            "projects": rep.projects, "runs": [asdict(r) for r in rep.runs]}
+
+
+def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costing: _Costing) -> list[RunSlice]:
+    """Per-run lines of the month, costed with the same rates as the group totals."""
+    slices = rollup.month_slices(session, m.name, m.facts.live, run_ids)
+    info: dict[str, tuple] = {}
+    ids = sorted({s.run_id for s in slices})
+    for i in range(0, len(ids), 500):
+        for row in session.exec(
+                select(Run.id, Run.name, Run.strategy, Run.util_source, Run.gpu_util_mean, Run.mfu, Run.tokens,
+                       Run.started_at, Project.name, User.name)
+                .outerjoin(Project, Project.id == Run.project_id).outerjoin(User, User.id == Run.user_id)
+                .where(Run.id.in_(ids[i:i + 500]))):
+            info[row[0]] = tuple(row)
+    out = []
+    for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id)):
+        _, name, strategy, usrc, util, mfu_, tokens, _, project, user = info[s.run_id]
+        offer = costing.offer(s.node_type_id, s.offer_id)
+        f = s.facts
+        nh = f.node_hours
+        nt_id = offer.node_type_id
+        out.append(RunSlice(
+            run_id=s.run_id, name=name or "", project=project or "", user=user or "", status=s.status,
+            strategy=strategy or "", node_type=m.cat.node_types[s.node_type_id].name, offer=offer.name,
+            offer_kind=offer.kind.value, nodes=s.nodes, gpus_per_node=s.gpus_per_node, start=s.start, end=s.end,
+            node_hours=nh, gpu_hours=f.gpu_hours, tokens=None if tokens is None else f.tokens, gpu_util_mean=util,
+            util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
+            cost_own=costing.if_own(nt_id, f), split=s.split))
+    return out

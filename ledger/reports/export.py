@@ -1,0 +1,224 @@
+"""The monthly export: CSV, XLSX and JSON from one presented report.
+
+:func:`presented_report` rounds once (money to cents with the largest-remainder
+method, so run lines + idle add up to the month's actual cost to the cent) and
+every writer, the CLI table and the dashboard use that same structure: the
+numbers are identical across formats. Text cells that a spreadsheet would
+execute (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) are prefixed
+with a single quote (OWASP CSV injection guidance).
+
+Output is deterministic: the same ledger and month give the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import zipfile
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from ledger.money.costs import ZERO, cents, round_preserving_sum
+from ledger.money.monthly import MonthlyReport
+from ledger.reports.present import jsonable
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+#: control characters an XLSX cell cannot hold (openpyxl's ILLEGAL_CHARACTERS_RE); shown as U+FFFD
+XLSX_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost", "cost_if_elastic",
+                   "cost_if_own", "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000"]
+RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
+               "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
+               "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split"]
+NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
+                     "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
+                     "reserved_offer", "reserved_cost"]
+
+
+def guard_formula(text: str) -> str:
+    """Neutralise spreadsheet formula injection in a text cell.
+
+    A cell starting with ``= + - @``, tab or CR is prefixed with ``'`` unless
+    it is a plain number (a negative amount such as ``-16077.30`` stays a number).
+    """
+    if text and text.startswith(FORMULA_PREFIXES):
+        try:
+            Decimal(text)
+            return text
+        except ArithmeticError:
+            return "'" + text
+    return text
+
+
+def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
+                    total: Decimal | None = None, target: Decimal | None = None) -> tuple[list, list]:
+    """Round a money column (+ trailing extra parts such as idle) so it adds up to the
+    presented total (``cents(total)``: the summary's figure, not the sum of rounded parts),
+    or to an already presented ``target``."""
+    known = [i for i, v in enumerate(values) if v is not None]
+    parts = [values[i] for i in known] + list(extra)
+    if target is None:
+        target = cents(total) if total is not None else None
+    rounded = round_preserving_sum(parts, total=target) if parts else []
+    out: list = [None] * len(values)
+    for j, i in enumerate(known):
+        out[i] = rounded[j]
+    return out, rounded[len(known):]
+
+
+def presented_report(rep: MonthlyReport) -> dict[str, Any]:
+    """The report rounded for people: JSON-ready dict with summary, node types, projects, runs."""
+    s = rep.summary
+    # idle is presented on its own (so the summary never depends on the run lines); the
+    # lines share the rest of the presented total
+    idle_r = cents(s["idle_cost"])
+    run_cost, _ = _rounded_column([r.cost for r in rep.runs], [], target=cents(s["actual_cost"]) - idle_r)
+    run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [], s["elastic_cost"])
+    own_idle = sum((n.own_idle_cost or ZERO for n in rep.node_types), ZERO)
+    run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle], s["own_cost"])
+    # projects share what the run lines share: the rounded total less the rounded idle
+    proj_cost = round_preserving_sum([p["cost"] for p in rep.projects], total=cents(s["actual_cost"]) - idle_r)
+    summary = jsonable(s)
+    summary["idle_cost"] = str(idle_r)
+    summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}
+    projects = []
+    for p, c in zip(rep.projects, proj_cost):
+        row = jsonable(p)
+        row["cost"] = str(c)
+        projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
+    runs = []
+    for r, c, ce, co in zip(rep.runs, run_cost, run_el, run_own):
+        row = jsonable(r)
+        row.update(cost=str(c), cost_if_elastic=None if ce is None else str(ce),
+                   cost_if_own=None if co is None else str(co))
+        runs.append({k: row.get(k) for k in RUN_COLUMNS})
+    node_types = [{k: v for k, v in jsonable(n).items() if k in NODE_TYPE_COLUMNS} for n in rep.node_types]
+    return {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}
+
+
+def to_json(p: dict[str, Any]) -> str:
+    return json.dumps(p, indent=2, ensure_ascii=False) + "\n"
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return guard_formula(";".join(str(x) for x in v))
+    if isinstance(v, str):
+        return guard_formula(v)
+    return v
+
+
+class _LFWriter:
+    """``csv.writer`` with LF line ends that still quotes a field holding a CR: csv quotes only the
+    characters of its line terminator, and a bare CR in a name would split the row for a reader."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._out, self._line = out, io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\r\n")
+
+    def writerow(self, row: list) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._out.write(self._line.getvalue()[:-2] + "\n")
+
+
+def to_csv(p: dict[str, Any]) -> str:
+    """Three blocks separated by a blank line: summary (metric,value), projects, runs."""
+    buf = io.StringIO()
+    w = _LFWriter(buf)
+    w.writerow(["metric", "value"])
+    for k, v in p["summary"].items():
+        w.writerow([k, _csv_value(v)])
+    w.writerow([])
+    w.writerow(PROJECT_COLUMNS)
+    for row in p["projects"]:
+        w.writerow([_csv_value(row[c]) for c in PROJECT_COLUMNS])
+    w.writerow([])
+    w.writerow(RUN_COLUMNS)
+    for row in p["runs"]:
+        w.writerow([_csv_value(row[c]) for c in RUN_COLUMNS])
+    return buf.getvalue()
+
+
+def _xlsx_cell(key: str, v: Any) -> Any:
+    from ledger.reports.present import kind_of
+
+    if v is None:
+        return None
+    if isinstance(v, list):
+        v = ";".join(str(x) for x in v)
+    if isinstance(v, str):
+        if kind_of(key) == "money":
+            return Decimal(v)  # a numeric cell, shown with a 2-decimal format
+        return guard_formula(XLSX_ILLEGAL.sub("\ufffd", v))
+    return v
+
+
+def to_xlsx(p: dict[str, Any]) -> bytes:
+    """An XLSX workbook with Summary, Projects and Runs sheets (deterministic bytes)."""
+    from openpyxl import Workbook
+    from openpyxl.utils import get_column_letter
+
+    from ledger.reports.present import kind_of
+
+    wb = Workbook()
+    fixed = datetime(2000, 1, 1)
+    wb.properties.creator = "trainledger"
+    wb.properties.created = fixed
+    wb.properties.modified = fixed
+
+    def sheet(ws, header: list[str], rows: list[list[tuple[str, Any]]]):
+        ws.append(header)
+        for row in rows:
+            ws.append([_xlsx_cell(k, v) for k, v in row])
+        for ci, name in enumerate(header, start=1):
+            ws.column_dimensions[get_column_letter(ci)].width = max(10, min(40, len(name) + 2))
+        for r_idx, row in enumerate(rows, start=2):
+            for c_idx, (k, v) in enumerate(row, start=1):
+                if kind_of(k) == "money" and v is not None:
+                    ws.cell(row=r_idx, column=c_idx).number_format = "#,##0.00"
+
+    ws = wb.active
+    ws.title = "Summary"
+    sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in p["summary"].items()])
+    sheet(wb.create_sheet("Projects"), PROJECT_COLUMNS, [[(c, r[c]) for c in PROJECT_COLUMNS] for r in p["projects"]])
+    sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in p["runs"]])
+    raw = io.BytesIO()
+    wb.save(raw)
+    return _normalise_zip(raw.getvalue())
+
+
+def _normalise_zip(data: bytes) -> bytes:
+    """Rewrite a zip with fixed timestamps so identical content gives identical bytes."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            zi = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = 0o600 << 16
+            body = src.read(info.filename)
+            if info.filename == "docProps/core.xml":  # openpyxl stamps "modified" with the wall clock
+                body = re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>2000-01-01T00:00:00Z", body)
+            dst.writestr(zi, body)
+    return out.getvalue()
+
+
+def render(p: dict[str, Any], fmt: str) -> bytes:
+    """Bytes of the export in ``fmt`` (csv | xlsx | json)."""
+    if fmt == "csv":
+        return to_csv(p).encode("utf-8")
+    if fmt == "json":
+        return to_json(p).encode("utf-8")
+    if fmt == "xlsx":
+        return to_xlsx(p)
+    raise ValueError(f"--format: expected csv, xlsx or json, got {fmt!r}")

@@ -1,0 +1,125 @@
+"""Presentation: how figures are rounded and typed in tables, JSON and exports.
+
+Money is an exact string with 2 decimals in JSON ("4800.00"), rounded half-up
+to cents only here. Ratios keep 4 decimals, percentages 1, hours 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from datetime import date, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from ledger.money.costs import cents
+
+MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost"}
+MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",
+                  "cost_if_elastic", "cost_if_own", "_price", "_rate", "cheapest_saves_vs_dearest")
+MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_")
+PCT_SUFFIXES = ("_pct",)
+RATIO_SUFFIXES = ("utilization", "roi", "mfu", "mfu_mean", "gpu_util_mean", "gpu_util_p95", "coverage",
+                  "break_even_utilization", "break_even_utilization_power_adjusted", "comm_share")
+HOURS_SUFFIXES = ("_hours", "_months")
+
+
+def kind_of(key: str) -> str:
+    if key in MONEY_KEYS or key.endswith(MONEY_SUFFIXES) or key.startswith(MONEY_PREFIXES):
+        return "money"
+    if key.endswith(PCT_SUFFIXES):
+        return "pct"
+    if key.endswith(RATIO_SUFFIXES):
+        return "ratio"
+    if key.endswith(HOURS_SUFFIXES) or key.endswith("_per_1000"):
+        return "hours"
+    return "plain"
+
+
+def _q(x: Decimal, places: str) -> Decimal:
+    return Decimal(x).quantize(Decimal(places), rounding=ROUND_HALF_UP)
+
+
+def present(key: str, value: Any) -> Any:
+    """A JSON-ready value for ``key`` (money as a cents string, ratios as floats)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (Decimal, float)) and not isinstance(value, bool):
+        k = kind_of(key)
+        if k == "money":
+            return str(cents(Decimal(str(value)) if isinstance(value, float) else value))
+        if k == "pct":
+            return float(_q(Decimal(str(value)), "0.1"))
+        if k == "ratio":
+            return float(_q(Decimal(str(value)), "0.0001"))
+        if k == "hours":
+            return float(_q(Decimal(str(value)), "0.001"))
+        if isinstance(value, Decimal):  # exact, without trailing zeros: "0.8", "36"
+            text = format(value.normalize(), "f")
+            return text
+    return value
+
+
+def jsonable(obj: Any, key: str = "") -> Any:
+    """Recursively convert a report/dict/dataclass into JSON-ready values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        # a dict under a money key (e.g. cost per offer) holds money too
+        inherit = kind_of(key) == "money"
+        return {k: jsonable(v, key if inherit and not isinstance(v, (dict, list)) else k) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v, key) for v in obj]
+    return present(key, obj)
+
+
+def fmt_cell(key: str, value: Any) -> str:
+    """Human text for a table cell (times in the zone they carry)."""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    v = present(key, value)
+    if v is None:
+        return "—"
+    k = kind_of(key)
+    if k == "money":
+        return f"{Decimal(v):,.2f}"
+    if k == "pct":
+        return f"{v:.1f}%"
+    if k == "ratio" and isinstance(v, float):
+        return f"{v:.4f}"
+    if isinstance(v, float):
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """A plain aligned text table (numbers right-aligned)."""
+    if not rows:
+        return "(none)"
+    columns = columns or list(rows[0].keys())
+    cells = [[fmt_cell(c, r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    numeric = [all(_is_num(row[i]) for row in cells) for i in range(len(columns))]
+    def line(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric)).rstrip()
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _is_num(s: str) -> bool:
+    t = s.replace(",", "").replace("%", "").replace("—", "0")
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return False
+
+
+def key_values(d: dict[str, Any]) -> str:
+    width = max(len(k) for k in d) if d else 0
+    return "\n".join(f"{k.ljust(width)}  {fmt_cell(k, v)}" for k, v in d.items() if not isinstance(v, (dict, list)))

@@ -1,0 +1,506 @@
+"""``trainledger launch`` and ``runs cancel``: tracked runs started from the ledger.
+
+A launch validates the plan (before any process starts), registers the run
+as ``queued``, and starts a small *supervisor* process in its own session.
+The supervisor runs the launcher command (torchrun or the DeepSpeed
+launcher) as an argument list — never a shell string — with the ledger URL
+in the environment (so passwords never appear in ``ps``). When the launcher
+exits, the supervisor replays the run's journal and settles a run that ended
+without saying so (never started → failed; stopped heartbeating → crashed).
+
+Process tree and signals::
+
+    trainledger launch ──(waits, unless --detach)──▶ supervisor  [new session = run.pgid]
+                                                       └─▶ torchrun / deepspeed  [dies with the supervisor]
+                                                             └─▶ ranks           [die with their launcher]
+
+``runs cancel`` sends SIGTERM to the supervisor, which forwards it once to
+the launcher, which forwards it to the ranks: rank 0 records ``cancelled``.
+After a grace period anything left in the session gets SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.store.models import NodeType, Offer, Run, RunStatus
+from ledger.store.types import utcnow
+
+LAUNCHERS = ("torchrun", "deepspeed", "slurm")
+
+
+def _pdeathsig(sig: int):
+    def set_it() -> None:  # runs in the child between fork and exec
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
+        except OSError:
+            pass
+    return set_it if sys.platform.startswith("linux") else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LaunchRequest:
+    config: Path
+    nodes: int = 1
+    gpus_per_node: Optional[int] = None
+    hostfile: Optional[Path] = None
+    launcher: str = "torchrun"
+    node_type: str = "rtx4090-8x"
+    offer: Optional[str] = None
+    project: Optional[str] = None
+    user: Optional[str] = None
+    name: Optional[str] = None
+    sweep_id: Optional[str] = None
+    steps: Optional[int] = None
+    metrics_port: Optional[int] = None
+    journal_dir: Optional[Path] = None
+    log_dir: Optional[Path] = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    run_id: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    script: Optional[Path] = None  # slurm
+
+
+def default_log_dir() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("trainledger", appauthor=False)) / "runs"
+
+
+#: directories besides the shipped ``trainer/configs`` whose configs may be launched (``os.pathsep``-separated)
+CONFIG_DIRS_ENV = "TRAINLEDGER_CONFIG_DIRS"
+
+
+def shipped_config_dir() -> Path:
+    from trainer import configs  # a package of YAML files; imports no torch
+
+    return Path(configs.__file__).resolve().parent
+
+
+def allowed_config_dirs() -> list[Path]:
+    """The shipped config directory, then each existing directory of ``$TRAINLEDGER_CONFIG_DIRS`` (resolved)."""
+    dirs = [shipped_config_dir()]
+    for part in os.environ.get(CONFIG_DIRS_ENV, "").split(os.pathsep):
+        if not part.strip():
+            continue
+        d = Path(part.strip()).expanduser().resolve()
+        if d.is_dir() and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def check_config_allowed(path: Path, flag: str = "CONFIG") -> Path:
+    """The config's real path if it lies in an allowed directory (symlinks resolved); else a one-line error."""
+    try:
+        real = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise LedgerInputError(f"{flag}: {path} does not exist") from None
+    if not any(real.is_relative_to(d) for d in allowed_config_dirs()):
+        raise LedgerInputError(f"{flag}: {path} is outside the allowed config directories; copy it into "
+                               f"trainer/configs or add its directory to ${CONFIG_DIRS_ENV}")
+    return real
+
+
+def _load_plan(req: LaunchRequest):
+    """Validate the config and plan before anything starts; returns (config, plan)."""
+    from trainer.config import ConfigError, load_config
+    from trainer.parallel import PlanError, resolve_plan
+
+    if not req.config.is_file():
+        raise LedgerInputError(f"CONFIG: {req.config} does not exist")
+    if req.launcher not in LAUNCHERS:
+        raise LedgerInputError(f"--launcher: expected one of {', '.join(LAUNCHERS)}, got {req.launcher!r}")
+    if req.nodes < 1:
+        raise LedgerInputError(f"--nodes: must be at least 1, got {req.nodes}")
+    try:
+        cfg = load_config(req.config)
+        if req.steps is not None:
+            from dataclasses import replace
+
+            if req.steps < 1:
+                raise LedgerInputError(f"--steps: must be at least 1, got {req.steps}")
+            cfg = replace(cfg, steps=req.steps)
+        gpn = req.gpus_per_node or default_processes_per_node(cfg)
+        plan = resolve_plan(cfg, world_size=req.nodes * gpn, nodes=req.nodes, gpus_per_node=gpn,
+                            hostfile=req.hostfile)
+    except (ConfigError, PlanError) as exc:
+        raise LedgerInputError(f"{req.config.name}: {exc}") from None
+    if req.launcher == "torchrun" and req.nodes > 1:
+        raise LedgerInputError("--launcher torchrun starts one node from here; for --nodes > 1 use "
+                               "--launcher deepspeed --hostfile F, or --launcher slurm")
+    return cfg, plan, gpn
+
+
+def default_processes_per_node(cfg) -> int:
+    """GPUs visible here, else (CPU) enough processes for the config's tp × pp, at least 2."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([d for d in visible.split(",") if d.strip()])
+    par = cfg.parallel
+    return max(2, (par.tp or 1) * (par.pp or 1))
+
+
+def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
+    """Validate, register the run as queued, and build the launcher command (nothing started yet)."""
+    from trainer.tracking import new_run_id
+
+    cfg, plan, gpn = _load_plan(req)
+    nt = session.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
+    if nt is None:
+        names = session.exec(select(NodeType.name)).all()
+        raise LedgerInputError(f"--node-type: unknown {req.node_type!r}; use one of {', '.join(sorted(names))}")
+    offer_id = None
+    if req.offer:
+        off = session.exec(select(Offer).where(Offer.name == req.offer, Offer.node_type_id == nt.id)).first()
+        if off is None:
+            names = session.exec(select(Offer.name).where(Offer.node_type_id == nt.id)).all()
+            raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for {nt.name}; use one of {', '.join(sorted(names))}")
+        offer_id = off.id
+    from ledger.store.lookup import get_or_create
+    from ledger.store.models import Project, User
+
+    run_id = new_run_id()
+    log_dir = Path(req.log_dir or default_log_dir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{run_id}.log"
+    name = req.name or f"{plan.strategy}-{cfg.shape.name}"
+    session.add(Run(
+        id=run_id, name=name, project_id=get_or_create(session, Project, req.project),
+        user_id=get_or_create(session, User, req.user or os.environ.get("USER") or None), launcher=req.launcher,
+        node_type_id=nt.id, offer_id=offer_id, nodes=req.nodes, gpus_per_node=gpn, world_size=plan.world_size,
+        strategy=plan.strategy, dp=plan.dp, tp=plan.tp, pp=plan.pp, zero_stage=plan.zero_stage,
+        micro_batch=plan.micro_batch, grad_accum=plan.grad_accum, model_shape=cfg.shape.name,
+        n_layers=cfg.shape.n_layers, hidden=cfg.shape.d_model, heads=cfg.shape.n_heads, seq_len=cfg.shape.seq_len,
+        sweep_id=req.sweep_id, config={"path": str(req.config), "train": cfg.to_dict()}, status=RunStatus.queued,
+        hostname=socket.gethostname(), log_path=str(log_path)))
+    session.flush()
+    train_args = ["--config", str(req.config.resolve()), "--track", "--run-id", run_id,
+                  "--node-type", nt.name, "--launcher", req.launcher, "--name", name,
+                  "--gpus-per-node", str(gpn)]
+    for flag, value in (("--offer", req.offer), ("--project", req.project), ("--user", req.user),
+                        ("--sweep-id", req.sweep_id), ("--steps", req.steps), ("--metrics-port", req.metrics_port),
+                        ("--journal-dir", req.journal_dir)):
+        if value is not None:
+            train_args += [flag, str(value)]
+    env = {**os.environ, **req.extra_env, "TRAINLEDGER_DB_URL": db_url, "TRAINLEDGER_RUN_ID": run_id,
+           "PYTHONUNBUFFERED": "1"}
+    port = str(_free_port())
+    if req.launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(gpn),
+               "--master-addr", "127.0.0.1", "--master-port", port, "--max-restarts", "0",
+               "-m", "trainer.train", *train_args]
+        return Prepared(run_id, cmd, env, log_path)
+    if req.launcher == "deepspeed":
+        ds = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
+        cmd = [ds, "--num_nodes", str(req.nodes), "--num_gpus", str(gpn), "--master_port", port]
+        if req.hostfile:
+            cmd += ["--hostfile", str(req.hostfile)]
+        cmd += ["--module", "trainer.train", *train_args]
+        return Prepared(run_id, cmd, env, log_path)
+    script = log_dir / f"{run_id}.sbatch"
+    script.write_text(slurm_script(run_id, req, gpn, train_args, log_path))
+    return Prepared(run_id, ["sbatch", str(script)], env, log_path, script=script)
+
+
+def slurm_script(run_id: str, req: LaunchRequest, gpn: int, train_args: list[str], log_path: Path) -> str:
+    """An sbatch script: one srun task per node, each running torchrun with c10d rendezvous."""
+    q = shlex.quote
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(req.nodes), "--nproc-per-node", str(gpn),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head:29500", "--rdzv-id", "$SLURM_JOB_ID",
+                "-m", "trainer.train", *train_args]
+    # only our own two placeholders are left for the shell to expand; every other argument
+    # (run names, projects, users: user input) is quoted
+    line = " ".join({"$SLURM_JOB_ID": '"$SLURM_JOB_ID"', "$head:29500": '"$head:29500"'}.get(a) or q(a) for a in torchrun)
+    return "\n".join([
+        "#!/bin/bash",
+        f"#SBATCH --job-name={q('trainledger-' + run_id)}",
+        f"#SBATCH --nodes={req.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpn}",
+        f"#SBATCH --output={q(str(log_path))}",
+        "set -euo pipefail",
+        f"export TRAINLEDGER_RUN_ID={q(run_id)}",
+        "# TRAINLEDGER_DB_URL must be set in the submitting environment (sbatch exports it); never written here",
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f"srun {line}",
+        "",
+    ])
+
+
+# --- supervisor -------------------------------------------------------------------
+
+def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> int:
+    """Run the launcher, forward one SIGTERM/SIGINT to it, then settle the run in the ledger."""
+    launched_at = utcnow()
+    with open(log_path, "ab", buffering=0) as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=_pdeathsig(signal.SIGKILL))
+        forwarded = []
+
+        def forward(signum, frame):
+            if not forwarded:
+                forwarded.append(signum)
+                try:
+                    child.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        code = child.wait()
+    try:
+        settle(run_id, db_url, code, cancel_requested=bool(forwarded), log_path=log_path, launched_at=launched_at)
+    except Exception as exc:  # the ledger went away between the launcher's exit and here
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        _notice(f"could not settle run {run_id} in the ledger ({reason}); run `trainledger sync` later", log_path)
+    return code
+
+
+def _notice(message: str, log_path: Optional[Path]) -> None:
+    """A line for whoever watches: stderr (attached launches) and the run's log (detached ones)."""
+    line = f"[trainledger] {message}"
+    print(line, file=sys.stderr, flush=True)
+    if log_path is not None:
+        try:
+            with open(log_path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass
+
+
+#: signals that stop a rank because someone asked the run to stop (not a failure of that rank)
+_STOP_CODES = {130, 143, -signal.SIGTERM, -signal.SIGINT}
+
+
+def first_failure(log_path: Optional[Path]) -> Optional[tuple[int, int, str]]:
+    """(rank, exit code, description) of torchrun's "Root Cause (first observed failure)" in the run log, if any."""
+    import re
+
+    if log_path is None:
+        return None
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    at = tail.rfind("Root Cause (first observed failure)")
+    if at < 0:
+        return None
+    block = tail[at:at + 2000]
+    rank = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", block)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
+    if not rank or not code:
+        return None
+    r, local, c = int(rank.group(1)), int(rank.group(2)), int(code.group(1))
+    try:
+        how = f"was killed by {signal.Signals(-c).name}" if c < 0 else f"exited with {c}"
+    except ValueError:
+        how = f"exited with {c}"
+    return r, c, f"rank {r} (local_rank {local}) {how}"
+
+
+def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = False,
+           log_path: Optional[Path] = None, launched_at: Optional[datetime] = None) -> None:
+    """After the launcher exits: replay the journal, then close a run that did not close itself.
+
+    A run whose rank 0 recorded ``cancelled`` although nobody asked to cancel it was stopped by its
+    launcher because another rank failed first: it is ``failed``, with that rank's failure as its error.
+    """
+    from ledger.sources.journal import (
+        Journal,
+        JournalWriteError,
+        default_journal_dir,
+        sync_journal,
+    )
+    from ledger.store.db import make_engine
+
+    try:
+        engine = make_engine(db_url)
+    except Exception as exc:
+        _notice(f"ledger unreachable after the run ({exc.__class__.__name__}); run `trainledger sync` later", log_path)
+        return
+    journal_dir = Path(os.environ.get("TRAINLEDGER_JOURNAL_DIR") or default_journal_dir())
+    try:
+        if (journal_dir / f"{run_id}.jsonl").exists():
+            try:
+                sync_journal(engine, Journal(journal_dir, run_id))
+            except JournalWriteError as exc:  # applied; only the journal's applied mark could not be written
+                _notice(str(exc), log_path)
+        with Session(engine) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                return
+            now = utcnow()
+            failure = first_failure(log_path or (Path(run.log_path) if run.log_path else None))
+            if run.status == RunStatus.queued:
+                run.status = RunStatus.failed
+                run.started_at = run.started_at or min(launched_at or now, now)  # it held its nodes from the launch
+                run.ended_at = now
+                run.exit_code = exit_code
+                run.error = f"the launcher exited with {exit_code} before training started; see {run.log_path}"
+            elif run.status == RunStatus.running:
+                run.status = RunStatus.crashed
+                run.ended_at = run.heartbeat_at or now
+                run.exit_code = exit_code
+                run.error = f"the launcher exited with {exit_code} without a final status; ended at the last heartbeat"
+                if failure:
+                    run.error += f" (first failure: {failure[2]})"
+            elif (run.status == RunStatus.cancelled and not cancel_requested and exit_code != 0 and failure
+                  and failure[0] != 0 and failure[1] not in _STOP_CODES):
+                # nobody cancelled it: another rank failed and the launcher stopped rank 0 with SIGTERM
+                run.status = RunStatus.failed
+                run.exit_code = exit_code
+                run.error = f"{failure[2]}; the launcher then stopped the other ranks"
+            elif (run.status == RunStatus.failed and failure and failure[0] != 0 and failure[1] < 0
+                  and failure[1] not in _STOP_CODES and run.error and "first failure:" not in run.error):
+                # rank 0's own error is only the echo (a broken connection) of another rank's death
+                run.error = f"{run.error[:800]} (first failure: {failure[2]})"
+            if run.exit_code is None:
+                run.exit_code = exit_code
+            s.flush()  # flush before commit: session hooks that run before commit (the rollup) see the change
+            s.commit()
+    finally:
+        engine.dispose()
+
+
+def start(prepared: Prepared, db_url: str, detach: bool) -> subprocess.Popen:
+    """Start the supervisor in its own session (its pid is the run's process group)."""
+    cmd = [sys.executable, "-m", "ledger.runs.launch", "supervise", prepared.run_id, str(prepared.log_path), "--", *prepared.command]
+    return subprocess.Popen(cmd, env=prepared.env, start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL if detach else None, stderr=subprocess.DEVNULL if detach else None,
+                            preexec_fn=None if detach else _pdeathsig(signal.SIGKILL))
+
+
+def record_process(session: Session, run_id: str, pid: int) -> None:
+    run = session.get(Run, run_id)
+    run.pid = pid
+    run.pgid = pid
+
+
+def wait_attached(proc: subprocess.Popen) -> int:
+    """Wait for an attached supervisor; Ctrl-C / SIGTERM are passed on to it once."""
+    sent = []
+
+    def forward(signum, frame):
+        if not sent:
+            sent.append(signum)
+            proc.send_signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# --- cancel ------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, Any]:
+    """Stop a launched run and its whole process group; returns what happened."""
+    from ledger.runs.registry import get_run
+
+    run = get_run(session, run_id)
+    if run.status not in (RunStatus.queued, RunStatus.running):
+        raise LedgerInputError(f"RUN_ID: run {run.id} is already {run.status.value}")
+    if run.pgid is None:
+        if run.status == RunStatus.queued:
+            run.status, run.ended_at, run.error = RunStatus.cancelled, utcnow(), "cancelled before it started"
+            run.started_at = run.started_at or run.ended_at
+            session.flush()
+            session.commit()
+            return {"run_id": run.id, "status": "cancelled", "signalled": False}
+        raise LedgerInputError(f"RUN_ID: run {run.id} was not started by `trainledger launch`; stop it with its own launcher")
+    if run.hostname and run.hostname != socket.gethostname():
+        raise LedgerInputError(f"RUN_ID: run {run.id} was launched on {run.hostname}; cancel it there")
+    session.commit()  # release the ledger while we wait
+    killed = False
+    if _alive(run.pid):
+        os.kill(run.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _alive(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    if _group_alive(run.pgid):
+        os.killpg(run.pgid, signal.SIGKILL)
+        killed = True
+        for _ in range(50):
+            if not _group_alive(run.pgid):
+                break
+            time.sleep(0.1)
+    session.expire_all()
+    run = session.get(Run, run.id)
+    if run.status in (RunStatus.queued, RunStatus.running):
+        run.status = RunStatus.cancelled
+        run.ended_at = utcnow()
+        run.started_at = run.started_at or run.ended_at
+        run.error = "cancelled (`trainledger runs cancel`)" + ("; processes were killed after the grace period" if killed else "")
+        session.flush()
+        session.commit()
+    return {"run_id": run.id, "status": run.status.value, "signalled": True, "killed_after_grace": killed}
+
+
+def _main(argv: list[str]) -> int:
+    # python -m ledger.runs.launch supervise RUN_ID LOG -- COMMAND...
+    if len(argv) < 4 or argv[0] != "supervise" or "--" not in argv:
+        print("usage: python -m ledger.runs.launch supervise RUN_ID LOG -- COMMAND...", file=sys.stderr)
+        return 2
+    sep = argv.index("--")
+    run_id, log = argv[1], Path(argv[2])
+    return supervise(run_id, argv[sep + 1:], log, os.environ["TRAINLEDGER_DB_URL"])
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

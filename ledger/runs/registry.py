@@ -1,0 +1,287 @@
+"""The runs in the ledger: ``trainledger runs list|show|reap``, and what the dashboard lists.
+
+Every path that lists runs first reaps stale ones: a ``running`` run whose
+heartbeat is older than :data:`STALE_AFTER` is marked ``crashed`` and ends at
+its last heartbeat (it is still costed up to then).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlalchemy import func, update
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.money import costs, rollup
+from ledger.money.monthly import monthly_report
+from ledger.money.months import month_bounds, month_of, run_interval
+from ledger.store.lookup import get_run
+from ledger.store.models import (
+    LIVE_STATUSES,
+    MetricSample,
+    NodeType,
+    Offer,
+    OfferKind,
+    Project,
+    Run,
+    RunNode,
+    RunStatus,
+    User,
+)
+from ledger.store.settings import display_timezone
+from ledger.store.types import utcnow
+
+STALE_AFTER = timedelta(seconds=60)
+
+
+def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Optional[datetime] = None) -> int:
+    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat."""
+    now = now or utcnow()
+    cutoff = now - stale_after
+    stale = session.exec(
+        select(Run.id, Run.heartbeat_at, Run.started_at).where(
+            Run.status == RunStatus.running, Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)
+    ).all()
+    for rid, hb, started in stale:
+        session.exec(
+            update(Run).where(Run.id == rid, Run.status == RunStatus.running)
+            .values(status=RunStatus.crashed, ended_at=max(hb, started or hb),
+                    error="heartbeat stopped; marked crashed at the last heartbeat")
+        )
+    if stale:
+        rollup.touch(session, [rid for rid, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
+    return len(stale)
+
+
+def _status(value: Optional[str]) -> Optional[RunStatus]:
+    if value is None:
+        return None
+    try:
+        return RunStatus(value)
+    except ValueError:
+        raise LedgerInputError(f"--status: expected one of {', '.join(s.value for s in RunStatus)}, got {value!r}") from None
+
+
+def _filters(session: Session, q, *, month: Optional[str], project: Optional[str], user: Optional[str],
+             status: Optional[str], strategy: Optional[str], sweep: Optional[str]):
+    """``q`` narrowed in SQL by the ``runs list`` filters (joins to Project/User only when filtered by them)."""
+    if month:
+        ms, me = month_bounds(month, display_timezone(session))
+        q = q.where(Run.started_at < me, (Run.ended_at.is_(None)) | (Run.ended_at > ms))
+    if project:
+        q = q.where(Run.project_id == select(Project.id).where(Project.name == project).scalar_subquery())
+    if user:
+        q = q.where(Run.user_id == select(User.id).where(User.name == user).scalar_subquery())
+    if status:
+        q = q.where(Run.status == _status(status))
+    if strategy:
+        q = q.where(Run.strategy == strategy)
+    if sweep:
+        q = q.where(Run.sweep_id == sweep)
+    return q
+
+
+def list_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
+              user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
+              sweep: Optional[str] = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration.
+
+    Only the page (``limit`` rows from ``offset``) is read: the newest-first order
+    walks the ``started_at`` index, so the cost does not grow with the ledger.
+    """
+    reap_stale(session)
+    q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
+                Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
+                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id)
+         .join(NodeType, NodeType.id == Run.node_type_id)
+         .outerjoin(Project, Project.id == Run.project_id)
+         .outerjoin(User, User.id == Run.user_id))
+    q = _filters(session, q, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
+    q = q.order_by(Run.started_at.desc(), Run.id).offset(offset).limit(limit)
+    now = utcnow()
+    tz = display_timezone(session)
+    out = []
+    for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
+         sweep_id) in session.exec(q).all():
+        st_v = getattr(st, "value", st)
+        iv = run_interval(started, ended, st_v, hb, now)
+        nh = costs.node_hours(nodes, costs.hours_between(*iv)) if iv else costs.ZERO
+        out.append({"id": rid, "name": name, "project": proj, "user": usr, "status": st_v, "strategy": strat,
+                    "node_type": nt, "nodes": nodes, "gpus_per_node": gpn,
+                    "started_at": started.astimezone(tz) if started else None,
+                    "ended_at": ended.astimezone(tz) if ended else None, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
+                    "final_loss": loss, "sweep_id": sweep_id})
+    return out
+
+
+def _indexed_by_end(session: Session) -> bool:
+    """Whether ``run`` has an index leading with ``ended_at`` (looked up once per engine)."""
+    bind = session.get_bind()
+    key = str(bind.url)
+    if key not in _END_INDEX:
+        from sqlalchemy import inspect
+
+        # the session's own connection: a second one would queue behind this transaction's write lock (SQLite)
+        _END_INDEX[key] = any((ix.get("column_names") or [None])[0] == "ended_at"
+                              for ix in inspect(session.connection()).get_indexes("run"))
+    return _END_INDEX[key]
+
+
+_END_INDEX: dict[str, bool] = {}
+
+
+def count_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
+               user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
+               sweep: Optional[str] = None) -> int:
+    """How many runs :func:`list_runs` would list with these filters and no limit (COUNT in SQL).
+
+    With a month and an index on ``run(ended_at, …)``, the count is split into runs
+    started in the month, runs started before it that end inside or after it, and
+    runs started before it with no end, so each part is an index range of about
+    the month's size; otherwise it is one COUNT over the ``started_at`` index range
+    up to the month's end (it grows with the ledger: ~0.1 s per million runs).
+    """
+    rest = dict(project=project, user=user, status=status, strategy=strategy, sweep=sweep)
+    base = select(func.count()).select_from(Run)
+    if not month or not _indexed_by_end(session):
+        return session.exec(_filters(session, base, month=month, **rest)).one()
+    ms, me = month_bounds(month, display_timezone(session))
+    parts = (base.where(Run.started_at >= ms, Run.started_at < me),
+             base.where(Run.ended_at > ms, Run.started_at < ms),
+             base.where(Run.ended_at.is_(None), Run.started_at < ms))
+    return sum(session.exec(_filters(session, q, month=None, **rest)).one() for q in parts)
+
+
+def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list[dict[str, Any]]:
+    """A run of ``nodes`` × ``duration_hours`` costed under each offer, sorted by offer name.
+
+    rent_elastic: nodes × billed hours × hourly rate (granularity and minimum per run);
+    own / rent_reserved: node-hours × full-use rate per node-hour (730 h month).
+    Offers may be ledger rows or detached copies (the Planner costs planned runs with it).
+    """
+    nh = costs.node_hours(nodes, duration_hours)
+    out = []
+    for o in sorted(offers, key=lambda o: o.name):
+        kind = getattr(o.kind, "value", o.kind)
+        if kind == OfferKind.rent_elastic.value:
+            c = costs.elastic_run_cost(o, nodes, duration_hours)
+            basis = "billed node-hours × hourly rate"
+        else:
+            c = nh * costs.busy_rate_per_node_hour(o)
+            basis = "node-hours × full-use rate per node-hour (730 h month)"
+        out.append({"offer": o.name, "kind": kind, "currency": o.currency, "cost": c, "basis": basis})
+    return out
+
+
+def show_run(session: Session, run_id: str) -> dict[str, Any]:
+    """A run with its nodes, its cost per month (actual) and its cost under every offer."""
+    reap_stale(session)
+    run = get_run(session, run_id)
+    nt = session.get(NodeType, run.node_type_id)
+    tz = display_timezone(session)
+    iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, utcnow())
+    duration = costs.hours_between(*iv) if iv else costs.ZERO
+    nh = costs.node_hours(run.nodes, duration)
+    offers = session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id)).all()
+    under = cost_under_offers(offers, run.nodes, duration)
+    monthly: list[dict[str, Any]] = []
+    if iv:
+        m = month_of(iv[0], tz)
+        last = month_of(iv[1], tz)
+        from ledger.money.months import months_between
+
+        for month in months_between(m, last):
+            rep = monthly_report(session, month, lines={run_id})
+            for s in rep.runs:
+                if s.run_id == run.id:
+                    monthly.append({"month": month, "node_hours": s.node_hours, "cost": s.cost, "offer": s.offer,
+                                    "currency": rep.currency})
+    data = run.model_dump()
+    data["status"] = run.status.value
+    data["node_type"] = nt.name
+    data["project"] = session.get(Project, run.project_id).name if run.project_id else None
+    data["user"] = session.get(User, run.user_id).name if run.user_id else None
+    data["duration_hours"] = duration
+    data["node_hours"] = nh
+    data["gpu_hours"] = costs.gpu_hours(nh, run.gpus_per_node)
+    data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
+    data["cost_by_month"] = monthly
+    data["cost_under_offers"] = under
+    data["cost_per_1m_tokens"] = costs.cost_per_million_tokens(data["cost_actual"], run.tokens) if monthly else None
+    data["nodes_detail"] = [n.model_dump(exclude={"id", "run_id"}) for n in
+                            session.exec(select(RunNode).where(RunNode.run_id == run.id).order_by(RunNode.node_rank, RunNode.hostname)).all()]
+    return data
+
+
+# --- what the dashboard lists: months with runs, filter values, loss curves, live progress ----------
+
+def run_month_span(session: Session) -> Optional[tuple[str, str]]:
+    """First and last month (display time zone) in which a run started; None for an empty ledger."""
+    first, last = session.exec(select(func.min(Run.started_at), func.max(Run.started_at))).one()
+    if first is None:
+        return None
+    tz = display_timezone(session)
+    return month_of(first, tz), month_of(last, tz)
+
+
+def filter_values(session: Session) -> dict[str, list[str]]:
+    """Distinct projects, users and strategies for the Runs filters (SELECT DISTINCT, not a scan in Python)."""
+    return {
+        "project": list(session.exec(select(Project.name).order_by(Project.name)).all()),
+        "user": list(session.exec(select(User.name).order_by(User.name)).all()),
+        "strategy": [s for s in session.exec(select(Run.strategy).distinct().order_by(Run.strategy)).all() if s],
+    }
+
+
+def loss_curve(session: Session, run_id: str, metric: str = "loss") -> list[dict[str, Any]]:
+    """A run's run-level series of ``metric`` (MetricSample, gpu = -1 or any), oldest first."""
+    rows = session.exec(select(MetricSample.ts, MetricSample.value, MetricSample.node)
+                        .where(MetricSample.run_id == run_id, MetricSample.metric == metric)
+                        .order_by(MetricSample.ts)).all()
+    return [{"ts": ts, "value": v, "node": node or "run"} for ts, v, node in rows]
+
+
+ACTIVE = LIVE_STATUSES
+
+
+def active_runs(session: Session, limit: int = 20) -> list[dict[str, Any]]:
+    """Queued and running runs, newest first (stale ones are reaped first, as ``runs list`` does)."""
+    reap_stale(session)
+    rows = session.exec(select(Run.id, Run.name, Run.status, Run.strategy, Run.sweep_id)
+                        .where(Run.status.in_(ACTIVE)).order_by(Run.created_at.desc(), Run.id).limit(limit)).all()
+    return [{"id": rid, "name": name, "status": st.value, "strategy": strat, "sweep_id": sweep}
+            for rid, name, st, strat, sweep in rows]
+
+
+def run_progress(session: Session, run_id: str) -> dict[str, Any]:
+    """Where a run is: status, steps done of planned, heartbeat age, loss so far.
+
+    steps done = the run's recorded steps once it has ended, else the latest
+    ``tokens`` sample (cumulative tokens) ÷ tokens per step, with tokens per step
+    = micro-batch × grad-accum × dp × seq len; planned steps from its config.
+    """
+    reap_stale(session)
+    run = get_run(session, run_id)
+    per_step = (run.micro_batch or 0) * (run.grad_accum or 0) * (run.dp or 0) * (run.seq_len or 0)
+    tokens_seen = session.exec(select(func.max(MetricSample.value))
+                               .where(MetricSample.run_id == run.id, MetricSample.metric == "tokens")).one()
+    planned = ((run.config or {}).get("train") or {}).get("steps")
+    if run.steps is not None:
+        done = run.steps
+    elif tokens_seen and per_step:
+        done = int(round(tokens_seen / per_step))
+    else:
+        done = 0
+    now = utcnow()
+    hb = run.heartbeat_at.replace(tzinfo=run.heartbeat_at.tzinfo or timezone.utc) if run.heartbeat_at else None
+    loss = loss_curve(session, run.id)
+    return {"id": run.id, "name": run.name, "status": run.status.value, "active": run.status in ACTIVE,
+            "strategy": run.strategy, "world_size": run.world_size, "sweep_id": run.sweep_id,
+            "steps_done": done, "steps_planned": planned,
+            "heartbeat_age_s": (now - hb).total_seconds() if hb else None,
+            "loss": loss, "last_loss": loss[-1]["value"] if loss else run.final_loss,
+            "final_loss": run.final_loss, "tokens_per_s": run.tokens_per_s, "error": run.error,
+            "exit_code": run.exit_code, "log_path": run.log_path, "cancellable": run.pgid is not None or run.status == RunStatus.queued}

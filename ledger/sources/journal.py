@@ -1,0 +1,287 @@
+"""The run journal: every tracking event is appended (fsync'd JSON lines) before
+it is applied to the ledger, so an unreachable ledger never loses anything.
+
+Events (one JSON object per line, ``seq`` increasing within a run's journal)::
+
+    {"seq": 1, "type": "run", "run_id": "...", "fields": {...}}      # upsert the run row
+    {"seq": 2, "type": "heartbeat", "run_id": "...", "ts": "..."}    # liveness
+    {"seq": 3, "type": "samples", "run_id": "...", "rows": [[node, gpu, metric, ts, value], ...]}
+    {"seq": 4, "type": "nodes", "run_id": "...", "rows": [{"hostname": ..., ...}]}
+
+Applying is idempotent: run fields are set (not added), heartbeats only move
+forward, samples are inserted once per (run, node, gpu, metric, ts) and nodes
+are upserted by (run, hostname). Replaying a journal any number of times
+therefore gives the same ledger: nothing is lost and nothing is counted twice.
+``<run>.applied`` records the last applied ``seq`` so replays are cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from ledger.store.ingest import insert_samples
+from ledger.store.models import NodeType, Offer, Project, Run, RunNode, RunStatus, User
+
+ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
+#: fields of a ``run`` event that name rows in other tables
+NAMED = {"node_type": (NodeType, "node_type_id"), "offer": (Offer, "offer_id"),
+         "project": (Project, "project_id"), "user": (User, "user_id")}
+TIME_FIELDS = {"created_at", "started_at", "ended_at", "heartbeat_at"}
+REAPED_ERROR = "heartbeat stopped; marked crashed at the last heartbeat"
+ENDED = (RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed)
+#: fields of a start event that would turn an ended run back into a running one
+REOPENING = ("status", "ended_at", "heartbeat_at", "error", "exit_code")
+
+
+def default_journal_dir() -> Path:
+    env = os.environ.get(ENV_JOURNAL_DIR)
+    if env:
+        return Path(env)
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("trainledger", appauthor=False)) / "journal"
+
+
+class JournalWriteError(RuntimeError):
+    """The journal could not be written (e.g. disk full): the run must stop loudly."""
+
+
+class Journal:
+    """Append-only, fsync'd event log of one run."""
+
+    def __init__(self, directory: Path | str, run_id: str):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{run_id}.jsonl"
+        self.applied_path = self.dir / f"{run_id}.applied"
+        self.run_id = run_id
+        self.seq = 0
+        self._skip = (0, 0)  # (byte offset, seq): every event before the offset has seq <= this seq
+        if self.path.exists():
+            for ev in read_events(self.path):
+                self.seq = max(self.seq, ev["seq"])
+
+    def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Number, write and fsync events; returns them with their ``seq``.
+
+        All or nothing: if the write fails (disk full, file too large, I/O
+        error) the file is cut back to where it was, ``seq`` is restored and
+        :class:`JournalWriteError` is raised, so a half-written line never
+        hides the events appended after it.
+        """
+        out = [{"seq": self.seq + i, "run_id": self.run_id, **ev} for i, ev in enumerate(events, 1)]
+        if not out:
+            return out
+        data = "".join(json.dumps(ev, separators=(",", ":"), default=_json_default) + "\n" for ev in out)
+        fd = None
+        size = None
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            size = os.fstat(fd).st_size
+            view = memoryview(data.encode("utf-8"))
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError as exc:
+            if fd is not None and size is not None:
+                try:  # drop the torn tail; truncating only frees space
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                except OSError:
+                    pass
+            raise JournalWriteError(_write_error(self.path, exc)) from exc
+        finally:
+            if fd is not None:
+                os.close(fd)
+        self.seq = out[-1]["seq"]
+        return out
+
+    def applied_seq(self) -> int:
+        try:
+            return int(self.applied_path.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def mark_applied(self, seq: int) -> None:
+        tmp = self.applied_path.with_suffix(".applied.tmp")
+        try:
+            tmp.write_text(str(seq))
+            os.replace(tmp, self.applied_path)
+        except OSError as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise JournalWriteError(_write_error(self.applied_path, exc)) from exc
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Events not applied yet. The file is read from the end of the last applied event seen
+        (seq only grows along the file), so a flush costs O(new events), not O(journal)."""
+        done = self.applied_seq()
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        start, seen = self._skip
+        if seen > done or start > size:  # the applied mark went back, or the file is not ours any more
+            start, seen = 0, 0
+        out = []
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break  # torn write: never fsync'd, so never acknowledged
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                start += len(line)
+                if ev["seq"] > done:
+                    out.append(ev)
+                elif not out:
+                    self._skip = (start, ev["seq"])
+        return out
+
+
+def _write_error(path: Path, exc: OSError) -> str:
+    return f"cannot write the run journal {path}: {exc.strerror or exc} (is its disk full?)"
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if hasattr(o, "value"):
+        return o.value
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Events of a journal file; a torn last line (crash mid-write) is ignored."""
+    events = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # torn write: never fsync'd, so never acknowledged
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return events
+
+
+# --- applying ------------------------------------------------------------------
+
+def _id_for(session: Session, model, name: Optional[str], create: bool) -> Optional[int]:
+    if not name:
+        return None
+    row = session.exec(select(model.id).where(model.name == name)).first()
+    if row is not None:
+        return row[0]
+    if not create:
+        raise ValueError(f"unknown {model.__tablename__} {name!r}")
+    obj = model(name=name)
+    session.add(obj)
+    session.flush()
+    return obj.id
+
+
+def _ts(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
+    """Apply events in order, idempotently, in the caller's transaction."""
+    n = 0
+    for ev in events:
+        kind = ev["type"]
+        rid = ev["run_id"]
+        if kind == "run":
+            fields = dict(ev["fields"])
+            for key, (model, col) in NAMED.items():
+                if key in fields:
+                    fields[col] = _id_for(session, model, fields.pop(key), create=model in (Project, User))
+            for key in TIME_FIELDS & fields.keys():
+                fields[key] = _ts(fields[key])
+            if "status" in fields:
+                fields["status"] = RunStatus(fields["status"])
+            run = session.get(Run, rid)
+            if run is None:
+                session.add(Run(id=rid, **fields))
+            else:
+                if fields.get("status") == RunStatus.running and run.status in ENDED:
+                    # a replayed start event (e.g. a journal replayed again after the run's end
+                    # was written straight to the ledger) never reopens an ended run
+                    for key in REOPENING:
+                        fields.pop(key, None)
+                for k, v in fields.items():
+                    setattr(run, k, v)
+            session.flush()
+        elif kind == "heartbeat":
+            ts = _ts(ev["ts"])
+            run = session.get(Run, rid)
+            if run is not None and (run.heartbeat_at is None or run.heartbeat_at < ts):
+                run.heartbeat_at = ts
+                if run.status == RunStatus.crashed and run.error == REAPED_ERROR:
+                    # reaped during an outage, but the run was alive: undo the reaping
+                    run.status, run.ended_at, run.error = RunStatus.running, None, None
+        elif kind == "samples":
+            _insert_samples(session, rid, ev["rows"])
+        elif kind == "nodes":
+            for row in ev["rows"]:
+                existing = session.exec(select(RunNode).where(RunNode.run_id == rid, RunNode.hostname == row["hostname"])).first()
+                if existing is None:
+                    session.add(RunNode(run_id=rid, **row))
+                else:
+                    for k, v in row.items():
+                        setattr(existing[0], k, v)
+            session.flush()
+        else:
+            raise ValueError(f"unknown journal event type {kind!r}")
+        n += 1
+    session.flush()  # before the caller commits: session hooks that run before commit (the rollup) see every change
+    return n
+
+
+def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:
+    """Insert samples once: rows already present (same run, node, gpu, metric, ts) are skipped
+    (``ledger.store.ingest``: one executemany on SQLite, COPY on PostgreSQL)."""
+    if rows:
+        insert_samples(session, rows, run_id=run_id)
+
+
+def sync_journal(engine: Engine, journal: Journal) -> int:
+    """Apply a journal's pending events in one transaction; returns how many."""
+    pending = journal.pending()
+    if not pending:
+        return 0
+    with Session(engine) as session:
+        apply_events(session, pending)
+        session.commit()
+    journal.mark_applied(pending[-1]["seq"])
+    return len(pending)
+
+
+def sync_all(engine: Engine, directory: Optional[Path] = None) -> dict[str, int]:
+    """``trainledger sync``: replay every journal in ``directory``; returns events applied per run."""
+    directory = Path(directory or default_journal_dir())
+    out: dict[str, int] = {}
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("*.jsonl")):
+        applied = path.with_suffix(".applied")
+        if applied.exists() and applied.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            continue  # nothing written since the last replay
+        j = Journal(directory, path.stem)
+        n = sync_journal(engine, j)
+        if n:
+            out[path.stem] = n
+    return out

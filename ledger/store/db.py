@@ -1,0 +1,212 @@
+"""Engine, sessions and schema upgrades for the ledger.
+
+The ledger URL comes from ``--db URL``, else ``TRAINLEDGER_DB_URL``, else an
+embedded SQLite file in the user's data directory. SQLite runs in WAL mode
+with a busy timeout, and every transaction starts with ``BEGIN IMMEDIATE`` so
+that concurrent writers queue instead of failing with "database is locked".
+PostgreSQL URLs use psycopg 3 (``postgresql+psycopg://user@host/db``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import event, inspect
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlmodel import Session, create_engine
+
+ENV_URL = "TRAINLEDGER_DB_URL"
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+class LedgerURLError(ValueError):
+    """A ledger URL that cannot be used."""
+
+
+def default_sqlite_path() -> Path:
+    """The embedded ledger file: ``<user data dir>/trainledger/ledger.db``."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("trainledger", appauthor=False)) / "ledger.db"
+
+
+def resolve_url(url: str | None = None) -> str:
+    """``--db`` value, else ``$TRAINLEDGER_DB_URL``, else the embedded SQLite file."""
+    url = url or os.environ.get(ENV_URL) or f"sqlite:///{default_sqlite_path()}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise LedgerURLError(
+            f"--db: cannot parse {redact_url(url)!r}; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+        ) from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise LedgerURLError(
+            f"--db: backend {parsed.get_backend_name()!r} is not supported; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+        )
+    return url
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (safe to print)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # Autocommit at the driver level; SQLAlchemy's "begin" event below issues
+    # BEGIN IMMEDIATE so writers take the lock up front (no deadlocking upgrades).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str | None = None, *, upgrade: bool = True) -> Engine:
+    """Create an engine for the ledger at ``url`` and (by default) upgrade its schema."""
+    url = resolve_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).expanduser().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LedgerURLError(f"--db: cannot create the folder {folder} of the SQLite ledger: {exc.strerror or exc}") from None
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    if upgrade:
+        upgrade_schema(engine)
+    return engine
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str | None = None) -> Engine:
+    """A process-wide engine per URL (upgraded on first use)."""
+    return make_engine(url)
+
+
+@contextlib.contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits on success and rolls back on any error."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+# --- migrations -------------------------------------------------------------
+
+def alembic_config(engine: Engine):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    from ledger.store.migrations import __name__ as _  # noqa: F401  (package must exist)
+
+    cfg = alembic_config(None)  # type: ignore[arg-type]
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Serialise schema upgrades between processes starting at the same time."""
+    if engine.dialect.name == "sqlite":
+        db = engine.url.database
+        if not db or db == ":memory:":
+            yield
+            return
+        lock_path = Path(db).expanduser().with_suffix(".migrate.lock")
+        with open(lock_path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    else:
+        from sqlalchemy import text
+
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(7261001)"))
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(7261001)"))
+                conn.commit()
+
+
+#: the newest migration; a test keeps it equal to Alembic's head. Every CLI command checks the
+#: ledger against it with one plain query, so Alembic is imported only when there is work to do.
+HEAD_REVISION = "0003"
+
+
+def stored_revision(engine: Engine) -> str | None:
+    """The ledger's revision read straight from ``alembic_version`` (None: no schema yet)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError as exc:
+        if "alembic_version" in str(exc.orig):  # no such table: a new ledger
+            return None
+        raise
+
+
+def upgrade_schema(engine: Engine, revision: str = "head") -> str:
+    """Apply pending Alembic migrations (``trainledger db upgrade``); returns the revision."""
+    if revision in ("head", HEAD_REVISION) and stored_revision(engine) == HEAD_REVISION:
+        return HEAD_REVISION
+    from alembic import command
+
+    target = head_revision() if revision == "head" else revision
+    if current_revision(engine) == target:
+        return target
+    with _migration_lock(engine):
+        if current_revision(engine) != target:
+            command.upgrade(alembic_config(engine), revision)
+    from ledger.store.presets import ensure_presets
+
+    ensure_presets(engine)
+    return target
+
+
+def has_schema(engine: Engine) -> bool:
+    return inspect(engine).has_table("run")

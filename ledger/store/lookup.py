@@ -1,0 +1,33 @@
+"""Finding rows by what users type: a run by id or unique prefix, a project or user by name."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.store.models import Run
+
+
+def get_run(session: Session, run_id: str) -> Run:
+    """The run with this id, or the only run whose id starts with it (6+ characters); else a one-line error."""
+    run = session.get(Run, run_id)
+    if run is None:
+        matches = session.exec(select(Run).where(Run.id.startswith(run_id)).limit(2)).all() if len(run_id) >= 6 else []
+        if len(matches) == 1:
+            return matches[0]
+        raise LedgerInputError(f"RUN_ID: no run {run_id!r} in this ledger; see `trainledger runs list`")
+    return run
+
+
+def get_or_create(session: Session, model, name: Optional[str]) -> Optional[int]:
+    """Id of the Project/User called ``name``, created if new (None for no name)."""
+    if not name:
+        return None
+    row = session.exec(select(model).where(model.name == name)).first()
+    if row is None:
+        row = model(name=name)
+        session.add(row)
+        session.flush()
+    return row.id

@@ -1,0 +1,310 @@
+"""The ledger's tables (SPEC §3).
+
+Conventions: money is ``Decimal`` (``Money`` column), timestamps are UTC
+(``UTCDateTime``), sizes are in base units (bytes), utilizations are ratios
+in [0, 1]. Three utilizations are never conflated:
+
+* *time utilization* — share of fleet node-hours spent in runs (computed);
+* *GPU-Util* — the NVML/DCGM busy share (``gpu_util_*``; ``util_source`` says
+  whether it was NVML, DCGM or, on CPU-only runs, process CPU utilization);
+* *MFU* — achieved model FLOPs ÷ peak (``mfu``; null on CPU).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from ledger.store.types import Money, UTCDateTime, utcnow
+
+
+class OfferKind(str, enum.Enum):
+    rent_elastic = "rent_elastic"
+    rent_reserved = "rent_reserved"
+    own = "own"
+
+
+class RunStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    crashed = "crashed"
+
+
+#: statuses whose cost counts as waste (SPEC §4)
+WASTE_STATUSES = (RunStatus.failed, RunStatus.crashed, RunStatus.cancelled)
+#: statuses of a run that has not finished
+LIVE_STATUSES = (RunStatus.queued, RunStatus.running)
+
+
+def _money(**kw: Any) -> Any:
+    return Field(default=None, sa_type=Money, **kw)
+
+
+def _ts(**kw: Any) -> Any:
+    return Field(default=None, sa_type=UTCDateTime, **kw)
+
+
+class NodeType(SQLModel, table=True):
+    """A hardware profile: one node of a cluster."""
+
+    __tablename__ = "node_type"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=100)
+    gpu_model: str = Field(max_length=100)
+    gpus_per_node: int
+    gpu_memory_gb: float
+    peak_bf16_tflops: float  # dense, per GPU
+    interconnect: str = Field(default="", max_length=100)
+    network: str = Field(default="", max_length=100)
+    source: str = Field(default="preset", max_length=20)  # preset | user
+
+
+class Offer(SQLModel, table=True):
+    """How node-hours of a node type are paid for (SPEC §3)."""
+
+    __tablename__ = "offer"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=100)
+    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    kind: OfferKind = Field(max_length=20)
+    currency: str = Field(default="CNY", max_length=3)
+    # rent_elastic / rent_reserved
+    price_per_node_hour: Optional[Decimal] = _money()
+    price_per_node_month: Optional[Decimal] = _money()
+    billing_granularity_hours: Optional[Decimal] = _money()
+    minimum_hours: Optional[Decimal] = _money()
+    # own
+    capex_per_node: Optional[Decimal] = _money()
+    depreciation_months: Optional[int] = None
+    residual_value: Optional[Decimal] = _money()
+    power_kw_load: Optional[Decimal] = _money()
+    power_kw_idle: Optional[Decimal] = _money()
+    electricity_price_per_kwh: Optional[Decimal] = _money()
+    pue: Optional[Decimal] = _money()
+    operations_per_node_month: Optional[Decimal] = _money()
+    source: str = Field(default="preset", max_length=20)
+    notes: str = Field(default="", max_length=500)
+
+
+class Fleet(SQLModel, table=True):
+    """A cluster held under a fixed-cost offer (``own`` or ``rent_reserved``)."""
+
+    __tablename__ = "fleet"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=100)
+    offer_id: int = Field(foreign_key="offer.id", index=True)
+    node_count: int
+    valid_from: date
+    valid_to: Optional[date] = None  # exclusive; None = still held
+
+
+class Project(SQLModel, table=True):
+    __tablename__ = "project"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True, max_length=100)
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "user_account"  # "user" is reserved in PostgreSQL
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True, max_length=100)
+    role: str = Field(default="viewer", max_length=20)  # viewer | lead
+
+
+class Setting(SQLModel, table=True):
+    """Ledger-wide settings (display time zone, currency, ...)."""
+
+    __tablename__ = "setting"
+
+    key: str = Field(primary_key=True, max_length=100)
+    value: str = Field(max_length=1000)
+
+
+class Run(SQLModel, table=True):
+    """One training run, tracked or imported."""
+
+    __tablename__ = "run"
+    __table_args__ = (
+        Index("ix_run_started_ended", "started_at", "ended_at"),
+        Index("ix_run_ended_started", "ended_at", "started_at"),  # runs of a month: count and list (migration 0003)
+        Index("ix_run_status_heartbeat", "status", "heartbeat_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    name: str = Field(default="", max_length=200)
+    project_id: Optional[int] = Field(default=None, foreign_key="project.id", index=True)
+    user_id: Optional[int] = Field(default=None, foreign_key="user_account.id", index=True)
+    launcher: str = Field(default="", max_length=20)  # deepspeed | torchrun | slurm | import | local
+    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    offer_id: Optional[int] = Field(default=None, foreign_key="offer.id", index=True)
+    nodes: int
+    gpus_per_node: int
+    world_size: Optional[int] = None
+    # strategy
+    strategy: str = Field(default="", max_length=20, index=True)
+    dp: Optional[int] = None
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    zero_stage: Optional[int] = None
+    micro_batch: Optional[int] = None
+    grad_accum: Optional[int] = None
+    # model shape
+    model_shape: str = Field(default="", max_length=50)
+    params: Optional[int] = Field(default=None, sa_type=BigInteger)
+    n_layers: Optional[int] = None
+    hidden: Optional[int] = None
+    heads: Optional[int] = None
+    seq_len: Optional[int] = None
+    sweep_id: Optional[str] = Field(default=None, max_length=64, index=True)
+    config: Optional[dict] = Field(default=None, sa_column=Column(JSON))
+    status: RunStatus = Field(default=RunStatus.queued, max_length=20)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: Optional[datetime] = _ts()
+    ended_at: Optional[datetime] = _ts()
+    heartbeat_at: Optional[datetime] = _ts()
+    # results
+    steps: Optional[int] = None
+    tokens: Optional[int] = Field(default=None, sa_type=BigInteger)
+    step_time_median_s: Optional[float] = None
+    step_time_p95_s: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    mfu: Optional[float] = None
+    gpu_util_mean: Optional[float] = None
+    gpu_util_p95: Optional[float] = None
+    util_source: Optional[str] = Field(default=None, max_length=10)  # nvml | dcgm | cpu
+    peak_mem_bytes: Optional[int] = Field(default=None, sa_type=BigInteger)
+    comm_share: Optional[float] = None
+    final_loss: Optional[float] = None
+    exit_code: Optional[int] = None
+    error: Optional[str] = Field(default=None, max_length=4000)
+    pid: Optional[int] = None
+    hostname: Optional[str] = Field(default=None, max_length=200)
+    # added in migration 0002 (tracked runs)
+    pgid: Optional[int] = None  # process group of a launched run (``runs cancel`` signals it)
+    log_path: Optional[str] = Field(default=None, max_length=500)
+    tokens_per_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)
+    mem_kind: Optional[str] = Field(default=None, max_length=30)  # cuda_max_allocated | cpu_max_rss
+
+
+class RunNode(SQLModel, table=True):
+    """Per-node figures of a run."""
+
+    __tablename__ = "run_node"
+    __table_args__ = (UniqueConstraint("run_id", "hostname", name="uq_run_node_host"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True, max_length=64)
+    hostname: str = Field(max_length=200)
+    node_rank: Optional[int] = None
+    gpu_util_mean: Optional[float] = None
+    gpu_util_p95: Optional[float] = None
+    util_source: Optional[str] = Field(default=None, max_length=10)
+    mem_peak_bytes: Optional[int] = Field(default=None, sa_type=BigInteger)
+    energy_kwh: Optional[float] = None
+    nic_rx_bytes_per_s: Optional[float] = None
+    nic_tx_bytes_per_s: Optional[float] = None
+    step_time_share: Optional[float] = None
+    straggler: bool = False
+
+
+class MetricSample(SQLModel, table=True):
+    """A downsampled time-series point."""
+
+    __tablename__ = "metric_sample"
+    __table_args__ = (
+        UniqueConstraint("run_id", "node", "gpu", "metric", "ts", name="uq_metric_sample"),
+    )
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=64)
+    node: str = Field(default="", max_length=200)
+    gpu: int = -1  # -1: a node- or run-level series
+    metric: str = Field(max_length=100)
+    ts: datetime = Field(sa_type=UTCDateTime)
+    value: Optional[float] = None  # None = missing (never stored as zero)
+
+
+# --- pre-aggregated monthly rollup (ledger/rollup.py; migration 0003) ------------------
+
+class RollupFacts(SQLModel):
+    """The additive facts of a set of run slices (``ledger.money.rollup.Facts``): integers, an exact
+    decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices)."""
+
+    slices: int = 0
+    node_us: int = Field(default=0, sa_type=BigInteger)
+    gpu_us: int = Field(default=0, sa_type=BigInteger)
+    tokens: int = Field(default=0, sa_type=BigInteger)
+    util_slices: int = 0
+    util_us: int = Field(default=0, sa_type=BigInteger)
+    util_w: int = Field(default=0, sa_type=BigInteger)
+    mfu_us: int = Field(default=0, sa_type=BigInteger)
+    mfu_w: int = Field(default=0, sa_type=BigInteger)
+    kwh: str = Field(default="0", max_length=60)
+    kwh_slices: int = 0
+    kwh_node_us: int = Field(default=0, sa_type=BigInteger)
+    billed: str = Field(default="{}", max_length=2000)
+    util_sources: str = Field(default="{}", max_length=200)
+
+
+class RollupSlice(RollupFacts, table=True):
+    """One run's part of one calendar month (display time zone) and its additive facts."""
+
+    __tablename__ = "rollup_slice"
+    __table_args__ = (
+        UniqueConstraint("run_id", "month", name="uq_rollup_slice"),
+        Index("ix_rollup_slice_scope", "month", "node_type_id", "start_at"),
+    )
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=64)  # indexed by uq_rollup_slice
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_id: Optional[int] = None  # as recorded on the run (resolved when read)
+    project_id: Optional[int] = None
+    status: str = Field(max_length=20)
+    start_at: datetime = Field(sa_type=UTCDateTime)
+    end_at: datetime = Field(sa_type=UTCDateTime)
+    nodes: int
+    gpus_per_node: int
+    split: bool = False
+
+
+class RollupMonth(RollupFacts, table=True):
+    """The facts of ``rollup_slice`` summed per month, node type, recorded offer, project and status."""
+
+    __tablename__ = "rollup_month"
+    __table_args__ = (UniqueConstraint("month", "node_type_id", "offer_key", "project_key", "status",
+                                       name="uq_rollup_month"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_key: int = 0  # offer id, 0 = none recorded
+    project_key: int = 0  # project id, 0 = none
+    status: str = Field(max_length=20)
+
+
+class RollupPeak(SQLModel, table=True):
+    """Peak nodes in use at one instant, per month and node type (offer_key −1) and per recorded offer."""
+
+    __tablename__ = "rollup_peak"
+    __table_args__ = (UniqueConstraint("month", "node_type_id", "offer_key", name="uq_rollup_peak"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    node_type_id: int
+    offer_key: int
+    peak: int = 0

@@ -1,0 +1,214 @@
+"""Hardware catalog and offers: the shipped presets and ``pricing import``.
+
+Files are TOML with ``[[node_type]]`` and ``[[offer]]`` tables (see
+``data/pricing.toml``). Everything is validated before anything is written;
+a bad value is a one-line :class:`LedgerInputError` naming the entry and field.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.store.models import NodeType, Offer, OfferKind
+
+PRESET_FILE = "pricing.toml"
+#: Money columns are NUMERIC(20, 6): at most 14 digits before the point, 6 after
+MONEY_MAX = Decimal("1e14")
+MONEY_STEP = Decimal("0.000001")
+#: names and labels: printable text (no control characters), as stored in VARCHAR(n)
+NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+
+
+class NodeTypeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
+    gpu_model: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
+    gpus_per_node: int = Field(gt=0, le=1024)
+    gpu_memory_gb: float = Field(gt=0, le=1e6)
+    peak_bf16_tflops: float = Field(gt=0, le=1e9)
+    interconnect: str = Field(default="", max_length=100, pattern=NO_CONTROL)
+    network: str = Field(default="", max_length=100, pattern=NO_CONTROL)
+
+
+NonNeg = Field(default=None, ge=0, lt=MONEY_MAX)
+
+
+class OfferSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=100, pattern=NO_CONTROL)
+    node_type: str = Field(min_length=1, max_length=100)
+    kind: Literal["rent_elastic", "rent_reserved", "own"]
+    currency: str = Field(default="CNY", pattern=r"^[A-Z]{3}$")
+    price_per_node_hour: Optional[Decimal] = NonNeg
+    price_per_node_month: Optional[Decimal] = NonNeg
+    billing_granularity_hours: Optional[Decimal] = Field(default=None, ge=MONEY_STEP, lt=MONEY_MAX)
+    minimum_hours: Optional[Decimal] = NonNeg
+    capex_per_node: Optional[Decimal] = NonNeg
+    depreciation_months: Optional[int] = Field(default=None, gt=0, le=1200)
+    residual_value: Optional[Decimal] = NonNeg
+    power_kw_load: Optional[Decimal] = NonNeg
+    power_kw_idle: Optional[Decimal] = NonNeg
+    electricity_price_per_kwh: Optional[Decimal] = NonNeg
+    pue: Optional[Decimal] = Field(default=None, ge=1, lt=MONEY_MAX)
+    operations_per_node_month: Optional[Decimal] = NonNeg
+    notes: str = Field(default="", max_length=500)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "OfferSpec":
+        if self.kind == "rent_elastic":
+            if (self.price_per_node_hour is None) == (self.price_per_node_month is None):
+                raise ValueError("rent_elastic needs exactly one of price_per_node_hour or price_per_node_month")
+        elif self.kind == "rent_reserved":
+            if self.price_per_node_month is None:
+                raise ValueError("rent_reserved needs price_per_node_month")
+        else:
+            missing = [f for f in ("capex_per_node", "depreciation_months", "power_kw_load",
+                                   "electricity_price_per_kwh", "operations_per_node_month")
+                       if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"own needs {', '.join(missing)}")
+            if (self.residual_value or 0) > self.capex_per_node:
+                raise ValueError("residual_value cannot exceed capex_per_node")
+        return self
+
+    def to_row(self, node_type_id: int, source: str) -> dict[str, Any]:
+        data = self.model_dump(exclude={"node_type"})
+        if self.kind == "own":
+            data.setdefault("residual_value", Decimal(0))
+            data["residual_value"] = data["residual_value"] or Decimal(0)
+            data["power_kw_idle"] = data["power_kw_idle"] if data["power_kw_idle"] is not None else data["power_kw_load"]
+            data["pue"] = data["pue"] or Decimal(1)
+        return {**data, "node_type_id": node_type_id, "kind": OfferKind(self.kind), "source": source}
+
+
+class PricingFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node_type: list[NodeTypeSpec] = []
+    offer: list[OfferSpec] = []
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "PricingFile":
+        for section, entries in (("node_type", self.node_type), ("offer", self.offer)):
+            names = [e.name for e in entries]
+            twice = next((n for n in names if names.count(n) > 1), None)
+            if twice is not None:
+                raise ValueError(f"{section} {twice!r} is defined twice; keep one")
+        return self
+
+
+def _one_line(err: ValidationError, where: str, data: dict) -> str:
+    first = err.errors()[0]
+    loc = list(first["loc"])
+    # point at the named entry: offer 'x' / node_type 'y'
+    label = where
+    if len(loc) >= 2 and isinstance(loc[1], int):
+        section, idx = loc[0], loc[1]
+        try:
+            label = f"{where}: {section} {data[section][idx].get('name', '#' + str(idx + 1))!r}"
+        except Exception:
+            label = f"{where}: {section} #{idx + 1}"
+        loc = loc[2:]
+    field = ".".join(str(p) for p in loc) or "entry"
+    msg = first["msg"].removeprefix("Value error, ")
+    if field == "entry" and label == where:  # a check of the whole file (e.g. a name defined twice)
+        return f"{where}: {msg}"
+    got = first.get("input")
+    shown = repr(got) if len(repr(got)) <= 80 else repr(got)[:77] + "..."
+    got_s = "" if isinstance(got, dict) or loc == [] else f" (got {shown})"
+    return f"{label}: {field}: {msg}{got_s}"
+
+
+def parse_pricing(text: str, where: str = "pricing") -> PricingFile:
+    """Parse and validate a pricing TOML document."""
+    try:
+        data = tomllib.loads(text, parse_float=Decimal)
+    except tomllib.TOMLDecodeError as exc:
+        raise LedgerInputError(f"{where}: not valid TOML: {exc}") from None
+    try:
+        return PricingFile.model_validate(data)
+    except ValidationError as exc:
+        raise LedgerInputError(_one_line(exc, where, data)) from None
+
+
+def preset_text() -> str:
+    return resources.files("trainledger_data").joinpath(PRESET_FILE).read_text(encoding="utf-8")
+
+
+def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: bool) -> dict[str, int]:
+    """Add (or, with ``replace``, overwrite) node types and offers in one transaction.
+
+    Raises :class:`LedgerInputError` for an unknown node type before writing anything.
+    """
+    known = {nt.name: nt for nt in session.exec(select(NodeType)).all()}
+    new_names = {nt.name for nt in spec.node_type}
+    for off in spec.offer:
+        if off.node_type not in known and off.node_type not in new_names:
+            raise LedgerInputError(
+                f"offer {off.name!r}: node_type: unknown node type {off.node_type!r}; "
+                f"use one of {', '.join(sorted(known | dict.fromkeys(new_names)))} or add a [[node_type]]"
+            )
+    counts = {"node_types": 0, "offers": 0}
+    for nts in spec.node_type:
+        row = known.get(nts.name)
+        if row is None:
+            row = NodeType(**nts.model_dump(), source=source)
+            session.add(row)
+        elif replace:
+            for k, v in nts.model_dump().items():
+                setattr(row, k, v)
+            row.source = source
+        else:
+            continue
+        known[nts.name] = row
+        counts["node_types"] += 1
+    session.flush()
+    offers = {o.name: o for o in session.exec(select(Offer)).all()}
+    for ofs in spec.offer:
+        values = ofs.to_row(known[ofs.node_type].id, source)
+        row = offers.get(ofs.name)
+        if row is None:
+            session.add(Offer(**values))
+        elif replace:
+            for k in Offer.model_fields:
+                if k != "id":
+                    setattr(row, k, values.get(k))
+        else:
+            continue
+        counts["offers"] += 1
+    session.flush()
+    return counts
+
+
+def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
+    """``trainledger pricing import FILE.toml``: add or replace user node types and offers."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    spec = parse_pricing(text, where=Path(path).name)
+    try:
+        return apply_pricing(session, spec, source="user", replace=True)
+    except LedgerInputError as exc:
+        raise LedgerInputError(f"{Path(path).name}: {exc}") from None
+
+
+def ensure_presets(engine: Engine) -> None:
+    """Insert the shipped presets that the ledger does not have yet (never overwrites)."""
+    spec = parse_pricing(preset_text(), where=PRESET_FILE)
+    with Session(engine) as session:
+        apply_pricing(session, spec, source="preset", replace=False)
+        session.commit()
