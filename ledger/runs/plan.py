@@ -441,3 +441,47 @@ def attach_measured(session: Session, trial: dict[str, Any], ran: list[dict[str,
         e["measured_step_time_s"] = run.step_time_median_s if run else None
         e["measured_memory_gib"] = run.peak_mem_bytes / GIB if run and run.peak_mem_bytes else None
         e["memory_kind"] = run.mem_kind if run else None
+
+
+# --------------------------------------------------------------------------- the seven strategies on one cluster
+
+
+def strategy_table(session: Session, model: str | ModelShape, tokens: float, node_type: str, nodes: int,
+                   batch_tokens: int = DEFAULT_BATCH_TOKENS) -> dict[str, Any]:
+    """Each strategy's best layout on ``nodes`` nodes of ``node_type``: the cheapest that fits, else the one
+    needing the least memory (with what it would take on cards big enough), priced with the cheapest offer.
+
+    The seed's weekly strategy comparison, predicted: memory per GPU, time for the tokens, communication
+    share and cost per 1M tokens for dp, zero1, zero2, zero3, pp, tp and 3d.
+    """
+    req = RecommendRequest(model=model if isinstance(model, str) else model.name, tokens=tokens,
+                           node_types=[node_type], nodes=[nodes], batch_tokens=batch_tokens)
+    shape = model if isinstance(model, ModelShape) else req.shape()
+    ((nt, offers),) = _select_offers(session, req)
+    hw, links = hardware(session, nt)
+    rows = []
+    for strategy in STRATEGIES:
+        best = None
+        for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), [strategy]):
+            ev = evaluate(shape, c, hw, time_if_too_big=True)
+            if ev.memory is None or ev.time is None:
+                continue
+            key = (not ev.kept, ev.memory.total if not ev.kept else ev.time.total_s)
+            if best is None or key < best[0]:
+                best = (key, ev)
+        rows.append(_strategy_row(shape, tokens, nt, hw, offers, strategy, best[1] if best else None))
+    return {"model": shape.name, "node_type": nt.name, "nodes": nodes, "gpus": nodes * nt.gpus_per_node,
+            "tokens": tokens, "hardware": hardware_summary(hw, links, [o.name for o in offers]), "strategies": rows,
+            "predicted": "every figure is the planning model's prediction (docs/PLANNER.md), not a measurement"}
+
+
+def _strategy_row(shape: ModelShape, tokens: float, nt: NodeType, hw: Hardware, offers: list[Offer], strategy: str,
+                  ev: Optional[Evaluated]) -> dict[str, Any]:
+    if ev is None:
+        return {"strategy": strategy, "fits": False, "plan": None, "reason": "no valid layout on this cluster"}
+    hours = Decimal(repr(tokens / ev.tokens_per_s / 3600))
+    priced = sorted((costs.planned_run_cost(o, ev.candidate.nodes, hours), o.name) for o in offers)
+    cost, offer_name = priced[0]
+    offer = next(o for o in offers if o.name == offer_name)
+    row = _plan_row(shape, tokens, nt, hw, offer, ev, hours, cost)
+    return {"strategy": strategy, "fits": ev.kept, "reason": ev.reason, **row}

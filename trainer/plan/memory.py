@@ -236,7 +236,7 @@ def layer_activation_bytes(shape: ModelShape, micro_batch: int, tp: int = 1, pre
     else:
         kv = shape.n_kv_heads * shape.head_dim
         replicated, sharded, norms = 6 * h, 3 * h + 3 * kv + 4 * shape.ffn_dim, 2  # RMSNorm keeps rstd
-    repl_bytes = sb * (e * replicated + (2 if dropout else 0) + 4 * norms)  # 1-byte dropout masks, fp32 stats
+    repl_bytes = sb * (e * replicated + (2 * h if dropout else 0) + 4 * norms)  # 1-byte dropout masks, fp32 stats
     if sequence_parallel:
         repl_bytes /= tp
     attn = sb * a * 4 / tp  # fp32 log-sum-exp of flash attention
@@ -254,18 +254,23 @@ def recomputed_layer_bytes(shape: ModelShape, micro_batch: int, precision: str =
 def output_layer_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16") -> tuple[int, int]:
     """(saved, transient) bytes of the last stage's output layer for one micro-batch.
 
-    saved: final norm (gpt 2, llama 3 elements of s·b·h) + the fp32 log-softmax output 4·s·b·V;
+    saved: final norm (gpt 2, llama 3 elements of s·b·h; fp32 statistics) + the fp32 log-softmax
+    output 4·s·b·V + the int64 targets 8·s·b;
     transient while the loss runs: the logits and their fp32 gradient (e + 4)·s·b·V.
     """
     e = element_bytes(precision)
     sb = shape.seq_len * micro_batch
-    norm = (2 if shape.arch == "gpt" else 3) * sb * shape.d_model * e
-    return norm + 4 * sb * shape.vocab_size, (e + 4) * sb * shape.vocab_size
+    if shape.arch == "gpt":
+        norm = 2 * sb * shape.d_model * e + 2 * 4 * sb
+    else:
+        norm = 3 * sb * shape.d_model * e + 4 * sb
+    return norm + 4 * sb * shape.vocab_size + 8 * sb, (e + 4) * sb * shape.vocab_size
 
 
 @dataclass(frozen=True)
 class Activations:
-    """Activation bytes on one GPU of a stage: blocks (all micro-batches in flight) and the output layer."""
+    """Activation bytes on one GPU of a stage: blocks (all micro-batches in flight), and the input and output
+    layers (token ids on the first stage; final norm, loss and logits on the last)."""
 
     layers: float
     output_layer: float
@@ -293,9 +298,11 @@ def stage_activations(shape: ModelShape, micro_batch: int, tp: int, pp: int, sta
     else:
         blocks = layers * in_flight * full
     output = 0.0
+    if stage == 0:
+        output += 8 * shape.seq_len * micro_batch * in_flight  # the int64 token ids the embedding keeps
     if stage == pp - 1:
         saved, transient = output_layer_bytes(shape, micro_batch, precision)
-        output = saved + transient
+        output += saved + transient
     return Activations(blocks, output, in_flight)
 
 

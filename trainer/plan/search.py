@@ -126,8 +126,14 @@ def candidates(shape: ModelShape, nodes: int, gpus_per_node: int, global_batch: 
                 yield Candidate(strategy, dp, tp, pp, zero, mb, ga, rc, nodes, gpus_per_node)
 
 
-def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf16") -> Evaluated:
-    """Validate, size and time one candidate on ``hw``."""
+def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf16",
+             time_if_too_big: bool = False) -> Evaluated:
+    """Validate, size and time one candidate on ``hw``.
+
+    A plan that does not fit is discarded with its memory; with
+    ``time_if_too_big`` its step time is estimated anyway (what it would take
+    on cards large enough), still with the out-of-memory reason.
+    """
     tokens = c.global_batch * shape.seq_len
     try:
         ParallelPlan(strategy=c.strategy, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage,
@@ -137,14 +143,20 @@ def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf
         return Evaluated(c, None, None, f"invalid plan: {exc}", tokens)
     mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
                          micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
-    if mem.total > hw.gpu_memory_bytes:
-        return Evaluated(c, mem, None, f"out of memory: needs {mem.total / GIB:.1f} GiB per GPU "
-                                       f"> {hw.gpu_memory_bytes / GIB:g} GiB", tokens)
+    too_big = mem.total > hw.gpu_memory_bytes
+    if too_big and not time_if_too_big:
+        return Evaluated(c, mem, None, _oom(mem, hw), tokens)
     t = step_time(shape, hw, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
                   micro_batches=c.grad_accum, stage_params=mem.params, recompute=c.recompute, precision=precision)
+    if too_big:
+        return Evaluated(c, mem, t, _oom(mem, hw), tokens)
     if t is None:
         return Evaluated(c, mem, None, f"no peak TFLOPs known for {hw.name}: time cannot be estimated", tokens)
     return Evaluated(c, mem, t, None, tokens)
+
+
+def _oom(mem: MemoryEstimate, hw: Hardware) -> str:
+    return f"out of memory: needs {mem.total / GIB:.1f} GiB per GPU > {hw.gpu_memory_bytes / GIB:g} GiB"
 
 
 def reason_kind(reason: str) -> str:
