@@ -485,3 +485,41 @@ def _strategy_row(shape: ModelShape, tokens: float, nt: NodeType, hw: Hardware, 
     offer = next(o for o in offers if o.name == offer_name)
     row = _plan_row(shape, tokens, nt, hw, offer, ev, hours, cost)
     return {"strategy": strategy, "fits": ev.kept, "reason": ev.reason, **row}
+
+
+# --------------------------------------------------------------------------- predicted vs measured
+
+
+def predict_run(run: Run, hw: Hardware, precision: str = "bf16", reserved: Optional[float] = None) -> dict[str, Any]:
+    """The planning model's step time and memory for a measured run (its own config and plan) beside the
+    measurements, with the relative errors (predicted − measured) ÷ measured.
+
+    ``reserved`` replaces the per-GPU reserve of the allowance (on CPU: the
+    measured RSS of a process with torch, DeepSpeed and gloo loaded).
+    """
+    from trainer.config import config_from_dict
+    from trainer.plan.memory import RESERVED_BYTES, memory_per_gpu
+    from trainer.plan.timing import step_time
+
+    cfg = config_from_dict((run.config or {}).get("train") or {})
+    shape = cfg.shape
+    recompute = "full" if cfg.model.activation_checkpointing else "none"
+    dims = dict(dp=run.dp, tp=run.tp, pp=run.pp, zero_stage=run.zero_stage, micro_batch=run.micro_batch)
+    mem = memory_per_gpu(shape, **dims, micro_batches=run.grad_accum, recompute=recompute, precision=precision,
+                         reserved=RESERVED_BYTES if reserved is None else reserved)
+    t = step_time(shape, hw, **dims, micro_batches=run.grad_accum, stage_params=mem.params, recompute=recompute,
+                  precision=precision)
+
+    def err(pred, meas):
+        return (pred - meas) / meas if pred is not None and meas else None
+
+    return {"run_id": run.id, "strategy": run.strategy, "world_size": run.world_size, **dims,
+            "grad_accum": run.grad_accum, "model": shape.name, "recompute": recompute,
+            "measured_step_time_s": run.step_time_median_s, "predicted_step_time_s": t.total_s if t else None,
+            "step_time_error": err(t.total_s if t else None, run.step_time_median_s),
+            "measured_comm_share": run.comm_share, "predicted_comm_share": t.comm_share if t else None,
+            "predicted_bottleneck": t.bottleneck if t else None,
+            "measured_memory_bytes": run.peak_mem_bytes, "memory_kind": run.mem_kind,
+            "predicted_memory_bytes": mem.total, "memory_error": err(mem.total, run.peak_mem_bytes),
+            "predicted_parts_bytes": {"model_states": mem.states.total, "activations": mem.activations.total,
+                                      "allowance": mem.allowance}}
