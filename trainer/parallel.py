@@ -684,5 +684,20 @@ def describe_plan(plan: ParallelPlan, config: TrainConfig) -> list[str]:
         f"{param_count(shape):,} params; {flops_per_token(shape):,} FLOPs/token",
         f"per stage       {shape.n_layers // plan.pp} layers; {shape.n_heads // plan.tp} query and "
         f"{shape.n_kv_heads // plan.tp} key/value heads per TP rank",
+        _memory_line(plan, config, precision),
         f"steps           {config.steps}; lr {config.optimizer.lr:g}; precision {precision}; grad_clip {clip:g}{clip_note}",
     ]
+
+
+def _memory_line(plan: ParallelPlan, config: TrainConfig, precision: str) -> str:
+    """The planner's predicted memory per GPU of this plan (docs/PLANNER.md)."""
+    from trainer.plan.memory import GIB, memory_per_gpu
+
+    mem = memory_per_gpu(config.shape, dp=plan.dp, tp=plan.tp, pp=plan.pp, zero_stage=plan.zero_stage,
+                         micro_batch=plan.micro_batch, micro_batches=plan.grad_accum,
+                         recompute="full" if config.model.activation_checkpointing else "none",
+                         precision=precision if precision != "auto" else "bf16")
+    return (f"memory/GPU      predicted {mem.total / GIB:,.2f} GiB = model states {mem.states.total / GIB:,.2f} "
+            f"+ activations {mem.activations.total / GIB:,.2f} + allowance {mem.allowance / GIB:,.2f} "
+            f"({precision}, fullest stage {mem.stage})")
+

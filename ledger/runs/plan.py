@@ -56,6 +56,8 @@ ASSUMED_LINKS = {"intra_node_gbytes_per_s": 16.0, "intra_node_latency_us": 10.0,
                  "inter_node_gbits_per_s": 25.0, "inter_node_latency_us": 30.0}
 #: examples kept per discard reason
 EXAMPLES_PER_REASON = 5
+#: node counts one search may try (each is a few thousand candidate plans for a 70B model)
+MAX_NODE_COUNTS = 256
 
 
 # --------------------------------------------------------------------------- inputs
@@ -92,6 +94,9 @@ def parse_nodes(text: str, flag: str = "--nodes") -> list[int]:
         raise LedgerInputError(f"{flag}: expected a count (8), a range (1..64) or a list (2,4,8), got {text!r}") from None
     if not counts or counts[0] < 1 or counts[-1] > 4096:
         raise LedgerInputError(f"{flag}: node counts must be 1 to 4096, got {text!r}")
+    if len(counts) > MAX_NODE_COUNTS:
+        raise LedgerInputError(f"{flag}: at most {MAX_NODE_COUNTS} node counts per search, got {len(counts)}: "
+                               f"narrow the range or give a list such as 8,16,32,64")
     return counts
 
 

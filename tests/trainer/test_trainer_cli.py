@@ -47,7 +47,13 @@ def test_dry_run_prints_plan_and_deepspeed_json(app):
     assert lines[1] == "world size      4 = dp 4 × tp 1 × pp 1 = nodes 1 × gpus_per_node 4"
     assert lines[2] == "batch           global 16 = micro 4 × grad_accum 1 × dp 4 sequences; 2048 tokens/step"
     assert "222,400 params; 1,678,464 FLOPs/token" in lines[3]
-    ds = json.loads("\n".join(lines[6:]))
+    from trainer.plan.memory import memory_per_gpu
+    from trainer.shapes import SHAPES
+
+    mem = memory_per_gpu(SHAPES["tiny"], dp=4, tp=1, pp=1, zero_stage=2, micro_batch=4, micro_batches=1,
+                         precision="fp32")
+    assert lines[5].startswith(f"memory/GPU      predicted {mem.total / 2**30:,.2f} GiB = model states ")
+    ds = json.loads("\n".join(lines[7:]))
     assert ds["zero_optimization"]["stage"] == 2 and ds["gradient_accumulation_steps"] == 1
 
 
