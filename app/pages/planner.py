@@ -112,7 +112,11 @@ st.subheader("The seven strategies on one cluster (predicted)")
 c = st.columns(2)
 nt_name = c[0].selectbox("Node type", chosen_nts, key="plan_table_nt")
 nodes = int(c[1].number_input("Nodes", 1, 4096, 8, key="plan_table_nodes"))
-table = planner.strategy_table(url, model, tokens_b * 1e9, nt_name, nodes)
+try:
+    table = planner.strategy_table(url, model, tokens_b * 1e9, nt_name, nodes)
+except LedgerInputError as exc:
+    st.info(str(exc))
+    st.stop()
 st.caption(f"Each strategy's best layout on {nodes} × {nt_name} ({table['gpus']} GPUs): the cheapest that fits, else "
            "the one needing the least memory, with what it would take on cards big enough.")
 rows = [dict(r, fits="✓ fits" if r["fits"] else "✗ " + (r["reason"] or "").split(":")[0]) for r in table["strategies"]]
