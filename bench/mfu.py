@@ -72,6 +72,7 @@ def no_gpu_reason() -> Optional[str]:
 def measure(shape: str, steps: int, micro_batch: int, grad_accum: int) -> dict[str, Any]:
     import torch
 
+    from ledger.money import costs
     from trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainConfig
     from trainer.engine import Trainer
     from trainer.parallel import resolve_plan
@@ -89,7 +90,7 @@ def measure(shape: str, steps: int, micro_batch: int, grad_accum: int) -> dict[s
     s = get_shape(shape)
     fpt = flops_per_token(s)
     tps = result.tokens_per_s
-    mfu = tps * fpt / (peak * 1e12) if peak else None
+    mfu = costs.mfu(tps, fpt, peak, 1, hardware=device)
     return {"device": device, "node_type": node_type, "peak_bf16_tflops": peak, "shape": shape,
             "params": param_count(s), "flops_per_token": fpt, "micro_batch": micro_batch, "grad_accum": grad_accum,
             "tokens_per_step": result.tokens_per_step, "steps": steps,

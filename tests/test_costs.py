@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from ledger.money import costs
@@ -168,3 +169,31 @@ def test_mfu_palm_formula_and_null_without_peak():
     # 1,000 tokens/s × 6e9 FLOPs/token ÷ (100 TFLOP/s × 2 GPUs) = 3%
     assert costs.mfu(1000, 6e9, 100, 2) == 0.03
     assert costs.mfu(1000, 6e9, 0, 2) is None
+    # 6e12 FLOPs/s achieved on 2 GPUs of 10 TFLOPs each = 30 %
+    assert costs.mfu(1e6, 6_000_000, 10.0, 2) == pytest.approx(0.3)
+
+
+def test_unknown_peak_gives_null_mfu_and_one_warning_line(caplog):
+    """Never a fallback peak: MFU is None, and one line per device name says why (once per process)."""
+    import logging
+
+    costs._WARNED_NO_PEAK.discard("Tesla T4")
+    with caplog.at_level(logging.WARNING, logger="trainledger"):
+        assert costs.mfu(1000, 6e9, None, 8, hardware="Tesla T4") is None
+        assert costs.mfu(2000, 6e9, None, 8, hardware="Tesla T4") is None
+        assert costs.mfu(1000, 6e9, None, 1) is None  # a CPU: nothing to warn about
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["MFU not reported: no peak bf16 TFLOPs known for Tesla T4; add it to the node type "
+                     "(trainledger pricing import) or set peak_tflops in the trainer config"]
+
+
+def test_reserved_term_is_whole_months():
+    class Reserved:
+        kind = "rent_reserved"
+        price_per_node_month = D(3240)
+        price_per_node_hour = None
+
+    assert costs.reserved_months(D(1)) == 1 and costs.reserved_months(D(730)) == 1
+    assert costs.reserved_months(D("730.000001")) == 2
+    assert costs.planned_run_cost(Reserved(), 8, D(1000)) == 8 * 2 * D(3240)
+    assert costs.reserved_term_cost(Reserved(), 3, D(10)) == costs.reserved_month_cost(Reserved(), 3) == 3 * D(3240)

@@ -38,7 +38,7 @@ def test_sqlite_is_wal_with_busy_timeout(sqlite_url):
 
 
 def test_first_use_upgrades_to_head_and_seeds_presets(engine):
-    assert current_revision(engine) == head_revision() == "0003" == HEAD_REVISION
+    assert current_revision(engine) == head_revision() == HEAD_REVISION
     tables = set(inspect(engine).get_table_names())
     assert {"node_type", "offer", "fleet", "project", "user_account", "run", "run_node", "metric_sample", "alembic_version"} <= tables
     with Session(engine) as s:
@@ -64,7 +64,7 @@ def test_timestamps_come_back_aware_utc(session):
 
 def test_db_upgrade_command_is_idempotent(cli):
     r = cli("db", "upgrade")
-    assert r.exit_code == 0 and "at revision 0003" in r.output
+    assert r.exit_code == 0 and f"at revision {HEAD_REVISION}" in r.output
     assert cli("db", "upgrade").exit_code == 0
 
 
@@ -123,7 +123,7 @@ def test_downgrade_to_base_and_upgrade_again(engine):
 
     command.downgrade(alembic_config(engine), "base")
     assert "run" not in inspect(engine).get_table_names()
-    assert upgrade_schema(engine) == "0003"
+    assert upgrade_schema(engine) == HEAD_REVISION
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(Offer)).one() == 3
 
@@ -149,4 +149,26 @@ def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
         assert (run.nodes, run.tokens, run.pgid, run.status.value) == (2, 1000, None, "succeeded")
         rep = monthly_report(s, "2026-11")
         assert rep.summary["actual_cost"] == Decimal(3600) / 730 * 20  # the rollup is built on first read
+    eng.dispose()
+
+
+def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
+    """A ledger seeded before the planner's link columns (0003) gets the catalog's figures for its presets;
+    a node type the user imported keeps them unknown (NULL)."""
+    from ledger.store.db import upgrade_schema
+
+    eng = make_engine(ledger_url, upgrade=False)
+    upgrade_schema(eng, "0003")
+    with eng.begin() as c:
+        assert "intra_node_gbytes_per_s" not in {col["name"] for col in inspect(c).get_columns("node_type")}
+        c.execute(text("INSERT INTO node_type (name, gpu_model, gpus_per_node, gpu_memory_gb, peak_bf16_tflops, "
+                       "interconnect, network, source) VALUES ('mine', 'L40S', 8, 48, 362, '', '', 'user')"))
+    upgrade_schema(eng)
+    with eng.connect() as c:
+        rows = {r[0]: tuple(r[1:]) for r in c.execute(text(
+            "SELECT name, intra_node_gbytes_per_s, intra_node_latency_us, inter_node_gbits_per_s, "
+            "inter_node_latency_us FROM node_type"))}
+    assert rows["rtx4090-8x"] == (16.0, 10.0, 25.0, 30.0)
+    assert rows["h100-8x"] == (450.0, 5.0, 400.0, 5.0)
+    assert rows["mine"] == (None, None, None, None)
     eng.dispose()

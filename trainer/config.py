@@ -9,6 +9,8 @@ Schema (every key optional; defaults shown)::
       n_heads: null
       seq_len: null
       vocab_size: null
+      n_kv_heads: null         # llama shapes: key/value heads (grouped-query attention)
+      ffn_dim: null            # llama shapes: SwiGLU width (null with d_model changed: Meta's formula)
       activation_checkpointing: false
     data:
       corpus: null             # text files or a directory of *.txt; null and no shards = shipped corpus
@@ -66,6 +68,10 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 MAX_INT = 2**31 - 1
 
 
+#: model dims a config may set over the named shape
+SHAPE_KEYS = ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size", "n_kv_heads", "ffn_dim")
+
+
 class ConfigError(ValueError):
     """A config problem; the message is one line naming the key to change."""
 
@@ -78,19 +84,26 @@ class ModelConfig:
     n_heads: Optional[int] = None
     seq_len: Optional[int] = None
     vocab_size: Optional[int] = None
+    n_kv_heads: Optional[int] = None
+    ffn_dim: Optional[int] = None
     activation_checkpointing: bool = False
 
     def resolve(self) -> ModelShape:
-        """The named shape with explicit dims applied over it."""
+        """The named shape with explicit dims applied over it.
+
+        A new ``d_model`` recomputes the MLP width (4·d, or Meta's SwiGLU
+        formula) unless ``ffn_dim`` is given; a new ``n_heads`` on a gpt shape
+        keeps multi-head attention.
+        """
         try:
             base = get_shape(self.shape)
-            overrides = {
-                k: getattr(self, k)
-                for k in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size")
-                if getattr(self, k) is not None
-            }
+            overrides = {k: getattr(self, k) for k in SHAPE_KEYS if getattr(self, k) is not None}
             if not overrides:
                 return base
+            if "d_model" in overrides and "ffn_dim" not in overrides:
+                overrides["ffn_dim"] = None
+            if base.arch == "gpt" and "n_heads" in overrides and "n_kv_heads" not in overrides:
+                overrides["n_kv_heads"] = None
             return replace(base, name=f"{base.name}+custom", **overrides)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -170,7 +183,7 @@ class TrainConfig:
             ("data.shard_size", self.data.shard_size, 1, MAX_INT),
             ("optimizer.warmup_steps", opt.warmup_steps, 0, MAX_INT),
             *((f"model.{k}", getattr(self.model, k), 1, MAX_INT)
-              for k in ("n_layers", "d_model", "n_heads", "seq_len", "vocab_size")),
+              for k in SHAPE_KEYS),
         ):
             if value is not None and not low <= value <= high:
                 raise ConfigError(f"{key} must be {low} to {high}, got {value}" if value > high

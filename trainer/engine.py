@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from trainer.config import TrainConfig
-from trainer.metrics import TrainResult, mfu, percentile
+from trainer.metrics import TrainResult, percentile
 from trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
 from trainer.shapes import flops_per_token, param_count
 
@@ -99,7 +99,7 @@ def _gradient_clip_hook(mpu, tp_rank: int, max_norm: float):
 
 
 class Trainer:
-    """Trains the GPT with one DeepSpeed strategy for ``config.steps`` steps.
+    """Trains the decoder (GPT or Llama) with one DeepSpeed strategy for ``config.steps`` steps.
 
     ``plan`` defaults to ``resolve_plan(config)`` against the launcher's world
     size. Call :meth:`run` once on every rank.
@@ -248,7 +248,7 @@ class Trainer:
         return stream
 
     def _build_model(self, plan: ParallelPlan, grid: Grid):
-        """The GPT, as a pipeline module when pp > 1, with tensor-parallel layers when tp > 1."""
+        """The decoder (GPT or Llama), as a pipeline module when pp > 1, with tensor-parallel layers when tp > 1."""
         config = self.config
         tp = grid.tp if plan.tp > 1 else None
         if plan.pp > 1:
@@ -256,10 +256,10 @@ class Trainer:
 
             return build_pipeline_module(config.shape, config.seed, grid.topology, tp,
                                          config.model.activation_checkpointing)
-        from trainer.model import GPT
+        from trainer.model import build_model
 
-        return GPT(config.shape, seed=config.seed, tp=tp,
-                   activation_checkpointing=config.model.activation_checkpointing)
+        return build_model(config.shape, seed=config.seed, tp=tp,
+                           activation_checkpointing=config.model.activation_checkpointing)
 
     def _build_engine(self, model, plan: ParallelPlan, grid: Grid) -> tuple[Any, dict, str]:
         """Collective: DeepSpeed's engine around ``model``, with AdamW, the LR schedule and the gradient clip."""
@@ -377,7 +377,8 @@ class Trainer:
                 precision: str, stream: SampleStream, timer: Optional[CommTimer], losses: list[float],
                 step_times: list[float], rank_stats: list[tuple], memory_kind: str, wall_start: float) -> TrainResult:
         """The run's :class:`TrainResult`: throughput, MFU, memory and communication share across ranks."""
-        from trainer.hardware import resolve_peak_tflops
+        from ledger.money.costs import mfu
+        from trainer.hardware import device_name, resolve_peak_tflops
 
         config = self.config
         shape = config.shape
@@ -395,7 +396,8 @@ class Trainer:
             hostnames=hostnames, backend=backend, device=device, precision=precision,
             steps=config.steps, tokens=config.steps * tokens_per_step, tokens_per_step=tokens_per_step,
             step_time_median_s=median, step_time_p95_s=percentile(step_times, 95), tokens_per_s=tokens_per_s,
-            mfu=mfu(flops_per_token(shape), tokens_per_s, peak_tflops, env.world_size), peak_tflops=peak_tflops,
+            mfu=mfu(tokens_per_s, flops_per_token(shape), peak_tflops, env.world_size,
+                    hardware=device_name() if device.startswith("cuda") else None), peak_tflops=peak_tflops,
             peak_memory_bytes=[int(p) for p, _, _ in rank_stats], memory_kind=memory_kind,
             comm_time_s=(sum(c for _, c, _ in rank_stats) / len(rank_stats)) if timer else None,
             comm_share=comm_share, losses=losses, final_loss=losses[-1],

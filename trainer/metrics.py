@@ -1,6 +1,7 @@
-"""Reported numbers of a training run: step-time statistics, MFU, and :class:`TrainResult`.
+"""Reported numbers of a training run: step-time statistics and :class:`TrainResult`.
 
-Imports no torch, so the ledger can read results written by the trainer.
+MFU is ``ledger.money.costs.mfu`` (the one MFU function). Imports no torch,
+so the ledger can read results written by the trainer.
 """
 
 from __future__ import annotations
@@ -18,18 +19,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(ordered) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def mfu(flops_per_token: int, tokens_per_s: float, peak_tflops: Optional[float], world_size: int) -> Optional[float]:
-    """Model FLOPs utilisation, 0–1.
-
-    MFU = flops_per_token × tokens_per_s ÷ (peak_tflops × 10¹² × world_size)
-
-    ``None`` when the peak is unknown (CPU, unlisted GPU).
-    """
-    if not peak_tflops or tokens_per_s <= 0:
-        return None
-    return flops_per_token * tokens_per_s / (peak_tflops * 1e12 * world_size)
 
 
 @dataclass

@@ -9,7 +9,8 @@ message is one line saying what to change):
 * world size = dp × tp × pp = nodes × gpus_per_node
 * global_batch = micro_batch × grad_accum × dp  (sequences per optimizer step)
 * pp divides n_layers (otherwise stages hold unequal layer counts and GPUs idle)
-* tp divides n_heads (heads are split across tensor-parallel ranks)
+* tp divides n_heads, n_kv_heads and ffn_dim (heads, grouped key/value heads and
+  MLP units are split across tensor-parallel ranks)
 * ZeRO-2/3 are not combined with pp > 1 (DeepSpeed's pipeline engine refuses them);
   the nearest supported plan is ``3d`` (ZeRO-1 + TP + PP)
 * a hostfile, when given, lists ``nodes`` hosts with ``gpus_per_node`` slots each
@@ -103,15 +104,23 @@ class ParallelPlan:
                     f"pp {self.pp} does not divide n_layers {shape.n_layers} (stages would hold unequal "
                     f"layer counts and leave GPUs idle): set parallel.pp to one of {_divisors(shape.n_layers)}"
                 )
-            if shape.n_heads % self.tp:
-                raise PlanError(
-                    f"tp {self.tp} does not divide n_heads {shape.n_heads}: set parallel.tp to one of "
-                    f"{_divisors(shape.n_heads)}"
-                )
+            _check_tp_divides(self.tp, shape)
         return self
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_tp_divides(tp: int, shape: ModelShape) -> None:
+    """tp must split query heads, key/value heads (grouped-query attention) and the MLP width evenly."""
+    for what, n in (("n_heads", shape.n_heads), ("n_kv_heads", shape.n_kv_heads), ("ffn_dim", shape.ffn_dim)):
+        if n % tp:
+            common = math.gcd(shape.n_heads, shape.n_kv_heads, shape.ffn_dim)
+            raise PlanError(
+                f"tp {tp} does not divide {what} {n}"
+                + (" (each tensor-parallel rank owns whole key/value heads)" if what == "n_kv_heads" else "")
+                + f": set parallel.tp to one of {_divisors(common)}"
+            )
 
 
 def tokens_per_step(plan: ParallelPlan, shape: ModelShape) -> int:
@@ -670,9 +679,25 @@ def describe_plan(plan: ParallelPlan, config: TrainConfig) -> list[str]:
         f" = nodes {plan.nodes} × gpus_per_node {plan.gpus_per_node}",
         f"batch           global {plan.global_batch} = micro {plan.micro_batch} × grad_accum {plan.grad_accum}"
         f" × dp {plan.dp} sequences; {plan.global_batch * shape.seq_len} tokens/step",
-        f"model           {shape.name}: L={shape.n_layers} d={shape.d_model} H={shape.n_heads} "
-        f"T={shape.seq_len} V={shape.vocab_size}; {param_count(shape):,} params; "
-        f"{flops_per_token(shape):,} FLOPs/token",
-        f"per stage       {shape.n_layers // plan.pp} layers; {shape.n_heads // plan.tp} heads per TP rank",
+        f"model           {shape.name} ({shape.arch}): L={shape.n_layers} d={shape.d_model} H={shape.n_heads} "
+        f"KV={shape.n_kv_heads} F={shape.ffn_dim} T={shape.seq_len} V={shape.vocab_size}; "
+        f"{param_count(shape):,} params; {flops_per_token(shape):,} FLOPs/token",
+        f"per stage       {shape.n_layers // plan.pp} layers; {shape.n_heads // plan.tp} query and "
+        f"{shape.n_kv_heads // plan.tp} key/value heads per TP rank",
+        _memory_line(plan, config, precision),
         f"steps           {config.steps}; lr {config.optimizer.lr:g}; precision {precision}; grad_clip {clip:g}{clip_note}",
     ]
+
+
+def _memory_line(plan: ParallelPlan, config: TrainConfig, precision: str) -> str:
+    """The planner's predicted memory per GPU of this plan (docs/PLANNER.md)."""
+    from trainer.plan.memory import GIB, memory_per_gpu
+
+    mem = memory_per_gpu(config.shape, dp=plan.dp, tp=plan.tp, pp=plan.pp, zero_stage=plan.zero_stage,
+                         micro_batch=plan.micro_batch, micro_batches=plan.grad_accum,
+                         recompute="full" if config.model.activation_checkpointing else "none",
+                         precision=precision if precision != "auto" else "bf16")
+    return (f"memory/GPU      predicted {mem.total / GIB:,.2f} GiB = model states {mem.states.total / GIB:,.2f} "
+            f"+ activations {mem.activations.total / GIB:,.2f} + allowance {mem.allowance / GIB:,.2f} "
+            f"({precision}, fullest stage {mem.stage})")
+

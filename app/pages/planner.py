@@ -1,118 +1,123 @@
-"""Planner: model-state memory per GPU for every strategy on a cluster, and what training would take and cost.
+"""Planner: the cheapest plan that fits, the seven strategies on one cluster, and why plans were discarded.
 
-Memory: :func:`app.planner.plans` (ZeRO paper formulas; plans checked by the
-trainer's own rules). Time: FLOPs per token from ``trainer.shapes``. Cost: the
-run costed under every offer of the node type as ``trainledger runs show`` does.
+Everything shown comes from ``ledger.runs.plan`` (``trainledger plan
+recommend`` prints the same ranking for the same inputs); the figures are the
+planning model's predictions (docs/PLANNER.md), labelled as such.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
 from app import access, data, planner, ui
-from ledger.reports.present import fmt_cell
-from ledger.runs.registry import cost_under_offers
-from trainer.shapes import SHAPES, ModelShape, flops_per_token, param_count
+from ledger.errors import LedgerInputError
+from trainer.shapes import SHAPES, param_count
 
-CUSTOM = "custom"
+RANKING = ["rank", "offer", "node_type", "nodes", "plan", "total_gib", "tokens_per_s", "days", "cost",
+           "cost_per_1m_tokens", "bottleneck", "comm_share", "mfu"]
+LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s", "cost_per_1m_tokens": "cost per 1M tokens",
+          "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type"}
+STRATEGY_COLS = ["strategy", "fits", "plan", "total_gib", "days", "comm_share", "cost_per_1m_tokens", "offer",
+                 "bottleneck", "reason"]
 
 access.page_gate()
 url = data.ledger_url()
 st.title("Planner")
-st.caption("Will a model fit, with which strategy, and what will training cost? Nothing here is saved.")
+st.caption("Which cluster, strategy and offer trains a model on T tokens most cheaply? Every figure below is "
+           "**predicted** by the planning model (memory after DeepSpeed and Korthikanti et al., time from FLOPs and "
+           "an alpha-beta network model); nothing here is saved.")
 
-# --- model ----------------------------------------------------------------------------
-st.subheader("Model")
-names = list(SHAPES) + [CUSTOM]
-c = st.columns(6)
-preset = c[0].selectbox("Shape", names, index=names.index("7b") if "7b" in names else 0, key="plan_shape")
-base = SHAPES.get(preset) or SHAPES.get("7b") or next(iter(SHAPES.values()))
-disabled = preset != CUSTOM
-layers = c[1].number_input("Layers", 1, 1000, base.n_layers, disabled=disabled, key=f"plan_layers_{preset}")
-d_model = c[2].number_input("Hidden size", 1, 100_000, base.d_model, disabled=disabled, key=f"plan_d_{preset}")
-heads = c[3].number_input("Heads", 1, 1000, base.n_heads, disabled=disabled, key=f"plan_heads_{preset}")
-seq = c[4].number_input("Sequence length", 1, 1_000_000, base.seq_len, disabled=disabled, key=f"plan_seq_{preset}")
-vocab = c[5].number_input("Vocabulary", 1, 10_000_000, base.vocab_size, disabled=disabled, key=f"plan_vocab_{preset}")
+# --- inputs -----------------------------------------------------------------------------
+names = list(SHAPES)
+c = st.columns(4)
+model = c[0].selectbox("Model", names, index=names.index("llama2-70b"), key="plan_model")
+shape = SHAPES[model]
+tokens_b = c[1].number_input("Tokens (billions)", 0.001, 1_000_000.0, 2000.0, key="plan_tokens_b",
+                             help="Llama 2 was trained on 2T tokens; Chinchilla-optimal is ~20 per parameter.")
+rank_by = c[2].selectbox("Rank by", ["cost", "time"], key="plan_rank_by")
+top = int(c[3].number_input("Plans to list", 1, 100, 10, key="plan_top"))
+st.caption(f"{shape.name}: {param_count(shape):,} parameters · {shape.arch} · L={shape.n_layers} d={shape.d_model} "
+           f"H={shape.n_heads} KV={shape.n_kv_heads} · {shape.seq_len} tokens per sequence.")
+nts = [n.name for n in data.node_types(url)]
+with_offers = sorted({name for _, name in data.offers(url)})
+c = st.columns(4)
+chosen_nts = c[0].multiselect("Node types", nts, default=with_offers, key="plan_node_types")
+lo, hi = c[1].slider("Nodes", 1, 128, (1, 64), key="plan_nodes")
+deadline = c[2].number_input("Deadline (days, 0 = none)", 0.0, 100_000.0, 0.0, key="plan_deadline")
+budget_text = c[3].text_input("Budget (offer currency, empty = none)", "", key="plan_budget")
 try:
-    shape = base if disabled else ModelShape(CUSTOM, int(layers), int(d_model), int(heads), int(seq), int(vocab))
-except ValueError as exc:
+    budget = Decimal(budget_text) if budget_text.strip() else None
+except InvalidOperation:
+    st.error(f"Budget: expected a number, got {budget_text!r}")
+    st.stop()
+if not chosen_nts:
+    ui.empty("Pick at least one node type with an offer (Settings lists the offers).")
+    st.stop()
+args = (model, tokens_b * 1e9, tuple(chosen_nts), tuple(range(lo, hi + 1)), deadline or None, budget, rank_by, top)
+try:
+    result = planner.recommend(url, *args)
+except LedgerInputError as exc:
     st.error(str(exc))
     st.stop()
-n_params = param_count(shape)
-st.caption(f"{n_params:,} parameters ({n_params / 1e9:,.2f} B) · {flops_per_token(shape):,} training FLOPs per token "
-           "(6N + 12·L·H·Q·T).")
 
-# --- cluster -----------------------------------------------------------------------------
-st.subheader("Cluster")
-nts = data.node_types(url)
-nt_names = [n.name for n in nts]
-c = st.columns(6)
-nt_name = c[0].selectbox("Node type", nt_names, index=nt_names.index("rtx4090-8x") if "rtx4090-8x" in nt_names else 0,
-                         key="plan_nt")
-nt = next(n for n in nts if n.name == nt_name)
-nodes = int(c[1].number_input("Nodes", 1, 4096, 8, key="plan_nodes"))
-gpn = int(c[2].number_input("GPUs per node", 1, 64, nt.gpus_per_node, key=f"plan_gpn_{nt_name}"))
-mem_gb = float(c[3].number_input("GPU memory (GiB)", 1.0, 4096.0, float(nt.gpu_memory_gb), key=f"plan_mem_{nt_name}"))
-tp = int(c[4].number_input("TP degree (tp, 3d)", 1, 64, min(gpn, 8), key="plan_tp",
-                           help="Tensor parallelism splits each layer across GPUs; keep it within a node."))
-pp = int(c[5].number_input("PP degree (pp, 3d)", 1, 1024, min(nodes, 4), key="plan_pp",
-                           help="Pipeline stages; must divide the layer count."))
-mem_bytes = mem_gb * planner.GIB
-
-rows = [p.as_dict(mem_bytes) for p in planner.plans(shape, nodes, gpn, mem_bytes, tp, pp)]
-st.subheader("Model-state memory per GPU")
-st.caption(f"Mixed-precision Adam: 2 bytes/param weights + 2 gradients + K = {planner.K_ADAM} optimizer states; "
-           "ZeRO-1 shards the optimizer states over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights; "
-           "TP and PP divide the parameters. Activations and buffers come on top: keep headroom.")
-table = []
-for r in rows:
-    fits = ui.DASH if r["fits"] is None else ("✓ fits" if r["fits"] else "✗ too big")
-    table.append({"strategy": r["strategy"], "dp × tp × pp": f"{r['dp']} × {r['tp']} × {r['pp']}",
-                  "ZeRO": r["zero_stage"],
-                  "weights GiB": r["params_gib"], "gradients GiB": r["grads_gib"], "optimizer GiB": r["optimizer_gib"],
-                  "total GiB": r["total_gib"], "headroom GiB": r["headroom_gib"], f"fits {mem_gb:g} GiB": fits,
-                  "why not": r["error"] or ""})
-st.dataframe(pd.DataFrame(table), hide_index=True,
-             column_config={k: st.column_config.NumberColumn(format="%.2f") for k in
-                            ("weights GiB", "gradients GiB", "optimizer GiB", "total GiB", "headroom GiB")})
-valid = [r for r in rows if r["error"] is None]
-if valid:
-    stacked = pd.DataFrame([{"strategy": r["strategy"], "part": part, "GiB": r[key]}
-                            for r in valid for part, key in (("weights", "params_gib"), ("gradients", "grads_gib"),
-                                                             ("optimizer states", "optimizer_gib"))])
-    bars = alt.Chart(stacked).mark_bar().encode(
-        x=alt.X("strategy:N", sort=None, title=None), y=alt.Y("GiB:Q", title="GiB per GPU"),
+# --- ranking ----------------------------------------------------------------------------
+st.subheader("Ranking (predicted)")
+counts = result["counts"]
+st.caption(f"{counts['candidates']:,} candidate plans ({counts['plans_evaluated']:,} layouts × offers), "
+           f"{counts['kept']:,} fit and pass the trainer's plan validation; ranked by {rank_by}. "
+           f"The same list: `{planner.cli_command(*args)}`.")
+plans = result["plans"]
+if plans:
+    best = plans[0]
+    m = st.columns(4)
+    m[0].metric("Cheapest plan" if rank_by == "cost" else "Fastest plan", f"{best['nodes']} × {best['node_type']}",
+                border=True, help=best["plan"])
+    m[1].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
+    m[2].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True)
+    m[3].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
+    st.dataframe(ui.frame(plans, RANKING, LABELS), hide_index=True)
+    parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans
+                          for part, key in (("model states", "model_states_gib"), ("activations", "activations_gib"),
+                                            ("allowance", "allowance_gib"))])
+    bars = alt.Chart(parts).mark_bar().encode(
+        x=alt.X("plan:N", sort=None, title=None), y=alt.Y("GiB:Q", title="GiB per GPU (predicted)"),
         color=alt.Color("part:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=["strategy", "part", alt.Tooltip("GiB:Q", format=",.2f")])
-    limit = alt.Chart(pd.DataFrame([{"GiB": mem_gb}])).mark_rule(color="red", strokeDash=[6, 3]).encode(y="GiB:Q")
+        tooltip=["plan", "part", alt.Tooltip("GiB:Q", format=",.2f")])
+    limit = alt.Chart(pd.DataFrame([{"GiB": best["gpu_memory_gib"]}])).mark_rule(color="red", strokeDash=[6, 3]).encode(y="GiB:Q")
     ui.show_chart((bars + limit).properties(height=300))
-    fitting = [r["strategy"] for r in valid if r["fits"]]
-    if fitting:
-        st.success(f"Model states fit in {mem_gb:g} GiB with: {', '.join(fitting)}.")
-    else:
-        st.error(f"No strategy fits the model states in {mem_gb:g} GiB per GPU: add nodes, raise tp/pp, or pick a smaller model.")
-
-# --- time and cost ------------------------------------------------------------------------
-st.subheader("Training time and cost")
-c = st.columns(3)
-tokens_b = c[0].number_input("Tokens to train on (billions)", 0.001, 100_000.0, round(20 * n_params / 1e9, 3),
-                             key=f"plan_tokens_{preset}", help="Default: 20 tokens per parameter (Chinchilla).")
-mfu = c[1].number_input("Assumed MFU", 0.01, 1.0, 0.35, 0.01, key="plan_mfu",
-                        help="Model FLOPs utilization you expect; see the MFU the ledger measured on Overview.")
-peak = c[2].number_input("Peak bf16 TFLOPs per GPU", 0.1, 100_000.0, float(nt.peak_bf16_tflops), key=f"plan_peak_{nt_name}")
-hours = planner.training_hours(tokens_b * 1e9, shape, float(mfu), float(peak), nodes * gpn)
-st.metric("Wall-clock time", f"{hours:,.1f} h ({hours / 24:,.1f} days)", border=True,
-          help="tokens × FLOPs per token ÷ (MFU × peak × GPUs).")
-offers = [o for o, name in data.offers(url) if name == nt_name]
-if offers:
-    under = cost_under_offers(offers, nodes, Decimal(str(hours)))
-    st.dataframe(ui.frame(under, ["offer", "kind", "cost", "basis"]), hide_index=True)
-    best = min(under, key=lambda u: u["cost"])
-    st.caption(f"Cheapest: {best['offer']} at {fmt_cell('cost', best['cost'])} {best['currency']} "
-               f"for {nodes} nodes × {hours:,.1f} h.")
 else:
-    st.caption(f"No offer for {nt_name}: add one under Settings to see the cost.")
+    st.error("No plan fits: see why below. Add nodes, a node type with more memory, or a smaller model.")
+for h in result["hardware"]:
+    st.caption(f"{h['node_type']}: compute efficiency {h['efficiency']:.0%} ({h['efficiency_source']}); "
+               f"links {h['links']} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "
+               f"{h['inter_node_gbits_per_s']:g} Gb/s between nodes).")
+
+# --- why plans were discarded -----------------------------------------------------------
+st.subheader("Why plans were discarded")
+if counts["discarded"]:
+    st.dataframe(pd.DataFrame([{"reason": k, "plans": n} for k, n in counts["discarded"].items()]), hide_index=True)
+    st.caption("Examples (the closest to fitting, for memory):")
+    st.dataframe(pd.DataFrame([{"reason": e["kind"], "nodes": e["nodes"], "node type": e["node_type"],
+                                "plan": e["plan"], "memory per GPU (GiB)": e["memory_gib"], "why": e["reason"]}
+                               for e in result["discarded"]]), hide_index=True)
+else:
+    st.caption("None: every candidate fits.")
+
+# --- the seven strategies on one cluster --------------------------------------------------
+st.subheader("The seven strategies on one cluster (predicted)")
+c = st.columns(2)
+nt_name = c[0].selectbox("Node type", chosen_nts, key="plan_table_nt")
+nodes = int(c[1].number_input("Nodes", 1, 4096, 8, key="plan_table_nodes"))
+try:
+    table = planner.strategy_table(url, model, tokens_b * 1e9, nt_name, nodes)
+except LedgerInputError as exc:
+    st.info(str(exc))
+    st.stop()
+st.caption(f"Each strategy's best layout on {nodes} × {nt_name} ({table['gpus']} GPUs): the cheapest that fits, else "
+           "the one needing the least memory, with what it would take on cards big enough.")
+rows = [dict(r, fits="✓ fits" if r["fits"] else "✗ " + (r["reason"] or "").split(":")[0]) for r in table["strategies"]]
+st.dataframe(ui.frame(rows, STRATEGY_COLS, LABELS), hide_index=True)

@@ -16,6 +16,7 @@ Conventions
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
@@ -142,6 +143,38 @@ def reserved_month_cost(offer: OfferLike, reserved_nodes: Decimal | int) -> Deci
     if offer.price_per_node_month is None:
         return Decimal(reserved_nodes) * hourly_rate(offer) * HOURS_PER_MONTH
     return Decimal(reserved_nodes) * Decimal(offer.price_per_node_month)
+
+
+def reserved_months(duration_hours: Decimal) -> int:
+    """Whole node-months a reservation must cover: ⌈duration ÷ 730 h⌉, at least 1 (a reservation is sold by the month)."""
+    months = (Decimal(duration_hours) / HOURS_PER_MONTH).to_integral_value(rounding=ROUND_CEILING)
+    return max(1, int(months))
+
+
+def reserved_term_cost(offer: OfferLike, nodes: int, duration_hours: Decimal) -> Decimal:
+    """Reserved rent of a planned run = nodes × ⌈duration ÷ 730 h⌉ whole months × monthly price.
+
+    A reserved node is paid for the whole month, used or not (as in the monthly
+    report: :func:`reserved_month_cost`), so a one-month plan costs exactly
+    the month's reserved cost for the same node count.
+    """
+    return reserved_month_cost(offer, nodes) * reserved_months(duration_hours)
+
+
+def planned_run_cost(offer: OfferLike, nodes: int, duration_hours: Decimal) -> Decimal:
+    """Cost of a planned run of ``nodes`` × ``duration_hours`` under an offer.
+
+    rent_elastic: :func:`elastic_run_cost` (billed hours, granularity and minimum);
+    rent_reserved: :func:`reserved_term_cost` (whole months);
+    own: node-hours × :func:`busy_rate_per_node_hour` (the run's share of the
+    fleet at full use: depreciation + operations per 730 h + load power).
+    """
+    kind = _kind(offer)
+    if kind == "rent_elastic":
+        return elastic_run_cost(offer, nodes, duration_hours)
+    if kind == "rent_reserved":
+        return reserved_term_cost(offer, nodes, duration_hours)
+    return node_hours(nodes, duration_hours) * busy_rate_per_node_hour(offer)
 
 
 def elastic_full_month(offer: OfferLike) -> Decimal:
@@ -375,8 +408,26 @@ def weighted_mean(pairs: Iterable[tuple[Optional[float], Decimal]]) -> Optional[
     return float(num / den) if den else None
 
 
-def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops_per_gpu: float, n_gpus: int) -> Optional[float]:
-    """MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs); PaLM appendix B."""
+#: hardware names already warned about an unknown peak (one line per name and process)
+_WARNED_NO_PEAK: set[str] = set()
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops_per_gpu: Optional[float], n_gpus: int,
+        hardware: Optional[str] = None) -> Optional[float]:
+    """Model FLOPs utilization, 0–1: the one MFU function (trainer, run wrapper/API, planner).
+
+    MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)   (PaLM, Chowdhery et al. 2022, App. B)
+
+    FLOPs per token come from ``trainer.shapes.flops_per_token`` (6N + 12·L·H·Q·T,
+    N without lookup tables). An unknown peak (None or 0: a CPU, a GPU missing
+    from the catalog) gives None — never a fallback peak — and, when
+    ``hardware`` names the device or node type, one warning line per name.
+    """
     if not peak_tflops_per_gpu or not n_gpus:
+        if hardware and hardware not in _WARNED_NO_PEAK:
+            _WARNED_NO_PEAK.add(hardware)
+            logging.getLogger("trainledger").warning(
+                "MFU not reported: no peak bf16 TFLOPs known for %s; add it to the node type "
+                "(trainledger pricing import) or set peak_tflops in the trainer config", hardware)
         return None
     return tokens_per_s * flops_per_token / (peak_tflops_per_gpu * 1e12 * n_gpus)

@@ -1,4 +1,5 @@
-"""The run lifecycle: ``launch`` (tracked runs), ``sweep`` (strategy sweeps), ``registry`` (list, show, reap).
+"""The run lifecycle: ``launch`` (tracked runs), ``sweep`` (strategy sweeps), ``registry`` (list, show, reap),
+``plan`` (the cheapest plan that fits: ``trainledger plan recommend``).
 
 ``ledger.runs`` was one module before this package; its names (``list_runs``,
 ``show_run``, ``get_run``, ...) still resolve here, with a DeprecationWarning,
@@ -10,7 +11,7 @@ def __getattr__(name: str):
     import importlib
     import warnings
 
-    if name.startswith("__") or name in ("launch", "sweep", "registry"):
+    if name.startswith("__") or name in ("launch", "sweep", "registry", "plan"):
         raise AttributeError(f"module 'ledger.runs' has no attribute {name!r}")
     registry = importlib.import_module("ledger.runs.registry")
     if not hasattr(registry, name):

@@ -114,12 +114,17 @@ class SweepRequest:
     node_type: str = "rtx4090-8x"
     project: Optional[str] = None
     sweep_id: str = field(default_factory=new_sweep_id)
+    #: prepared configs by entry name (``plan recommend --trial``): run as they are, not derived from ``config``
+    configs: Optional[dict[str, Path]] = None
+    processes_by_name: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.launcher not in SWEEP_LAUNCHERS:  # a sweep waits for each run here: no batch queue
             raise LedgerInputError(f"--launcher: a sweep runs under {' or '.join(SWEEP_LAUNCHERS)}, got {self.launcher!r}")
 
     def processes(self, strategy: str) -> int:
+        if strategy in self.processes_by_name:
+            return self.processes_by_name[strategy]
         gpn = self.gpus_per_node or 2
         return max(gpn, 4) if strategy == "3d" else gpn
 
@@ -203,7 +208,7 @@ def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int
     from ledger.store.db import get_engine, session_scope
 
     names = list(req.strategies)
-    paths = write_configs(req.config, names, req.gpus_per_node or 2, req.sweep_id)
+    paths = req.configs or write_configs(req.config, names, req.gpus_per_node or 2, req.sweep_id)
     if record:
         with session_scope(get_engine(url)) as s:
             record_plan(s, req, os.getpid())

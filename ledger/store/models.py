@@ -65,6 +65,11 @@ class NodeType(SQLModel, table=True):
     peak_bf16_tflops: float  # dense, per GPU
     interconnect: str = Field(default="", max_length=100)
     network: str = Field(default="", max_length=100)
+    # Link speeds for the planner's alpha-beta model (data/pricing.toml gives their sources); None: not known
+    intra_node_gbytes_per_s: Optional[float] = None  # per GPU, one direction (NVLink / PCIe)
+    intra_node_latency_us: Optional[float] = None
+    inter_node_gbits_per_s: Optional[float] = None  # per node, all NICs, one direction
+    inter_node_latency_us: Optional[float] = None
     source: str = Field(default="preset", max_length=20)  # preset | user
 
 

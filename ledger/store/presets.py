@@ -38,6 +38,11 @@ class NodeTypeSpec(BaseModel):
     peak_bf16_tflops: float = Field(gt=0, le=1e9)
     interconnect: str = Field(default="", max_length=100, pattern=NO_CONTROL)
     network: str = Field(default="", max_length=100, pattern=NO_CONTROL)
+    # link speeds for the planner (optional; a node type without them is planned on stated assumptions)
+    intra_node_gbytes_per_s: Optional[float] = Field(default=None, gt=0, le=1e6)
+    intra_node_latency_us: Optional[float] = Field(default=None, gt=0, le=1e6)
+    inter_node_gbits_per_s: Optional[float] = Field(default=None, gt=0, le=1e6)
+    inter_node_latency_us: Optional[float] = Field(default=None, gt=0, le=1e6)
 
 
 NonNeg = Field(default=None, ge=0, lt=MONEY_MAX)
@@ -207,8 +212,45 @@ def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
 
 
 def ensure_presets(engine: Engine) -> None:
-    """Insert the shipped presets that the ledger does not have yet (never overwrites)."""
+    """Insert the shipped presets that the ledger does not have yet (never overwrites).
+
+    A ledger held at an older revision (``db upgrade --revision``) lacks
+    columns the models have; its presets are written with the columns it has,
+    and the later migrations fill the rest.
+    """
     spec = parse_pricing(preset_text(), where=PRESET_FILE)
+    if not _schema_is_current(engine):
+        _seed_older_schema(engine, spec)
+        return
     with Session(engine) as session:
         apply_pricing(session, spec, source="preset", replace=False)
         session.commit()
+
+
+def _schema_is_current(engine: Engine) -> bool:
+    from sqlalchemy import inspect
+
+    insp = inspect(engine)
+    return all({c["name"] for c in insp.get_columns(t.__tablename__)} >= set(t.__table__.columns.keys())
+               for t in (NodeType, Offer))
+
+
+def _seed_older_schema(engine: Engine, spec: PricingFile) -> None:
+    """Presets into a ledger at an older revision: plain inserts of the columns its tables have."""
+    from sqlalchemy import insert, inspect
+
+    insp = inspect(engine)
+    have = {t: {c["name"] for c in insp.get_columns(t)} for t in ("node_type", "offer")}
+    nt_table, offer_table = NodeType.__table__, Offer.__table__
+    with engine.begin() as conn:
+        ids = dict(conn.execute(select(nt_table.c.name, nt_table.c.id)).all())
+        for nts in spec.node_type:
+            if nts.name not in ids:
+                row = {k: v for k, v in {**nts.model_dump(), "source": "preset"}.items() if k in have["node_type"]}
+                ids[nts.name] = conn.execute(insert(nt_table).values(row)).inserted_primary_key[0]
+        offers = set(conn.execute(select(offer_table.c.name)).scalars())
+        for ofs in spec.offer:
+            if ofs.name not in offers and ofs.node_type in ids:
+                row = ofs.to_row(ids[ofs.node_type], "preset")
+                row["kind"] = row["kind"].value
+                conn.execute(insert(offer_table).values({k: v for k, v in row.items() if k in have["offer"]}))

@@ -184,21 +184,18 @@ def test_strategies_empty_state(sqlite_url, app_env):
 
 
 def test_planner_marks_what_fits(demo_url, app_env):
-    from app import planner
-    from trainer.shapes import SHAPES
+    """The seven strategies on the seed cluster: memory per GPU as the planning model predicts it."""
+    from ledger.runs.plan import strategy_table
+    from ledger.store.db import get_engine, session_scope
 
     app_env(demo_url)
     at = run_page(make_app(), "planner")
-    at.selectbox(key="plan_shape").set_value("70b").run()
-    table = at.dataframe[0].value.set_index("strategy")
-    expected = {p.strategy: p for p in planner.plans(SHAPES["70b"], 8, 8, 24 * planner.GIB, 8, 4)}
-    for strategy, p in expected.items():
-        if p.error:
-            assert table.loc[strategy, "why not"] == p.error
-        else:
-            assert table.loc[strategy, "total GiB"] == pytest.approx(float(p.states.total) / planner.GIB)
-            assert table.loc[strategy, "fits 24 GiB"] == ("✓ fits" if p.fits else "✗ too big")
-    assert table.loc["zero3", "fits 24 GiB"] == "✓ fits" and table.loc["dp", "fits 24 GiB"] == "✗ too big"
+    table = next(df.value for df in at.dataframe if list(df.value.columns)[0] == "strategy").set_index("strategy")
+    with session_scope(get_engine(demo_url)) as s:
+        expected = {r["strategy"]: r for r in strategy_table(s, "llama2-70b", 2e12, "rtx4090-8x", 8)["strategies"]}
+    for strategy, r in expected.items():
+        assert table.loc[strategy, "memory per GPU (GiB)"] == pytest.approx(r["total_gib"], abs=1e-3)
+        assert table.loc[strategy, "fits"] == ("✓ fits" if r["fits"] else "✗ out of memory")
 
 
 def test_export_page_offers_the_three_formats(demo_url, app_env):

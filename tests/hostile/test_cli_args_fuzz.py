@@ -44,6 +44,10 @@ READ_ONLY = {  # command: a strategy of its arguments (option values as --flag=V
     "db upgrade": st.one_of(text, st.sampled_from(["base", "0001", "-1", "+1", "heads", "head", "0002@head"]))
     .map(lambda r: ["db", "upgrade", f"--revision={r}"]),
     "runs reap": count.map(lambda n: ["runs", "reap", f"--stale-after={n}"]),
+    "plan recommend": st.tuples(name | st.sampled_from(["llama-tiny", "tiny", "llama2-70b"]), number, count | text,
+                                text, number, name)
+    .map(lambda a: ["plan", "recommend", f"--model={a[0]}", f"--tokens={a[1]}", f"--nodes={a[2]}",
+                    f"--deadline={a[3]}", f"--budget={a[4]}", f"--node-type={a[5]}"]),
     "unknown option": st.tuples(st.sampled_from([["runs", "list"], ["report", "monthly"], ["import"], ["cost", "compare"]]), text)
     .map(lambda a: [*a[0], f"--{a[1]}"]),
 }

@@ -60,10 +60,10 @@ def run_group(cmd: list[str], *, env: dict | None = None, timeout: float = 300) 
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
 
-def parity_config(strategy: str, cache_dir: Path, **parallel) -> dict:
-    """The shared parity setup: tiny GPT, shipped corpus, global batch 8, clipping active (0.5)."""
+def parity_config(strategy: str, cache_dir: Path, shape: str = "tiny", **parallel) -> dict:
+    """The shared parity setup: tiny GPT (or ``shape``), shipped corpus, global batch 8, clipping active (0.5)."""
     return {
-        "model": {"shape": "tiny"},
+        "model": {"shape": shape},
         "data": {"cache_dir": str(cache_dir), "shard_size": 64},
         "parallel": {"strategy": strategy, "micro_batch": 4, "global_batch": 8, **parallel},
         "optimizer": {"lr": 3e-3, "warmup_steps": 1, "grad_clip": 0.5},
@@ -115,16 +115,31 @@ def two_rank_results(tmp_path_factory, trainer_cache) -> dict:
         {"name": "pp", "config": parity_config("pp", trainer_cache, pp=2)},
         {"name": "dp_noclip", "config": {**parity_config("dp", trainer_cache),
                                          "optimizer": {"lr": 3e-3, "warmup_steps": 1, "grad_clip": 0.0}}},
+        *({"name": f"llama_{name}", "config": parity_config(name, trainer_cache, LLAMA, **dims)}
+          for name, dims in (("dp", {}), ("zero1", {}), ("zero2", {}), ("zero3", {}), ("tp", {"tp": 2}),
+                             ("pp", {"pp": 2}))),
     ]
     return run_strategies(tmp_path_factory.mktemp("two-rank"), 2, runs)
 
 
+#: The Llama shape of the parity runs: 4 query heads sharing 2 key/value heads, so tp 2 splits both.
+LLAMA = "llama-tiny"
+
+
+@pytest.fixture(scope="session")
+def single_process_results(tmp_path_factory, trainer_cache) -> dict:
+    """The single-process reference runs (one rank, grad_accum 2): the Llama of every strategy's parity check."""
+    runs = [{"name": "llama", "config": parity_config("dp", trainer_cache, LLAMA)}]
+    return run_strategies(tmp_path_factory.mktemp("one-rank"), 1, runs)
+
+
 @pytest.fixture(scope="session")
 def four_rank_results(tmp_path_factory, trainer_cache) -> dict:
-    """3d (dp 1 × tp 2 × pp 2), dp over 4 ranks (micro-batch 2), and tp 2 × dp 2, one launch."""
+    """3d (dp 1 × tp 2 × pp 2), dp over 4 ranks (micro-batch 2), tp 2 × dp 2, and the Llama in 3d, one launch."""
     runs = [
         {"name": "3d", "config": parity_config("3d", trainer_cache, tp=2, pp=2)},
         {"name": "dp4", "config": parity_config("dp", trainer_cache, micro_batch=2)},
         {"name": "tp_dp2", "config": parity_config("tp", trainer_cache, tp=2)},
+        {"name": "llama_3d", "config": parity_config("3d", trainer_cache, LLAMA, tp=2, pp=2)},
     ]
     return run_strategies(tmp_path_factory.mktemp("four-rank"), 4, runs)

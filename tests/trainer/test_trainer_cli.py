@@ -46,8 +46,14 @@ def test_dry_run_prints_plan_and_deepspeed_json(app):
     assert lines[0] == "strategy        zero2 (ZeRO-2)"
     assert lines[1] == "world size      4 = dp 4 × tp 1 × pp 1 = nodes 1 × gpus_per_node 4"
     assert lines[2] == "batch           global 16 = micro 4 × grad_accum 1 × dp 4 sequences; 2048 tokens/step"
-    assert "222,400 params; 1,727,616 FLOPs/token" in lines[3]
-    ds = json.loads("\n".join(lines[6:]))
+    assert "222,400 params; 1,678,464 FLOPs/token" in lines[3]
+    from trainer.plan.memory import memory_per_gpu
+    from trainer.shapes import SHAPES
+
+    mem = memory_per_gpu(SHAPES["tiny"], dp=4, tp=1, pp=1, zero_stage=2, micro_batch=4, micro_batches=1,
+                         precision="fp32")
+    assert lines[5].startswith(f"memory/GPU      predicted {mem.total / 2**30:,.2f} GiB = model states ")
+    ds = json.loads("\n".join(lines[7:]))
     assert ds["zero_optimization"]["stage"] == 2 and ds["gradient_accumulation_steps"] == 1
 
 
@@ -88,6 +94,7 @@ def test_planning_modules_import_without_torch():
         "import sys\n"
         "for m in ('torch', 'deepspeed', 'webdataset'): sys.modules[m] = None\n"
         "import trainer, trainer.shapes, trainer.parallel, trainer.cli, trainer.metrics, trainer.hardware\n"
+        "import trainer.plan.memory, trainer.plan.timing, trainer.plan.search\n"
         "from trainer.parallel import resolve_plan, deepspeed_config\n"
         "cfg = {'model': {'shape': '7b'}, 'parallel': {'strategy': '3d', 'tp': 8, 'pp': 4, 'micro_batch': 1,"
         " 'global_batch': 512}}\n"

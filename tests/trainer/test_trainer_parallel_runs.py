@@ -1,5 +1,9 @@
 """Real multi-process DeepSpeed runs on CPU (gloo): every strategy reproduces the dp loss.
 
+The Llama model (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head)
+runs every strategy too and is compared with a single-process run of the same
+seed, data and global batch.
+
 All runs share the seed, the data and the global batch (8 sequences × 128
 tokens); gradient clipping (0.5) is active, so the clip's global norm must be
 right under ZeRO sharding, tensor and pipeline parallelism too.
@@ -85,7 +89,7 @@ def test_reported_numbers(two_rank_results):
     assert r["comm_time_s"] > 0
     assert r["final_loss"] == r["losses"][-1]
     assert r["nodes"] == 1 and len(r["hostnames"]) == 2 and r["backend"] == "gloo"
-    assert r["params"] == 222_400 and r["flops_per_token"] == 1_727_616
+    assert r["params"] == 222_400 and r["flops_per_token"] == 1_678_464  # 6·(N − position table) + 12·L·H·Q·T
 
 
 def test_hooks_see_every_step(two_rank_results):
@@ -97,3 +101,26 @@ def test_hooks_see_every_step(two_rank_results):
     assert [s["tokens"] for s in seen["steps"]] == [(i + 1) * 1024 for i in range(STEPS)]
     assert seen["end"] == {"final_loss": r["final_loss"], "steps": STEPS}
     assert seen["errors"] == []
+
+
+@pytest.mark.parametrize("strategy", ["dp", "zero1", "zero2", "zero3", "tp", "pp"])
+def test_llama_two_rank_strategy_matches_the_single_process_run(single_process_results, two_rank_results, strategy):
+    run = two_rank_results[f"llama_{strategy}"]
+    reference = single_process_results["llama"]
+    assert reference["world_size"] == 1 and reference["plan"]["grad_accum"] == 2
+    _assert_matches(run["losses"], reference["losses"])
+    assert run["world_size"] == 2 and run["shape"]["arch"] == "llama" and run["params"] == 230_080
+
+
+def test_llama_four_rank_3d_matches_the_single_process_run(single_process_results, four_rank_results):
+    run = four_rank_results["llama_3d"]
+    assert (run["plan"]["dp"], run["plan"]["tp"], run["plan"]["pp"], run["plan"]["zero_stage"]) == (1, 2, 2, 1)
+    _assert_matches(run["losses"], single_process_results["llama"]["losses"])
+
+
+def test_llama_learns_and_reports_its_flops(single_process_results):
+    r = single_process_results["llama"]
+    assert abs(r["losses"][0] - math.log(257)) < 0.1
+    assert r["losses"][-1] < r["losses"][0] - 0.5
+    # 6·(N − token embedding table) + 12·L·H·Q·T: the untied head counts, the lookup does not.
+    assert r["flops_per_token"] == 6 * (230_080 - 257 * 64) + 12 * 4 * 4 * 16 * 128

@@ -1,0 +1,165 @@
+"""Predicted vs measured: the planning model against a real CPU sweep on this machine (docs/PLANNER.md).
+
+    python -m bench.plan_accuracy [--model llama-small] [--steps 6] [--json FILE]
+
+1. ``bench/comm_probe.py`` under torchrun (2 processes): gloo's α and β on this
+   machine, and the resident baseline of a trainer process (torch, DeepSpeed,
+   gloo loaded) — the CPU's counterpart of the CUDA context in the allowance.
+2. ``trainledger sweep`` of dp, zero1, zero2, zero3, pp, tp (2 processes) and
+   3d (4 processes) for ``--steps`` steps into a fresh ledger.
+3. For every run, ``ledger.runs.plan.predict_run`` with a CPU profile: the
+   compute rate (FLOP/s per process) calibrated, as the planner calibrates a
+   GPU's efficiency, from the ledger's measured data-parallel runs of the sweep
+   — leaving out the run being predicted — as FLOPs per step ÷ processes ÷
+   (step time × (1 − comm share)); the rate per process scaled by
+   min(1, cores ÷ processes) (3d runs 4 processes on this 2-core machine);
+   links α, β from step 1; memory in fp32 with the baseline RSS as the reserve.
+4. The same sweep with ``--baseline-model`` (llama-tiny: ~0.2 M parameters):
+   its runs hold the framework's own memory per strategy (DeepSpeed's engine,
+   buffers, the data pipeline), so memory *above* that run isolates what the
+   model adds — the part the planner's states + activations predict.
+
+Prints a Markdown table (predicted, measured, error) and writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from bench import RESULTS_DIR, ROOT, log
+
+DP_ONLY = ("dp", "zero1", "zero2", "zero3")
+
+
+def _probe(tmp: Path, env: dict) -> dict:
+    out = tmp / "probe.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29731",
+           str(ROOT / "bench" / "comm_probe.py"), str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"comm probe exited {proc.returncode}: {proc.stderr[-500:]}")
+    return json.loads(out.read_text())
+
+
+def _sweep(tmp: Path, env: dict, url: str, model: str, steps: int) -> str:
+    base = tmp / "configs" / f"{model}.yaml"
+    base.parent.mkdir(exist_ok=True)
+    base.write_text(yaml.safe_dump({"model": {"shape": model}, "parallel": {"micro_batch": 4, "global_batch": 8},
+                                    "optimizer": {"lr": 1e-3, "warmup_steps": 1}, "log_every": 1}))
+    env = {**env, "TRAINLEDGER_CONFIG_DIRS": str(base.parent)}
+    cmd = [sys.executable, "-m", "ledger.cli", "sweep", str(base), "--steps", str(steps), "--db", url, "--json"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sweep exited {proc.returncode}: {proc.stderr[-800:]}")
+    return json.loads(proc.stdout)["sweep_id"]
+
+
+def _rate(run) -> float:
+    """Achieved model FLOP/s per process in the compute part of a measured run."""
+    from trainer.config import config_from_dict
+    from trainer.shapes import flops_per_token
+
+    cfg = config_from_dict(run.config["train"])
+    factor = 4 / 3 if cfg.model.activation_checkpointing else 1.0
+    flops = flops_per_token(cfg.shape) * run.micro_batch * run.grad_accum * run.dp * cfg.shape.seq_len * factor
+    return flops / run.world_size / (run.step_time_median_s * (1 - (run.comm_share or 0.0)))
+
+
+def predict_sweep(url: str, sweep_id: str, probe: dict, cores: int, reserve: dict[str, float] | None = None) -> list[dict]:
+    """Predictions for every run of the sweep; ``reserve`` (by strategy) replaces the probe's baseline RSS."""
+    from sqlmodel import select
+
+    from ledger.runs.plan import predict_run
+    from ledger.store.db import make_engine, session_scope
+    from ledger.store.models import Run
+    from trainer.plan.timing import Hardware, Link
+
+    link = Link(probe["beta_bytes_per_s"], probe["alpha_s"])
+    engine = make_engine(url)
+    rows = []
+    with session_scope(engine) as s:
+        runs = s.exec(select(Run).where(Run.sweep_id == sweep_id).order_by(Run.created_at)).all()
+        for run in runs:
+            others = [_rate(r) for r in runs if r.strategy in DP_ONLY and r.id != run.id and r.step_time_median_s]
+            rate = statistics.median(others)
+            share = min(1.0, cores / run.world_size)
+            hw = Hardware(name="cpu", gpus_per_node=run.gpus_per_node, gpu_memory_bytes=float("inf"),
+                          peak_tflops=rate / 1e12, efficiency=share, intra=link, inter=link,
+                          efficiency_source=f"median of {len(others)} other data-parallel runs")
+            base = (reserve or {}).get(run.strategy, probe["baseline_rss_bytes"])
+            row = predict_run(run, hw, precision="fp32", reserved=base)
+            rows.append({**row, "compute_gflops_per_process": rate * share / 1e9})
+    engine.dispose()
+    return rows
+
+
+def markdown(rows: list[dict], tiny: dict[str, dict]) -> str:
+    """The table: step time, peak RSS (reserve = the process baseline), and the memory above the tiny model's run."""
+    head = ("| strategy | processes | dp×tp×pp | ZeRO | step measured | predicted | error | comm share measured | "
+            "predicted | peak RSS measured | predicted | error | above tiny run: measured | predicted | error |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lines, inc_errors = [head], []
+    for r in rows:
+        t = tiny[r["strategy"]]
+        inc_meas = r["measured_memory_bytes"] - t["measured_memory_bytes"]
+        inc_pred = r["predicted_memory_bytes"] - t["predicted_memory_bytes"]
+        inc_err = (inc_pred - inc_meas) / inc_meas
+        inc_errors.append(abs(inc_err))
+        lines.append(
+            f"| {r['strategy']} | {r['world_size']} | {r['dp']}×{r['tp']}×{r['pp']} | {r['zero_stage']} | "
+            f"{r['measured_step_time_s']:.3f} s | {r['predicted_step_time_s']:.3f} s | {r['step_time_error']:+.0%} | "
+            f"{r['measured_comm_share']:.0%} | {r['predicted_comm_share']:.0%} | "
+            f"{r['measured_memory_bytes'] / 2**20:,.0f} MiB | {r['predicted_memory_bytes'] / 2**20:,.0f} MiB | "
+            f"{r['memory_error']:+.0%} | {inc_meas / 2**20:,.0f} MiB | {inc_pred / 2**20:,.0f} MiB | {inc_err:+.0%} |")
+    mae_t = statistics.fmean(abs(r["step_time_error"]) for r in rows)
+    mae_m = statistics.fmean(abs(r["memory_error"]) for r in rows)
+    lines.append(f"\nMean absolute error over {len(rows)} runs: step time {mae_t:.0%}; peak memory {mae_m:.0%}; "
+                 f"memory above the tiny model's run {statistics.fmean(inc_errors):.0%}.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.plan_accuracy", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-small")
+    ap.add_argument("--baseline-model", default="llama-tiny", help="the near-empty model whose runs show the "
+                    "framework's own memory per strategy")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--json", type=Path, default=RESULTS_DIR / "plan_accuracy.json")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tl-plan-acc-") as t:
+        tmp = Path(t)
+        env = {**os.environ, "TRAINLEDGER_JOURNAL_DIR": str(tmp / "journal"), "XDG_DATA_HOME": str(tmp / "xdg"),
+               "TRAINLEDGER_CACHE_DIR": str(tmp / "cache"), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        env.pop("TRAINLEDGER_DB_URL", None)
+        url = f"sqlite:///{tmp / 'ledger.db'}"
+        log("plan_accuracy: probing gloo α/β and the process baseline …")
+        probe = _probe(tmp, env)
+        log(f"plan_accuracy: α {probe['alpha_s'] * 1e6:.0f} µs, β {probe['beta_bytes_per_s'] / 1e9:.2f} GB/s, "
+            f"baseline RSS {probe['baseline_rss_bytes'] / 2**20:.0f} MiB; sweeping {a.model} …")
+        sweep_id = _sweep(tmp, env, url, a.model, a.steps)
+        log(f"plan_accuracy: sweeping {a.baseline_model} (the framework's own memory per strategy) …")
+        tiny_id = _sweep(tmp, env, url, a.baseline_model, a.steps)
+        cores = os.cpu_count() or 1
+        rows = predict_sweep(url, sweep_id, probe, cores)
+        tiny = {r["strategy"]: r for r in predict_sweep(url, tiny_id, probe, cores)}
+    text = markdown(rows, tiny)
+    print(text)
+    a.json.parent.mkdir(parents=True, exist_ok=True)
+    a.json.write_text(json.dumps({"model": a.model, "baseline_model": a.baseline_model, "steps": a.steps,
+                                  "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "probe": probe, "runs": rows,
+                                  "baseline_runs": list(tiny.values()), "markdown": text}, indent=2, default=str))
+    log(f"plan_accuracy: wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
