@@ -108,15 +108,19 @@ class _Ledger:
 # --- the forecast, in steps ---------------------------------------------------------
 
 def forecast(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
-             window_days: int = DEFAULT_WINDOW_DAYS, project: Optional[str] = None) -> dict[str, Any]:
+             window_days: int = DEFAULT_WINDOW_DAYS, project: Optional[str] = None,
+             report: Optional[MonthlyReport] = None) -> dict[str, Any]:
     """Month-end spend, idle, GPU-hours and each project's cost of ``month`` (default: the current
-    month) as expected at ``now``, with a p10-p90 range; the method in ``method``."""
+    month) as expected at ``now``, with a p10-p90 range; the method in ``method``.
+
+    ``report``: the month's ``monthly_report(..., now=now, lines=False)`` when the caller has it.
+    """
     now = now or utcnow()
     tz = display_timezone(session)
     month = month or month_of(now, tz)
     _check(session, window_days, project)
     period = month_period(month, tz, now)
-    rep = monthly_report(session, month, now=now, lines=False)
+    rep = report if report is not None else monthly_report(session, month, now=now, lines=False)
     to_date = _to_date(rep)
     led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end)
     if period.is_partial:
