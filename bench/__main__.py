@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from bench import RESULTS_DIR, ROOT, Result, log
 
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "mfu")
+KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "exporter", "mfu")
 
 
 def _mfu(quick: bool) -> Result:
@@ -58,7 +58,8 @@ def _runner(key: str) -> Callable[[bool], Result]:
     import importlib
 
     module = {"tracking_overhead": "bench.overhead", "ingest_sqlite": "bench.ingest", "ingest_pg": "bench.ingest_pg",
-              "rollup": "bench.rollup", "dashboard": "bench.dashboard", "runs_list": "bench.runs_list"}[key]
+              "rollup": "bench.rollup", "dashboard": "bench.dashboard", "runs_list": "bench.runs_list",
+              "exporter": "bench.exporter"}[key]
     return importlib.import_module(module).run
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "mfu")
+KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "exporter", "mfu")
 
 
 @pytest.mark.slow

@@ -375,7 +375,8 @@ def _method(period: Period, proj: _Projection) -> dict[str, Any]:
         return {"basis": "actual", "text": f"{period.month} has ended: the figures are its actual ones."}
     w0, w1 = proj.window
     days = costs.hours_between(w0, w1) / 24
-    text = (f"To date: the monthly report to now. The rest of the month ({period.label or 'not begun'}): fixed costs "
+    rest = f"after {period.end:%Y-%m-%d %H:%M} UTC" if period.hours else "(it has not begun)"
+    text = (f"To date: the monthly report to now. The rest of the month {rest}: fixed costs "
             f"of the fleets held are known; usage (node-hours, GPU-hours and elastic bills per project and offer) goes on "
             f"at the rate of the last {days.normalize():f} days ({w0:%Y-%m-%d %H:%M} to {w1:%Y-%m-%d %H:%M} UTC), running "
             f"runs counted to now; owned fleets' power at the offers' nominal kW. Range: p10-p90 from the variation "
