@@ -42,7 +42,7 @@ def test_set_list_remove(session):
 
 @pytest.mark.parametrize("amount, kwargs, message", [
     ("-5", {}, "more than 0"), ("0", {}, "more than 0"), ("abc", {}, "expected an amount"), ("NaN", {}, "finite"),
-    ("Infinity", {}, "finite"), ("1e20", {}, "at most"), ("10", {"project": "nope"}, "--project: no project named 'nope'"),
+    ("Infinity", {}, "finite"), ("1e20", {}, "at most"), ("1e-7", {}, "whole cents"), ("10.005", {}, "whole cents"), ("10", {"project": "nope"}, "--project: no project named 'nope'"),
     ("10", {"month": "2026-13"}, "--month"), ("10", {"month": "26-12"}, "--month"),
     ("10", {"currency": "USD"}, "--currency: this ledger's costs are in CNY"),
 ])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 

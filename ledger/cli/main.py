@@ -11,7 +11,21 @@ from __future__ import annotations
 
 import typer
 
-from ledger.cli import budget, costs, db, demo, exporter, fleet, forecast, imports, metrics, pricing, reports, runs, settings
+from ledger.cli import (
+    budget,
+    costs,
+    db,
+    demo,
+    exporter,
+    fleet,
+    forecast,
+    imports,
+    metrics,
+    pricing,
+    reports,
+    runs,
+    settings,
+)
 from ledger.cli.common import OneLineUsageErrors
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",

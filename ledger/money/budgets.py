@@ -52,7 +52,7 @@ def ledger_currency(session: Session) -> str:
 
 
 def parse_amount(text: Any, flag: str = "AMOUNT") -> Decimal:
-    """A budget amount: a number above 0 (at most 10^13), as typed (``20000``, ``1.5e4``)."""
+    """A budget amount: a number of cents above 0 and below 10^13, as typed (``20000``, ``1.5e4``, ``99.95``)."""
     try:
         amount = Decimal(str(text).strip().replace("_", ""))
     except (InvalidOperation, ValueError):
@@ -63,6 +63,8 @@ def parse_amount(text: Any, flag: str = "AMOUNT") -> Decimal:
         raise LedgerInputError(f"{flag}: a budget must be more than 0, got {text!r}")
     if amount >= MAX_AMOUNT:
         raise LedgerInputError(f"{flag}: at most 10^13, got {text!r}")
+    if amount != amount.quantize(costs.CENT):
+        raise LedgerInputError(f"{flag}: a budget is in whole cents (at most 2 decimal places), got {text!r}")
     return amount
 
 

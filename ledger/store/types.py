@@ -87,6 +87,8 @@ def parse_instant(text: str, flag: str = "--now") -> datetime:
         raise LedgerInputError(f"{flag}: expected an ISO 8601 time such as 2026-12-03T08:00:00Z, got {text!r}") from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
+    if not 1970 <= value.year <= 9998:  # months and windows around it stay representable
+        raise LedgerInputError(f"{flag}: the year must be 1970 to 9998, got {text!r}")
     return value.astimezone(timezone.utc)
 
 
