@@ -9,6 +9,8 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger.money.costs import cents
 from ledger.money.monthly import monthly_report
@@ -176,3 +178,45 @@ def test_month_not_begun_is_empty_to_date(session, month):
     session.commit()
     s = monthly_report(session, month, now=NOW).summary
     assert s["is_partial"] and s["elapsed_hours"] == 0 and s["actual_cost"] == 0 and s["period"] == "to date (0 of 31 days)"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.lists(st.tuples(st.integers(-3 * 24 * 60, 31 * 24 * 60), st.integers(1, 6 * 24 * 60), st.integers(1, 8),
+                               st.sampled_from(["rtx4090-own", "rtx4090-rent", "rtx4090-reserved"])), min_size=1, max_size=8),
+       now_minutes=st.integers(1, 31 * 24 * 60 - 1), fleet_nodes=st.integers(1, 8))
+def test_identities_hold_to_date(session, runs, now_minutes, fleet_nodes):
+    """Whatever the runs and the instant: runs + idle = spend to date (exact), the export adds up to the cent,
+    and the fleet's capacity is its nodes × the hours elapsed. Runs end by now, as on a real ledger."""
+    import uuid
+
+    from sqlmodel import delete
+
+    from ledger.store.models import Budget, Fleet, Run
+
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    now = start + timedelta(minutes=now_minutes)
+    try:
+        add_fleet(session, fleet_nodes, name=f"f-{uuid.uuid4().hex[:6]}")
+        for k, (offset, minutes, nodes, offer_name) in enumerate(runs):
+            t0 = start + timedelta(minutes=offset)
+            if t0 >= now:
+                continue
+            hours = min(minutes / 60, (now - t0).total_seconds() / 3600)
+            add_run(session, f"r{k}-{uuid.uuid4().hex[:6]}", t0, hours, nodes=nodes, offer_name=offer_name)
+        session.commit()
+        rep = monthly_report(session, MONTH, now=now)
+        s = rep.summary
+        assert s["is_partial"] and s["period_end"] == now
+        assert s["elapsed_hours"] == Decimal(now_minutes) / 60
+        if not any(r.offer_kind == "rent_reserved" for r in rep.runs):  # reserved runs imply a reserved fleet (peak)
+            assert sum(n.capacity_node_hours for n in rep.node_types) == fleet_nodes * s["elapsed_hours"]
+        assert abs(sum((r.cost for r in rep.runs), Decimal(0)) + s["idle_cost"] - s["actual_cost"]) < Decimal("1e-18")
+        p = presented_report(rep)
+        assert sum(Decimal(r["cost"]) for r in p["runs"]) + Decimal(p["summary"]["idle_cost"]) == Decimal(p["summary"]["actual_cost"])
+        assert sum((Decimal(x["cost"]) for x in p["projects"]), Decimal(0)) + Decimal(p["summary"]["idle_cost"]) == \
+            Decimal(p["summary"]["actual_cost"])
+    finally:
+        session.rollback()
+        for model in (Run, Fleet, Budget):
+            session.exec(delete(model))
+        session.commit()

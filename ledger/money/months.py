@@ -7,6 +7,10 @@ interval touches, and :func:`time_share` gives the exact share of the
 interval before an instant (0 at its start, 1 at its end, so the shares of
 consecutive slices telescope and the slices add up to the whole).
 
+:func:`month_period` is the part of a month elapsed at an instant (all of it once
+the month has ended): a month that has not ended is reported over that part,
+labelled "to date (3 of 31 days)".
+
 Pure functions of their arguments (no database), used by the monthly report,
 the rollup, the daily report, the run detail and the dashboard alike.
 """
