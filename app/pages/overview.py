@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -104,17 +105,42 @@ def forecast_section() -> None:
                         f"to date {fmt_cell(kind, f[key]['to_date'])}. `trainledger forecast --month {month}`.")
     st.caption(f"Expected, with p10–p90 {fmt_cell('cost', f['spend']['p10'])} to {fmt_cell('cost', f['spend']['p90'])} {cur} "
                f"for the spend. {f['method']['text']}")
+    team = next((b for b in data.budget_status(url, month)["budgets"] if not b["project"]), None)
+    ui.show_chart(spend_path_chart(f, team["amount"] if team else None))
+
+
+def spend_path_chart(f: dict, budget) -> alt.Chart:
+    """Spend so far day by day, the straight line to the expected month end with its p10-p90, the team's budget."""
+    end = pd.Timestamp(f["period_end"]) + pd.Timedelta(hours=float(f["remaining_hours"]))
+    start = pd.Timestamp(f["period_end"]) - pd.Timedelta(hours=float(f["elapsed_hours"]))
+    path = [{"time": start, "spend": 0.0, "series": "spent"}]
+    path += [{"time": pd.Timestamp(d["end"]), "spend": float(d["spend"]), "series": "spent"} for d in f["daily"]]
+    path += [{"time": pd.Timestamp(f["period_end"]), "spend": float(f["spend"]["to_date"]), "series": "forecast"},
+             {"time": end, "spend": float(f["spend"]["expected"]), "series": "forecast"}]
+    x = alt.X("time:T", title=None)
+    y = alt.Y("spend:Q", title=f"spend ({cur})")
+    chart = alt.Chart(pd.DataFrame(path)).mark_line(point=True).encode(
+        x=x, y=y, strokeDash=alt.StrokeDash("series:N", title=None, legend=alt.Legend(orient="bottom"),
+                                            scale=alt.Scale(domain=["spent", "forecast"], range=[[1, 0], [5, 4]])),
+        tooltip=[alt.Tooltip("time:T"), "series", alt.Tooltip("spend:Q", format=",.2f")])
+    band = alt.Chart(pd.DataFrame([{"time": end, "p10": float(f["spend"]["p10"]), "p90": float(f["spend"]["p90"])}])
+                     ).mark_errorbar(ticks=True).encode(x=x, y=alt.Y("p10:Q", title=f"spend ({cur})"), y2="p90:Q")
+    layers = [chart, band]
+    if budget is not None:
+        layers.append(alt.Chart(pd.DataFrame([{"budget": float(budget)}])).mark_rule(color="red", strokeDash=[4, 4])
+                      .encode(y="budget:Q", tooltip=[alt.Tooltip("budget:Q", format=",.2f")]))
+    return alt.layer(*layers).properties(height=260)
 
 
 def budget_section() -> None:
     """Each budget of the month (team and projects) and the per-project table: to date, forecast, budget, state."""
     b = data.budget_status(url, month)
-    f = data.forecast(url, month)
     st.subheader(f"Budgets, {month}")
     if not b["budgets"]:
         st.caption(f"No budget applies to {month}. Set one with `trainledger budget set AMOUNT [--project P] "
                    "[--month YYYY-MM]`; `trainledger budget check` exits 1 when one is at risk or over (for cron).")
         return
+    f = data.forecast(url, month)
     by_project = {x["project"]: x for x in b["budgets"]}
     team = by_project.get("")
     if team is not None:

@@ -103,12 +103,12 @@ def _daily_text(d: dict[str, Any]) -> str:
 @app.command("daily")
 @command
 def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
-                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                 db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
     from ledger.reports.daily import daily_report
 
     with session(db) as s:
-        data = daily_report(s, date_)
+        data = daily_report(s, date_, now=clock(now))
     emit(data, as_json, _daily_text)
 
 

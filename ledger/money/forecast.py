@@ -30,6 +30,7 @@ monthly report's allocation, the rest by ``costs.fleet_month``'s). The budgets
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -181,14 +182,23 @@ def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime,
 
 def _usage(led: _Ledger, a: datetime, b: datetime) -> dict[Group, Usage]:
     """Each group's usage in ``[a, b)``: node-hours and GPU-hours exactly, elastic bills by time share."""
-    out: dict[Group, Usage] = defaultdict(Usage)
+    return _usage_in(led, [(a, b)])[0]
+
+
+def _usage_in(led: _Ledger, spans: list[tuple[datetime, datetime]]) -> list[dict[Group, Usage]]:
+    """:func:`_usage` of each of consecutive ``spans`` (in time order), in one pass over the runs."""
+    out: list[dict[Group, Usage]] = [defaultdict(Usage) for _ in spans]
+    ends = [b for _, b in spans]
     for project, offer, nodes, gpn, s, e, bill in led.runs:
-        lo, hi = max(s, a), min(e, b)
-        if hi <= lo:
-            continue
-        nh = costs.node_hours(nodes, costs.hours_between(lo, hi))
-        share = time_share(s, e, hi) - time_share(s, e, lo) if bill else ZERO
-        out[(project, offer.id)].add(Usage(nh, costs.gpu_hours(nh, gpn), bill * share))
+        i = bisect_right(ends, s)
+        while i < len(spans) and spans[i][0] < e:
+            a, b = spans[i]
+            lo, hi = max(s, a), min(e, b)
+            if hi > lo:
+                nh = costs.node_hours(nodes, costs.hours_between(lo, hi))
+                share = time_share(s, e, hi) - time_share(s, e, lo) if bill else ZERO
+                out[i][(project, offer.id)].add(Usage(nh, costs.gpu_hours(nh, gpn), bill * share))
+            i += 1
     return out
 
 
@@ -245,13 +255,14 @@ def _project(led: _Ledger, period: Period, window_days: int, to_date: Figures) -
     rate = {g: u.scaled(rest_hours / window_hours) for g, u in total.items()} if window_hours else {}
     expected = _plus(to_date, cost_interval(led, rest_from, end, rate, period.month_hours))
     zero = _plus(to_date, cost_interval(led, rest_from, end, {g: Usage() for g in rate}, period.month_hours))
-    days = []
+    spans = []
     t = now
     while t - DAY >= w0:  # whole days back from now
-        day = _usage(led, t - DAY, t)
-        days.append(_plus(to_date, cost_interval(led, rest_from, end, {g: u.scaled(rest_hours / 24) for g, u in day.items()},
-                                                 period.month_hours)))
+        spans.insert(0, (t - DAY, t))
         t -= DAY
+    days = [_plus(to_date, cost_interval(led, rest_from, end, {g: u.scaled(rest_hours / 24) for g, u in day.items()},
+                                         period.month_hours))
+            for day in reversed(_usage_in(led, spans))]
     low, high = _range(expected, zero, days)
     return _Projection(expected, low, high, (w0, now), days, led.running)
 
@@ -260,13 +271,15 @@ def _path(led: _Ledger, period: Period, to_date: Figures) -> list[tuple[datetime
     """Spend and project costs to the end of each day of the month so far (display time zone): each
     day costed as the rest of the month is (nominal power), then scaled so that the last day ends on
     the to-date figures of the monthly report (which use measured energy where it was collected)."""
-    out, total = [], Figures()
+    spans = []
     day = period.start.astimezone(led.tz).date()
     while (a := date_start(day, led.tz)) < period.end:
-        b = min(date_start(day + DAY, led.tz), period.end)
-        total = _plus(total, cost_interval(led, a, b, _usage(led, a, b), period.month_hours))
-        out.append((b, total))
+        spans.append((a, min(date_start(day + DAY, led.tz), period.end)))
         day += DAY
+    out, total = [], Figures()
+    for (a, b), usage in zip(spans, _usage_in(led, spans)):
+        total = _plus(total, cost_interval(led, a, b, usage, period.month_hours))
+        out.append((b, total))
     for i, (t, f) in enumerate(out):
         out[i] = (t, _scaled_to(f, total, to_date))
     return out

@@ -88,6 +88,8 @@ def test_day_3_in_the_browser(day3_dashboard):
             expect(budgets.first).to_be_visible()
             _settle(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-day3-overview.png"), full_page=True)
+            page.get_by_text("Budgets, 2026-12").scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-day3-budgets.png"))
 
             nav = page.get_by_test_id("stSidebarNav")
             nav.get_by_role("link", name="Monthly ROI", exact=True).click()

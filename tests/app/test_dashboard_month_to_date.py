@@ -82,6 +82,9 @@ def test_overview_on_day_3(day3):
     assert any(f"p10–p90 {fmt_cell('cost', fc['spend']['p10'])} to {fmt_cell('cost', fc['spend']['p90'])}" in c.value
                for c in at.caption)
     assert any("less** than owning to date (3 of 31 days) (21.6% cheaper)" in m.value for m in at.markdown)
+    # the spend path chart: the days so far, then the forecast to the month's end, and the team budget
+    specs = [c.proto.spec for c in at.get("vega_lite_chart") if "errorbar" in c.proto.spec]
+    assert len(specs) == 1 and '"budget"' in specs[0] and '"spend"' in specs[0]
     # budgets: the team's at risk, and the per-project table
     assert any(w.value.startswith("**Team budget: at risk** · spent 2,787.12 of 30,000.00 CNY (9.3%)") for w in at.warning)
     table = next(d.value for d in at.dataframe if "state" in d.value.columns)
