@@ -36,6 +36,7 @@ def exporter_command(
     """Serve the month's spend, forecast, budgets and their states, idle and waste cost, GPU time, time
     utilization and running runs as Prometheus metrics (read-only)."""
     from prometheus_client import CollectorRegistry, start_http_server
+    from sqlmodel import Session
 
     from ledger.money import rollup
     from ledger.reports.metrics import LedgerCollector, month_metrics
@@ -50,8 +51,6 @@ def exporter_command(
     engine.dispose()
     ro = read_only_engine(url)
     collector = LedgerCollector(ro, refresh_s=refresh, window_days=window, clock=lambda: report_clock(now))
-    from sqlmodel import Session
-
     with Session(ro) as s:  # the figures once, so that a ledger that cannot be costed fails now, in one line
         month_metrics(s, report_clock(now), window)
     registry = CollectorRegistry()

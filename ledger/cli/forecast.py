@@ -62,8 +62,6 @@ def forecast_command(
     from ledger.reports.backtest import backtest as run_backtest
 
     at = clock(now)
-    if not isinstance(window, int) or not 1 <= window <= 90:
-        raise LedgerInputError(f"--window: days of run rate, 1 to 90, got {window!r}")
     with session(db) as s:
         if backtest:
             if month or project:

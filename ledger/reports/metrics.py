@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Optional
+from zoneinfo import ZoneInfo
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -33,7 +34,7 @@ from sqlmodel import Session, select
 from ledger.money.budgets import STATES, budget_status
 from ledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
 from ledger.money.monthly import monthly_report
-from ledger.money.months import month_of
+from ledger.money.months import date_start, month_of
 from ledger.store.models import Run, RunStatus
 from ledger.store.settings import display_timezone
 
@@ -100,11 +101,7 @@ def _budget_families(status: dict[str, Any], month: str, cur: str) -> list[Metri
     return [amount, state, used, crossing]
 
 
-def _day_start(day, tz_name: str) -> float:
-    from zoneinfo import ZoneInfo
-
-    from ledger.money.months import date_start
-
+def _day_start(day: date, tz_name: str) -> float:
     return date_start(day, ZoneInfo(tz_name)).timestamp()
 
 
