@@ -3,6 +3,10 @@
 Every reader takes the ledger URL as its first argument, so the cache is keyed
 by the ledger and the arguments; entries live :data:`TTL` seconds. Writes go
 through :func:`write_session` and clear the cache.
+
+"Now" is :func:`now`: the current time, or ``$TRAINLEDGER_NOW`` (the reports'
+clock, as the CLI's ``--now``): a month that has not ended at that instant is
+reported to date, as ``trainledger report monthly`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import streamlit as st
 from sqlmodel import Session
 
 from ledger.demo import is_demo
+from ledger.money.budgets import budget_status as ledger_budget_status
 from ledger.money.compare import compare_node_type
+from ledger.money.forecast import forecast as ledger_forecast
 from ledger.money.monthly import MonthlyReport, monthly_report
 from ledger.money.months import month_of, months_between, parse_month
 from ledger.money.pricing import list_pricing, offers_with_node_types
@@ -27,9 +33,14 @@ from ledger.runs import sweep as ledger_sweep
 from ledger.store.db import get_engine, resolve_url, session_scope
 from ledger.store.fleets import list_fleets
 from ledger.store.settings import DEFAULTS, display_timezone, get_setting
-from ledger.store.types import utcnow
+from ledger.store.types import report_clock
 
 TTL = 30  # seconds
+
+
+def now():
+    """The reports' clock: ``$TRAINLEDGER_NOW`` when set, else the current time (UTC)."""
+    return report_clock()
 
 
 def ledger_url() -> str:
@@ -59,16 +70,16 @@ def month_options(url: str) -> list[str]:
     """Months from the first run's to this month (or the last run's, if later), newest first."""
     with read_session(url) as s:
         span = registry.run_month_span(s)
-        now = month_of(utcnow(), display_timezone(s))
+        this = month_of(now(), display_timezone(s))
     if span is None:
-        return [now]
-    return list(reversed(months_between(span[0], max(span[1], now))))
+        return [this]
+    return list(reversed(months_between(span[0], max(span[1], this))))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def current_month(url: str) -> str:
     with read_session(url) as s:
-        return month_of(utcnow(), display_timezone(s))
+        return month_of(now(), display_timezone(s))
 
 
 def add_months(month: str, delta: int) -> str:
@@ -88,9 +99,9 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def report(url: str, month: str, lines: bool = False) -> MonthlyReport:
-    """The month's report; per-run lines only when asked for (the totals come from the rollup)."""
+    """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup)."""
     with read_session(url) as s:
-        return monthly_report(s, month, lines=lines)
+        return monthly_report(s, month, lines=lines, now=now())
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -105,7 +116,7 @@ def trend(url: str, months: tuple[str, ...]) -> list[dict[str, Any]]:
     out = []
     with read_session(url) as s:
         for m in months:
-            rep = monthly_report(s, m, lines=False, projects=False)
+            rep = monthly_report(s, m, lines=False, projects=False, now=now())
             out.append({"month": m, "summary": presented_report(rep)["summary"], "report": rep})
     return out
 
@@ -114,6 +125,28 @@ def trend(url: str, months: tuple[str, ...]) -> list[dict[str, Any]]:
 def export_bytes(url: str, month: str, fmt: str) -> bytes:
     """The monthly export, byte for byte what ``trainledger report monthly --format FMT`` writes."""
     return render(presented(url, month, lines=True), fmt)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def forecast(url: str, month: str) -> dict[str, Any]:
+    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M`` prints."""
+    with read_session(url) as s:
+        return ledger_forecast(s, month, now=now())
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def budget_status(url: str, month: str) -> dict[str, Any]:
+    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M`` prints."""
+    with read_session(url) as s:
+        return ledger_budget_status(s, month, now=now(), fc=forecast(url, month))
+
+
+def last_full_month(url: str, month: str) -> Optional[str]:
+    """``month`` if it has ended, else the month before it (none before the ledger's first month)."""
+    if not report(url, month).is_partial:
+        return month
+    before = add_months(month, -1)
+    return before if before >= month_options(url)[-1] else None
 
 
 # --- runs ------------------------------------------------------------------------

@@ -93,7 +93,9 @@ def peak_sizing(reports: list[MonthlyReport], node_type: str, own) -> dict[str, 
 
     The owned fleet is sized once, to the largest number of nodes in use at the
     same time in any of the months; each month it costs
-    ``costs.fleet_month(own, peak × hours in month, node-hours)`` (idle included).
+    ``costs.fleet_month(own, peak × hours, node-hours, hours in month)`` (idle included),
+    over the hours of the month elapsed in the report (all of them once it has ended),
+    so that a month to date compares owning and renting over the same days.
     Renting elastic costs what ``monthly_report`` billed for the same runs.
     """
     peak = 0
@@ -108,15 +110,17 @@ def peak_sizing(reports: list[MonthlyReport], node_type: str, own) -> dict[str, 
     rent_known = True
     for rep, nt in per_month:
         ms, me = month_bounds(rep.month, ZoneInfo(rep.timezone))
-        hours = costs.hours_between(ms, me)
+        month_hours = costs.hours_between(ms, me)
+        hours = rep.period.hours if rep.period is not None else month_hours  # to date while the month runs
         node_hours = nt.node_hours if nt else costs.ZERO
-        own_cost = costs.fleet_month(own, Decimal(peak) * hours, [node_hours] if node_hours else [], hours).total
+        own_cost = costs.fleet_month(own, Decimal(peak) * hours, [node_hours] if node_hours else [], month_hours).total
         elastic = nt.elastic_cost if nt else costs.ZERO
         if elastic is None:
             rent_known = False
         own_total += own_cost
         rent_total += elastic or costs.ZERO
-        rows.append({"month": rep.month, "node_hours": node_hours, "peak_nodes": nt.peak_nodes if nt else 0,
+        label = f"{rep.month} {rep.period.label}" if rep.is_partial else rep.month
+        rows.append({"month": label, "node_hours": node_hours, "peak_nodes": nt.peak_nodes if nt else 0,
                      "own_for_peak_cost": own_cost, "elastic_cost": elastic,
                      "time_utilization": costs.time_utilization(node_hours, Decimal(peak) * hours) if peak else None})
     elastic_offers = sorted({nt.elastic_offer for _, nt in per_month if nt is not None and nt.elastic_offer})

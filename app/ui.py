@@ -8,6 +8,7 @@ four decimals (0.7319 → "73.19%").
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Iterable, Optional
 
 import altair as alt
@@ -118,6 +119,33 @@ def month_picker(url: str) -> str:
     if st.query_params.get("month") != choice:
         st.query_params["month"] = choice
     return choice
+
+
+# --- a month to date -----------------------------------------------------------------
+
+def period_text(month: str, summary: dict[str, Any]) -> str:
+    """``2026-12 to date (3 of 31 days)`` for a month that has not ended (the report's own label), else ``2026-12``."""
+    return f"{month} {summary['period']}" if summary.get("is_partial") else month
+
+
+def to_date(label: str, summary: dict[str, Any]) -> str:
+    """A metric's label, with ", to date" while the month runs: "Spend, to date (CNY)"."""
+    if not summary.get("is_partial"):
+        return label
+    head, paren, tail = label.partition(" (")
+    return f"{head}, to date{paren}{tail}"
+
+
+def to_date_note(month: str, summary: dict[str, Any]) -> None:
+    """Says plainly that a month has not ended and what its figures count (nothing for a month that has)."""
+    if not summary.get("is_partial"):
+        return
+    end = summary["period_end"]
+    end_text = fmt_cell("period_end", end if hasattr(end, "strftime") else datetime.fromisoformat(str(end)))
+    st.info(f"**{period_text(month, summary)}**: {month} has not ended. Owned and reserved fleets, idle cost, "
+            f"capacity and time utilization are counted to {end_text} UTC ({fmt_cell('elapsed_hours', summary['elapsed_hours'])} "
+            f"of {fmt_cell('month_hours', summary['month_hours'])} hours), running runs up to now; nothing is charged "
+            "for the days still to come.", icon=":material/schedule:")
 
 
 # --- charts ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from bench import RESULTS_DIR, ROOT, Result, log
 
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "plan_recommend", "mfu")
+KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "exporter", "plan_recommend", "mfu")
 
 
 def _mfu(quick: bool) -> Result:
@@ -59,7 +59,7 @@ def _runner(key: str) -> Callable[[bool], Result]:
 
     module = {"tracking_overhead": "bench.overhead", "ingest_sqlite": "bench.ingest", "ingest_pg": "bench.ingest_pg",
               "rollup": "bench.rollup", "dashboard": "bench.dashboard", "runs_list": "bench.runs_list",
-              "plan_recommend": "bench.plan"}[key]
+              "exporter": "bench.exporter", "plan_recommend": "bench.plan"}[key]
     return importlib.import_module(module).run
 
 

@@ -47,7 +47,7 @@ if [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
 fi
 
-# --- Prometheus for tests/collect (a fixture starts its own server on a free loopback port) --
+# --- Prometheus (and promtool) for tests/collect and tests/test_exporter.py (each starts its own server on a free loopback port) --
 if ! command -v prometheus >/dev/null 2>&1; then
   apt_install prometheus
 fi

@@ -40,7 +40,7 @@ def test_sqlite_is_wal_with_busy_timeout(sqlite_url):
 def test_first_use_upgrades_to_head_and_seeds_presets(engine):
     assert current_revision(engine) == head_revision() == HEAD_REVISION
     tables = set(inspect(engine).get_table_names())
-    assert {"node_type", "offer", "fleet", "project", "user_account", "run", "run_node", "metric_sample", "alembic_version"} <= tables
+    assert {"node_type", "offer", "fleet", "project", "user_account", "run", "run_node", "metric_sample", "budget", "alembic_version"} <= tables
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(Offer)).one() == 3
 

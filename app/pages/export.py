@@ -20,16 +20,19 @@ url = data.ledger_url()
 month = ui.month_picker(url)
 p = data.presented(url, month, lines=True)
 st.title("Export")
-st.caption(f"The monthly report for {month}: a summary (own vs rent, savings, ROI, idle, waste), one line per "
-           "project and one per run. CSV has three blocks separated by a blank line; XLSX has three sheets. "
-           "Cells a spreadsheet would run as a formula are escaped.")
+st.caption(f"The monthly report for {ui.period_text(month, p['summary'])}: a summary (own vs rent, savings, ROI, idle, "
+           "waste), one line per project and one per run. CSV has three blocks separated by a blank line; XLSX has "
+           "three sheets. Cells a spreadsheet would run as a formula are escaped.")
+ui.to_date_note(month, p["summary"])
 
 c = st.columns(len(FORMATS))
 for col, (fmt, (label, mime)) in zip(c, FORMATS.items()):
-    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt), file_name=f"trainledger-{month}.{fmt}",
+    name = f"trainledger-{month}{'-to-date' if p['summary'].get('is_partial') else ''}.{fmt}"
+    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt), file_name=name,
                         mime=mime, key=f"export_{fmt}", type="primary" if fmt == "csv" else "secondary",
                         icon=":material/download:", on_click="ignore")
-st.caption(f"Same bytes as `trainledger report monthly --month {month} --format csv` (or `--format xlsx -o FILE`).")
+st.caption(f"Same bytes as `trainledger report monthly --month {month} --format csv` (or `--format xlsx -o FILE`)"
+           + (f", run at the same time (`--now {p['summary']['period_end']}`)." if p["summary"].get("is_partial") else "."))
 
 st.subheader("Summary")
 st.code(key_values(p["summary"]), language=None)

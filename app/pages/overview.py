@@ -1,13 +1,17 @@
-"""Overview: this month's spend, hours, the three utilizations, idle and waste, own vs rent, 12-month trends.
+"""Overview: this month's spend, hours, the three utilizations, idle and waste, own vs rent, the month-end
+forecast, budgets per project, 12-month trends.
 
 Numbers: ``presented_report(monthly_report(month))`` (what ``trainledger report
-monthly`` exports); own vs rent through ``ledger.money.costs.savings`` on the same report.
+monthly`` exports; a month that has not ended is to date); own vs rent through
+``ledger.money.costs.savings`` on the same report; the forecast and budgets are
+``trainledger forecast`` and ``trainledger budget check``.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -25,8 +29,9 @@ cur = s["currency"]
 has_runs = s["runs"] > 0
 
 st.title("Overview")
-st.caption(f"{month} · calendar month in {s['timezone']} · money in {cur} · the same figures as "
+st.caption(f"{ui.period_text(month, s)} · calendar month in {s['timezone']} · money in {cur} · the same figures as "
            f"`trainledger report monthly --month {month}`")
+ui.to_date_note(month, s)
 
 if not has_runs and not rep.node_types:
     ui.empty(f"No runs and no fleet in {month}. Import runs (`trainledger import runs.csv`), track one "
@@ -34,22 +39,22 @@ if not has_runs and not rep.node_types:
 
 OPTION = {"own": "owning", "rent_elastic": "renting elastic", "rent_reserved": "renting reserved"}
 c = st.columns(5)
-c[0].metric(f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]), border=True,
+c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True,
             help="What the month cost under the offers actually used: owned or reserved fleets in full "
-                 "(runs + idle), elastic runs as billed.")
-c[1].metric(f"Idle cost ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True,
+                 "(runs + idle; to now while the month runs), elastic runs as billed.")
+c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True,
             help="Fleet node-hours no run used, at the idle rate.")
-c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
+c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True,
             help="Cost of failed, crashed and cancelled runs + idle cost.")
-c[3].metric(f"If owned ({cur})", ui.money("own_cost", s["own_cost"]), border=True,
+c[3].metric(ui.to_date(f"If owned ({cur})", s), ui.money("own_cost", s["own_cost"]), border=True,
             help="The same usage on an owned fleet (the configured fleet, else sized to the peak).")
-c[4].metric(f"If rented elastic ({cur})", ui.money("elastic_cost", s["elastic_cost"]), border=True,
+c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost", s["elastic_cost"]), border=True,
             help="The same runs rented elastic: only used node-hours, billed per run.")
 
 c = st.columns([1, 1, 1.5, 1])
-c[0].metric("GPU-hours", ui.number("gpu_hours", s["gpu_hours"]), border=True,
+c[0].metric(ui.to_date("GPU-hours", s), ui.number("gpu_hours", s["gpu_hours"]), border=True,
             help="Node-hours in runs × GPUs per node.")
-c[1].metric(ui.TIME_UTIL, ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP)
+c[1].metric(ui.to_date(ui.TIME_UTIL, s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP)
 c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP)
 c[3].metric(ui.MFU, ui.mfu_text(s["mfu_mean"], s["gpu_util_sources"], has_runs), border=True, help=ui.MFU_HELP)
 notes = []
@@ -63,14 +68,15 @@ if notes:
 own, elastic = rep.summary["own_cost"], rep.summary["elastic_cost"]
 if own is not None and elastic is not None and (own or elastic):
     cheaper, saving, pct_ = costs.savings(own, elastic)
+    span = s['period'] if s.get("is_partial") else "this month"
     if cheaper == "b":
         text = (f"renting elastic would have cost **{fmt_cell('savings', saving)} {cur} less** than owning "
-                f"this month ({fmt_cell('savings_pct', pct_)} cheaper).")
+                f"{span} ({fmt_cell('savings_pct', pct_)} cheaper).")
     elif cheaper == "a":
-        text = (f"owning costs **{fmt_cell('savings', saving)} {cur} less** than renting elastic this month "
+        text = (f"owning costs **{fmt_cell('savings', saving)} {cur} less** than renting elastic {span} "
                 f"({fmt_cell('savings_pct', pct_)} cheaper).")
     else:
-        text = "the same this month."
+        text = f"the same {span}."
     cheapest = OPTION.get(s["cheapest_option"])
     st.markdown(f"**Own vs rent:** {text}" + (f" Cheapest of all options: **{cheapest}**." if cheapest else ""))
 
@@ -81,6 +87,93 @@ if p["node_types"]:
                            "peak_nodes": "peak nodes", "actual_cost": "spend", "idle_cost": "idle",
                            "own_cost": "if owned", "elastic_cost": "if rented elastic",
                            "reserved_cost": "if reserved"}), hide_index=True)
+
+
+STATE = {"ok": "ok", "at_risk": "at risk", "over": "over"}
+
+
+def forecast_section() -> None:
+    """The month-end forecast of a month that has not ended: expected figures, p10-p90, the method."""
+    f = data.forecast(url, month)
+    st.subheader(f"Month-end forecast, {month}")
+    c = st.columns(3)
+    for col, key, label in ((c[0], "spend", f"Spend at month end ({cur})"), (c[1], "idle_cost", f"Idle cost at month end ({cur})"),
+                            (c[2], "gpu_hours", "GPU-hours at month end")):
+        kind = "cost" if key != "gpu_hours" else "gpu_hours"
+        col.metric(label, fmt_cell(kind, f[key]["expected"]), border=True,
+                   help=f"p10 {fmt_cell(kind, f[key]['p10'])}, p90 {fmt_cell(kind, f[key]['p90'])}; "
+                        f"to date {fmt_cell(kind, f[key]['to_date'])}. `trainledger forecast --month {month}`.")
+    st.caption(f"Expected, with p10–p90 {fmt_cell('cost', f['spend']['p10'])} to {fmt_cell('cost', f['spend']['p90'])} {cur} "
+               f"for the spend. {f['method']['text']}")
+    team = next((b for b in data.budget_status(url, month)["budgets"] if not b["project"]), None)
+    ui.show_chart(spend_path_chart(f, team["amount"] if team else None))
+
+
+def spend_path_chart(f: dict, budget) -> alt.Chart:
+    """Spend so far day by day, the straight line to the expected month end with its p10-p90, the team's budget."""
+    end = pd.Timestamp(f["period_end"]) + pd.Timedelta(hours=float(f["remaining_hours"]))
+    start = pd.Timestamp(f["period_end"]) - pd.Timedelta(hours=float(f["elapsed_hours"]))
+    path = [{"time": start, "spend": 0.0, "series": "spent"}]
+    path += [{"time": pd.Timestamp(d["end"]), "spend": float(d["spend"]), "series": "spent"} for d in f["daily"]]
+    path += [{"time": pd.Timestamp(f["period_end"]), "spend": float(f["spend"]["to_date"]), "series": "forecast"},
+             {"time": end, "spend": float(f["spend"]["expected"]), "series": "forecast"}]
+    x = alt.X("time:T", title=None)
+    y = alt.Y("spend:Q", title=f"spend ({cur})")
+    chart = alt.Chart(pd.DataFrame(path)).mark_line(point=True).encode(
+        x=x, y=y, strokeDash=alt.StrokeDash("series:N", title=None, legend=alt.Legend(orient="bottom"),
+                                            scale=alt.Scale(domain=["spent", "forecast"], range=[[1, 0], [5, 4]])),
+        tooltip=[alt.Tooltip("time:T"), "series", alt.Tooltip("spend:Q", format=",.2f")])
+    band = alt.Chart(pd.DataFrame([{"time": end, "p10": float(f["spend"]["p10"]), "p90": float(f["spend"]["p90"])}])
+                     ).mark_errorbar(ticks=True).encode(x=x, y=alt.Y("p10:Q", title=f"spend ({cur})"), y2="p90:Q")
+    layers = [chart, band]
+    if budget is not None:
+        layers.append(alt.Chart(pd.DataFrame([{"budget": float(budget)}])).mark_rule(color="red", strokeDash=[4, 4])
+                      .encode(y="budget:Q", tooltip=[alt.Tooltip("budget:Q", format=",.2f")]))
+    return alt.layer(*layers).properties(height=260)
+
+
+def budget_section() -> None:
+    """Each budget of the month (team and projects) and the per-project table: to date, forecast, budget, state."""
+    b = data.budget_status(url, month)
+    st.subheader(f"Budgets, {month}")
+    if not b["budgets"]:
+        st.caption(f"No budget applies to {month}. Set one with `trainledger budget set AMOUNT [--project P] "
+                   "[--month YYYY-MM]`; `trainledger budget check` exits 1 when one is at risk or over (for cron).")
+        return
+    f = data.forecast(url, month)
+    by_project = {x["project"]: x for x in b["budgets"]}
+    team = by_project.get("")
+    if team is not None:
+        line = (f"**Team budget: {STATE[team['state']]}** · spent {fmt_cell('cost', team['cost']['to_date'])} of "
+                f"{fmt_cell('cost', team['amount'])} {cur} ({fmt_cell('used_pct', team['used_pct'])}); month end "
+                f"{fmt_cell('cost', team['cost']['expected'])} expected")
+        if team["crossed_on"]:
+            line += f"; {'over since' if team['state'] == 'over' else 'crosses it on'} {team['crossed_on']}"
+        (st.error if team["state"] == "over" else st.warning if team["state"] == "at_risk" else st.success)(line)
+    rows = []
+    for p in f["projects"]:
+        bud = by_project.get(p["project"])
+        rows.append({"project": p["project"] or "(none)", "to_date_cost": p["cost"]["to_date"],
+                     "forecast_cost": p["cost"]["expected"], "p90_cost": p["cost"]["p90"],
+                     "budget_cost": bud["amount"] if bud else None, "used": fmt_cell("used_pct", bud["used_pct"]) if bud else "",
+                     "state": STATE[bud["state"]] if bud else "no budget",
+                     "crossed_on": str(bud["crossed_on"]) if bud and bud["crossed_on"] else ""})
+    for name, bud in by_project.items():  # budgets of projects with no cost this month
+        if name and name not in {p["project"] for p in f["projects"]}:
+            rows.append({"project": name, "to_date_cost": 0, "forecast_cost": 0, "p90_cost": 0, "budget_cost": bud["amount"],
+                         "used": fmt_cell("used_pct", bud["used_pct"]), "state": STATE[bud["state"]], "crossed_on": ""})
+    st.dataframe(ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "state",
+                                 "crossed_on"],
+                          {"to_date_cost": "spent to date", "forecast_cost": "month end (expected)", "p90_cost": "p90",
+                           "budget_cost": "budget", "crossed_on": "over since / crosses on"}),
+                 hide_index=True, key="budget_table")
+    st.caption("at risk: the month-end forecast is above the budget; over: spent to date above it. "
+               f"The same as `trainledger budget check --month {month}`.")
+
+
+if s.get("is_partial"):
+    forecast_section()
+budget_section()
 
 
 @st.fragment(run_every="30s")
@@ -102,7 +195,7 @@ months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, util_rows, hour_rows = [], [], []
 for t in data.trend(url, tuple(months)):
-    m, sm = t["month"], t["summary"]
+    m, sm = t["month"] + (" (to date)" if t["summary"].get("is_partial") else ""), t["summary"]
     for label, key in (("Spend", "actual_cost"), ("If owned", "own_cost"), ("If rented elastic", "elastic_cost"),
                        ("Idle", "idle_cost")):
         if sm[key] is not None:

@@ -36,6 +36,10 @@ if not comparable:
     st.stop()
 
 rep = data.report(url, month)
+# the utilization to start from: never a month to date (3 days of a busy cluster are not its month);
+# the last full month instead, and the page says which
+seed_month = data.last_full_month(url, month)
+seed = data.report(url, seed_month) if seed_month else None
 used = [n.node_type for n in rep.node_types if n.node_type in comparable and n.node_hours]
 c = st.columns(4)
 node_type = c[0].selectbox("Node type", comparable, index=comparable.index(used[0]) if used else 0, key="rvo_nt")
@@ -43,10 +47,17 @@ own_offers = [o for o in by_nt[node_type] if o.kind.value == "own"]
 rent_offers = [o for o in by_nt[node_type] if o.kind.value == "rent_elastic"]
 own_o = next(o for o in own_offers if o.name == c[1].selectbox("Own offer", [o.name for o in own_offers], key="rvo_own"))
 rent_o = next(o for o in rent_offers if o.name == c[2].selectbox("Rent offer (elastic)", [o.name for o in rent_offers], key="rvo_rent"))
-month_util = rep.summary["time_utilization"]
-default_u = float(round(month_util, 2)) if month_util is not None and 0 < month_util <= 1 else 1.0
+month_util = seed.summary["time_utilization"] if seed is not None else None
+if month_util is not None and 0 < month_util <= 1:
+    default_u = float(round(month_util, 2))
+    seeded = f"Starts at {seed_month}'s time utilization ({ui.pct(month_util)})"
+else:
+    default_u, seeded = 1.0, "Starts at 100% (no full month's time utilization to start from)"
+if rep.is_partial:
+    seeded += f"; {ui.period_text(month, rep.summary)} has not ended, so the last full month is used"
 u_float = c[3].slider(ui.TIME_UTIL, 0.0, 1.0, default_u, 0.01, key="rvo_util",
-                      help=f"Share of the month the node runs jobs. Starts at {month}'s time utilization when known.")
+                      help=f"Share of the month the node runs jobs. {seeded}.")
+st.caption(seeded + ".")
 u = Decimal(str(u_float))
 
 with st.expander("Assumptions (try other prices; nothing is saved)"):

@@ -22,18 +22,22 @@ p = data.presented(url, month)
 s = p["summary"]
 cur = s["currency"]
 st.title("Monthly ROI")
-st.caption(f"{month} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the chosen option")
+st.caption(f"{ui.period_text(month, s)} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the "
+           "chosen option")
+ui.to_date_note(month, s)
 
 if not s["runs"] and s["actual_cost"] == "0.00":
     ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")
 else:
     c = st.columns(4)
-    c[0].metric(f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]), border=True,
+    c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True,
                 help=f"Chosen option: {OPTION[s['chosen_option']]}.")
-    c[1].metric(f"Alternative: {OPTION[s['alternative_option']]} ({cur})", ui.money("alternative_cost", s["alternative_cost"]), border=True)
-    c[2].metric(f"Savings vs the alternative ({cur})", ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
+    c[1].metric(ui.to_date(f"Alternative: {OPTION[s['alternative_option']]} ({cur})", s),
+                ui.money("alternative_cost", s["alternative_cost"]), border=True)
+    c[2].metric(ui.to_date(f"Savings vs the alternative ({cur})", s), ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
                 border=True, help="Negative: the alternative would have been cheaper.")
-    c[3].metric("ROI", ui.pct(s["roi"]), border=True)
+    c[3].metric(ui.to_date("ROI", s), ui.pct(s["roi"]), border=True,
+                help="Both options over the same hours: the part of the month elapsed while it runs.")
     c = st.columns([1.6, 1.3, 1, 1])
     c[0].metric(f"Tokens per 1,000 {cur}", ui.number("tokens_per_1000", s["tokens_per_1000"]), border=True)
     c[1].metric(f"Useful GPU-hours per 1,000 {cur}", ui.number("useful_gpu_hours_per_1000", s["useful_gpu_hours_per_1000"]),
@@ -43,7 +47,8 @@ else:
     c[3].metric(f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True)
     if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:
         st.warning(f"The alternative ({OPTION[s['alternative_option']]}) would have cost "
-                   f"{ui.money('savings', -Decimal(s['savings_vs_alternative']))} {cur} less this month.")
+                   f"{ui.money('savings', -Decimal(s['savings_vs_alternative']))} {cur} less "
+                   + (f"so far this month, {s['period']}." if s.get("is_partial") else "this month."))
 
 st.subheader("Per project")
 alt_key = "cost_if_elastic" if s["alternative_option"] == "rent_elastic" else "cost_if_own"
@@ -70,7 +75,7 @@ months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, roi_rows, waste_rows = [], [], []
 for t in data.trend(url, tuple(months)):
-    m, sm = t["month"], t["summary"]
+    m, sm = t["month"] + (" (to date)" if t["summary"].get("is_partial") else ""), t["summary"]
     money_rows.append({"month": m, "series": "Spend", "cost": float(Decimal(sm["actual_cost"]))})
     if sm["alternative_cost"] is not None:
         money_rows.append({"month": m, "series": f"Alternative ({OPTION[sm['alternative_option']]})",

@@ -56,6 +56,7 @@ def group(help_text: str) -> typer.Typer:
 
 DbOpt = Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+NowOpt = Annotated[Optional[str], typer.Option("--now", help="The reports' clock: an ISO 8601 time (UTC unless it names a zone). Default: $TRAINLEDGER_NOW, else the current time. A month not ended at this time is reported to date.", show_default=False)]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -112,6 +113,13 @@ def _check_arguments(kwargs: dict[str, Any]) -> None:
                 year, _ = parse_month(value)
             if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
                 raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {value!r}")
+
+
+def clock(now: Optional[str]):
+    """The instant a report is made at: ``--now``, else ``$TRAINLEDGER_NOW``, else the current time."""
+    from ledger.store.types import report_clock
+
+    return report_clock(now)
 
 
 def session(db: Optional[str]):

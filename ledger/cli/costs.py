@@ -9,6 +9,8 @@ import typer
 from ledger.cli.common import (
     DbOpt,
     JsonOpt,
+    NowOpt,
+    clock,
     command,
     decimal_option,
     emit,
@@ -28,7 +30,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                  own: Annotated[Optional[str], typer.Option(help="Own offer (default: the node type's).")] = None,
                  rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer (default: the node type's).")] = None,
                  reserved: Annotated[Optional[str], typer.Option(help="Reserved rent offer, with --month.")] = None,
-                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                 db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
     from ledger.money.compare import compare_month, compare_node_type
     from ledger.reports.present import key_values, table
@@ -39,7 +41,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
         if node_type:
             data = compare_node_type(s, node_type, decimal_option(utilization, "--utilization"), own=own, rent=rent)
         else:
-            data = compare_month(s, month, own=own, rent=rent, reserved=reserved)
+            data = compare_month(s, month, own=own, rent=rent, reserved=reserved, now=clock(now))
 
     def text(d):
         if "node_types" not in d:
@@ -50,7 +52,8 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                 lines.append(f"\nOwning ({d['own_offer']}) wins above a time utilization of {float(d['break_even_utilization']):.1%}.")
             return "\n".join(lines)
         cols = ["node_type", "node_hours", "peak_nodes", "own_nodes", "actual_cost", "own_cost", "elastic_cost", "reserved_cost", "cheapest"]
-        return f"{d['month']} ({d['timezone']}, {d['currency']})\n" + table(d["node_types"], cols) + "\n\ntotal:\n" + key_values(d["total"])
+        period = f" {d['period']}" if d.get("is_partial") else ""
+        return f"{d['month']}{period} ({d['timezone']}, {d['currency']})\n" + table(d["node_types"], cols) + "\n\ntotal:\n" + key_values(d["total"])
 
     emit(data, as_json, text)
 

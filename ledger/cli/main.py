@@ -11,7 +11,22 @@ from __future__ import annotations
 
 import typer
 
-from ledger.cli import costs, db, demo, fleet, imports, metrics, plan, pricing, reports, runs, settings
+from ledger.cli import (
+    budget,
+    costs,
+    db,
+    demo,
+    exporter,
+    fleet,
+    forecast,
+    imports,
+    metrics,
+    plan,
+    pricing,
+    reports,
+    runs,
+    settings,
+)
 from ledger.cli.common import OneLineUsageErrors
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",
@@ -33,7 +48,7 @@ def _register_parts() -> None:
 for _module in (db, demo, imports, runs, settings):
     _module.register(app)
 _register_parts()
-for _module in (metrics, costs, reports, pricing, fleet, plan):
+for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fleet, plan):
     _module.register(app)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
 from ledger.errors import LedgerInputError
 
 app = group("Reports and the monthly export.")
@@ -21,8 +21,10 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
                    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json).")] = None,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
-                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run."""
+                   db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run.
+
+    A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
     from ledger.money.monthly import monthly_report
     from ledger.reports.export import presented_report, render
     from ledger.reports.present import key_values
@@ -32,7 +34,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     if fmt == "xlsx" and output is None:
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
     with session(db) as s:
-        p = presented_report(monthly_report(s, month, own=own, rent=rent))
+        p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now)))
     data = render(p, fmt)
     if output is None:
         sys.stdout.write(data.decode("utf-8"))
@@ -101,12 +103,12 @@ def _daily_text(d: dict[str, Any]) -> str:
 @app.command("daily")
 @command
 def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
-                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                 db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
     from ledger.reports.daily import daily_report
 
     with session(db) as s:
-        data = daily_report(s, date_)
+        data = daily_report(s, date_, now=clock(now))
     emit(data, as_json, _daily_text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Optional
 
@@ -9,7 +10,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.money import costs
-from ledger.money.monthly import monthly_report
+from ledger.money.monthly import monthly_report, period_summary
 from ledger.store.models import NodeType, Offer, OfferKind
 
 
@@ -96,9 +97,9 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
 
 
 def compare_month(session: Session, month: str, own: Optional[str] = None, rent: Optional[str] = None,
-                  reserved: Optional[str] = None) -> dict[str, Any]:
-    """Own fleet vs elastic vs reserved for the ledger's real usage of ``month``."""
-    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False)
+                  reserved: Optional[str] = None, now: Optional[datetime] = None) -> dict[str, Any]:
+    """Own fleet vs elastic vs reserved for the ledger's real usage of ``month`` (to ``now`` while it runs)."""
+    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False, now=now)
     rows = []
     for n in rep.node_types:
         options = {k: v for k, v in (("own", n.own_cost), ("rent_elastic", n.elastic_cost),
@@ -125,5 +126,7 @@ def compare_month(session: Session, month: str, own: Optional[str] = None, rent:
     if s["own_cost"] is not None and s["elastic_cost"] is not None:
         c, sv, p = costs.savings(s["own_cost"], s["elastic_cost"])
         total["own_vs_rent"] = {"cheaper": {"a": "own", "b": "rent_elastic", "equal": "equal"}[c], "savings": sv, "savings_pct": p}
-    return {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency,
-            "node_types": rows, "total": total}
+    out = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency}
+    if rep.is_partial:  # a month that has not ended is compared to date
+        out.update(period_summary(rep.period))
+    return {**out, "node_types": rows, "total": total}

@@ -12,13 +12,20 @@ duration, so that the slices of a run always add up to the run's total
 (telescoping shares). The facts come from the pre-aggregated rollup
 (:mod:`ledger.money.rollup`); the report takes them in five steps:
 
-1. :func:`_load_month`: the month's bounds, catalog, fleets and rollup facts;
+1. :func:`_load_month`: the month's bounds, the part elapsed, catalog, fleets and rollup facts;
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
 4. :func:`_summary`: the month's totals, ROI, waste and output per spend;
 5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
    same rates as the totals so that they add up to them.
+
+A month that has not ended (``now`` before its end) is reported **to date**:
+capacity, fixed costs of owned and reserved fleets, idle and time utilization
+are counted to ``now`` (to the microsecond) at the month's rates per node-hour,
+live runs are added up to ``now`` by the rollup, and the summary carries
+``period`` ("to date (3 of 31 days)"), ``is_partial``, ``period_end`` and
+``elapsed_hours``. An ended month's report is what it always was.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from ledger.money.catalog import (
     pick_offer,
 )
 from ledger.money.costs import ZERO
-from ledger.money.months import month_bounds
+from ledger.money.months import Period, month_period
 from ledger.store.models import (
     WASTE_STATUSES,
     Fleet,
@@ -131,6 +138,11 @@ class MonthlyReport:
     node_types: list[NodeTypeMonth]
     projects: list[dict[str, Any]]
     runs: list[RunSlice] = field(repr=False)
+    period: Optional[Period] = None  # the elapsed part of the month (all of it once it has ended)
+
+    @property
+    def is_partial(self) -> bool:
+        return self.period is not None and self.period.is_partial
 
 
 # --- the report, in steps ----------------------------------------------------------
@@ -159,21 +171,35 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
         nt_months.append(_node_type_month(m, offers, nt_id, (own, rent, reserved), costed, currencies))
     currency = _one_currency(month, currencies) or m.currency_setting
     summary = _summary(month, offers, nt_months, costed.group_cost)
+    if m.period.is_partial:
+        summary = {"month": month, **period_summary(m.period), **summary}
     project_rows = _projects(session, offers.detail, costed) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costed)
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
-                         node_types=nt_months, projects=project_rows, runs=runs)
+                         node_types=nt_months, projects=project_rows, runs=runs, period=m.period)
+
+
+def period_summary(period: Period) -> dict[str, Any]:
+    """The keys a month that has not ended adds to its summary (an ended month's summary is unchanged)."""
+    return {"period": period.label, "is_partial": True, "period_start": period.start, "period_end": period.end,
+            "elapsed_hours": period.hours, "month_hours": period.month_hours,
+            "days_elapsed": period.days_elapsed, "days_in_month": period.days_in_month}
 
 
 @dataclass
 class _Month:
-    """What one month's report reads: its bounds, the catalog, the fleets held and the rollup's facts."""
+    """What one month's report reads: its bounds, the part elapsed, the catalog, the fleets held and the rollup's facts.
+
+    ``hours`` is the whole month's (fixed costs per node-hour are a month's ÷ its hours);
+    capacity is counted to ``period.end``: the month's end, or ``now`` while it runs.
+    """
 
     name: str
     tz: ZoneInfo
     start: datetime
     end: datetime
     hours: Decimal
+    period: Period
     cat: Catalog
     facts: rollup.MonthFacts
     fleets: dict[int, list[Fleet]]  # by offer id
@@ -188,8 +214,9 @@ class _Month:
 
 def _load_month(session: Session, month: str, now: datetime) -> _Month:
     tz = display_timezone(session)
-    ms, me = month_bounds(month, tz)
-    return _Month(month, tz, ms, me, costs.hours_between(ms, me), load_catalog(session),
+    period = month_period(month, tz, now)
+    ms, me = period.start, period.month_end
+    return _Month(month, tz, ms, me, period.month_hours, period, load_catalog(session),
                   rollup.month_facts(session, month, tz, now), fleets_by_offer(session, ms, me, tz),
                   get_setting(session, "currency"))
 
@@ -277,9 +304,9 @@ def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", cur
     for off_id, members in by_offer.items():
         offer = m.cat.offers[off_id]
         if m.fleets.get(off_id):
-            cap = fleet_capacity(m.fleets[off_id], m.start, m.end, m.tz)
+            cap = fleet_capacity(m.fleets[off_id], m.start, m.period.end, m.tz)
         else:  # no fleet configured: implied by peak use
-            cap = Decimal(m.facts.peak(nt_id, {k[1] or 0 for k in members})) * m.hours
+            cap = Decimal(m.facts.peak(nt_id, {k[1] or 0 for k in members})) * m.period.hours
         member_facts = [offers.groups[k] for k in members]
         kwh, basis = _fleet_energy_kwh(offer, _total(member_facts), cap)
         fm = costs.fleet_month(offer, cap, [f.node_hours for f in member_facts], m.hours, energy_kwh=kwh)
@@ -317,10 +344,10 @@ def _alternatives(m: _Month, offers: _Offers, nt_id: int, total: rollup.Facts,
     own, rent, reserved = flags
     own_fleets = m.fleets_of(nt_id, OfferKind.own)
     if own_fleets:
-        own_cap, own_nodes, sized = fleet_capacity(own_fleets, m.start, m.end, m.tz), max(f.node_count for f in own_fleets), "fleet"
+        own_cap, own_nodes, sized = fleet_capacity(own_fleets, m.start, m.period.end, m.tz), max(f.node_count for f in own_fleets), "fleet"
     else:
         peak = m.facts.peak(nt_id)
-        own_cap, own_nodes, sized = Decimal(peak) * m.hours, peak, "peak"
+        own_cap, own_nodes, sized = Decimal(peak) * m.period.hours, peak, "peak"
     alt = _Alternatives(pick_offer(m.cat, own, nt_id, OfferKind.own, "--own"),
                         pick_offer(m.cat, rent, nt_id, OfferKind.rent_elastic, "--rent"),
                         pick_offer(m.cat, reserved, nt_id, OfferKind.rent_reserved, "--reserved"), own_nodes, sized)

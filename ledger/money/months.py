@@ -7,6 +7,10 @@ interval touches, and :func:`time_share` gives the exact share of the
 interval before an instant (0 at its start, 1 at its end, so the shares of
 consecutive slices telescope and the slices add up to the whole).
 
+:func:`month_period` is the part of a month elapsed at an instant (all of it once
+the month has ended): a month that has not ended is reported over that part,
+labelled "to date (3 of 31 days)".
+
 Pure functions of their arguments (no database), used by the monthly report,
 the rollup, the daily report, the run detail and the dashboard alike.
 """
@@ -14,7 +18,8 @@ the rollup, the daily report, the run detail and the dashboard alike.
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time, timezone
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from functools import lru_cache
 from typing import Iterator, Optional
@@ -101,3 +106,49 @@ def run_interval(run_started: Optional[datetime], run_ended: Optional[datetime],
     if status == RunStatus.running.value:
         return run_started, max(run_started, now)
     return run_started, max(run_started, heartbeat or run_started)
+
+
+@dataclass(frozen=True)
+class Period:
+    """The part of a calendar month that has elapsed at ``now``: all of it once the month has ended.
+
+    ``end`` is the end of what is reported (the month's end, or ``now`` while it runs;
+    the month's start for a month that has not begun); ``hours`` is the elapsed part
+    to the microsecond and ``month_hours`` the whole month's. Fixed costs, idle and
+    capacity of a month that has not ended are prorated to ``hours``.
+    """
+
+    month: str
+    start: datetime
+    end: datetime
+    month_end: datetime
+    hours: Decimal
+    month_hours: Decimal
+    days_elapsed: int  # calendar days begun, in the display time zone
+    days_in_month: int
+
+    @property
+    def is_partial(self) -> bool:
+        return self.end < self.month_end
+
+    @property
+    def label(self) -> str:
+        """``to date (3 of 31 days)`` for a month that has not ended, else ``""``."""
+        return f"to date ({self.days_elapsed} of {self.days_in_month} days)" if self.is_partial else ""
+
+
+def month_period(month: str, tz: ZoneInfo, now: datetime) -> Period:
+    """The elapsed part of ``month`` (display time zone ``tz``) at the instant ``now``."""
+    start, month_end = month_bounds(month, tz)
+    end = min(max(now, start), month_end)
+    first = start.astimezone(tz).date()
+    days_in_month = (month_end.astimezone(tz).date() - first).days
+    if end >= month_end:
+        days = days_in_month
+    elif end <= start:
+        days = 0
+    else:  # the day of ``end`` counts once it has begun (by a microsecond)
+        last = (end - timedelta(microseconds=1)).astimezone(tz).date()
+        days = (last - first).days + 1
+    return Period(month, start, end, month_end, hours_between(start, end), hours_between(start, month_end),
+                  days, days_in_month)

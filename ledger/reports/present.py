@@ -14,7 +14,7 @@ from typing import Any
 
 from ledger.money.costs import cents
 
-MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost"}
+MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost", "amount"}
 MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",
                   "cost_if_elastic", "cost_if_own", "_price", "_rate", "cheapest_saves_vs_dearest")
 MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_")
@@ -69,8 +69,8 @@ def jsonable(obj: Any, key: str = "") -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        # a dict under a money key (e.g. cost per offer) holds money too
-        inherit = kind_of(key) == "money"
+        # a dict under a money or hours key (cost per offer, a forecast's range) holds money or hours too
+        inherit = kind_of(key) in ("money", "hours")
         return {k: jsonable(v, key if inherit and not isinstance(v, (dict, list)) else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v, key) for v in obj]

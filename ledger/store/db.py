@@ -99,6 +99,31 @@ def make_engine(url: str | None = None, *, upgrade: bool = True) -> Engine:
     return engine
 
 
+def _sqlite_read_pragmas(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA query_only=ON")
+    cur.close()
+
+
+def _sqlite_begin_deferred(conn) -> None:
+    conn.exec_driver_sql("BEGIN")
+
+
+def read_only_engine(url: str | None = None) -> Engine:
+    """An engine that can only read the ledger (the exporter's): SQLite with ``query_only`` and plain
+    (deferred) transactions, so it never takes the write lock; PostgreSQL with read-only transactions.
+    The schema is not upgraded here: open the ledger once with :func:`make_engine` first."""
+    url = resolve_url(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_read_pragmas)
+        event.listen(engine, "begin", _sqlite_begin_deferred)
+        return engine
+    return create_engine(url, pool_pre_ping=True).execution_options(postgresql_readonly=True)
+
+
 @lru_cache(maxsize=8)
 def get_engine(url: str | None = None) -> Engine:
     """A process-wide engine per URL (upgraded on first use)."""
@@ -173,7 +198,7 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
 
 #: the newest migration; a test keeps it equal to Alembic's head. Every CLI command checks the
 #: ledger against it with one plain query, so Alembic is imported only when there is work to do.
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0008"
 
 
 def stored_revision(engine: Engine) -> str | None:

@@ -313,3 +313,22 @@ class RollupPeak(SQLModel, table=True):
     node_type_id: int
     offer_key: int
     peak: int = 0
+
+
+class Budget(SQLModel, table=True):
+    """A spending limit: the whole team's or one project's, for one month or for every month.
+
+    A one-month budget (``period`` ``YYYY-MM``) replaces the every-month one
+    (``period`` ``monthly``) of the same scope in its month. The amount is in
+    ``currency``, which must be the offers' (checked when it is set).
+    """
+
+    __tablename__ = "budget"
+    __table_args__ = (UniqueConstraint("project_key", "period", name="uq_budget"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    project_key: int = 0  # project id, 0 = the whole team
+    period: str = Field(max_length=7)  # "monthly" or YYYY-MM
+    amount: Decimal = Field(sa_type=Money)
+    currency: str = Field(max_length=3)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

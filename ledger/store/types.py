@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from decimal import Decimal
+from typing import Optional
 
 from sqlalchemy import DateTime, Numeric, String
 from sqlalchemy.types import TypeDecorator
@@ -67,3 +69,32 @@ class UTCDateTime(TypeDecorator):
 def utcnow() -> datetime:
     """Current time, timezone-aware UTC, microseconds kept."""
     return datetime.now(timezone.utc)
+
+
+#: the reports' clock: an ISO 8601 instant that reports, forecasts, budgets, the exporter and the
+#: dashboard take as "now" (a demo or a test on a fixed date); tracking and heartbeats never read it
+CLOCK_ENV = "TRAINLEDGER_NOW"
+
+
+def parse_instant(text: str, flag: str = "--now") -> datetime:
+    """An ISO 8601 date or time (``2026-12-03``, ``2026-12-03T08:00``, ``...+08:00``) as aware UTC; UTC
+    when it names no zone. A one-line error naming ``flag`` otherwise."""
+    from ledger.errors import LedgerInputError
+
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError):
+        raise LedgerInputError(f"{flag}: expected an ISO 8601 time such as 2026-12-03T08:00:00Z, got {text!r}") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    if not 1970 <= value.year <= 9998:  # months and windows around it stay representable
+        raise LedgerInputError(f"{flag}: the year must be 1970 to 9998, got {text!r}")
+    return value.astimezone(timezone.utc)
+
+
+def report_clock(text: Optional[str] = None) -> datetime:
+    """"Now" for a report: ``text`` (``--now``), else ``$TRAINLEDGER_NOW``, else :func:`utcnow`."""
+    if text:
+        return parse_instant(text, "--now")
+    env = os.environ.get(CLOCK_ENV)
+    return parse_instant(env, CLOCK_ENV) if env else utcnow()

@@ -48,6 +48,10 @@ READ_ONLY = {  # command: a strategy of its arguments (option values as --flag=V
                                 text, number, name)
     .map(lambda a: ["plan", "recommend", f"--model={a[0]}", f"--tokens={a[1]}", f"--nodes={a[2]}",
                     f"--deadline={a[3]}", f"--budget={a[4]}", f"--node-type={a[5]}"]),
+    "forecast": st.tuples(month, count, name)
+    .map(lambda a: ["forecast", f"--month={a[0]}", f"--window={a[1]}", f"--project={a[2]}"]),
+    "forecast now": st.one_of(text, day).map(lambda t: ["forecast", f"--now={t}"]),
+    "budget check": st.tuples(month, count).map(lambda a: ["budget", "check", f"--month={a[0]}", f"--window={a[1]}"]),
     "unknown option": st.tuples(st.sampled_from([["runs", "list"], ["report", "monthly"], ["import"], ["cost", "compare"]]), text)
     .map(lambda a: [*a[0], f"--{a[1]}"]),
 }
@@ -61,6 +65,8 @@ def _with_runs(url: str, tmp_path) -> None:
     f = tmp_path / "runs.csv"
     f.write_text(CSV)
     assert invoke(["import", f], url).exit_code == 0
+    # the first read builds the rollup (derived tables, not the record): before any snapshot
+    assert invoke(["report", "monthly", "--month=2026-11"], url).exit_code == 0
 
 
 @FUZZ
@@ -88,6 +94,28 @@ def test_random_settings(ledger, key, value):
     assert_clean(out, context=(key, value))
     if out.exit_code == 2:
         unchanged(ledger, before, context=(key, value))
+
+
+@FUZZ
+@given(amount=number, project=st.one_of(st.none(), name, st.just("llm")), month_=st.one_of(st.none(), month),
+       currency=st.one_of(st.none(), text, st.sampled_from(["CNY", "cny", "USD", "EUR"])))
+def test_random_budgets(ledger, tmp_path, amount, project, month_, currency):
+    """`budget set`: a budget is written exactly as asked, or refused in one line with nothing written."""
+    if snapshot(ledger).get("run") == []:
+        _with_runs(ledger, tmp_path)
+    args = ["budget", "set", f"--monthly={amount}"] if month_ is None else ["budget", "set", f"--month={month_}", "--", amount]
+    args[2:2] = [f"--project={project}"] * (project is not None) + [f"--currency={currency}"] * (currency is not None)
+    before = snapshot(ledger)
+    out = invoke(args, env={"TRAINLEDGER_DB_URL": ledger})  # the ledger from the environment: AMOUNT may follow `--`
+    event(f"budget set: exit {out.exit_code}")
+    assert_clean(out, context=args)
+    if out.exit_code == 2:
+        unchanged(ledger, before, context=args)
+    else:
+        from decimal import Decimal
+
+        rows = [r for r in snapshot(ledger)["budget"] if r[2] == (month_ or "monthly")]
+        assert any(Decimal(str(r[3])) == Decimal(amount.strip().replace("_", "")) for r in rows), (args, rows)
 
 
 @FUZZ

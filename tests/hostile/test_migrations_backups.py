@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -29,6 +29,7 @@ from tests.conftest import PG_ADMIN
 from tests.hostile.conftest import assert_clean, assert_refused, invoke, snapshot, unchanged
 
 MONTHS = ["2026-09", "2026-10", "2026-11", "2026-12"]
+AFTER_MONTHS = datetime(2027, 1, 1, tzinfo=timezone.utc)
 RUNS = [  # id, offer, status, start (UTC), hours, nodes, tokens, project, user
     ("old-rent-ok", "rtx4090-rent", "succeeded", datetime(2026, 10, 2, 0, 0), 10, 2, 1_000_000, "llm", "alice"),
     ("old-rent-fail", "rtx4090-rent", "failed", datetime(2026, 10, 5, 3, 30), 2.5, 1, None, "llm", "bob"),
@@ -101,7 +102,8 @@ def reports(url: str) -> dict[str, dict]:
     get_engine.cache_clear()
     eng = make_engine(url)
     with Session(eng) as s:
-        out = {m: json.loads(json.dumps(presented_report(monthly_report(s, m)), default=str)) for m in MONTHS}
+        # whole months, whenever the test runs (a month not ended would be to date: it changes every second)
+        out = {m: json.loads(json.dumps(presented_report(monthly_report(s, m, now=AFTER_MONTHS)), default=str)) for m in MONTHS}
     eng.dispose()
     return out
 

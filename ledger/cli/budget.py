@@ -1,0 +1,111 @@
+"""``trainledger budget set|list|remove|check``: spending limits per project or team-wide.
+
+``budget check`` prints one line per budget of the month and exits 1 when any is
+at risk (the month-end forecast is above it) or over (spent to date above it),
+so that cron can mail the lines::
+
+    0 8 * * *  trainledger budget check || true   # cron mails what it prints
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
+from ledger.errors import LedgerInputError
+
+app = group("Budgets per project or for the whole team, and where the month stands against them.")
+
+ProjectOpt = Annotated[Optional[str], typer.Option("--project", help="The project (leave out for a team-wide budget).")]
+STATE_TEXT = {"ok": "ok", "at_risk": "AT RISK", "over": "OVER"}
+
+
+@app.command("set")
+@command
+def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget, in the ledger's currency.", show_default=False)] = None,
+               project: ProjectOpt = None,
+               month: Annotated[Optional[str], typer.Option(help="YYYY-MM: a budget for that month only (it replaces the every-month one there).")] = None,
+               monthly: Annotated[Optional[str], typer.Option("--monthly", help="AMOUNT: a budget for every month (the default when AMOUNT is given alone).", show_default=False)] = None,
+               currency: Annotated[Optional[str], typer.Option(help="The amount's currency; must be the offers' (there are no exchange rates).")] = None,
+               db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Add or replace a budget: `budget set 20000 --project llm --month 2026-12`, `budget set --monthly 60000`."""
+    from ledger.money.budgets import set_budget
+    from ledger.reports.present import key_values
+
+    if monthly is not None and month is not None:
+        raise LedgerInputError("--monthly: a budget is for every month (--monthly AMOUNT) or for one (--month YYYY-MM AMOUNT), not both")
+    if (amount is None) == (monthly is None):
+        raise LedgerInputError("AMOUNT: give the amount once: `budget set AMOUNT [--month YYYY-MM]` or `budget set --monthly AMOUNT`")
+    with session(db) as s:
+        row = set_budget(s, amount if amount is not None else monthly, project=project, month=month, currency=currency)
+    emit(row, as_json, lambda r: key_values(r))
+
+
+@app.command("list")
+@command
+def budget_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Every budget: scope, period (monthly or YYYY-MM), amount, currency."""
+    from ledger.money.budgets import list_budgets
+    from ledger.reports.present import table
+
+    with session(db) as s:
+        rows = list_budgets(s)
+    emit(rows, as_json, lambda r: table([{**x, "project": x["project"] or "(team)"} for x in r],
+                                        ["project", "period", "amount", "currency", "updated_at"])
+         if r else "no budgets; add one with `trainledger budget set AMOUNT [--project P] [--month YYYY-MM]`")
+
+
+@app.command("remove")
+@command
+def budget_remove(project: ProjectOpt = None,
+                  month: Annotated[Optional[str], typer.Option(help="YYYY-MM: that month's budget (default: the every-month one).")] = None,
+                  db: DbOpt = None) -> None:
+    """Remove a budget (the every-month one unless --month is given)."""
+    from ledger.money.budgets import remove_budget
+
+    with session(db) as s:
+        remove_budget(s, project=project, month=month)
+    typer.echo(f"removed the {'every-month' if month is None else month} budget of {project or 'the team'}")
+
+
+def check_lines(d: dict[str, Any]) -> list[str]:
+    """One line per budget: state, spent to date, the forecast and the crossing day."""
+    from ledger.reports.present import fmt_cell
+
+    out = []
+    for b in d["budgets"]:
+        scope = b["project"] or "(team)"
+        c = {k: fmt_cell("cost", v) for k, v in b["cost"].items()}
+        line = (f"{STATE_TEXT[b['state']]:<7} {scope}  {d['month']} {d['period']}: spent {c['to_date']} "
+                f"of {fmt_cell('cost', b['amount'])} {b['currency']} ({fmt_cell('used_pct', b['used_pct'])}); month end "
+                f"{c['expected']} expected (p10 {c['p10']}, p90 {c['p90']})")
+        if b["state"] == "over" and b["crossed_on"]:
+            line += f"; over since {b['crossed_on']}"
+        elif b["state"] == "at_risk" and b["crossed_on"]:
+            line += f"; crosses the budget on {b['crossed_on']}"
+        elif b["p90_above"]:
+            line += "; p90 above the budget"
+        out.append(line)
+    return out
+
+
+@app.command("check")
+@command
+def budget_check(month: Annotated[Optional[str], typer.Option(help="YYYY-MM (default: the current month).")] = None,
+                 window: Annotated[int, typer.Option("--window", help="Days of run rate the forecast uses.", min=1, max=90)] = 7,
+                 db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """One line per budget (ok / AT RISK / OVER); exit 1 when any budget is at risk or over (for cron)."""
+    from ledger.money.budgets import budget_status
+
+    with session(db) as s:
+        data = budget_status(s, month, now=clock(now), window_days=window)
+    emit(data, as_json, lambda d: "\n".join(check_lines(d)) or
+         f"no budget applies to {d['month']}; add one with `trainledger budget set AMOUNT [--project P]`")
+    if data["worst"] != "ok":
+        raise typer.Exit(1)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="budget")

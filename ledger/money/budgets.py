@@ -1,0 +1,183 @@
+"""Budgets: spending limits per project or for the whole team, and where each month stands against them.
+
+A budget is for one month (``--month YYYY-MM``) or for every month
+(``--monthly``); in its month a one-month budget replaces the every-month one
+of the same scope. Amounts are in the ledger's currency: the offers' (one
+currency today; a different one is refused, there is no exchange rate).
+
+Where a month stands at ``now`` (:func:`budget_status`), per budget that applies to it.
+
+Each row has the budget (``amount``), the scope's ``cost`` (``to_date``,
+``expected`` at the month's end, ``p10``, ``p90``), ``used_pct`` and the state:
+
+* ``over``: spent to date above the budget (``crossed_on``: the day it went over);
+* ``at_risk``: the month-end forecast (:mod:`ledger.money.forecast`, expected
+  figure) above the budget (``crossed_on``: the day the forecast crosses it, on
+  a straight line from to date to the expected month end);
+* ``ok``: neither (``p90_above`` says when the forecast's p90 is above it).
+
+``trainledger budget check`` prints one line per budget and exits 1 when any is
+at risk or over (for cron); the dashboard's Overview and the Prometheus exporter
+show the same rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, Optional
+
+from sqlmodel import Session, select
+
+from ledger.errors import LedgerInputError
+from ledger.money import costs
+from ledger.money.forecast import DEFAULT_WINDOW_DAYS, crossing_day, forecast
+from ledger.money.months import month_of, parse_month
+from ledger.store.models import Budget, Offer, Project
+from ledger.store.settings import display_timezone, get_setting
+from ledger.store.types import utcnow
+
+MONTHLY = "monthly"
+STATES = ("ok", "at_risk", "over")
+MAX_AMOUNT = Decimal("1e13")  # the Money column holds 20 digits, 6 after the point
+TEAM = ""  # the scope of a team-wide budget, as a project name
+
+
+# --- the budget rows ------------------------------------------------------------------
+
+def ledger_currency(session: Session) -> str:
+    """The currency costs are reported in: the offers' when they share one, else the ``currency`` setting."""
+    found = set(session.exec(select(Offer.currency).distinct()).all())
+    return found.pop() if len(found) == 1 else get_setting(session, "currency")
+
+
+def parse_amount(text: Any, flag: str = "AMOUNT") -> Decimal:
+    """A budget amount: a number of cents above 0 and below 10^13, as typed (``20000``, ``1.5e4``, ``99.95``)."""
+    try:
+        amount = Decimal(str(text).strip().replace("_", ""))
+    except (InvalidOperation, ValueError):
+        raise LedgerInputError(f"{flag}: expected an amount of money such as 20000, got {text!r}") from None
+    if not amount.is_finite():
+        raise LedgerInputError(f"{flag}: expected a finite amount, got {text!r}")
+    if amount <= 0:
+        raise LedgerInputError(f"{flag}: a budget must be more than 0, got {text!r}")
+    if amount >= MAX_AMOUNT:
+        raise LedgerInputError(f"{flag}: at most 10^13, got {text!r}")
+    if amount != amount.quantize(costs.CENT):
+        raise LedgerInputError(f"{flag}: a budget is in whole cents (at most 2 decimal places), got {text!r}")
+    return amount
+
+
+def _period(month: Optional[str]) -> str:
+    if month is None:
+        return MONTHLY
+    year, _ = parse_month(month)
+    if not 1970 <= year <= 9998:
+        raise LedgerInputError(f"--month: the year must be 1970 to 9998, got {month!r}")
+    return month
+
+
+def _project_key(session: Session, project: Optional[str]) -> int:
+    if project is None or project == TEAM:
+        return 0
+    pid = session.exec(select(Project.id).where(Project.name == project)).first()
+    if pid is None:
+        names = session.exec(select(Project.name).order_by(Project.name)).all()
+        raise LedgerInputError(f"--project: no project named {project!r}; projects: {', '.join(names) or '(none)'} "
+                               "(leave --project out for a team-wide budget)")
+    return pid
+
+
+def set_budget(session: Session, amount: Any, *, project: Optional[str] = None, month: Optional[str] = None,
+               currency: Optional[str] = None) -> dict[str, Any]:
+    """Add or replace the budget of ``project`` (None: the team) for ``month`` (None: every month).
+
+    Everything is checked before anything is written; returns the row as :func:`list_budgets` shows it.
+    """
+    value = parse_amount(amount)
+    period = _period(month)
+    key = _project_key(session, project)
+    have = ledger_currency(session)
+    if currency is not None and currency.strip().upper() != have:
+        raise LedgerInputError(f"--currency: this ledger's costs are in {have} (its offers' currency) and it has no "
+                               f"exchange rate to {currency.strip()!r}; give the budget in {have}")
+    row = session.exec(select(Budget).where(Budget.project_key == key, Budget.period == period)).first()
+    if row is None:
+        row = Budget(project_key=key, period=period, amount=value, currency=have)
+        session.add(row)
+    else:
+        row.amount, row.currency, row.updated_at = value, have, utcnow()
+    session.flush()
+    return _row(row, project or TEAM)
+
+
+def remove_budget(session: Session, *, project: Optional[str] = None, month: Optional[str] = None) -> None:
+    """Delete the budget of ``project`` (None: the team) for ``month`` (None: the every-month one)."""
+    period = _period(month)
+    key = _project_key(session, project)
+    row = session.exec(select(Budget).where(Budget.project_key == key, Budget.period == period)).first()
+    if row is None:
+        scope = f"project {project}" if project else "the team"
+        raise LedgerInputError(f"budget: {scope} has no {'every-month' if period == MONTHLY else period} budget; "
+                               "see `trainledger budget list`")
+    session.delete(row)
+    session.flush()
+
+
+def list_budgets(session: Session) -> list[dict[str, Any]]:
+    """Every budget: team-wide first, then by project; every-month before one-month, by month."""
+    names = dict(session.exec(select(Project.id, Project.name)).all())
+    rows = [_row(b, names.get(b.project_key, f"#{b.project_key}") if b.project_key else TEAM)
+            for b in session.exec(select(Budget)).all()]
+    return sorted(rows, key=lambda r: (r["project"] != TEAM, r["project"], r["period"] != MONTHLY, r["period"]))
+
+
+def _row(b: Budget, project: str) -> dict[str, Any]:
+    return {"scope": "team" if not project else "project", "project": project, "period": b.period,
+            "amount": Decimal(b.amount), "currency": b.currency, "updated_at": b.updated_at}
+
+
+# --- where a month stands ------------------------------------------------------------
+
+def budgets_for(session: Session, month: str) -> list[dict[str, Any]]:
+    """The budget of each scope that applies in ``month``: its one-month budget, else its every-month one."""
+    chosen: dict[str, dict[str, Any]] = {}
+    for b in list_budgets(session):
+        if b["period"] == month or (b["period"] == MONTHLY and b["project"] not in chosen):
+            chosen[b["project"]] = b
+    return sorted(chosen.values(), key=lambda r: (r["project"] != TEAM, r["project"]))
+
+
+def budget_status(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
+                  window_days: int = DEFAULT_WINDOW_DAYS, fc: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Each budget of ``month`` (default: the current one) at ``now``: to date, forecast, state, crossing day.
+
+    ``fc``: the month's forecast when the caller already has it (the same ``now`` and window).
+    """
+    now = now or utcnow()
+    tz = display_timezone(session)
+    month = month or month_of(now, tz)
+    budgets = budgets_for(session, month)
+    if fc is None and budgets:
+        fc = forecast(session, month, now=now, window_days=window_days)
+    rows = [_status(b, fc) for b in budgets]
+    return {"month": month, "timezone": str(tz), "now": now, "period": fc["period"] if fc else None,
+            "currency": fc["currency"] if fc else ledger_currency(session), "budgets": rows,
+            "worst": max((r["state"] for r in rows), key=STATES.index, default="ok")}
+
+
+def _status(b: dict[str, Any], fc: dict[str, Any]) -> dict[str, Any]:
+    if b["currency"] != fc["currency"]:
+        raise LedgerInputError(f"budget {b['project'] or 'team'} {b['period']}: set in {b['currency']} but {fc['month']}'s "
+                               f"costs are in {fc['currency']}; set it again in {fc['currency']}")
+    project = b["project"] or None
+    if project is None:
+        fig = fc["spend"]
+    else:
+        fig = next((p["cost"] for p in fc["projects"] if p["project"] == project), None) or \
+            {k: costs.ZERO for k in ("to_date", "expected", "p10", "p90")}
+    amount = b["amount"]
+    state = "over" if fig["to_date"] > amount else "at_risk" if fig["expected"] > amount else "ok"
+    return {**b, "state": state, "cost": dict(fig), "used_pct": fig["to_date"] / amount * 100,
+            "expected_pct": fig["expected"] / amount * 100, "p90_above": fig["p90"] > amount,
+            "crossed_on": crossing_day(fc, amount, project)}

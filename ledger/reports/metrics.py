@@ -1,0 +1,195 @@
+"""The current month's cost figures as Prometheus metrics (``trainledger exporter``).
+
+:func:`month_metrics` assembles the metric families from the same ledger
+functions as the CLI (:func:`ledger.money.forecast.forecast`, which reads the
+monthly report, and :func:`ledger.money.budgets.budget_status`);
+:class:`LedgerCollector` caches them and recomputes them at most every
+``refresh_s`` seconds, whatever the scrape interval. The HTTP serving lives in
+``ledger/cli/exporter.py``; both use the official ``prometheus_client``.
+
+Names follow Prometheus' conventions: prefix ``trainledger_``, base units
+(GPU time in seconds), ratios 0-1, low-cardinality labels (``month``,
+``scope`` = team | project, ``project``, ``currency``, ``state``, ``bound``,
+``reason``). Money is in the ledger's currency, named by the ``currency`` label.
+Every family is listed in docs/METRICS.md, and the alerting rules in
+deploy/alerts/ and the Grafana dashboard in deploy/grafana/ use them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Optional
+from zoneinfo import ZoneInfo
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from ledger.money.budgets import STATES, budget_status
+from ledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
+from ledger.money.monthly import monthly_report
+from ledger.money.months import date_start, month_of
+from ledger.store.models import Run, RunStatus
+from ledger.store.settings import display_timezone
+
+log = logging.getLogger(__name__)
+
+BOUNDS = ("expected", "p10", "p90")
+COST_LABELS = ["scope", "project", "month", "currency"]
+
+
+def _f(x: Optional[Decimal]) -> float:
+    return float(x) if x is not None else float("nan")
+
+
+def month_metrics(session: Session, now: datetime, window_days: int = DEFAULT_WINDOW_DAYS) -> list[Metric]:
+    """The current month's figures at ``now`` as metric families (see the module docstring)."""
+    month = month_of(now, display_timezone(session))
+    rep = monthly_report(session, month, now=now, lines=False)
+    fc = forecast(session, month, now=now, window_days=window_days, report=rep)
+    status = budget_status(session, month, now=now, window_days=window_days, fc=fc)
+    cur = fc["currency"]
+    out = _cost_families(fc, month, cur) + _budget_families(status, month, cur)
+    out += _usage_families(session, fc, rep.summary, month, now)
+    return out
+
+
+def _cost_families(fc: dict[str, Any], month: str, cur: str) -> list[Metric]:
+    to_date = GaugeMetricFamily("trainledger_cost_to_date", "Spend of the month so far (team) or a project's cost, "
+                                "in the currency label: fleets prorated to now, live runs to now.", labels=COST_LABELS)
+    expected = GaugeMetricFamily("trainledger_cost_forecast", "Month-end forecast of spend (team) or a project's cost "
+                                 "(bound: expected, p10, p90); trainledger forecast.", labels=COST_LABELS + ["bound"])
+    to_date.add_metric(["team", "", month, cur], _f(fc["spend"]["to_date"]))
+    for b in BOUNDS:
+        expected.add_metric(["team", "", month, cur, b], _f(fc["spend"][b]))
+    for p in fc["projects"]:
+        to_date.add_metric(["project", p["project"], month, cur], _f(p["cost"]["to_date"]))
+        for b in BOUNDS:
+            expected.add_metric(["project", p["project"], month, cur, b], _f(p["cost"][b]))
+    idle = GaugeMetricFamily("trainledger_idle_cost_to_date", "Idle cost of the owned and reserved fleets this month so far.",
+                             labels=["month", "currency"])
+    idle.add_metric([month, cur], _f(fc["idle_cost"]["to_date"]))
+    idle_fc = GaugeMetricFamily("trainledger_idle_cost_forecast", "Month-end forecast of the idle cost.",
+                                labels=["month", "currency", "bound"])
+    for b in BOUNDS:
+        idle_fc.add_metric([month, cur, b], _f(fc["idle_cost"][b]))
+    return [to_date, expected, idle, idle_fc]
+
+
+def _budget_families(status: dict[str, Any], month: str, cur: str) -> list[Metric]:
+    amount = GaugeMetricFamily("trainledger_budget", "The budget that applies this month (team or project).", labels=COST_LABELS)
+    state = GaugeMetricFamily("trainledger_budget_state", "1 for the budget's state (ok, at_risk: the forecast is above "
+                              "it, over: spent to date above it), 0 for the others.", labels=["scope", "project", "month", "state"])
+    used = GaugeMetricFamily("trainledger_budget_used_ratio", "Spent to date ÷ budget.", labels=["scope", "project", "month"])
+    crossing = GaugeMetricFamily("trainledger_budget_crossing_timestamp_seconds", "When the forecast crosses the "
+                                 "budget (at risk) or when spend went over it (over): start of that day, Unix time.",
+                                 labels=["scope", "project", "month"])
+    for b in status["budgets"]:
+        scope = [b["scope"], b["project"], month]
+        amount.add_metric([*scope, cur], _f(b["amount"]))
+        for s in STATES:
+            state.add_metric([*scope, s], 1.0 if b["state"] == s else 0.0)
+        used.add_metric(scope, _f(b["cost"]["to_date"] / b["amount"]))
+        if b["crossed_on"] is not None:
+            crossing.add_metric(scope, _day_start(b["crossed_on"], status["timezone"]))
+    return [amount, state, used, crossing]
+
+
+def _day_start(day: date, tz_name: str) -> float:
+    return date_start(day, ZoneInfo(tz_name)).timestamp()
+
+
+def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], month: str, now: datetime) -> list[Metric]:
+    cur = fc["currency"]
+    gpu = GaugeMetricFamily("trainledger_gpu_seconds_to_date", "GPU time in runs this month so far (GPU-hours × 3600).",
+                            labels=["month"])
+    gpu.add_metric([month], _f(fc["gpu_hours"]["to_date"] * 3600))
+    gpu_fc = GaugeMetricFamily("trainledger_gpu_seconds_forecast", "Month-end forecast of GPU time in runs.",
+                               labels=["month", "bound"])
+    for b in BOUNDS:
+        gpu_fc.add_metric([month, b], _f(fc["gpu_hours"][b] * 3600))
+    util = GaugeMetricFamily("trainledger_time_utilization_ratio", "Time utilization this month so far: node-hours in "
+                             "runs ÷ node-hours of the owned and reserved fleets (not GPU-Util, not MFU).", labels=["month"])
+    if s.get("time_utilization") is not None:
+        util.add_metric([month], _f(s["time_utilization"]))
+    waste = GaugeMetricFamily("trainledger_waste_cost_to_date", "Waste this month so far by reason: idle fleets, runs "
+                              "that failed, crashed or were cancelled.", labels=["month", "currency", "reason"])
+    for reason, amount in waste_by_reason(s).items():
+        waste.add_metric([month, cur, reason], _f(amount))
+    elapsed = GaugeMetricFamily("trainledger_month_elapsed_ratio", "Share of the month elapsed (1 once it has ended).",
+                                labels=["month"])
+    elapsed.add_metric([month], _f(fc["elapsed_hours"] / fc["month_hours"]))
+    running = GaugeMetricFamily("trainledger_runs_running", "Runs running now.")
+    running.add_metric([], session.exec(select(func.count()).select_from(Run).where(
+        Run.status == RunStatus.running, Run.ended_at.is_(None), Run.started_at.is_not(None), Run.started_at <= now)).one())
+    return [gpu, gpu_fc, util, waste, elapsed, running]
+
+
+def waste_by_reason(summary: dict[str, Any]) -> dict[str, Decimal]:
+    """Waste split by reason: the report's ``waste_by_reason`` when it has one, else idle and failed runs."""
+    if isinstance(summary.get("waste_by_reason"), dict):
+        return dict(summary["waste_by_reason"])
+    return {"idle": summary.get("idle_cost") or Decimal(0), "failed_runs": summary.get("failed_run_cost") or Decimal(0)}
+
+
+class LedgerCollector(Collector):
+    """The ledger's month metrics, recomputed at most every ``refresh_s`` seconds (a scrape in between gets
+    the cached families), plus the exporter's own: when and how long the last refresh took, and errors.
+
+    ``engine``: a read-only engine (:func:`ledger.store.db.read_only_engine`). ``clock``: "now" for the
+    figures (``ledger.store.types.report_clock``). A refresh that fails keeps the last good figures.
+    """
+
+    def __init__(self, engine: Engine, refresh_s: float = 60.0, window_days: int = DEFAULT_WINDOW_DAYS,
+                 clock: Optional[Callable[[], datetime]] = None):
+        from ledger.store.types import report_clock
+
+        self.engine, self.refresh_s, self.window_days = engine, refresh_s, window_days
+        self.clock = clock or report_clock
+        self._lock = threading.Lock()
+        self._cached: list[Metric] = []
+        self._at = float("-inf")  # monotonic time of the last refresh attempt
+        self._last_ok: Optional[float] = None  # Unix time of the last good refresh
+        self._took = 0.0
+        self._errors = 0
+        self.refreshes = 0
+
+    def refresh(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            with Session(self.engine) as s:
+                try:
+                    self._cached = month_metrics(s, self.clock(), self.window_days)
+                finally:
+                    s.rollback()  # never writes
+            self._last_ok = time.time()
+            self.refreshes += 1
+        except Exception:
+            self._errors += 1
+            log.exception("trainledger exporter: refreshing the figures failed; serving the last good ones")
+        self._took = time.perf_counter() - t0
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            if time.monotonic() - self._at >= self.refresh_s:
+                self._at = time.monotonic()
+                self.refresh()
+            families = list(self._cached)
+        yield from families
+        yield from self._own_families()
+
+    def _own_families(self) -> Iterable[Metric]:
+        last = GaugeMetricFamily("trainledger_exporter_refresh_timestamp_seconds", "When the figures were last computed.")
+        if self._last_ok is not None:
+            last.add_metric([], self._last_ok)
+        took = GaugeMetricFamily("trainledger_exporter_refresh_duration_seconds", "How long the last refresh took.")
+        took.add_metric([], self._took)
+        errors = CounterMetricFamily("trainledger_exporter_refresh_errors", "Refreshes that failed.")
+        errors.add_metric([], self._errors)
+        yield from (last, took, errors)

@@ -1,0 +1,154 @@
+"""The dashboard on day 3 of a month (AppTest): every page says "to date (3 of 31 days)", prorates the
+fleet, shows the forecast and the budgets, and seeds Rent vs own from the last full month.
+
+The clock is ``$TRAINLEDGER_NOW`` (the reports' clock, as the CLI's ``--now``): the demo ledger is
+written at that instant and the app reads it (app/data.py ``now()``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+from sqlmodel import Session
+
+from ledger.money.budgets import budget_status, set_budget
+from ledger.money.forecast import forecast
+from ledger.money.monthly import monthly_report
+from ledger.reports.export import presented_report, render
+from ledger.reports.present import fmt_cell
+from ledger.store.db import make_engine, session_scope
+from tests.app.helpers import make_app, metrics, run_page
+
+DAY3 = datetime(2026, 12, 3, 7, 7, 30, tzinfo=timezone.utc)
+MONTH = "2026-12"
+LABEL = "to date (3 of 31 days)"
+
+
+def build_day3(url: str) -> str:
+    """The demo written on 2026-12-03 07:07:30 UTC, with budgets: the team 30,000 a month (at risk),
+    demo-pretrain 2,000 in December (over), demo-finetune 5,000 a month (ok)."""
+    from ledger.demo import generate_demo
+
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        generate_demo(s, now=DAY3)
+    with session_scope(engine) as s:
+        set_budget(s, "30000")
+        set_budget(s, "2000", project="demo-pretrain", month=MONTH)
+        set_budget(s, "5000", project="demo-finetune")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="module")
+def day3_url(tmp_path_factory) -> str:
+    return build_day3(f"sqlite:///{tmp_path_factory.mktemp('day3') / 'ledger.db'}")
+
+
+@pytest.fixture
+def day3(day3_url, app_env, monkeypatch):
+    monkeypatch.setenv("TRAINLEDGER_NOW", DAY3.isoformat())
+    app_env(day3_url)
+    return day3_url
+
+
+def _figures(url: str, month: str = MONTH):
+    engine = make_engine(url)
+    try:
+        with Session(engine) as s:
+            rep = monthly_report(s, month, now=DAY3)
+            fc = forecast(s, month, now=DAY3)
+            return rep, fc, budget_status(s, month, now=DAY3, fc=fc)
+    finally:
+        engine.dispose()
+
+
+def test_overview_on_day_3(day3):
+    rep, fc, st = _figures(day3)
+    s = rep.summary
+    at = run_page(make_app(MONTH), "overview")
+    assert any(f"{MONTH} {LABEL}" in c.value for c in at.caption)
+    assert any(LABEL in i.value and "has not ended" in i.value for i in at.info)
+    shown = metrics(at)
+    assert shown["Spend, to date (CNY)"] == fmt_cell("actual_cost", s["actual_cost"]) == "2,787.12"  # not 29,731.79
+    assert shown["Idle cost, to date (CNY)"] == "0.00"
+    assert shown["Time utilization, to date"] == "100.00%"  # not 7.41%: all 441 elapsed node-hours were used
+    assert shown["GPU-hours, to date"] == "3,528"
+    assert "Spend (CNY)" not in shown
+    assert shown["Spend at month end (CNY)"] == fmt_cell("cost", fc["spend"]["expected"])
+    assert shown["GPU-hours at month end"] == fmt_cell("gpu_hours", fc["gpu_hours"]["expected"])
+    assert any(f"p10–p90 {fmt_cell('cost', fc['spend']['p10'])} to {fmt_cell('cost', fc['spend']['p90'])}" in c.value
+               for c in at.caption)
+    assert any("less** than owning to date (3 of 31 days) (21.6% cheaper)" in m.value for m in at.markdown)
+    # the spend path chart: the days so far, then the forecast to the month's end, and the team budget
+    specs = [c.proto.spec for c in at.get("vega_lite_chart") if "errorbar" in c.proto.spec]
+    assert len(specs) == 1 and '"budget"' in specs[0] and '"spend"' in specs[0]
+    # budgets: the team's at risk, and the per-project table
+    assert any(w.value.startswith("**Team budget: at risk** · spent 2,787.12 of 30,000.00 CNY (9.3%)") for w in at.warning)
+    table = next(d.value for d in at.dataframe if "state" in d.value.columns)
+    rows = {r["project"]: r for r in table.to_dict("records")}
+    want = {b["project"]: b for b in st["budgets"]}
+    assert rows["demo-pretrain"]["state"] == "over" == want["demo-pretrain"]["state"]
+    assert rows["demo-pretrain"]["over since / crosses on"] == "2026-12-02"
+    assert rows["demo-pretrain"]["spent to date"] == fmt_cell("cost", want["demo-pretrain"]["cost"]["to_date"]) == "2,787.12"
+    assert rows["demo-pretrain"]["budget"] == "2,000.00" and rows["demo-pretrain"]["used"] == "139.4%"
+    assert rows["demo-finetune"]["state"] == "ok" and rows["demo-finetune"]["month end (expected)"] == \
+        fmt_cell("cost", want["demo-finetune"]["cost"]["expected"])
+
+
+def test_an_ended_month_is_not_to_date(day3):
+    at = run_page(make_app("2026-11"), "overview")
+    shown = metrics(at)
+    rep, _, st = _figures(day3, "2026-11")
+    assert shown["Spend (CNY)"] == fmt_cell("actual_cost", rep.summary["actual_cost"])
+    assert not any(LABEL in c.value for c in at.caption) and not at.info
+    assert "Spend at month end (CNY)" not in shown
+    assert any(e.value.startswith("**Team budget: over**") for e in at.error)  # 34,501.11 of 30,000.00
+    assert st["budgets"][0]["state"] == "over"
+
+
+def test_roi_on_day_3(day3):
+    rep, _, _ = _figures(day3)
+    s = presented_report(rep)["summary"]
+    at = run_page(make_app(MONTH), "roi")
+    assert any(LABEL in c.value for c in at.caption) and any(LABEL in i.value for i in at.info)
+    shown = metrics(at)
+    assert shown["ROI, to date"] == f"{s['roi'] * 100:.2f}%" == "-21.64%"  # not -92.57%: owning 3 days vs renting them
+    assert shown["Spend, to date (CNY)"] == "2,787.12"
+
+
+def test_rent_vs_own_starts_from_the_last_full_month(day3):
+    nov, _, _ = _figures(day3, "2026-11")
+    at = run_page(make_app(MONTH), "rent_vs_own")
+    u = nov.summary["time_utilization"]
+    assert at.slider(key="rvo_util").value == float(round(u, 2)) == 0.66  # November, not 2026-12's 3 days
+    assert any(c.value.startswith(f"Starts at 2026-11's time utilization ({float(fmt_cell('time_utilization', u)) * 100:.2f}%)")
+               and f"{MONTH} {LABEL} has not ended, so the last full month is used" in c.value for c in at.caption)
+    sizing = next(d.value for d in at.dataframe if "month" in d.value.columns)
+    dec = sizing[sizing["month"] == f"{MONTH} {LABEL}"].iloc[0]
+    # the peak (10 nodes: pretraining on 8 beside a 2-node fine-tune) owned for the 55.125 hours elapsed, not
+    # for all of December: fixed cost per node-hour + 4.0 kW busy (441 node-hours) + 0.8 kW idle, at 0.5 per kWh
+    fixed = (Decimal(120_000) / 36 + Decimal("6.67")) / 744
+    own = fixed * 10 * Decimal("55.125") + 2 * 441 + Decimal("0.4") * (10 * Decimal("55.125") - 441)
+    assert dec["node-hours"] == 441.0 and dec["own 10 nodes"] == fmt_cell("cost", own) == "3,400.80"
+
+
+def test_export_on_day_3_is_the_clis(day3):
+    rep, _, _ = _figures(day3)
+    at = run_page(make_app(MONTH), "export")
+    assert any(f"{MONTH} {LABEL}" in c.value for c in at.caption)
+    assert any(LABEL in i.value for i in at.info)
+    assert any("--now 2026-12-03T07:07:30+00:00" in c.value for c in at.caption)
+    code = at.code[0].value.splitlines()
+    assert any(line.startswith("period ") and line.endswith(LABEL) for line in code)
+    engine = make_engine(day3)
+    with Session(engine) as s:
+        want = render(presented_report(monthly_report(s, MONTH, now=DAY3)), "csv")
+    engine.dispose()
+    from app import data
+
+    assert data.export_bytes(day3, MONTH, "csv") == want
+    assert want.startswith(f"metric,value\nmonth,{MONTH}\ntimezone,UTC\ncurrency,CNY\nperiod,{LABEL}\nis_partial,true\n".encode())
+    assert Decimal(presented_report(rep)["summary"]["elapsed_hours"]) == Decimal("55.125")
