@@ -64,11 +64,12 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def command(fn: Callable) -> Callable:
-    """Turn user errors into one line + exit 2, and an unreachable ledger into one line + exit 1."""
+    """Turn user errors into one line + exit 2; an unreachable ledger or a write that lost a race with another
+    writer (a unique violation) into one line + exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from sqlalchemy.exc import DatabaseError, DataError, OperationalError
+        from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
 
         from ledger.store.db import LedgerURLError, redact_url, resolve_url
 
@@ -80,6 +81,10 @@ def command(fn: Callable) -> Callable:
         except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
             reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
             fail(f"the ledger refused a value: {reason}")
+        except IntegrityError as exc:  # a unique row another writer created first; the transaction rolled back
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"another writer changed the ledger at the same time ({reason}); nothing was written: run the "
+                 "command again", code=1)
         except DatabaseError as exc:  # unreachable, or not a ledger at all (e.g. "file is not a database")
             if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
                 raise

@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
@@ -206,9 +206,12 @@ def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
         raise LedgerInputError(f"{Path(path).name}: {exc}") from None
 
 
-def ensure_presets(engine: Engine) -> None:
-    """Insert the shipped presets that the ledger does not have yet (never overwrites)."""
+def ensure_presets(bind: Engine | Connection) -> None:
+    """Insert the shipped presets that the ledger does not have yet (never overwrites).
+
+    Given a Connection, it writes in that connection's transaction (the caller commits).
+    """
     spec = parse_pricing(preset_text(), where=PRESET_FILE)
-    with Session(engine) as session:
+    with Session(bind) as session:
         apply_pricing(session, spec, source="preset", replace=False)
         session.commit()

@@ -161,3 +161,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"partial writes {STATS['partial_writes']}")
 
 
+
+
+@pytest.fixture
+def new_pg_url():
+    """A new, empty PostgreSQL database (no schema yet) on the test server: its URL; dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine
+
+    from ledger.store.db import get_engine
+    from tests.conftest import PG_ADMIN
+
+    name = f"tl_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    get_engine.cache_clear()
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
