@@ -235,12 +235,12 @@ def _pg_entry(line: str) -> Optional[tuple[str, list[str]]]:
     for kind in PG_ENTRY_TYPES:
         if rest.startswith(kind + " "):
             return kind, rest[len(kind) + 1:].split()
-    return rest.rsplit(" ", 3)[0], []
+    return rest.rsplit(" ", 1)[0], []  # an entry a ledger never has: its type, schema and name (no owner)
 
 
 def _check_pg_entry(file: Path, kind: str, words: list[str], tables: set[str], enums: set[str]) -> None:
     if kind not in PG_ENTRY_TYPES:
-        raise LedgerInputError(f"FILE: {file} holds a {kind} entry, which a trainledger backup never has "
+        raise LedgerInputError(f"FILE: {file} holds {kind!r}, which a trainledger backup never has "
                                "(only the ledger's tables, sequences, indexes, constraints and enum types); not restored")
     if kind in ("ENCODING", "STDSTRINGS", "SEARCHPATH", "ACL"):
         return  # settings of the dump, and grants (restored with --no-privileges)

@@ -164,8 +164,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 @pytest.fixture
-def new_pg_url():
-    """A new, empty PostgreSQL database (no schema yet) on the test server: its URL; dropped afterwards."""
+def pg_databases():
+    """A factory of new, empty PostgreSQL databases (no schema yet) on the test server; all dropped afterwards."""
     import uuid
 
     from sqlalchemy import create_engine
@@ -173,12 +173,25 @@ def new_pg_url():
     from ledger.store.db import get_engine
     from tests.conftest import PG_ADMIN
 
-    name = f"tl_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"tl_test_{uuid.uuid4().hex[:12]}"
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        names.append(name)
+        return f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+
+    yield make
     get_engine.cache_clear()
     with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        for name in names:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture
+def new_pg_url(pg_databases) -> str:
+    """A new, empty PostgreSQL database (no schema yet): its URL."""
+    return pg_databases()
