@@ -117,6 +117,9 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     from trainer.distributed import launch_env
 
     try:
+        from trainer.tracking import check_tracking_args
+
+        check_tracking_args(args)  # a run id names files: refused before anything starts
         cfg = load_run_config(args.config, args.deepspeed_config, args.steps)
         if args.dry_run:
             world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None

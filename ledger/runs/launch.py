@@ -89,9 +89,34 @@ class Prepared:
 
 
 def default_log_dir() -> Path:
+    """The ledger's own run directory on this host: launched runs' logs (``<run id>.log``) and sbatch scripts."""
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("trainledger", appauthor=False)) / "runs"
+
+
+def run_log_file(run_id: str, log_path: Optional[str]) -> Optional[Path]:
+    """The run's own log, if the ledger records exactly ``<run directory>/<run id>.log`` and it is a file there; else None.
+
+    ``log_path`` is a value from the ledger, so it is trusted only this far: the
+    run id must be valid (``ledger.store.ids``), and the path, with every
+    symlink resolved, must be that file inside :func:`default_log_dir`. Nothing
+    else is ever opened as a run's log (the dashboard's Launch page shows it).
+    """
+    from ledger.store.ids import validate_run_id
+
+    if not log_path:
+        return None
+    try:
+        validate_run_id(run_id)
+        base = default_log_dir().resolve()
+        expected = base / f"{run_id}.log"
+        real = Path(log_path).resolve()
+    except (LedgerInputError, OSError, RuntimeError, ValueError):
+        return None
+    if real != expected or not real.is_relative_to(base) or not real.is_file():
+        return None
+    return real
 
 
 #: directories besides the shipped ``trainer/configs`` whose configs may be launched (``os.pathsep``-separated)
@@ -360,7 +385,7 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
             if run is None:
                 return
             now = utcnow()
-            failure = first_failure(log_path or (Path(run.log_path) if run.log_path else None))
+            failure = first_failure(log_path or run_log_file(run.id, run.log_path))
             if run.status == RunStatus.queued:
                 run.status = RunStatus.failed
                 run.started_at = run.started_at or min(launched_at or now, now)  # it held its nodes from the launch

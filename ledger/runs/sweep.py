@@ -15,6 +15,7 @@ after it are not started.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -44,7 +45,7 @@ def strategy_config(base: dict, strategy: str, processes: int) -> dict:
     dp/zero*: all ranks data-parallel; tp: all ranks tensor-parallel; pp: all
     ranks pipeline stages; 3d: tp = 2, pp = 2, the rest data-parallel.
     """
-    cfg = yaml.safe_load(yaml.safe_dump(base))  # deep copy
+    cfg = copy.deepcopy(base)
     par = {k: v for k, v in (cfg.get("parallel") or {}).items() if k in ("micro_batch", "global_batch", "grad_accum")}
     par["strategy"] = strategy
     if strategy == "tp":
@@ -72,10 +73,16 @@ def config_dir() -> Path:
 
 
 def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_id: str) -> dict[str, Path]:
+    from trainer.config import ConfigError, load_yaml
+
     try:
-        base = yaml.safe_load(base_path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        base = load_yaml(base_path.read_text(encoding="utf-8"), base_path) or {}
+    except (OSError, UnicodeDecodeError) as exc:
         raise LedgerInputError(f"CONFIG: cannot read {base_path}: {exc}") from None
+    except ConfigError as exc:
+        raise LedgerInputError(f"CONFIG: {exc}") from None
+    if not isinstance(base, dict):
+        raise LedgerInputError(f"CONFIG: {base_path} is not a mapping of config sections")
     out_dir = config_dir() / sweep_id
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
