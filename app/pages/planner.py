@@ -40,7 +40,7 @@ vocab = c[5].number_input("Vocabulary", 1, 10_000_000, base.vocab_size, disabled
 try:
     shape = base if disabled else ModelShape(CUSTOM, int(layers), int(d_model), int(heads), int(seq), int(vocab))
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(ui.error_line(exc))
     st.stop()
 n_params = param_count(shape)
 st.caption(f"{n_params:,} parameters ({n_params / 1e9:,.2f} B) · {flops_per_token(shape):,} training FLOPs per token "
@@ -112,7 +112,7 @@ if offers:
     under = cost_under_offers(offers, nodes, Decimal(str(hours)))
     st.dataframe(ui.frame(under, ["offer", "kind", "cost", "basis"]), hide_index=True)
     best = min(under, key=lambda u: u["cost"])
-    st.caption(f"Cheapest: {best['offer']} at {fmt_cell('cost', best['cost'])} {best['currency']} "
+    st.caption(f"Cheapest: {ui.md(best['offer'])} at {fmt_cell('cost', best['cost'])} {ui.md(best['currency'])} "
                f"for {nodes} nodes × {hours:,.1f} h.")
 else:
-    st.caption(f"No offer for {nt_name}: add one under Settings to see the cost.")
+    st.caption(f"No offer for {ui.md(nt_name)}: add one under Settings to see the cost.")

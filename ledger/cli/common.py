@@ -95,27 +95,23 @@ def command(fn: Callable) -> Callable:
     return wrapper
 
 
-MONTH_YEARS = (1970, 9998)
-
-
 def _check_arguments(kwargs: dict[str, Any]) -> None:
-    """Refuse what no command can use before any work: NUL characters, months outside MONTH_YEARS."""
+    """Refuse what no command can use before any work: NUL characters, months outside ``months.MONTH_YEARS``."""
+    from ledger.money.months import MONTH_YEARS, check_month
+
     for name, value in kwargs.items():
         if isinstance(value, (str, Path)) and "\0" in str(value):
             raise LedgerInputError(f"{name}: contains a NUL character")
     for name in ("month", "end_month", "date_"):
         value = kwargs.get(name)
         if isinstance(value, str) and value:
-            from ledger.money.months import parse_month
-
             flag = f"--{name.strip('_').replace('_', '-')}"
-            if name == "date_":
-                if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
-                    continue  # today, yesterday, or an error of the command's own
-                year = int(value[:4])
-            else:
-                year, _ = parse_month(value)
-            if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
+            if name != "date_":
+                check_month(value, flag)
+                continue
+            if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+                continue  # today, yesterday, or an error of the command's own
+            if not MONTH_YEARS[0] <= int(value[:4]) <= MONTH_YEARS[1]:
                 raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {value!r}")
 
 

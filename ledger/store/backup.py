@@ -89,9 +89,9 @@ def restore(db: Optional[str], file: Path, force: bool = False) -> None:
     file = Path(file)
     if not file.is_file():
         raise LedgerInputError(f"FILE: {file} does not exist")
-    sqlite = make_url(url).get_backend_name() == "sqlite"
+    engine = make_engine(url)  # an unreachable ledger fails here, before any work
+    sqlite = engine.dialect.name == "sqlite"
     check_backup(file, "sqlite" if sqlite else "postgresql")  # refused: nothing was touched
-    engine = make_engine(url)
     with Session(engine) as s:
         if s.exec(select(Run.id).limit(1)).first() is not None and not force:
             raise LedgerInputError("restore: the target ledger has runs; pass --force to replace it, or restore into a new --db")
