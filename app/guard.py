@@ -11,8 +11,9 @@ handshake rejected) unless
   a literal address), this machine's own host names when it binds a
   non-loopback address, and each ``--allowed-host NAME`` (``*.example.com``
   for a domain's subdomains) of a reverse proxy; and
-* its ``Origin``, when it sends one, names an allowed host as well (no
-  ``Origin: null``).
+* its ``Origin``, when it sends one, is this site: the same host and port as
+  the request's ``Host`` (or a ``--allowed-host`` name, for a proxy that
+  rewrites Host); no ``Origin: null``, no other port of localhost.
 
 A page from another site whose name the attacker re-points at 127.0.0.1 sends
 its own name as the Host: refused before Streamlit sees it. Which hosts pass
@@ -112,14 +113,23 @@ class HostPolicy:
             return True
         return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in self.allowed)
 
-    def origin_allowed(self, origin: str) -> bool:
+    def origin_allowed(self, origin: str, host_header: Optional[str]) -> bool:
+        """The page that sent the request is this site: the same host and port as the request (or, behind a
+        reverse proxy that rewrites Host, a name given with --allowed-host)."""
         try:
             parts = urlsplit(origin)
-            name = parts.hostname
-            _ = parts.port
+            name, port = parts.hostname, parts.port
+            host = urlsplit(f"//{host_header}")
+            host_name, host_port = host.hostname, host.port
         except ValueError:
             return False
-        return parts.scheme in ("http", "https") and self.host_allowed(name.rstrip(".") if name else None)
+        if parts.scheme not in ("http", "https") or not name or not host_name:
+            return False
+        name, host_name = name.rstrip("."), host_name.rstrip(".")
+        default = {"http": 80, "https": 443}[parts.scheme]
+        if name == host_name and (port or default) == (host_port or default):
+            return True
+        return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in self.allowed)
 
 
 def _header(scope, key: bytes) -> Optional[str]:
@@ -158,7 +168,7 @@ class HostGuard:
                     if not self.policy.signin else f"start the dashboard with --allowed-host {_printable(name) or 'NAME'}")
             return f"Host {_printable(host_header)!r} is not allowed (DNS rebinding protection): {hint}"
         origin = _header(scope, b"origin")
-        if origin is not None and not self.policy.origin_allowed(origin):
+        if origin is not None and not self.policy.origin_allowed(origin, host_header):
             return f"Origin {_printable(origin)!r} is not allowed: open the dashboard at its own address"
         return None
 

@@ -104,7 +104,8 @@ def _gate() -> Optional[access.Identity]:
 
 
 def main() -> None:
-    st.set_page_config(page_title="trainledger", page_icon=":material/payments:", layout="wide")
+    # an emoji icon is drawn in the browser; a :material/...: one would be fetched from fonts.gstatic.com
+    st.set_page_config(page_title="trainledger", page_icon="💰", layout="wide")
     ident = _gate()
     if ident is None:
         return

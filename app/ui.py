@@ -17,6 +17,7 @@ charts and select options are not Markdown and take the text as it is.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Optional
 
 import altair as alt
@@ -39,20 +40,28 @@ MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12
 
 MONTH_STATE = "_month"  # the selected month, kept across pages
 MD_LIMIT = 300  # characters of one value shown in Markdown
+WORD_JOINER = "\u2060"
+_AUTOLINK = re.compile(r"://|(?i:www)\.|@")  # what GFM turns into a link in plain text (a joiner goes before the last char)
 _ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 # --- text into Markdown ----------------------------------------------------------------
 
 def md(value: Any, limit: int = MD_LIMIT) -> str:
-    """``value`` as literal text inside Markdown: one line, at most ``limit`` characters, every ASCII punctuation
-    character backslash-escaped (CommonMark), so no link, image, emphasis, HTML, heading, list, table, LaTeX
-    (``$``), Streamlit colour or icon directive (``:red[...]``, ``:material/x:``) or autolink (``www.``, ``http:``)
-    can start in it."""
+    """``value`` as literal text inside Markdown: one line, at most ``limit`` characters.
+
+    Every ASCII punctuation character is backslash-escaped (CommonMark), so no
+    link, image, emphasis, HTML, heading, list, table, LaTeX (``$``) or Streamlit
+    colour or icon directive (``:red[...]``, ``:material/x:``) can start in it.
+    Bare URLs are linked by GFM *after* escapes are read (``http://``, ``www.``,
+    ``user@host``), so a WORD JOINER (U+2060, invisible) goes into each ``://``,
+    ``www.`` and ``@``: shown the same, linked never.
+    """
     text = "" if value is None else str(value)
     text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     if len(text) > limit:
         text = text[:limit - 1] + "…"
+    text = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + WORD_JOINER + m.group(0)[-1], text)
     return "".join("\\" + c if c in _ASCII_PUNCT else c for c in text)
 
 

@@ -87,8 +87,8 @@ def metrics(at) -> dict[str, str]:
 
 
 def plain(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes (``app.ui.md``) removed."""
-    return re.sub(r"\\(.)", r"\1", markdown)
+    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``app.ui.md`` removed."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
 
 
 def sign_in(at, user: str, password: str, client: str = "apptest"):
