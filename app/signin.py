@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, quote
 
 from app import sessions
 from app.auth import AuthFileError, UserEntry, authenticate, users_file
-from app.throttle import Throttle
+from app.throttle import Throttle, policies_from_env
 
 log = logging.getLogger("trainledger.auth")
 
@@ -42,7 +42,7 @@ VERIFY_SLOTS = 2  # PBKDF2 checks at once: a burst of sign-ins cannot take every
 NOT_PAGES = ("/_stcore", "/static", "/media", "/component", "/_trainledger", "/app/static", "/favicon", "/manifest",
              "/robots")
 
-THROTTLE = Throttle()
+THROTTLE = Throttle(policies_from_env())
 _VERIFY = threading.BoundedSemaphore(VERIFY_SLOTS)
 
 

@@ -34,6 +34,20 @@ class Policy:
 
 USER_POLICY = Policy(free=3)  # 4th failure: 1 s, then 2, 4, ... 512 s, from the 14th on: 15 minutes
 CLIENT_POLICY = Policy(free=10)  # looser: a team behind one NAT address shares it
+BACKOFF_ENV = "TRAINLEDGER_SIGNIN_BACKOFF_S"  # the first lock, in seconds (default 1); each further failure doubles it
+
+
+def policies_from_env() -> dict[str, Policy]:
+    """The user and client policies, with the first lock from ``$TRAINLEDGER_SIGNIN_BACKOFF_S`` if set (> 0)."""
+    import os
+    from dataclasses import replace
+
+    try:
+        base = float(os.environ.get(BACKOFF_ENV, "") or USER_POLICY.base_s)
+    except ValueError:
+        base = USER_POLICY.base_s
+    base = base if base > 0 else USER_POLICY.base_s
+    return {"user": replace(USER_POLICY, base_s=base), "client": replace(CLIENT_POLICY, base_s=base)}
 
 
 @dataclass
@@ -56,7 +70,7 @@ class Throttle:
         """Seconds until every key may try again (0: now)."""
         now = self.clock()
         with self._lock:
-            return max((e.locked_until - now for k in keys if (e := self._live(k, now)) is not None), default=0.0)
+            return max([0.0, *(e.locked_until - now for k in keys if (e := self._live(k, now)) is not None)])
 
     def failure(self, keys: Iterable[tuple[str, str]]) -> tuple[float, dict[tuple[str, str], int]]:
         """Count a failure against each key; returns (seconds locked now, failures per key)."""

@@ -107,6 +107,9 @@ def serve(tmp: Path, url: str, *args: str, env: Optional[dict[str, str]] = None)
 
 def chromium(p, *names: str):
     """Headless Debian chromium; each name in ``names`` resolves to 127.0.0.1 (as a rebinding attacker's would)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)  # a loaded 2-core machine: assertions wait as long as page loads may take
     args = list(CHROMIUM_ARGS)
     if names:
         args.append("--host-resolver-rules=" + ", ".join(f"MAP {n} 127.0.0.1" for n in names))
