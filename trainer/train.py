@@ -82,11 +82,13 @@ def dry_run_report(cfg: TrainConfig, plan: ParallelPlan) -> dict:
 
 
 def write_json_atomic(path: str | Path, payload: dict) -> None:
+    """The run's results, whole or not at all (``ledger.store.files.write_output``; a file already there is replaced,
+    a link there too, never followed)."""
+    from ledger.store.files import write_output
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_output(path, (json.dumps(payload, indent=2) + "\n").encode("utf-8"), force=True, flag="--results-json")
 
 
 def build_parser() -> argparse.ArgumentParser:

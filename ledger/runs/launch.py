@@ -38,6 +38,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.store.files import write_output
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from ledger.store.types import utcnow
 
@@ -250,7 +251,7 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
         cmd += ["--module", "trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     script = log_dir / f"{run_id}.sbatch"
-    script.write_text(slurm_script(run_id, req, gpn, train_args, log_path))
+    write_output(script, slurm_script(run_id, req, gpn, train_args, log_path).encode("utf-8"), flag="sbatch script")
     return Prepared(run_id, ["sbatch", str(script)], env, log_path, script=script)
 
 

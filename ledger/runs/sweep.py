@@ -33,6 +33,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.runs.launch import _alive
+from ledger.store.files import write_output
 from ledger.store.models import Run, RunStatus, Setting
 from ledger.store.settings import display_timezone
 
@@ -88,7 +89,8 @@ def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_
     paths = {}
     for s in strategies:
         p = out_dir / f"{s}.yaml"
-        p.write_text(yaml.safe_dump(strategy_config(base, s, 4 if s == "3d" and processes < 4 else processes), sort_keys=False))
+        text = yaml.safe_dump(strategy_config(base, s, 4 if s == "3d" and processes < 4 else processes), sort_keys=False)
+        write_output(p, text.encode("utf-8"), flag="sweep config")
         paths[s] = p
     return paths
 
