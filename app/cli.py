@@ -112,6 +112,8 @@ def dashboard_command(
               "pass --auth-file FILE (see `python -m app.auth hash --help`) or bind 127.0.0.1")
     try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
         make_engine(url).dispose()
+    except LedgerURLError as exc:
+        _fail(str(exc))
     except OperationalError as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
         _fail(f"cannot use the ledger at {redact_url(url)}: {reason}", code=1)

@@ -215,12 +215,24 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> str:
     target = head_revision() if revision == "head" else revision
     with _migration_lock(engine):
         with engine.begin() as conn:
-            if current_revision(conn) != target:
+            current = current_revision(conn)
+            if current != target:
                 cfg = alembic_config(engine)
+                _check_known(cfg, current, engine)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
             ensure_presets(conn)
     return target
+
+
+def _check_known(cfg, current: str | None, engine: Engine) -> None:
+    """A ledger at a revision these migrations do not have (a newer trainledger wrote it): one line, nothing done."""
+    from alembic.script import ScriptDirectory
+
+    if current is not None and current not in {r.revision for r in ScriptDirectory.from_config(cfg).walk_revisions()}:
+        raise LedgerURLError(f"--db: the ledger at {redact_url(engine.url.render_as_string(hide_password=False))} is at "
+                             f"schema revision {current}, which this trainledger does not know (a newer version wrote "
+                             "it); upgrade trainledger")
 
 
 def has_schema(engine: Engine) -> bool:
