@@ -39,6 +39,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.store.files import write_output
+from ledger.store.ids import validate_run_id
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from ledger.store.types import utcnow
 
@@ -94,6 +95,15 @@ def default_log_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("trainledger", appauthor=False)) / "runs"
+
+
+def _run_dir(log_dir: Optional[Path]) -> Path:
+    """Where a launched run's log and sbatch script go: the ledger's run directory, nowhere else."""
+    base = default_log_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    if log_dir is not None and Path(log_dir).expanduser().resolve() != base.resolve():
+        raise LedgerInputError(f"log_dir: {log_dir} is not the ledger's run directory {base}; run logs go there")
+    return base
 
 
 def run_log_file(run_id: str, log_path: Optional[str]) -> Optional[Path]:
@@ -212,9 +222,10 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from ledger.store.lookup import get_or_create
     from ledger.store.models import Project, User
 
-    run_id = new_run_id()
-    log_dir = Path(req.log_dir or default_log_dir())
-    log_dir.mkdir(parents=True, exist_ok=True)
+    run_id = validate_run_id(new_run_id())
+    if req.sweep_id:
+        validate_run_id(req.sweep_id, "sweep id")
+    log_dir = _run_dir(req.log_dir)
     log_path = log_dir / f"{run_id}.log"
     name = req.name or f"{plan.strategy}-{cfg.shape.name}"
     session.add(Run(

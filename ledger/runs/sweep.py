@@ -34,6 +34,7 @@ from sqlmodel import Session, select
 from ledger.errors import LedgerInputError
 from ledger.runs.launch import _alive
 from ledger.store.files import write_output
+from ledger.store.ids import validate_run_id
 from ledger.store.models import Run, RunStatus, Setting
 from ledger.store.settings import display_timezone
 
@@ -75,6 +76,8 @@ def config_dir() -> Path:
 
 def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_id: str) -> dict[str, Path]:
     from trainer.config import ConfigError, load_yaml
+
+    validate_run_id(sweep_id, "sweep id")  # it names the sweep's folder
 
     try:
         base = load_yaml(base_path.read_text(encoding="utf-8"), base_path) or {}

@@ -162,3 +162,22 @@ def test_log_files_outside_the_run_directory_are_never_shown(sqlite_url, run_env
             assert "[trainer] step 3/9 loss 2.5" in " ".join(c.value for c in at.code)
         if rid == traversal:
             assert [e.value for e in at.error] == [] and any("not a run id" in w.value for w in at.warning), rid
+
+
+def test_launch_and_sweep_check_their_ids_and_keep_logs_in_the_run_directory(sqlite_url, run_env, tmp_path):
+    from ledger.runs.launch import LaunchRequest, prepare
+    from ledger.runs.sweep import write_configs
+    from ledger.store.db import session_scope
+
+    make_engine(sqlite_url).dispose()
+    before = snapshot(sqlite_url)
+    engine = make_engine(sqlite_url)
+    for req, needle in ((LaunchRequest(config=SHIPPED, sweep_id="../../escape"), "sweep id"),
+                        (LaunchRequest(config=SHIPPED, log_dir=tmp_path / "elsewhere"), "log_dir")):
+        with pytest.raises(LedgerInputError, match=needle), session_scope(engine) as s:
+            prepare(s, req, sqlite_url)
+    with pytest.raises(LedgerInputError, match="sweep id"):
+        write_configs(SHIPPED, ["dp"], 2, "../../escape")
+    engine.dispose()
+    unchanged(sqlite_url, before)
+    assert not (tmp_path / "elsewhere").exists() and not list(tmp_path.rglob("escape"))
