@@ -15,11 +15,12 @@
   runs, and this module checks again. A server bound elsewhere without an auth
   file serves nothing.
 
-The session token lives in ``st.session_state`` under a key no widget uses
-(for the life of the WebSocket; tests driving the app without a browser put a
-token there), and only the cookie or a test writes it. Pages call
+A browser is signed in by its cookie alone; only a session without an HTTP
+request behind it (AppTest) reads a token from ``st.session_state`` (under a
+key no widget uses). Forms that write are drawn disabled for viewers
+(Streamlit discards a disabled widget's input on the server), and pages call
 :func:`require_lead` right before they write, so a forged click from a viewer
-changes nothing: hiding or disabling a button is not the check.
+changes nothing: hiding or disabling a button is not the only check.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from app.cli import AUTH_ENV, is_loopback
 from app.guard import is_loopback_name, split_host
 from app.signin import SIGNIN_PATH, safe_next
 
-TOKEN_KEY = "_trainledger_session_token"  # written only from the session cookie (or by a test)
+TOKEN_KEY = "_trainledger_session_token"  # read only without an HTTP request (AppTest); written by tests
 SIGNED_OUT_KEY = "_trainledger_signed_out"
 IDENTITY_KEY = "_trainledger_identity"  # no longer read: a value put here grants nothing
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
@@ -84,10 +85,16 @@ def request_is_local() -> bool:
 
 
 def session_token() -> Optional[str]:
-    """The session cookie sent with the app's WebSocket, else the token kept for this connection (or put by a test)."""
-    cookie = st.context.cookies.get(sessions.cookie_name(st.get_option("server.port")))
-    if isinstance(cookie, str) and cookie:
-        return cookie
+    """The session cookie sent with the app's WebSocket.
+
+    Only a session with no HTTP request behind it (AppTest, which cannot send
+    cookies) uses the token kept in ``st.session_state`` instead: a browser is
+    signed in by its cookie alone, so a reattached Streamlit session carries
+    no sign-in of its own.
+    """
+    if isinstance(st.context.headers.get("host"), str):
+        cookie = st.context.cookies.get(sessions.cookie_name(st.get_option("server.port")))
+        return cookie if isinstance(cookie, str) and cookie else None
     kept = st.session_state.get(TOKEN_KEY)
     return kept if isinstance(kept, str) else None
 
@@ -103,7 +110,6 @@ def current_identity() -> Optional[Identity]:
     if entry is None:
         st.session_state.pop(TOKEN_KEY, None)
         return None
-    st.session_state[TOKEN_KEY] = token
     return Identity(user=entry.name, role=entry.role, signed_in=True)
 
 
