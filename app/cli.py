@@ -16,7 +16,6 @@ Streamlit nor the ledger CLI at import time.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import subprocess
@@ -29,19 +28,13 @@ import typer
 MAIN_SCRIPT = Path(__file__).with_name("main.py")
 ASGI_SCRIPT = Path(__file__).with_name("asgi.py")
 AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
-LOOPBACK_NAMES = ("localhost",)
 
 
 def is_loopback(host: Optional[str]) -> bool:
     """127.0.0.0/8, ::1 and ``localhost``; an empty address means every interface (not loopback)."""
-    if not host:
-        return False
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    from app.guard import is_loopback_name
+
+    return bool(host) and is_loopback_name(host.strip("[]"))
 
 
 def streamlit_argv(host: str, port: int) -> list[str]:
