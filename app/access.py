@@ -1,15 +1,26 @@
 """Who is using the dashboard, and what they may do (SPEC §8).
 
 * With an auth file (``TRAINLEDGER_AUTH_FILE``, set by ``trainledger dashboard
-  --auth-file``) every session signs in; viewers read, leads may also edit
-  prices, fleet and settings, and launch and cancel runs.
-* Without one, the dashboard serves loopback only, and everyone there is a lead
-  (local use). A server bound elsewhere without an auth file serves nothing.
+  --auth-file``) every browser signs in through the HTTP form of app/signin.py,
+  which sets a session cookie (app/sessions.py). Every script run reads the
+  cookie sent with the app's WebSocket and checks the session against the
+  ledger and the auth file: an expired session, a removed user or a changed
+  password signs the browser out; the role is the auth file's, read again
+  when it changes. Viewers read, leads may also edit prices, fleet and
+  settings, and launch and cancel runs.
+* Without one, the dashboard serves loopback only, and everyone there is a
+  lead (local use), but only when the request names a loopback host (``Host:
+  localhost`` or ``127.0.0.1``) and came through no proxy (no ``Forwarded`` /
+  ``X-Forwarded-*`` header): app/guard.py refuses other hosts before the app
+  runs, and this module checks again. A server bound elsewhere without an auth
+  file serves nothing.
 
-The role lives in ``st.session_state`` under a key that no widget uses, and
-only :func:`login_page` writes it. Pages call :func:`require_lead` right
-before they write, so a forged click from a viewer changes nothing: hiding a
-button is not the check.
+A browser is signed in by its cookie alone; only a session without an HTTP
+request behind it (AppTest) reads a token from ``st.session_state`` (under a
+key no widget uses). Forms that write are drawn disabled for viewers
+(Streamlit discards a disabled widget's input on the server), and pages call
+:func:`require_lead` right before they write, so a forged click from a viewer
+changes nothing: hiding or disabling a button is not the only check.
 """
 
 from __future__ import annotations
@@ -18,13 +29,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+from urllib.parse import quote, urlencode
 
 import streamlit as st
 
-from app.auth import AuthFileError, authenticate, load_auth_file
+from app import sessions
+from app.auth import AuthFileError, users_file
 from app.cli import AUTH_ENV, is_loopback
+from app.guard import is_loopback_name, split_host
+from app.signin import SIGNIN_PATH, safe_next
 
-IDENTITY_KEY = "_trainledger_identity"  # written only by login_page()
+TOKEN_KEY = "_trainledger_session_token"  # read only without an HTTP request (AppTest); written by tests
+SIGNED_OUT_KEY = "_trainledger_signed_out"
+IDENTITY_KEY = "_trainledger_identity"  # no longer read: a value put here grants nothing
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 
 
 @dataclass(frozen=True)
@@ -46,74 +64,106 @@ def auth_file() -> Optional[Path]:
     return Path(value) if value else None
 
 
-@st.cache_data(ttl=10, show_spinner=False)
-def _users(path: str, mtime_ns: int):
-    return load_auth_file(path)
-
-
 def users() -> dict:
     """The auth file's users (re-read when the file changes); AuthFileError if unusable."""
-    path = auth_file()
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise AuthFileError(f"--auth-file: cannot read {path}: {exc.strerror or exc}") from None
-    return _users(str(path), mtime)
+    return users_file(str(auth_file())).users()
 
 
 def server_is_loopback() -> bool:
     return is_loopback(st.get_option("server.address"))
 
 
+def request_is_local() -> bool:
+    """The app's WebSocket named a loopback host and came through no proxy (True without request headers: tests)."""
+    headers = st.context.headers
+    host = headers.get("host")
+    if not isinstance(host, str):  # no HTTP request behind this session: AppTest
+        return not any(isinstance(headers.get(h), str) for h in PROXY_HEADERS)
+    if any(headers.get(h) for h in PROXY_HEADERS):
+        return False
+    return is_loopback_name(split_host(host))
+
+
+def session_token() -> Optional[str]:
+    """The session cookie sent with the app's WebSocket.
+
+    Only a session with no HTTP request behind it (AppTest, which cannot send
+    cookies) uses the token kept in ``st.session_state`` instead: a browser is
+    signed in by its cookie alone, so a reattached Streamlit session carries
+    no sign-in of its own.
+    """
+    if isinstance(st.context.headers.get("host"), str):
+        cookie = st.context.cookies.get(sessions.cookie_name(st.get_option("server.port")))
+        return cookie if isinstance(cookie, str) and cookie else None
+    kept = st.session_state.get(TOKEN_KEY)
+    return kept if isinstance(kept, str) else None
+
+
 def current_identity() -> Optional[Identity]:
-    """The signed-in identity (its role re-read from the auth file), a local lead, or None."""
+    """The signed-in identity (its role read from the auth file now), a local lead, or None."""
     if auth_file() is None:
-        return LOCAL_LEAD if server_is_loopback() else None
-    ident = st.session_state.get(IDENTITY_KEY)
-    if not isinstance(ident, Identity):
-        return None
-    entry = users().get(ident.user)
-    if entry is None:  # removed from the file: signed out
-        st.session_state.pop(IDENTITY_KEY, None)
+        return LOCAL_LEAD if server_is_loopback() and request_is_local() else None
+    from app.data import ledger_url
+
+    token = session_token()
+    entry = sessions.lookup(ledger_url(), token, users()) if token else None
+    if entry is None:
+        st.session_state.pop(TOKEN_KEY, None)
         return None
     return Identity(user=entry.name, role=entry.role, signed_in=True)
 
 
 def require_lead(action: str, outcome: str = "Nothing was saved.") -> bool:
     """Server-side check before a write: True for a lead, else an error on the page and False."""
+    from app.ui import md
+
     ident = current_identity()
     if ident is not None and ident.is_lead:
         return True
-    who = f"{ident.user} is a {ident.role}" if ident else "you are not signed in"
+    who = f"{md(ident.user)} is a {ident.role}" if ident else "you are not signed in"
     st.error(f"Only leads can {action}: {who}. {outcome}")
     return False
 
 
+def read_only(ident: Identity) -> bool:
+    """Whether the forms that write are shown disabled (viewers: read-only)."""
+    return not ident.is_lead
+
+
 def refusal_page() -> None:
     st.title("trainledger")
-    st.error("This dashboard is bound to a non-loopback address and no auth file is configured, so it serves "
-             "nothing. Start it with `trainledger dashboard` (binds 127.0.0.1), or add "
-             "`--auth-file users.toml` (create users with `python -m app.auth hash NAME --role lead`).")
+    if not server_is_loopback():
+        st.error("This dashboard is bound to a non-loopback address and no auth file is configured, so it serves "
+                 "nothing. Start it with `trainledger dashboard` (binds 127.0.0.1), or add "
+                 "`--auth-file users.toml` (create users with `python -m app.auth hash NAME --role lead`).")
+    else:
+        st.error("Without sign-in this dashboard answers only at a loopback address through no proxy "
+                 "(open http://127.0.0.1 or http://localhost on this machine). To serve it under another name, "
+                 "start it with `--auth-file users.toml --allowed-host NAME`.")
 
 
 def auth_error_page(message: str) -> None:
+    from app.ui import md
+
     st.title("trainledger")
-    st.error(f"Sign-in is configured but unusable: {message}")
+    st.error(f"Sign-in is configured but unusable: {md(message)}")
 
 
-def login_page() -> None:
+def signin_url(page_path: str) -> str:
+    """The sign-in form, coming back to ``page_path`` (with this page's query parameters) after."""
+    query = urlencode({k: st.query_params.get(k) for k in st.query_params})
+    return f"{SIGNIN_PATH}?next={quote(safe_next(page_path + (f'?{query}' if query else '')), safe='')}"
+
+
+def signin_prompt(page_path: str = "/") -> None:
+    """What a browser without a valid session sees (usually it is sent to the sign-in form before the app loads)."""
     st.title("Sign in to trainledger")
-    with st.form("login"):
-        name = st.text_input("User", key="login_user")
-        password = st.text_input("Password", type="password", key="login_password")
-        submitted = st.form_submit_button("Sign in", type="primary")
-    if submitted:
-        entry = authenticate(users(), name.strip(), password)
-        if entry is None:
-            st.error("Wrong user or password.")
-            return
-        st.session_state[IDENTITY_KEY] = Identity(user=entry.name, role=entry.role, signed_in=True)
-        st.rerun()
+    if st.session_state.pop(SIGNED_OUT_KEY, False):
+        st.success("You are signed out.")
+    else:
+        st.info("Your session has ended or was never started on this browser: sign in to continue.")
+    # our own markup: a same-tab link to our own form (no user text in it)
+    st.markdown(f'<a href="{signin_url(page_path)}" target="_self">Sign in</a>', unsafe_allow_html=True)
 
 
 def page_gate() -> Identity:
@@ -123,7 +173,7 @@ def page_gate() -> Identity:
     a fresh server), so it must not trust that main.py checked first.
     """
     try:
-        if auth_file() is None and not server_is_loopback():
+        if auth_file() is None and not (server_is_loopback() and request_is_local()):
             refusal_page()
             st.stop()
         ident = current_identity()
@@ -131,16 +181,21 @@ def page_gate() -> Identity:
         auth_error_page(str(exc))
         st.stop()
     if ident is None:
-        login_page()
+        signin_prompt()
         st.stop()
     return ident
 
 
 def sidebar_identity(ident: Identity) -> None:
+    from app.data import ledger_url
+    from app.ui import md
+
     if not ident.signed_in:
         st.sidebar.caption("Local use (loopback, no sign-in): full lead access.")
         return
-    st.sidebar.caption(f"Signed in as **{ident.user}** ({ident.role})")
+    st.sidebar.caption(f"Signed in as **{md(ident.user)}** ({ident.role})")
     if st.sidebar.button("Sign out", key="sign_out"):
-        st.session_state.pop(IDENTITY_KEY, None)
+        sessions.revoke(ledger_url(), session_token())
+        st.session_state.pop(TOKEN_KEY, None)
+        st.session_state[SIGNED_OUT_KEY] = True
         st.rerun()

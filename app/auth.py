@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import getpass
 import hashlib
 import hmac
 import re
 import secrets
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -94,9 +96,16 @@ def verify_password(password: str, encoded: str) -> bool:
     return hmac.compare_digest(candidate, digest)
 
 
-#: compared against when the user name is unknown, so that a wrong name costs as
-#: much time as a wrong password (no user enumeration by timing)
-_DUMMY_HASH = hash_password("not-a-user", salt=b"\0" * SALT_BYTES)
+@functools.lru_cache(maxsize=8)
+def _dummy_hash(iterations: int) -> str:
+    return hash_password("not-a-user", salt=b"\0" * SALT_BYTES, iterations=iterations)
+
+
+def _iterations(encoded: str) -> int:
+    try:
+        return _parse_hash(encoded)[0]
+    except ValueError:
+        return ITERATIONS
 
 
 def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
@@ -141,10 +150,47 @@ def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
 
 
 def authenticate(users: dict[str, UserEntry], name: str, password: str) -> Optional[UserEntry]:
-    """The user if the name and password match, else None (same work either way)."""
+    """The user if the name and password match, else None.
+
+    The same work either way: an unknown name is checked against a dummy hash
+    with as many PBKDF2 iterations as the file's costliest user, so a wrong name
+    takes as long as a wrong password (no user enumeration by timing).
+    """
     entry = users.get(name)
-    ok = verify_password(password, entry.password_hash if entry else _DUMMY_HASH)
-    return entry if ok and entry is not None else None
+    if entry is None:
+        cost = max((_iterations(u.password_hash) for u in users.values()), default=ITERATIONS)
+        verify_password(password, _dummy_hash(cost))
+        return None
+    return entry if verify_password(password, entry.password_hash) else None
+
+
+class UsersFile:
+    """An auth file read again whenever it changes (size or mtime): a removed user or a new password takes effect
+    at once. Thread-safe; :class:`AuthFileError` (one line) when the file is unusable."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._key: Optional[tuple[int, int]] = None
+        self._users: dict[str, UserEntry] = {}
+
+    def users(self) -> dict[str, UserEntry]:
+        try:
+            st = self.path.stat()
+        except OSError as exc:
+            raise AuthFileError(f"--auth-file: cannot read {self.path}: {exc.strerror or exc}") from None
+        key = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if key != self._key:
+                self._users = load_auth_file(self.path)
+                self._key = key
+            return self._users
+
+
+@functools.lru_cache(maxsize=4)
+def users_file(path: str) -> UsersFile:
+    """The process-wide :class:`UsersFile` of ``path``."""
+    return UsersFile(path)
 
 
 def make_entry(name: str, role: str, password: str, *, iterations: int = ITERATIONS) -> str:

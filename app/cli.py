@@ -2,17 +2,20 @@
 
     trainledger dashboard                                   # http://127.0.0.1:8501, local use: everyone is a lead
     trainledger dashboard --host 0.0.0.0 --auth-file users.toml   # other machines: sign-in required
+    trainledger dashboard --auth-file users.toml --allowed-host dash.example.com   # behind a reverse proxy
 
 Streamlit is started as an argument list (never a shell string), through
-app/serve.py (``streamlit run`` with its older pages-folder mode off). The ledger
-URL travels in the environment (``TRAINLEDGER_DB_URL``), not on the command
-line, so a password in it never shows in ``ps``. Usage statistics are off.
-This module imports neither Streamlit nor the ledger CLI at import time.
+app/serve.py: ``streamlit run app/asgi.py`` (the app behind the Host/Origin
+allow-list and the sign-in routes), with Streamlit's older pages-folder mode
+off and error details off (``client.showErrorDetails none``: no traceback
+reaches a browser). The ledger URL travels in the environment
+(``TRAINLEDGER_DB_URL``), not on the command line, so a password in it never
+shows in ``ps``. Usage statistics are off. This module imports neither
+Streamlit nor the ledger CLI at import time.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import subprocess
@@ -23,32 +26,33 @@ from typing import Annotated, Optional
 import typer
 
 MAIN_SCRIPT = Path(__file__).with_name("main.py")
+ASGI_SCRIPT = Path(__file__).with_name("asgi.py")
 AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
-LOOPBACK_NAMES = ("localhost",)
 
 
 def is_loopback(host: Optional[str]) -> bool:
     """127.0.0.0/8, ::1 and ``localhost``; an empty address means every interface (not loopback)."""
-    if not host:
-        return False
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    from app.guard import is_loopback_name
+
+    return bool(host) and is_loopback_name(host.strip("[]"))
 
 
 def streamlit_argv(host: str, port: int) -> list[str]:
-    """The command that serves app/main.py (no secrets in it): ``streamlit run`` through app/serve.py."""
-    return [sys.executable, "-m", "app.serve", "run", str(MAIN_SCRIPT),
+    """The command that serves the dashboard (no secrets in it): ``streamlit run app/asgi.py`` through app/serve.py.
+
+    ``client.showErrorDetails none``: an exception shows no message, type or
+    trace in the browser (the legacy value ``false`` would still show the trace).
+    """
+    return [sys.executable, "-m", "app.serve", "run", str(ASGI_SCRIPT),
             "--server.address", host, "--server.port", str(port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--server.runOnSave", "false", "--client.toolbarMode", "minimal"]
+            "--server.runOnSave", "false", "--client.toolbarMode", "minimal", "--client.showErrorDetails", "none"]
 
 
-def streamlit_env(url: str, auth_file: Optional[Path]) -> dict[str, str]:
-    """The child's environment: the ledger URL and auth file, telemetry off."""
+def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str, ...] = ()) -> dict[str, str]:
+    """The child's environment: the ledger URL, the auth file and the allowed host names; telemetry off."""
+    from app.guard import ALLOWED_HOSTS_ENV
+
     env = dict(os.environ)
     env["TRAINLEDGER_DB_URL"] = url
     env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
@@ -56,6 +60,7 @@ def streamlit_env(url: str, auth_file: Optional[Path]) -> dict[str, str]:
         env[AUTH_ENV] = str(Path(auth_file).resolve())
     else:
         env.pop(AUTH_ENV, None)
+    env[ALLOWED_HOSTS_ENV] = ",".join(allowed_hosts)
     return env
 
 
@@ -69,12 +74,22 @@ def dashboard_command(
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8501,
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
     auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
+    allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name browsers use to reach the dashboard, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection). Needs --auth-file.", show_default=False)] = None,
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
     from sqlalchemy.exc import OperationalError
 
     from app.auth import AuthFileError, load_auth_file
+    from app.guard import parse_allowed
     from ledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url
+
+    try:
+        allowed = parse_allowed(allowed_host or [])
+    except ValueError as exc:
+        _fail(str(exc))
+    if allowed and auth_file is None:
+        _fail("--allowed-host needs --auth-file: without sign-in the dashboard answers only loopback names "
+              "(localhost, 127.0.0.1), where everyone is a lead")
 
     try:
         url = resolve_url(db)
@@ -90,6 +105,8 @@ def dashboard_command(
               "pass --auth-file FILE (see `python -m app.auth hash --help`) or bind 127.0.0.1")
     try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
         make_engine(url).dispose()
+    except LedgerURLError as exc:
+        _fail(str(exc))
     except OperationalError as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
         _fail(f"cannot use the ledger at {redact_url(url)}: {reason}", code=1)
@@ -97,7 +114,7 @@ def dashboard_command(
     shown = f"[{host}]" if ":" in host else host
     who = f"sign-in required ({len(users)} users)" if auth_file is not None else "local use, no sign-in"
     typer.echo(f"trainledger dashboard on http://{shown}:{port} ({who}); ledger {redact_url(url)}", err=True)
-    proc = subprocess.Popen(streamlit_argv(host, port), env=streamlit_env(url, auth_file))
+    proc = subprocess.Popen(streamlit_argv(host, port), env=streamlit_env(url, auth_file, allowed))
 
     def _forward(signum, _frame):  # stop Streamlit with us
         proc.send_signal(signum)

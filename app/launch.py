@@ -19,6 +19,7 @@ the page's, right before it calls :func:`launch_run` or :func:`cancel_run`.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -165,21 +166,20 @@ def cancel_run(url: str, run_id: str, grace_s: float = CANCEL_GRACE_S) -> dict[s
 # --- the run's own log (this host) -----------------------------------------------------------
 
 def log_tail(run_id: str, log_path: Optional[str]) -> list[str]:
-    """The last lines of a run's log, if it is this host's ``<runs log dir>/<run id>.log``; else [].
+    """The last lines of a run's log, if it is this host's ``<run directory>/<run id>.log``; else [].
 
-    The path comes from the ledger, so nothing else is ever read: a viewer sees
-    no file but a run's own log.
+    The path comes from the ledger, so nothing else is ever read
+    (``ledger.runs.launch.run_log_file``): a viewer sees no file but a run's own log.
     """
-    from ledger.runs.launch import default_log_dir
+    from ledger.runs.launch import run_log_file
 
-    if not log_path:
+    path = run_log_file(run_id, log_path)
+    if path is None:
         return []
-    expected = (default_log_dir() / f"{run_id}.log").resolve()
     try:
-        if Path(log_path).resolve() != expected or not expected.is_file():
-            return []
-        with open(expected, "rb") as fh:
-            fh.seek(max(0, expected.stat().st_size - LOG_TAIL_BYTES))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # no link swapped in since the check
+        with os.fdopen(fd, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL_BYTES))
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return []
@@ -193,8 +193,11 @@ def with_log(progress: dict[str, Any]) -> dict[str, Any]:
     log (a line every ``log_every`` steps) is ahead of the ledger; the newer of
     the two is shown.
     """
+    from ledger.runs.launch import run_log_file
+
     tail = log_tail(progress["id"], progress.get("log_path"))
-    out = {**progress, "log_tail": tail}
+    own_log = run_log_file(progress["id"], progress.get("log_path"))
+    out = {**progress, "log_tail": tail, "log_path": str(own_log) if own_log else None}
     for line in reversed(tail):
         m = STEP_LINE.search(line)
         if m:

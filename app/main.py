@@ -1,8 +1,12 @@
-"""The trainledger dashboard: ``trainledger dashboard`` serves this script with Streamlit.
+"""The trainledger dashboard: ``trainledger dashboard`` serves this script with Streamlit (through app/asgi.py).
 
 This entry script decides who may see what (app/access.py) and hands over to
 the page (st.navigation, one module per page under app/pages/). To add a page
-append a :class:`PageSpec` to :data:`SECTIONS`.
+append a :class:`PageSpec` to :data:`SECTIONS`. Every page has a stable URL
+(``/overview``, ``/runs?run=ID``, ...) that works as a deep link, signed in or
+not (app/signin.py brings a signed-out browser back to it after signing in).
+An error a page does not handle is one line on the page; its traceback goes to
+the dashboard's log, never to the browser.
 
 Every page also starts with ``access.page_gate()``: under a plain ``streamlit
 run app/main.py`` Streamlit runs a file of a ``pages/`` folder next to the entry
@@ -13,12 +17,14 @@ script by itself (its older multipage mode) until the process first calls
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Optional
 
 import streamlit as st
 from sqlalchemy.exc import OperationalError
 
-from app import access, data
+from app import access, data, ui
 from app.auth import AuthFileError
 from ledger.errors import LedgerInputError
 from ledger.store.db import LedgerURLError, redact_url
@@ -31,6 +37,8 @@ class PageSpec:
     icon: str
     url_path: str
 
+
+log = logging.getLogger("trainledger.dashboard")
 
 SECTIONS: dict[str, list[PageSpec]] = {
     "Costs": [
@@ -51,33 +59,56 @@ SECTIONS: dict[str, list[PageSpec]] = {
 }
 
 
+def _home() -> None:
+    """``/``: the Overview, under its own URL (``/overview``), with the query parameters kept."""
+    st.switch_page(_PAGES["overview"], query_params=st.query_params.to_dict())
+
+
+_PAGES: dict = {}  # url path -> st.Page of this run
+
+
 def _navigation():
+    """Every page under its stable URL (``/overview``, ``/runs``, ...); ``/`` opens the Overview.
+
+    A browser that is not signed in gets the same URLs (so a deep link never
+    says "Page not found"), but the sign-in prompt instead of the page.
+    """
     pages = {}
-    first = True
+    _PAGES.clear()
     for section, specs in SECTIONS.items():
         pages[section] = []
         for spec in specs:
-            pages[section].append(st.Page(spec.path, title=spec.title, icon=spec.icon, url_path=spec.url_path,
-                                          default=first))
-            first = False
-    return st.navigation(pages)
+            page = st.Page(spec.path, title=spec.title, icon=spec.icon, url_path=spec.url_path)
+            _PAGES[spec.url_path] = page
+            pages[section].append(page)
+    home = st.Page(_home, title="Overview", url_path="home", default=True, visibility="hidden")
+    return st.navigation({"": [home], **pages})
 
 
-def main() -> None:
-    st.set_page_config(page_title="trainledger", page_icon=":material/payments:", layout="wide")
+def _gate() -> Optional[access.Identity]:
+    """The identity, or None after a page (refusal, sign-in unusable, sign-in prompt) has been served."""
     try:
-        if access.auth_file() is None and not access.server_is_loopback():
+        if access.auth_file() is None and not (access.server_is_loopback() and access.request_is_local()):
             st.navigation([st.Page(access.refusal_page, title="Not served")]).run()
-            return
+            return None
         ident = access.current_identity()
     except AuthFileError as exc:
         message = str(exc)
         st.navigation([st.Page(lambda: access.auth_error_page(message), title="Sign-in unusable")]).run()
-        return
-    if ident is None:
-        st.navigation([st.Page(access.login_page, title="Sign in")]).run()
-        return
+        return None
+    if ident is None:  # every URL stays valid (no "Page not found"); none of the pages runs
+        page = _navigation()
+        access.signin_prompt(f"/{page.url_path}" if page.url_path else "/")
+        return None
+    return ident
 
+
+def main() -> None:
+    # an emoji icon is drawn in the browser; a :material/...: one would be fetched from fonts.gstatic.com
+    st.set_page_config(page_title="trainledger", page_icon="💰", layout="wide")
+    ident = _gate()
+    if ident is None:
+        return
     page = _navigation()
     url = ""
     try:
@@ -88,10 +119,13 @@ def main() -> None:
         access.sidebar_identity(ident)
         page.run()
     except (LedgerInputError, LedgerURLError) as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(ui.error_line(exc))
     except OperationalError as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-        st.error(f"Cannot use the ledger at {redact_url(url)}: {reason}")
+        st.error(f"Cannot use the ledger at {ui.md(redact_url(url))}: {ui.md(reason)}")
+    except Exception as exc:  # never a traceback in a browser: one line here, the details in the server's log
+        log.exception("page %s failed", getattr(page, "url_path", "?"))
+        st.error(f"This page failed ({type(exc).__name__}); the details are in the dashboard's log.")
 
 
 main()

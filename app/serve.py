@@ -1,4 +1,7 @@
-"""``python -m app.serve run app/main.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
+"""``python -m app.serve run app/asgi.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
+
+app/asgi.py is an ``st.App`` (app/main.py behind the Host/Origin guard and the
+sign-in routes), which ``streamlit run`` serves with uvicorn.
 
 The one difference from the ``streamlit`` command: Streamlit's older multipage
 mode is switched off before the first request. That mode runs any file in a

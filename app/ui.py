@@ -4,10 +4,20 @@ Figures are formatted with ``ledger.reports.present`` (``fmt_cell``/``present``)
 the dashboard shows the CLI's rounding ("4,800.00"). The three utilizations
 always carry their own label; ratios are shown as percentages with the CLI's
 four decimals (0.7319 → "73.19%").
+
+**Text from the ledger or the user is Markdown-escaped.** Streamlit renders
+Markdown in st.markdown, captions, titles and headers, alerts, metric and
+widget labels and help texts; a run name such as ``![x](http://evil/b.png)``
+would load an image in every viewer's browser, and ``[Session expired](http://evil)``
+would be a link. Every such value (run ids and names, projects, users, host
+names, offers, fleets, sweeps, strategies, error texts, query parameters)
+goes through :func:`md` before it is put into Markdown. Tables (st.dataframe),
+charts and select options are not Markdown and take the text as it is.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Iterable, Optional
 
@@ -16,7 +26,7 @@ import pandas as pd
 import streamlit as st
 
 from ledger.errors import LedgerInputError
-from ledger.money.months import parse_month
+from ledger.money.months import check_month
 from ledger.reports.present import fmt_cell, kind_of, present
 
 TIME_UTIL = "Time utilization"
@@ -30,6 +40,49 @@ GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weigh
 MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
 
 MONTH_STATE = "_month"  # the selected month, kept across pages
+MD_LIMIT = 300  # characters of one value shown in Markdown
+WORD_JOINER = "\u2060"
+_AUTOLINK = re.compile(r"://|(?i:www)\.|@")  # what GFM turns into a link in plain text (a joiner goes before the last char)
+_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+# --- text into Markdown ----------------------------------------------------------------
+
+def md(value: Any, limit: int = MD_LIMIT) -> str:
+    """``value`` as literal text inside Markdown: one line, at most ``limit`` characters.
+
+    Every ASCII punctuation character is backslash-escaped (CommonMark), so no
+    link, image, emphasis, HTML, heading, list, table, LaTeX (``$``) or Streamlit
+    colour or icon directive (``:red[...]``, ``:material/x:``) can start in it.
+    Bare URLs are linked by GFM *after* escapes are read (``http://``, ``www.``,
+    ``user@host``), so a WORD JOINER (U+2060, invisible) goes into each ``://``,
+    ``www.`` and ``@``: shown the same, linked never.
+    """
+    text = "" if value is None else str(value)
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(text) > limit:
+        text = text[:limit - 1] + "…"
+    text = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + WORD_JOINER + m.group(0)[-1], text)
+    return "".join("\\" + c if c in _ASCII_PUNCT else c for c in text)
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception's message as one escaped line for st.error (``LedgerInputError`` texts quote user input)."""
+    return md(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def run_id_param(name: str = "run") -> Optional[str]:
+    """``?run=ID`` if it is a valid run id (``ledger.store.ids``), else None with a one-line warning."""
+    from ledger.store.ids import validate_run_id
+
+    raw = st.query_params.get(name)
+    if not raw:
+        return None
+    try:
+        return validate_run_id(raw, f"?{name}=")
+    except LedgerInputError as exc:
+        st.warning(f"{error_line(exc)} (ignored)")
+        return None
 
 
 # --- numbers -------------------------------------------------------------------
@@ -94,23 +147,36 @@ def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[
 # --- month -------------------------------------------------------------------------
 
 def valid_month(text: Optional[str]) -> Optional[str]:
+    """``text`` if it is a month the ledger can report (``YYYY-MM``, years 1970 to 9998), else None."""
     try:
-        parse_month(text or "")
-        return text
+        return check_month(text or "")
     except LedgerInputError:
+        return None
+
+
+def month_param() -> Optional[str]:
+    """``?month=`` if it is a month the ledger can report; else None, with a one-line warning when one was given."""
+    raw = st.query_params.get("month")
+    if not raw:
+        return None
+    try:
+        return check_month(raw, "?month=")
+    except LedgerInputError as exc:
+        st.warning(f"{error_line(exc)}; showing the current month instead.")
         return None
 
 
 def month_picker(url: str) -> str:
     """The sidebar month selector of a page that reports a month.
 
-    Starts from ?month=YYYY-MM (else this month) and keeps its value across pages.
+    Starts from ?month=YYYY-MM (else this month; a bad value is a one-line
+    warning, never an error page) and keeps its value across pages.
     """
     from app import data
 
     options = data.month_options(url)
     default = data.current_month(url)
-    current = st.session_state.get(MONTH_STATE) or valid_month(st.query_params.get("month")) or default
+    current = valid_month(st.session_state.get(MONTH_STATE)) or month_param() or default
     if current not in options:
         options = sorted(set(options) | {current}, reverse=True)
     choice = st.sidebar.selectbox("Month", options, index=options.index(current), key="month_picker",

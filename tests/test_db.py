@@ -8,7 +8,6 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text

@@ -53,6 +53,7 @@ the key. This module imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Mapping
@@ -309,24 +310,61 @@ def config_from_dict(raw: Mapping | None) -> TrainConfig:
     return _build(TrainConfig, raw, "")
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    """Read and validate a YAML config file."""
+#: a config larger than this is refused before it is parsed
+MAX_CONFIG_BYTES = 1 << 20
+ALIAS_PROBLEM = "aliases (*name) and merge keys (<<) are not allowed in configs; write the values out"
+
+
+@functools.lru_cache(maxsize=1)
+def _no_alias_loader():
+    """PyYAML's SafeLoader, except that an alias (``*name``, also behind a ``<<`` merge key) is an error.
+
+    Aliases are what an alias bomb (a few hundred bytes that expand to gigabytes
+    once the structure is walked or serialized) is made of; a config never needs
+    them. Anchors alone (``&name``) are harmless and still parse.
+    """
     import yaml
 
+    class NoAliasSafeLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, ALIAS_PROBLEM, event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasSafeLoader
+
+
+def load_yaml(text: str, where: str | Path) -> Any:
+    """Parse config YAML safely: no tags beyond plain data, no aliases, at most MAX_CONFIG_BYTES (ConfigError, one line).
+
+    Every config the product reads goes through here: ``trainledger train``,
+    ``launch`` and ``sweep``, and the dashboard's Launch page.
+    """
+    import yaml
+
+    if len(text.encode("utf-8", errors="replace")) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a training config is a few lines")
+    try:
+        return yaml.load(text, Loader=_no_alias_loader())  # noqa: S506  (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{where}{line}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: not valid YAML (nested too deeply)") from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a YAML config file (parsed by :func:`load_yaml`)."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a training config is a few lines")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
-    return config_from_dict(raw)
+    return config_from_dict(load_yaml(text, path))

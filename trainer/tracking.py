@@ -27,7 +27,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,7 +43,10 @@ class RunCancelled(KeyboardInterrupt):
 
 
 def new_run_id() -> str:
-    return uuid.uuid4().hex[:16]
+    """A fresh random run id (``ledger.store.ids.new_run_id``)."""
+    from ledger.store.ids import new_run_id as fresh
+
+    return fresh()
 
 
 def _now() -> datetime:
@@ -619,10 +621,31 @@ def add_tracking_args(parser) -> None:
     g.add_argument("--journal-dir", default=None, help="run journal directory (default: $TRAINLEDGER_JOURNAL_DIR or the user data dir)")
 
 
+def check_tracking_args(args) -> None:
+    """Refuse a ``--run-id`` / ``$TRAINLEDGER_RUN_ID`` or ``--sweep-id`` that is not a valid id (ConfigError, one line).
+
+    A run id names files (the run's journal, its log), so it is checked with
+    ``ledger.store.ids.validate_run_id`` before anything starts.
+    """
+    from ledger.errors import LedgerInputError
+    from ledger.store.ids import validate_run_id
+    from trainer.config import ConfigError
+
+    run_id = getattr(args, "run_id", None) or os.environ.get(ENV_RUN_ID)
+    try:
+        if run_id is not None:
+            validate_run_id(run_id, "--run-id" if getattr(args, "run_id", None) else f"${ENV_RUN_ID}")
+        if getattr(args, "sweep_id", None):
+            validate_run_id(args.sweep_id, "--sweep-id")
+    except LedgerInputError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTracker"]:
     """A :class:`LedgerTracker` when ``--track`` or ``$TRAINLEDGER_RUN_ID`` asks for one."""
     if not (args.track or os.environ.get(ENV_RUN_ID)):
         return None
+    check_tracking_args(args)
     opts = TrackingOptions(
         run_id=args.run_id or os.environ.get(ENV_RUN_ID) or new_run_id(), db_url=args.db,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, name=args.name, node_type=args.node_type,

@@ -82,11 +82,13 @@ def dry_run_report(cfg: TrainConfig, plan: ParallelPlan) -> dict:
 
 
 def write_json_atomic(path: str | Path, payload: dict) -> None:
+    """The run's results, whole or not at all (``ledger.store.files.write_output``; a file already there is replaced,
+    a link there too, never followed)."""
+    from ledger.store.files import write_output
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_output(path, (json.dumps(payload, indent=2) + "\n").encode("utf-8"), force=True, flag="--results-json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,6 +119,9 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     from trainer.distributed import launch_env
 
     try:
+        from trainer.tracking import check_tracking_args
+
+        check_tracking_args(args)  # a run id names files: refused before anything starts
         cfg = load_run_config(args.config, args.deepspeed_config, args.steps)
         if args.dry_run:
             world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None

@@ -11,6 +11,8 @@ run is queued or running.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
@@ -30,8 +32,9 @@ st.caption("Start a tracked run on this machine (torchrun, one node) from a list
            "`trainledger launch CONFIG --detach`. Listed: the shipped configs and the YAML files in the "
            f"directories of `${launch.CONFIG_DIRS_ENV}`. For several nodes use `trainledger launch --launcher "
            "deepspeed|slurm`.")
-if not ident.is_lead:
-    st.info(f"Signed in as {ident.user} ({ident.role}): you can watch runs, but only leads can launch or cancel them.")
+read_only = access.read_only(ident)  # viewers see the form disabled; the server checks the role anyway
+if read_only:
+    st.info(f"Signed in as {ui.md(ident.user)} ({ident.role}): you can watch runs, but only leads can launch or cancel them.")
 missing = launch.trainer_missing()
 if missing:
     st.warning(missing)
@@ -57,25 +60,27 @@ elif st.session_state["launch_config"] not in labels:  # picked, then gone from 
 
 c = st.columns([2, 1, 1])
 config = c[0].selectbox("Config", paths, format_func=lambda p: labels.get(p, p), key="launch_config",
-                        on_change=_config_defaults, help="A trainer YAML; its plan is validated before anything starts.")
+                        on_change=_config_defaults, help="A trainer YAML; its plan is validated before anything starts.",
+                        disabled=read_only)
 node_types = [n.name for n in data.node_types(url)]
 node_type = c[1].selectbox("Node type", node_types, key="launch_node_type",
                            index=node_types.index("rtx4090-8x") if "rtx4090-8x" in node_types else 0,
-                           help="The hardware the run's node-hours are costed as.")
+                           help="The hardware the run's node-hours are costed as.", disabled=read_only)
 offers = [o.name for o, nt in data.offers(url) if nt == node_type]
 offer = c[2].selectbox("Offer", [""] + offers, key=f"launch_offer_{node_type}",
                        format_func=lambda o: o or "(default: the fleet, else elastic rent)",
-                       help="What the node-hours are paid under.")
+                       help="What the node-hours are paid under.", disabled=read_only)
 c = st.columns([2, 1, 1])
-project = c[0].text_input("Project", key="launch_project", max_chars=100)
+project = c[0].text_input("Project", key="launch_project", max_chars=100, disabled=read_only)
 steps = c[1].number_input("Steps", min_value=1, max_value=launch.MAX_STEPS, step=1, key="launch_steps",
-                          help="Overrides the config's steps.")
+                          help="Overrides the config's steps.", disabled=read_only)
 procs = c[2].number_input("Processes per node", min_value=1, max_value=launch.MAX_PROCESSES, step=1, key="launch_procs",
-                          help="GPUs per node on a GPU machine; on CPU, processes (tp × pp must divide them).")
+                          help="GPUs per node on a GPU machine; on CPU, processes (tp × pp must divide them).",
+                          disabled=read_only)
 name = st.text_input("Run name (optional)", key="launch_name", max_chars=200,
-                     help="Default: strategy-model, e.g. dp-tiny.")
+                     help="Default: strategy-model, e.g. dp-tiny.", disabled=read_only)
 
-if st.button("Launch", type="primary", key="launch_go"):
+if st.button("Launch", type="primary", key="launch_go", disabled=read_only):
     if access.require_lead("launch runs", "Nothing was started."):
         try:
             form = launch.LaunchForm(config=config, node_type=node_type, offer=offer, project=project, name=name,
@@ -84,22 +89,22 @@ if st.button("Launch", type="primary", key="launch_go"):
         except ValidationError as exc:
             st.error(launch.form_error(exc))
         except LedgerInputError as exc:
-            st.error(str(exc).splitlines()[0])
+            st.error(ui.error_line(exc))
         else:
             st.session_state.setdefault(MINE, []).append(started["run_id"])
             st.session_state["launch_watch"] = started["run_id"]
             st.cache_data.clear()  # the Runs page lists it at once
-            st.success(f"Launched run {started['run_id']} (supervisor pid {started['pid']}); log: {started['log']}. "
-                       "It goes on if this page is closed.")
+            st.success(f"Launched run {ui.md(started['run_id'])} (supervisor pid {started['pid']}); log: "
+                       f"{ui.md(started['log'])}. It goes on if this page is closed.")
 
 # --- progress ----------------------------------------------------------------------------------
 st.header("Progress")
 if FLASH in st.session_state:
-    st.success(st.session_state.pop(FLASH))
+    st.success(st.session_state.pop(FLASH))  # composed below from escaped values
 active = data.active_runs(url)
 names = {r["id"]: r["name"] for r in active}
 ids = list(dict.fromkeys([*reversed(st.session_state.get(MINE, [])), *names]))
-for wanted in (st.query_params.get("run"), st.session_state.get("launch_watch")):
+for wanted in (ui.run_id_param(), st.session_state.get("launch_watch")):
     if wanted and wanted not in ids:
         ids.insert(0, wanted)
 if not ids:
@@ -111,7 +116,7 @@ run_id = st.selectbox("Run", ids, key="launch_watch",
 try:
     live = data.run_progress(url, run_id)["active"]
 except LedgerInputError as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(ui.error_line(exc))
     st.stop()
 
 
@@ -133,11 +138,11 @@ def progress() -> None:
     if planned:
         st.progress(min(1.0, done / planned), text=f"{done} of {planned} steps")
     if p["status"] == "succeeded":
-        st.success(f"Run {p['id']} succeeded: {done} steps, {p['tokens_per_s']:,.0f} tokens/s, final loss "
+        st.success(f"Run {ui.md(p['id'])} succeeded: {done} steps, {p['tokens_per_s']:,.0f} tokens/s, final loss "
                    f"{p['final_loss']:.4f}." if p["tokens_per_s"] and p["final_loss"] is not None
-                   else f"Run {p['id']} succeeded.")
+                   else f"Run {ui.md(p['id'])} succeeded.")
     elif p["error"]:
-        st.error(f"Run {p['id']} {p['status']}: {p['error']}")
+        st.error(f"Run {ui.md(p['id'])} {ui.md(p['status'])}: {ui.md(p['error'], 1000)}")
     if p["loss"]:
         st.line_chart(pd.DataFrame(p["loss"]), x="ts", y="value", x_label="time (UTC)", y_label="loss", height=240)
     elif p["active"]:
@@ -146,8 +151,9 @@ def progress() -> None:
     if p["log_tail"]:
         with st.expander("Log (last lines)", expanded=p["active"] and not p["loss"]):
             st.code("\n".join(p["log_tail"]), language=None)
-    st.caption(f"Run `{p['id']}` · log `{p['log_path'] or ui.DASH}` · [run detail](runs?run={p['id']})")
-    if p["active"] and st.button("Cancel run", key=f"launch_cancel_{p['id']}",
+    st.caption(f"Run {ui.md(p['id'])} · log {ui.md(p['log_path'] or ui.DASH)} · "
+               f"[run detail](runs?run={quote(p['id'], safe='')})")  # our own link, the id URL-quoted
+    if p["active"] and st.button("Cancel run", key=f"launch_cancel_{p['id']}", disabled=read_only,
                                  help="SIGTERM to the run (it ends cancelled); SIGKILL after "
                                       f"{launch.CANCEL_GRACE_S:.0f} s if it does not stop."):
         if access.require_lead("cancel runs", "Nothing was stopped."):
@@ -155,9 +161,9 @@ def progress() -> None:
                 with st.spinner("Cancelling…"):
                     out = launch.cancel_run(url, p["id"])
             except LedgerInputError as exc:
-                st.error(str(exc).splitlines()[0])
+                st.error(ui.error_line(exc))
             else:
-                st.session_state[FLASH] = f"Run {out['run_id']} {out['status']}." + (
+                st.session_state[FLASH] = f"Run {ui.md(out['run_id'])} {out['status']}." + (
                     " Its processes were killed after the grace period." if out.get("killed_after_grace") else "")
                 st.cache_data.clear()
                 st.rerun()

@@ -25,11 +25,11 @@ month = ui.month_picker(url)
 rep = data.report(url, month)
 p = data.presented(url, month)
 s = p["summary"]
-cur = s["currency"]
+cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 has_runs = s["runs"] > 0
 
 st.title("Overview")
-st.caption(f"{ui.period_text(month, s)} · calendar month in {s['timezone']} · money in {cur} · the same figures as "
+st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'])} · money in {cur} · the same figures as "
            f"`trainledger report monthly --month {month}`")
 ui.to_date_note(month, s)
 

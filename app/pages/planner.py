@@ -52,7 +52,7 @@ budget_text = c[3].text_input("Budget (offer currency, empty = none)", "", key="
 try:
     budget = Decimal(budget_text) if budget_text.strip() else None
 except InvalidOperation:
-    st.error(f"Budget: expected a number, got {budget_text!r}")
+    st.error(f"Budget: expected a number, got {ui.md(repr(budget_text))}")
     st.stop()
 if not chosen_nts:
     ui.empty("Pick at least one node type with an offer (Settings lists the offers).")
@@ -61,7 +61,7 @@ args = (model, tokens_b * 1e9, tuple(chosen_nts), tuple(range(lo, hi + 1)), dead
 try:
     result = planner.recommend(url, *args)
 except LedgerInputError as exc:
-    st.error(str(exc))
+    st.error(ui.error_line(exc))
     st.stop()
 
 # --- ranking ----------------------------------------------------------------------------
@@ -92,7 +92,7 @@ if plans:
 else:
     st.error("No plan fits: see why below. Add nodes, a node type with more memory, or a smaller model.")
 for h in result["hardware"]:
-    st.caption(f"{h['node_type']}: compute efficiency {h['efficiency']:.0%} ({h['efficiency_source']}); "
+    st.caption(f"{ui.md(h['node_type'])}: compute efficiency {h['efficiency']:.0%} ({h['efficiency_source']}); "
                f"links {h['links']} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "
                f"{h['inter_node_gbits_per_s']:g} Gb/s between nodes).")
 
@@ -115,9 +115,9 @@ nodes = int(c[1].number_input("Nodes", 1, 4096, 8, key="plan_table_nodes"))
 try:
     table = planner.strategy_table(url, model, tokens_b * 1e9, nt_name, nodes)
 except LedgerInputError as exc:
-    st.info(str(exc))
+    st.info(ui.error_line(exc))
     st.stop()
-st.caption(f"Each strategy's best layout on {nodes} × {nt_name} ({table['gpus']} GPUs): the cheapest that fits, else "
+st.caption(f"Each strategy's best layout on {nodes} × {ui.md(nt_name)} ({table['gpus']} GPUs): the cheapest that fits, else "
            "the one needing the least memory, with what it would take on cards big enough.")
 rows = [dict(r, fits="✓ fits" if r["fits"] else "✗ " + (r["reason"] or "").split(":")[0]) for r in table["strategies"]]
 st.dataframe(ui.frame(rows, STRATEGY_COLS, LABELS), hide_index=True)

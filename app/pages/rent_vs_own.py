@@ -94,9 +94,9 @@ if edited:
 else:
     own_a, rent_a = own_o, rent_o
     r = data.compare(url, node_type, u, own_o.name, rent_o.name)
-    st.caption(f"The ledger's prices: the same as `trainledger cost compare --node-type {node_type} "
-               f"--utilization {u_float:g} --own {own_o.name} --rent {rent_o.name}`.")
-cur = r["currency"]
+    st.caption(f"The ledger's prices: the same as trainledger cost compare --node-type {ui.md(node_type)} "
+               f"--utilization {u_float:g} --own {ui.md(own_o.name)} --rent {ui.md(rent_o.name)}.")
+cur = ui.md(r["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 
 c = st.columns(3)
 c[0].metric(f"Own per node-month ({cur})", fmt_cell("own_per_node_month", r["own_per_node_month"]), border=True,
@@ -123,12 +123,12 @@ if r["payback_months"] is not None:
                + ("within" if r["pays_back_within_depreciation"] else "longer than")
                + f" the {r['depreciation_months']}-month depreciation.")
 if r["renting_always_cheaper"]:
-    st.warning(f"**Renting ({rent_a.name}) is cheaper at every utilization.** Owning costs "
+    st.warning(f"**Renting ({ui.md(rent_a.name)}) is cheaper at every utilization.** Owning costs "
                f"{fmt_cell('cost', full_own)} {cur} per node-month even at full use, against "
                f"{fmt_cell('cost', full_rent)} {cur} to rent a full node-month "
                f"({fmt_cell('savings_pct', costs.savings(full_own, full_rent)[2])} cheaper to rent).{payback}")
 else:
-    st.success(f"**Owning ({own_a.name}) wins above a time utilization of {ui.pct(r['break_even_utilization'])}**"
+    st.success(f"**Owning ({ui.md(own_a.name)}) wins above a time utilization of {ui.pct(r['break_even_utilization'])}**"
                + (f" (with idle power when idle: {ui.pct(r['break_even_utilization_power_adjusted'])})."
                   if r["break_even_utilization_power_adjusted"] is not None else ".") + payback)
 
@@ -160,12 +160,12 @@ st.subheader("Fleet sizing from real usage")
 months = data.trend_months(url, month)
 sizing = rentown.peak_sizing([t["report"] for t in data.trend(url, tuple(months))], node_type, own_a)
 if not sizing["peak_nodes"]:
-    ui.empty(f"No {node_type} runs from {months[0]} to {months[-1]}: nothing to size.")
+    ui.empty(f"No {ui.md(node_type)} runs from {months[0]} to {months[-1]}: nothing to size.")
     st.stop()
 rows = sizing["months"]
 rent_label = f"rent elastic ({', '.join(sizing['elastic_offers'])})" if sizing["elastic_offers"] else "rent elastic"
 st.caption(f"The owned fleet is sized once, to the most nodes in use at the same time ({sizing['peak_nodes']}), "
-           f"and costed with {own_a.name}{' (edited)' if overrides_own else ''}, idle included; renting elastic is what "
+           f"and costed with {ui.md(own_a.name)}{' (edited)' if overrides_own else ''}, idle included; renting elastic is what "
            "the monthly report bills for the same runs, under the node type's default elastic offer.")
 st.dataframe(ui.frame(rows, ["month", "node_hours", "peak_nodes", "time_utilization", "own_for_peak_cost", "elastic_cost"],
                       {"node_hours": "node-hours", "peak_nodes": "peak nodes",

@@ -20,7 +20,7 @@ url = data.ledger_url()
 month = ui.month_picker(url)
 p = data.presented(url, month)
 s = p["summary"]
-cur = s["currency"]
+cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 st.title("Monthly ROI")
 st.caption(f"{ui.period_text(month, s)} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the "
            "chosen option")

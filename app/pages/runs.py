@@ -58,7 +58,7 @@ else:
 # --- run detail --------------------------------------------------------------------------
 st.header("Run detail")
 ids = [r["id"] for r in rows]
-wanted = st.query_params.get("run")
+wanted = ui.run_id_param()
 if wanted and wanted not in ids:
     ids.insert(0, wanted)
 if not ids:
@@ -69,24 +69,25 @@ run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 
 try:
     d = data.run_detail(url, run_id)
 except LedgerInputError as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(ui.error_line(exc))
     st.stop()
 currency = d["cost_by_month"][0]["currency"] if d["cost_by_month"] else (d["cost_under_offers"][0]["currency"] if d["cost_under_offers"] else "")
 
-st.subheader(f"{d['id']} · {d['name']}" if d["name"] else d["id"])
-st.caption(f"{d['status']} · project {d['project'] or ui.DASH} · user {d['user'] or ui.DASH} · "
-           f"{d['node_type']}: {d['nodes']} nodes × {d['gpus_per_node']} GPUs · strategy {d['strategy'] or ui.DASH}"
+md = ui.md
+st.subheader(f"{md(d['id'])} · {md(d['name'])}" if d["name"] else md(d["id"]))
+st.caption(f"{md(d['status'])} · project {md(d['project'] or ui.DASH)} · user {md(d['user'] or ui.DASH)} · "
+           f"{md(d['node_type'])}: {d['nodes']} nodes × {d['gpus_per_node']} GPUs · strategy {md(d['strategy'] or ui.DASH)}"
            + (f" (dp {d['dp']}, tp {d['tp']}, pp {d['pp']}, ZeRO-{d['zero_stage']})" if d.get("dp") else "")
-           + (f" · sweep {d['sweep_id']}" if d.get("sweep_id") else ""))
+           + (f" · sweep {md(d['sweep_id'])}" if d.get("sweep_id") else ""))
 if d.get("error"):
-    st.error(f"Error: {d['error']}")
+    st.error(f"Error: {md(d['error'], 1000)}")
 
 c = st.columns(6)
-c[0].metric(f"Cost ({currency})", ui.money("cost_actual", d["cost_actual"]), border=True,
+c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,
             help="What the run cost under its own offer, summed over the months it ran (owned fleets allocated by node-hours).")
 c[1].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
 c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
-c[3].metric(f"Cost per 1M tokens ({currency})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
+c[3].metric(f"Cost per 1M tokens ({md(currency)})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
 c[4].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,
             help=ui.GPU_UTIL_HELP + (f" p95: {ui.pct(d.get('gpu_util_p95'))}." if d.get("gpu_util_p95") is not None else ""))
 c[5].metric(ui.MFU, ui.mfu_text(d.get("mfu"), [d.get("util_source")]), border=True, help=ui.MFU_HELP)
@@ -113,7 +114,7 @@ if not nodes:
 else:
     stragglers = [n["hostname"] for n in nodes if n.get("straggler")]
     if stragglers:
-        st.warning(f"Straggler{'s' if len(stragglers) > 1 else ''}: {', '.join(stragglers)} "
+        st.warning(f"Straggler{'s' if len(stragglers) > 1 else ''}: {md(', '.join(stragglers))} "
                    "(slower than the other nodes; the whole run waits for them).")
     table = [{**n, "straggler": "yes" if n.get("straggler") else ""} for n in nodes]
     st.dataframe(ui.frame(table, ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source",

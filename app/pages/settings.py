@@ -35,10 +35,11 @@ FLASH = "_settings_flash"
 ident = access.page_gate()
 url = data.ledger_url()
 st.title("Settings")
-if ident is not None and not ident.is_lead:
-    st.info(f"Signed in as {ident.user} ({ident.role}): you can look, but only leads can save changes.")
+read_only = access.read_only(ident)  # viewers see the forms disabled; every save checks the role anyway
+if read_only:
+    st.info(f"Signed in as {ui.md(ident.user)} ({ident.role}): you can look, but only leads can save changes.")
 if FLASH in st.session_state:
-    st.success(st.session_state.pop(FLASH))
+    st.success(st.session_state.pop(FLASH))  # composed from escaped values (_saved)
 
 
 def _saved(message: str) -> None:
@@ -61,23 +62,26 @@ with tab_offers:
     pick = c[0].selectbox("Offer", [NEW] + list(offers), key="set_offer_pick",
                           format_func=lambda n: "+ New offer" if n == NEW else n)
     current, current_nt = offers.get(pick, (None, None))
-    kind = c[1].selectbox("Kind", KINDS, index=KINDS.index(current.kind.value) if current else 0, key=f"set_offer_kind_{pick}")
+    kind = c[1].selectbox("Kind", KINDS, index=KINDS.index(current.kind.value) if current else 0, key=f"set_offer_kind_{pick}",
+                          disabled=read_only)
     default_nt = current_nt or next(iter(nt for _, nt in offers.values()), None)
     node_type = c[2].selectbox("Node type", nt_names, index=nt_names.index(default_nt) if default_nt in nt_names else 0,
-                               key=f"set_offer_nt_{pick}")
+                               key=f"set_offer_nt_{pick}", disabled=read_only)
     defaults = offer_form.offer_form_defaults(current, current_nt or node_type)
     prefix = f"offer_{pick}_{kind}"
     with st.form(f"offer_form_{pick}_{kind}"):
-        name = st.text_input("Name (a new name adds an offer)", value="" if current is None else current.name, key=f"{prefix}_name")
+        name = st.text_input("Name (a new name adds an offer)", value="" if current is None else current.name,
+                             key=f"{prefix}_name", disabled=read_only)
         currency = st.text_input("Currency (ISO code)", value=defaults.get("currency", data.settings(url)["currency"]),
-                                 key=f"{prefix}_currency")
+                                 key=f"{prefix}_currency", disabled=read_only)
         values = {}
         cols = st.columns(2)
         for i, field in enumerate(offer_form.OFFER_FIELDS[kind]):
-            values[field] = cols[i % 2].text_input(FIELD_LABELS[field], value=defaults.get(field, ""), key=f"{prefix}_{field}")
-        notes = st.text_input("Notes", value=defaults.get("notes", ""), key=f"{prefix}_notes")
+            values[field] = cols[i % 2].text_input(FIELD_LABELS[field], value=defaults.get(field, ""), key=f"{prefix}_{field}",
+                                                   disabled=read_only)
+        notes = st.text_input("Notes", value=defaults.get("notes", ""), key=f"{prefix}_notes", disabled=read_only)
         st.caption("Exact decimals; leave a field empty when it does not apply. Validated as `trainledger pricing import`.")
-        submitted = st.form_submit_button("Save offer", type="primary")
+        submitted = st.form_submit_button("Save offer", type="primary", disabled=read_only)
     if submitted and access.require_lead("change prices"):
         form = {"name": name, "node_type": node_type, "kind": kind, "currency": currency, **values, "notes": notes}
         try:
@@ -85,22 +89,22 @@ with tab_offers:
             with data.write_session(url) as s:
                 apply_pricing(s, spec, source="user", replace=True)
         except LedgerInputError as exc:
-            st.error(str(exc).splitlines()[0])
+            st.error(ui.error_line(exc))
         else:
-            _saved(f"Saved offer {name.strip()}.")
+            _saved(f"Saved offer {ui.md(name.strip())}.")
 
     with st.expander("Import a pricing TOML (node types and offers)"):
         with st.form("pricing_import"):
             text = st.text_area("TOML with [[node_type]] and/or [[offer]] tables, keys as in data/pricing.toml",
-                                height=200, key="pricing_toml")
-            imported = st.form_submit_button("Import")
+                                height=200, key="pricing_toml", disabled=read_only)
+            imported = st.form_submit_button("Import", disabled=read_only)
         if imported and access.require_lead("change prices"):
             try:
                 spec = parse_pricing(text, where="pasted TOML")
                 with data.write_session(url) as s:
                     counts = apply_pricing(s, spec, source="user", replace=True)
             except LedgerInputError as exc:
-                st.error(str(exc).splitlines()[0])
+                st.error(ui.error_line(exc))
             else:
                 _saved(f"Imported {counts['node_types']} node types and {counts['offers']} offers.")
 
@@ -120,25 +124,28 @@ with tab_fleet:
     f = by_name.get(fpick)
     fixed = [name for name, (o, _) in offers.items() if o.kind.value in ("own", "rent_reserved")]
     with st.form(f"fleet_form_{fpick}"):
-        fname = st.text_input("Name", value=f["name"] if f else "", key=f"fleet_{fpick}_name")
+        fname = st.text_input("Name", value=f["name"] if f else "", key=f"fleet_{fpick}_name", disabled=read_only)
         foffer = st.selectbox("Offer (own or reserved)", fixed, index=fixed.index(f["offer"]) if f and f["offer"] in fixed else 0,
-                              key=f"fleet_{fpick}_offer")
-        fnodes = st.number_input("Nodes", min_value=1, value=int(f["node_count"]) if f else 8, step=1, key=f"fleet_{fpick}_nodes")
+                              key=f"fleet_{fpick}_offer", disabled=read_only)
+        fnodes = st.number_input("Nodes", min_value=1, value=int(f["node_count"]) if f else 8, step=1, key=f"fleet_{fpick}_nodes",
+                                 disabled=read_only)
         c = st.columns(2)
-        ffrom = c[0].date_input("Valid from", value=f["valid_from"] if f else date.today().replace(day=1), key=f"fleet_{fpick}_from")
-        held = c[1].checkbox("Still held (no end date)", value=not (f and f["valid_to"]), key=f"fleet_{fpick}_held")
+        ffrom = c[0].date_input("Valid from", value=f["valid_from"] if f else date.today().replace(day=1), key=f"fleet_{fpick}_from",
+                                disabled=read_only)
+        held = c[1].checkbox("Still held (no end date)", value=not (f and f["valid_to"]), key=f"fleet_{fpick}_held",
+                             disabled=read_only)
         fto = c[1].date_input("Valid to (exclusive)", value=(f["valid_to"] if f and f["valid_to"] else date.today()),
-                              key=f"fleet_{fpick}_to")
-        fsubmitted = st.form_submit_button("Save fleet", type="primary")
+                              key=f"fleet_{fpick}_to", disabled=read_only)
+        fsubmitted = st.form_submit_button("Save fleet", type="primary", disabled=read_only)
     if fsubmitted and access.require_lead("edit the fleet"):
         try:
             with data.write_session(url) as s:
                 result = save_fleet(s, fname, foffer, int(fnodes), ffrom, None if held else fto,
                                             original=f["name"] if f else None)
         except LedgerInputError as exc:
-            st.error(str(exc).splitlines()[0])
+            st.error(ui.error_line(exc))
         else:
-            _saved(f"Fleet {fname.strip()} {result}.")
+            _saved(f"Fleet {ui.md(fname.strip())} {result}.")
 
 # --- currency and time zone -------------------------------------------------------------------
 with tab_general:
@@ -146,11 +153,11 @@ with tab_general:
     zones = sorted(available_timezones())
     with st.form("general_settings"):
         cur = st.text_input("Currency (3-letter ISO code; reports need the offers in use to share it)",
-                            value=current_settings["currency"], key="set_currency")
+                            value=current_settings["currency"], key="set_currency", disabled=read_only)
         tz = st.selectbox("Display time zone (months are calendar months in it)", zones,
                           index=zones.index(current_settings["timezone"]) if current_settings["timezone"] in zones else 0,
-                          key="set_timezone")
-        gsubmitted = st.form_submit_button("Save settings", type="primary")
+                          key="set_timezone", disabled=read_only)
+        gsubmitted = st.form_submit_button("Save settings", type="primary", disabled=read_only)
     if gsubmitted and access.require_lead("change settings"):
         try:
             with data.write_session(url) as s:
@@ -158,6 +165,6 @@ with tab_general:
                     if value != current_settings[key]:
                         set_setting(s, key, value)
         except LedgerInputError as exc:
-            st.error(str(exc).splitlines()[0])
+            st.error(ui.error_line(exc))
         else:
             _saved("Settings saved.")

@@ -20,6 +20,7 @@ from ledger.money.costs import cents
 from ledger.reports.present import fmt_cell
 
 REFRESH_S = 3
+md = ui.md
 LIVE = ("running", "unknown")  # sweep states worth refreshing for (unknown: driven from another host)
 MEM_KIND = {"cuda_max_allocated": "CUDA peak allocated", "cpu_max_rss": "CPU peak RSS"}
 
@@ -37,6 +38,8 @@ if not sweeps:
 ids = [s["sweep_id"] for s in sweeps]
 info = {s["sweep_id"]: s for s in sweeps}
 wanted = st.query_params.get("sweep")
+if wanted and wanted not in ids:
+    st.warning(f"?sweep={md(wanted, 80)}: no such sweep in this ledger; showing the latest.")
 sweep_id = st.selectbox("Sweep", ids, index=ids.index(wanted) if wanted in ids else 0, key="strategies_sweep",
                         format_func=lambda i: f"{i} · {info[i]['runs']} run{'' if info[i]['runs'] == 1 else 's'}"
                         + (f" · {info[i]['started_at']:%Y-%m-%d %H:%M}" if info[i]["started_at"] else ""))
@@ -51,29 +54,29 @@ def show_progress(p: dict) -> None:
     parts = [f"**{measured} of {total} strategies measured**"]
     for slot in p["running"]:
         if slot["status"] == "queued":  # registered; its processes are starting
-            parts.append(f"starting: {slot['strategy']} (run `{slot['run_id']}`)")
+            parts.append(f"starting: {md(slot['strategy'])} (run {md(slot['run_id'])})")
             continue
         try:
             rp = data.run_progress(url, slot["run_id"])
         except LedgerInputError:
             rp = None
         step = (f", step {rp['steps_done']} of {rp['steps_planned']}" if rp and rp["steps_planned"] else "")
-        parts.append(f"running: {slot['strategy']} (run `{slot['run_id']}`{step})")
+        parts.append(f"running: {md(slot['strategy'])} (run {md(slot['run_id'])}{step})")
     if p["not_measured"]:
-        parts.append("not measured: " + ", ".join(f"{x['strategy']} ({x['status']})" for x in p["not_measured"]))
+        parts.append("not measured: " + ", ".join(f"{md(x['strategy'])} ({md(x['status'])})" for x in p["not_measured"]))
     if p["waiting"]:
         parts.append(("waiting" if p["state"] == "running" else "not run") + ": "
-                     + ", ".join(x["strategy"] for x in p["waiting"]))
+                     + ", ".join(md(x["strategy"]) for x in p["waiting"]))
     text = " · ".join(parts)
     if p["state"] == "running":
         st.info(text)
         st.progress((total - len(p["waiting"]) - len(p["running"])) / total if total else 0.0,
                     text=f"{total - len(p['waiting']) - len(p['running'])} of {total} strategies done")
     elif p["state"] == "stopped":
-        why = {"error": "an error"}.get(p["stopped_by"], p["stopped_by"]) if p["stopped_by"] else "its process is gone"
-        st.warning(f"The sweep stopped early ({why}). {text}" + (f" · log `{p['log']}`" if p.get("log") else ""))
+        why = {"error": "an error"}.get(p["stopped_by"], md(p["stopped_by"])) if p["stopped_by"] else "its process is gone"
+        st.warning(f"The sweep stopped early ({why}). {text}" + (f" · log {md(p['log'])}" if p.get("log") else ""))
     elif p["state"] == "unknown":
-        st.info(f"{text} · the sweep's driver runs on {p['host']}; the next strategy starts from there.")
+        st.info(f"{text} · the sweep's driver runs on {md(p['host'])}; the next strategy starts from there.")
     else:
         st.caption(f"Sweep finished: {text}.")
 
@@ -87,7 +90,7 @@ def sweep_view() -> None:
     show_progress(p)
     if p["total"] == 0:
         return
-    st.caption(f"The same table as `trainledger report weekly --sweep {sweep_id}`.")
+    st.caption(f"The same table as trainledger report weekly --sweep {md(sweep_id)}.")
     comparison = data.strategy_comparison(url, sweep_id, p["version"])
     rows = comparison["rows"]
     offers = sorted({o for r in rows for o in r["cost_per_1m_tokens"]})
@@ -124,11 +127,11 @@ def sweep_view() -> None:
             st.markdown("**Cost per 1M tokens**")
             ui.show_chart(ui.grouped_bars(pd.DataFrame(chart), "strategy", "cost", "offer", y_title="per 1M tokens"))
     else:
-        ui.empty(f"No run of sweep {sweep_id} finished with a measured throughput yet.")
+        ui.empty(f"No run of sweep {md(sweep_id)} finished with a measured throughput yet.")
     ended = [x for x in comparison["not_measured"] if x["status"] not in ("queued", "running")]  # running: above
     if ended:
         st.warning("Not measured (not succeeded, or no tokens/s): " + ", ".join(
-            f"{x['strategy'] or x['run_id']} ({x['status']}{': ' + x['error'].splitlines()[0] if x.get('error') else ''})"
+            f"{md(x['strategy'] or x['run_id'])} ({md(x['status'])}{': ' + md(x['error'].splitlines()[0]) if x.get('error') else ''})"
             for x in ended))
 
 

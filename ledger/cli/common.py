@@ -65,11 +65,12 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def command(fn: Callable) -> Callable:
-    """Turn user errors into one line + exit 2, and an unreachable ledger into one line + exit 1."""
+    """Turn user errors into one line + exit 2; an unreachable ledger or a write that lost a race with another
+    writer (a unique violation) into one line + exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from sqlalchemy.exc import DatabaseError, DataError, OperationalError
+        from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
 
         from ledger.store.db import LedgerURLError, redact_url, resolve_url
 
@@ -81,6 +82,10 @@ def command(fn: Callable) -> Callable:
         except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
             reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
             fail(f"the ledger refused a value: {reason}")
+        except IntegrityError as exc:  # a unique row another writer created first; the transaction rolled back
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            fail(f"another writer changed the ledger at the same time ({reason}); nothing was written: run the "
+                 "command again", code=1)
         except DatabaseError as exc:  # unreachable, or not a ledger at all (e.g. "file is not a database")
             if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
                 raise
@@ -91,27 +96,23 @@ def command(fn: Callable) -> Callable:
     return wrapper
 
 
-MONTH_YEARS = (1970, 9998)
-
-
 def _check_arguments(kwargs: dict[str, Any]) -> None:
-    """Refuse what no command can use before any work: NUL characters, months outside MONTH_YEARS."""
+    """Refuse what no command can use before any work: NUL characters, months outside ``months.MONTH_YEARS``."""
+    from ledger.money.months import MONTH_YEARS, check_month
+
     for name, value in kwargs.items():
         if isinstance(value, (str, Path)) and "\0" in str(value):
             raise LedgerInputError(f"{name}: contains a NUL character")
     for name in ("month", "end_month", "date_"):
         value = kwargs.get(name)
         if isinstance(value, str) and value:
-            from ledger.money.months import parse_month
-
             flag = f"--{name.strip('_').replace('_', '-')}"
-            if name == "date_":
-                if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
-                    continue  # today, yesterday, or an error of the command's own
-                year = int(value[:4])
-            else:
-                year, _ = parse_month(value)
-            if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
+            if name != "date_":
+                check_month(value, flag)
+                continue
+            if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+                continue  # today, yesterday, or an error of the command's own
+            if not MONTH_YEARS[0] <= int(value[:4]) <= MONTH_YEARS[1]:
                 raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {value!r}")
 
 

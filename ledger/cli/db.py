@@ -43,11 +43,13 @@ def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Tar
 
 @app.command("backup")
 @command
-def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write.")], db: DbOpt = None) -> None:
+def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write (an existing file needs --force).")],
+              db: DbOpt = None,
+              force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False) -> None:
     """Back up the ledger (SQLite online backup API; pg_dump custom format for PostgreSQL)."""
     from ledger.store.backup import backup
 
-    path = backup(db, out)
+    path = backup(db, out, force=force)
     typer.echo(f"backup written to {path}")
 
 
@@ -56,7 +58,8 @@ def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file
 def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `trainledger db backup`.")],
                db: DbOpt = None,
                force: Annotated[bool, typer.Option("--force", help="Replace a ledger that already has runs.")] = False) -> None:
-    """Restore the ledger from a backup (refuses to overwrite runs without --force)."""
+    """Restore the ledger from a backup: only a file whose schema is exactly a trainledger ledger's (no extra
+    triggers, views or tables; SQLite integrity_check; pg_restore --list checks), and runs are replaced only with --force."""
     from ledger.store.backup import restore
 
     restore(db, file, force=force)

@@ -18,7 +18,8 @@ app = group("Reports and the monthly export.")
 @command
 def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
                    fmt: Annotated[str, typer.Option("--format", help="csv | xlsx | json")] = "csv",
-                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json).")] = None,
+                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json); an existing file needs --force.")] = None,
+                   force: Annotated[bool, typer.Option("--force", help="Replace an existing --output file.")] = False,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
                    db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
@@ -28,26 +29,21 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     from ledger.money.monthly import monthly_report
     from ledger.reports.export import presented_report, render
     from ledger.reports.present import key_values
+    from ledger.store.files import check_output, write_output
 
     if fmt not in ("csv", "xlsx", "json"):
         raise LedgerInputError(f"--format: expected csv, xlsx or json, got {fmt!r}")
     if fmt == "xlsx" and output is None:
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
+    if output is not None:
+        check_output(output, force=force)  # before any work
     with session(db) as s:
         p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now)))
     data = render(p, fmt)
     if output is None:
         sys.stdout.write(data.decode("utf-8"))
         return
-    if output.is_dir():
-        raise LedgerInputError(f"--output: {output} is a directory; give a file name")
-    tmp = output.with_name(output.name + ".part")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(output)  # never leave a half-written export
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise LedgerInputError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
+    write_output(output, data, force=force)  # whole or not at all; never through a planted link
     emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
 
 

@@ -40,6 +40,21 @@ def parse_month(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+#: the years a month may name (the ledger's dates, and one year of room for time-zone shifts at either end)
+MONTH_YEARS = (1970, 9998)
+
+
+def check_month(text: str, flag: str = "--month") -> str:
+    """``text`` if it is ``YYYY-MM`` within :data:`MONTH_YEARS`, else a one-line error naming ``flag``."""
+    try:
+        year, _ = parse_month(text)
+    except LedgerInputError:
+        raise LedgerInputError(f"{flag}: expected YYYY-MM such as 2026-11, got {text!r}") from None
+    if not MONTH_YEARS[0] <= year <= MONTH_YEARS[1]:
+        raise LedgerInputError(f"{flag}: the year must be {MONTH_YEARS[0]} to {MONTH_YEARS[1]}, got {text!r}")
+    return text
+
+
 def month_bounds(month: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
     """UTC start (inclusive) and end (exclusive) of a calendar month in ``tz``."""
     y, m = parse_month(month)

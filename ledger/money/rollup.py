@@ -362,16 +362,36 @@ def elastic_rules(conn: Connection) -> dict[int, set[str]]:
     return out
 
 
+def exact_kwh(rows: Iterable[tuple[str, Optional[float], int]]) -> dict[str, Decimal]:
+    """Σ energy per run from ``(run_id, RunNode.energy_kwh, Run.nodes)`` rows, for runs whose every node has a figure.
+
+    Each stored float is taken at its shortest exact decimal (``Decimal(repr(x))``)
+    and the sum is a Decimal, so it is exact and the same on every backend and in
+    any row order. Never a SQL ``SUM`` over the float column: SQLite (compensated
+    summation) and PostgreSQL (plain) round such a sum differently, and at large
+    totals the money built on it then differed between the backends.
+    """
+    total: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    seen: dict[str, int] = defaultdict(int)
+    missing: set[str] = set()
+    nodes_of: dict[str, int] = {}
+    for rid, kwh, nodes in rows:
+        seen[rid] += 1
+        nodes_of[rid] = nodes
+        if kwh is None:
+            missing.add(rid)
+        else:
+            total[rid] += Decimal(repr(float(kwh)))
+    return {rid: total[rid] for rid, n in seen.items() if rid not in missing and n >= nodes_of[rid]}
+
+
 def measured_kwh(conn: Connection, run_ids: Optional[Iterable[str]] = None) -> dict[str, Decimal]:
-    """Σ RunNode.energy_kwh of ended runs whose every node has an energy figure."""
-    q = (select(RunNode.run_id, func.sum(RunNode.energy_kwh), func.count(RunNode.energy_kwh), func.count(RunNode.id),
-                Run.nodes)
-         .join(Run, Run.id == RunNode.run_id).where(Run.ended_at.is_not(None))
-         .group_by(RunNode.run_id, Run.nodes))
+    """Σ RunNode.energy_kwh of ended runs whose every node has an energy figure (exact: :func:`exact_kwh`)."""
+    q = (select(RunNode.run_id, RunNode.energy_kwh, Run.nodes)
+         .join(Run, Run.id == RunNode.run_id).where(Run.ended_at.is_not(None)))
     if run_ids is not None:
         q = q.where(RunNode.run_id.in_(list(run_ids)))
-    return {rid: Decimal(str(total)) for rid, total, measured, n, nodes in conn.execute(q)
-            if n and measured == n and n >= nodes and total is not None}
+    return exact_kwh(conn.execute(q))
 
 
 def _compute(conn: Connection, run_ids: list[str], tz: ZoneInfo, rules: dict[int, set[str]]) -> list[SliceFact]:

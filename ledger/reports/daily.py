@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import Any, Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, or_
+from sqlalchemy import or_
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
@@ -43,7 +43,7 @@ from ledger.money.catalog import (
 from ledger.money.costs import ZERO
 from ledger.money.monthly import SLICE_QUANTUM, RunSlice
 from ledger.money.months import month_bounds, run_interval, time_share
-from ledger.money.rollup import sweep_peak
+from ledger.money.rollup import exact_kwh, sweep_peak
 from ledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
 from ledger.store.settings import display_timezone, get_setting
 from ledger.store.types import utcnow
@@ -269,15 +269,13 @@ def _slice_energy_kwh(session: Session, slices: list[RunSlice], full: list[tuple
     """Measured kWh of each slice: the run's Σ RunNode.energy_kwh × the slice's share of its duration.
 
     A run counts as measured only when it has ended and every one of its nodes
-    has a RunNode with an energy figure (one aggregate query for the month).
+    has a RunNode with an energy figure (summed exactly: ``rollup.exact_kwh``).
     """
-    rows = session.exec(
-        select(RunNode.run_id, func.sum(RunNode.energy_kwh), func.count(RunNode.energy_kwh), func.count(RunNode.id), Run.nodes)
+    run_kwh = exact_kwh(session.exec(
+        select(RunNode.run_id, RunNode.energy_kwh, Run.nodes)
         .join(Run, Run.id == RunNode.run_id)
         .where(Run.started_at.is_not(None), Run.started_at < me, Run.ended_at.is_not(None), Run.ended_at > ms)
-        .group_by(RunNode.run_id, Run.nodes)
-    ).all()
-    run_kwh = {rid: Decimal(str(total)) for rid, total, measured, n, nodes in rows if n and measured == n and n >= nodes}
+    ).all())
     out: list[Optional[Decimal]] = []
     for sl, (s, e) in zip(slices, full):
         kwh = run_kwh.get(sl.run_id)

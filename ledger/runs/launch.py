@@ -38,6 +38,8 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.store.files import write_output
+from ledger.store.ids import validate_run_id
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from ledger.store.types import utcnow
 
@@ -89,9 +91,43 @@ class Prepared:
 
 
 def default_log_dir() -> Path:
+    """The ledger's own run directory on this host: launched runs' logs (``<run id>.log``) and sbatch scripts."""
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("trainledger", appauthor=False)) / "runs"
+
+
+def _run_dir(log_dir: Optional[Path]) -> Path:
+    """Where a launched run's log and sbatch script go: the ledger's run directory, nowhere else."""
+    base = default_log_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    if log_dir is not None and Path(log_dir).expanduser().resolve() != base.resolve():
+        raise LedgerInputError(f"log_dir: {log_dir} is not the ledger's run directory {base}; run logs go there")
+    return base
+
+
+def run_log_file(run_id: str, log_path: Optional[str]) -> Optional[Path]:
+    """The run's own log, if the ledger records exactly ``<run directory>/<run id>.log`` and it is a file there; else None.
+
+    ``log_path`` is a value from the ledger, so it is trusted only this far: the
+    run id must be valid (``ledger.store.ids``), and the path, with every
+    symlink resolved, must be that file inside :func:`default_log_dir`. Nothing
+    else is ever opened as a run's log (the dashboard's Launch page shows it).
+    """
+    from ledger.store.ids import validate_run_id
+
+    if not log_path:
+        return None
+    try:
+        validate_run_id(run_id)
+        base = default_log_dir().resolve()
+        expected = base / f"{run_id}.log"
+        real = Path(log_path).resolve()
+    except (LedgerInputError, OSError, RuntimeError, ValueError):
+        return None
+    if real != expected or not real.is_relative_to(base) or not real.is_file():
+        return None
+    return real
 
 
 #: directories besides the shipped ``trainer/configs`` whose configs may be launched (``os.pathsep``-separated)
@@ -186,9 +222,10 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from ledger.store.lookup import get_or_create
     from ledger.store.models import Project, User
 
-    run_id = new_run_id()
-    log_dir = Path(req.log_dir or default_log_dir())
-    log_dir.mkdir(parents=True, exist_ok=True)
+    run_id = validate_run_id(new_run_id())
+    if req.sweep_id:
+        validate_run_id(req.sweep_id, "sweep id")
+    log_dir = _run_dir(req.log_dir)
     log_path = log_dir / f"{run_id}.log"
     name = req.name or f"{plan.strategy}-{cfg.shape.name}"
     session.add(Run(
@@ -225,7 +262,7 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
         cmd += ["--module", "trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     script = log_dir / f"{run_id}.sbatch"
-    script.write_text(slurm_script(run_id, req, gpn, train_args, log_path))
+    write_output(script, slurm_script(run_id, req, gpn, train_args, log_path).encode("utf-8"), flag="sbatch script")
     return Prepared(run_id, ["sbatch", str(script)], env, log_path, script=script)
 
 
@@ -360,7 +397,7 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
             if run is None:
                 return
             now = utcnow()
-            failure = first_failure(log_path or (Path(run.log_path) if run.log_path else None))
+            failure = first_failure(log_path or run_log_file(run.id, run.log_path))
             if run.status == RunStatus.queued:
                 run.status = RunStatus.failed
                 run.started_at = run.started_at or min(launched_at or now, now)  # it held its nodes from the launch

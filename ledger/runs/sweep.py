@@ -15,6 +15,7 @@ after it are not started.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -32,6 +33,8 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.runs.launch import _alive
+from ledger.store.files import write_output
+from ledger.store.ids import validate_run_id
 from ledger.store.models import Run, RunStatus, Setting
 from ledger.store.settings import display_timezone
 
@@ -44,7 +47,7 @@ def strategy_config(base: dict, strategy: str, processes: int) -> dict:
     dp/zero*: all ranks data-parallel; tp: all ranks tensor-parallel; pp: all
     ranks pipeline stages; 3d: tp = 2, pp = 2, the rest data-parallel.
     """
-    cfg = yaml.safe_load(yaml.safe_dump(base))  # deep copy
+    cfg = copy.deepcopy(base)
     par = {k: v for k, v in (cfg.get("parallel") or {}).items() if k in ("micro_batch", "global_batch", "grad_accum")}
     par["strategy"] = strategy
     if strategy == "tp":
@@ -72,16 +75,25 @@ def config_dir() -> Path:
 
 
 def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_id: str) -> dict[str, Path]:
+    from trainer.config import ConfigError, load_yaml
+
+    validate_run_id(sweep_id, "sweep id")  # it names the sweep's folder
+
     try:
-        base = yaml.safe_load(base_path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        base = load_yaml(base_path.read_text(encoding="utf-8"), base_path) or {}
+    except (OSError, UnicodeDecodeError) as exc:
         raise LedgerInputError(f"CONFIG: cannot read {base_path}: {exc}") from None
+    except ConfigError as exc:
+        raise LedgerInputError(f"CONFIG: {exc}") from None
+    if not isinstance(base, dict):
+        raise LedgerInputError(f"CONFIG: {base_path} is not a mapping of config sections")
     out_dir = config_dir() / sweep_id
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for s in strategies:
         p = out_dir / f"{s}.yaml"
-        p.write_text(yaml.safe_dump(strategy_config(base, s, 4 if s == "3d" and processes < 4 else processes), sort_keys=False))
+        text = yaml.safe_dump(strategy_config(base, s, 4 if s == "3d" and processes < 4 else processes), sort_keys=False)
+        write_output(p, text.encode("utf-8"), flag="sweep config")
         paths[s] = p
     return paths
 

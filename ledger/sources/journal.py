@@ -27,7 +27,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from ledger.errors import LedgerInputError
+from ledger.store.ids import validate_run_id
 from ledger.store.ingest import insert_samples
+from ledger.store.lookup import get_or_create
 from ledger.store.models import NodeType, Offer, Project, Run, RunNode, RunStatus, User
 
 ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
@@ -58,6 +61,7 @@ class Journal:
     """Append-only, fsync'd event log of one run."""
 
     def __init__(self, directory: Path | str, run_id: str):
+        validate_run_id(run_id)  # it names the journal's files
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / f"{run_id}.jsonl"
@@ -183,15 +187,12 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def _id_for(session: Session, model, name: Optional[str], create: bool) -> Optional[int]:
     if not name:
         return None
+    if create:  # a project or user: created if new, safe beside concurrent writers
+        return get_or_create(session, model, name)
     row = session.exec(select(model.id).where(model.name == name)).first()
     if row is not None:
         return row[0]
-    if not create:
-        raise ValueError(f"unknown {model.__tablename__} {name!r}")
-    obj = model(name=name)
-    session.add(obj)
-    session.flush()
-    return obj.id
+    raise ValueError(f"unknown {model.__tablename__} {name!r}")
 
 
 def _ts(value: Any) -> Any:
@@ -203,7 +204,7 @@ def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
     n = 0
     for ev in events:
         kind = ev["type"]
-        rid = ev["run_id"]
+        rid = validate_run_id(ev["run_id"], "journal event run_id")
         if kind == "run":
             fields = dict(ev["fields"])
             for key, (model, col) in NAMED.items():
@@ -280,7 +281,10 @@ def sync_all(engine: Engine, directory: Optional[Path] = None) -> dict[str, int]
         applied = path.with_suffix(".applied")
         if applied.exists() and applied.stat().st_mtime_ns >= path.stat().st_mtime_ns:
             continue  # nothing written since the last replay
-        j = Journal(directory, path.stem)
+        try:
+            j = Journal(directory, path.stem)
+        except LedgerInputError:  # not a run id: not a journal trainledger wrote
+            continue
         n = sync_journal(engine, j)
         if n:
             out[path.stem] = n

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import event, inspect
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlmodel import Session, create_engine
 
@@ -162,16 +162,23 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
-def current_revision(engine: Engine) -> str | None:
+def current_revision(bind: Engine | Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    with engine.connect() as conn:
+    if isinstance(bind, Connection):
+        return MigrationContext.configure(bind).get_current_revision()
+    with bind.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 @contextlib.contextmanager
 def _migration_lock(engine: Engine) -> Iterator[None]:
-    """Serialise schema upgrades between processes starting at the same time."""
+    """Serialise ledger creation and upgrades between processes starting at the same time.
+
+    SQLite: an exclusive ``flock`` on ``<ledger>.migrate.lock`` beside the file;
+    PostgreSQL: a session advisory lock (``pg_advisory_lock``) held on its own
+    connection while the upgrade runs on another.
+    """
     if engine.dialect.name == "sqlite":
         db = engine.url.database
         if not db or db == ":memory:":
@@ -216,21 +223,41 @@ def stored_revision(engine: Engine) -> str | None:
 
 
 def upgrade_schema(engine: Engine, revision: str = "head") -> str:
-    """Apply pending Alembic migrations (``trainledger db upgrade``); returns the revision."""
+    """Create or upgrade the ledger (``trainledger db upgrade``) and seed the presets; returns the revision.
+
+    Creation, migration and preset seeding are one serialized step: under
+    :func:`_migration_lock`, in one transaction, so the new revision in
+    ``alembic_version`` (what the fast path below reads) becomes visible only
+    together with the schema and the presets. Processes that start on a ledger
+    that does not exist yet wait for the first one, then find it complete.
+    """
     if revision in ("head", HEAD_REVISION) and stored_revision(engine) == HEAD_REVISION:
         return HEAD_REVISION
     from alembic import command
 
-    target = head_revision() if revision == "head" else revision
-    if current_revision(engine) == target:
-        return target
-    with _migration_lock(engine):
-        if current_revision(engine) != target:
-            command.upgrade(alembic_config(engine), revision)
     from ledger.store.presets import ensure_presets
 
-    ensure_presets(engine)
+    target = head_revision() if revision == "head" else revision
+    with _migration_lock(engine):
+        with engine.begin() as conn:
+            current = current_revision(conn)
+            if current != target:
+                cfg = alembic_config(engine)
+                _check_known(cfg, current, engine)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+            ensure_presets(conn)
     return target
+
+
+def _check_known(cfg, current: str | None, engine: Engine) -> None:
+    """A ledger at a revision these migrations do not have (a newer trainledger wrote it): one line, nothing done."""
+    from alembic.script import ScriptDirectory
+
+    if current is not None and current not in {r.revision for r in ScriptDirectory.from_config(cfg).walk_revisions()}:
+        raise LedgerURLError(f"--db: the ledger at {redact_url(engine.url.render_as_string(hide_password=False))} is at "
+                             f"schema revision {current}, which this trainledger does not know (a newer version wrote "
+                             "it); upgrade trainledger")
 
 
 def has_schema(engine: Engine) -> bool:

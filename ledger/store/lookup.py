@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
@@ -22,12 +23,22 @@ def get_run(session: Session, run_id: str) -> Run:
 
 
 def get_or_create(session: Session, model, name: Optional[str]) -> Optional[int]:
-    """Id of the Project/User called ``name``, created if new (None for no name)."""
+    """Id of the Project/User called ``name``, created if new (None for no name).
+
+    Safe under concurrent writers on both backends: the row is created with
+    ``INSERT ... ON CONFLICT (name) DO NOTHING`` and then read back, so two
+    transactions creating the same new name both get its id (on PostgreSQL the
+    second waits for the first to commit) instead of one failing on the unique
+    index.
+    """
     if not name:
         return None
-    row = session.exec(select(model).where(model.name == name)).first()
-    if row is None:
-        row = model(name=name)
-        session.add(row)
-        session.flush()
-    return row.id
+    found = session.exec(select(model.id).where(model.name == name)).first()
+    if found is not None:
+        return found
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    fresh = model(name=name)  # the model's own defaults (a User's role) for the row
+    values = {c.name: getattr(fresh, c.name) for c in model.__table__.columns if c.name != "id"}
+    session.execute(insert(model).values(**values).on_conflict_do_nothing(index_elements=["name"]))
+    return session.exec(select(model.id).where(model.name == name)).one()

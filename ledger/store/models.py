@@ -332,3 +332,21 @@ class Budget(SQLModel, table=True):
     amount: Decimal = Field(sa_type=Money)
     currency: str = Field(max_length=3)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+# --- dashboard sign-in (app/sessions.py; migration 0007) ------------------------------------------
+
+class DashboardSession(SQLModel, table=True):
+    """A signed-in dashboard session: the browser holds a random token in a cookie, the ledger its SHA-256.
+
+    Valid until ``expires_at``, while the user is still in the auth file with the
+    same password hash (``password_fp``); signing out deletes the row.
+    """
+
+    __tablename__ = "dashboard_session"
+
+    token_hash: str = Field(primary_key=True, max_length=64)  # SHA-256 hex of the cookie's token
+    user_name: str = Field(max_length=100, index=True)
+    password_fp: str = Field(max_length=64)  # SHA-256 hex of the user's password_hash entry at sign-in
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    expires_at: datetime = Field(sa_type=UTCDateTime, index=True)

@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
@@ -211,38 +211,41 @@ def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
         raise LedgerInputError(f"{Path(path).name}: {exc}") from None
 
 
-def ensure_presets(engine: Engine) -> None:
+def ensure_presets(bind: Engine | Connection) -> None:
     """Insert the shipped presets that the ledger does not have yet (never overwrites).
 
+    Given a Connection, it writes in that connection's transaction (the caller commits).
     A ledger held at an older revision (``db upgrade --revision``) lacks
     columns the models have; its presets are written with the columns it has,
     and the later migrations fill the rest.
     """
     spec = parse_pricing(preset_text(), where=PRESET_FILE)
-    if not _schema_is_current(engine):
-        _seed_older_schema(engine, spec)
+    if not _schema_is_current(bind):
+        _seed_older_schema(bind, spec)
         return
-    with Session(engine) as session:
+    with Session(bind) as session:
         apply_pricing(session, spec, source="preset", replace=False)
         session.commit()
 
 
-def _schema_is_current(engine: Engine) -> bool:
+def _schema_is_current(bind: Engine | Connection) -> bool:
     from sqlalchemy import inspect
 
-    insp = inspect(engine)
+    insp = inspect(bind)
     return all({c["name"] for c in insp.get_columns(t.__tablename__)} >= set(t.__table__.columns.keys())
                for t in (NodeType, Offer))
 
 
-def _seed_older_schema(engine: Engine, spec: PricingFile) -> None:
+def _seed_older_schema(bind: Engine | Connection, spec: PricingFile) -> None:
     """Presets into a ledger at an older revision: plain inserts of the columns its tables have."""
+    from contextlib import nullcontext
+
     from sqlalchemy import insert, inspect
 
-    insp = inspect(engine)
+    insp = inspect(bind)
     have = {t: {c["name"] for c in insp.get_columns(t)} for t in ("node_type", "offer")}
     nt_table, offer_table = NodeType.__table__, Offer.__table__
-    with engine.begin() as conn:
+    with bind.begin() if isinstance(bind, Engine) else nullcontext(bind) as conn:
         ids = dict(conn.execute(select(nt_table.c.name, nt_table.c.id)).all())
         for nts in spec.node_type:
             if nts.name not in ids:

@@ -11,6 +11,7 @@ a fixed clock) plus runs whose costs are known exactly:
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -82,4 +83,49 @@ def run_page(at, page: str):
 
 
 def metrics(at) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    return {plain(m.label): m.value for m in at.metric}
+
+
+def plain(markdown: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``app.ui.md`` removed."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
+
+
+def sign_in(at, user: str, password: str, client: str = "apptest"):
+    """Sign in as the HTTP form does (``app.signin.attempt`` + ``app.sessions.create``, under a fresh throttle),
+    hand the session token to the AppTest session as the cookie would, and run the app.
+
+    AppTest cannot carry cookies, so the token goes where ``app.access`` keeps the
+    cookie's token for the life of a connection. Returns the sign-in attempt.
+    """
+    import os
+
+    from app import sessions
+    from app.access import TOKEN_KEY
+    from app.auth import load_auth_file
+    from app.signin import attempt
+    from app.throttle import Throttle
+    from ledger.store.db import resolve_url
+
+    result = attempt(load_auth_file(os.environ["TRAINLEDGER_AUTH_FILE"]), user, password, client, throttle=Throttle())
+    if result.entry is not None:
+        at.session_state[TOKEN_KEY] = sessions.create(resolve_url(None), result.entry)[0]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return result
+
+
+def set_role(users_file, user: str, role: str) -> None:
+    """Change ``user``'s role in the auth file, keeping the password hash (their session stays valid), as an admin would."""
+    import os
+    import tomllib
+
+    from app.auth import ROLES
+
+    assert role in ROLES
+    users = tomllib.loads(users_file.read_text())["users"]
+    users[user]["role"] = role
+    users_file.write_text("".join(f'[users.{name}]\nrole = "{u["role"]}"\npassword_hash = "{u["password_hash"]}"\n'
+                                  for name, u in users.items()))
+    st_ = users_file.stat()
+    os.utime(users_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))  # a new mtime: re-read at once

@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 from app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
 from ledger.store.db import make_engine
 from ledger.store.models import Fleet, Setting
-from tests.app.helpers import REPO, make_app, metrics
+from tests.app.helpers import REPO, make_app, metrics, plain, set_role, sign_in
 from tests.helpers import offer_price
 
 FAST = 1_000  # PBKDF2 iterations in tests (the default is 600,000)
@@ -39,12 +39,7 @@ def ledger(sqlite_url, app_env):
 
 
 def _sign_in(at, user: str, password: str):
-    at.run()
-    assert not at.exception, at.exception
-    at.text_input(key="login_user").input(user)
-    at.text_input(key="login_password").input(password)
-    at.button[0].click().run()
-    assert not at.exception, at.exception
+    sign_in(at, user, password)
     return at
 
 
@@ -58,7 +53,7 @@ def _settings_as(monkeypatch, users_file, user, password):
 
 
 
-def _changeoffer_price(at, price: str):
+def _change_offer_price(at, price: str):
     at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()
     at.text_input(key="offer_rtx4090-rent_rent_elastic_price_per_node_month").input(price)
     next(b for b in at.button if b.label == "Save offer").click().run()
@@ -116,48 +111,93 @@ def test_python_m_app_auth_hash_prints_a_usable_entry(tmp_path):
 
 def test_sign_in_is_required_and_a_wrong_password_is_refused(ledger, users_file, monkeypatch):
     monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))
-    at = _sign_in(make_app(), "alice", "wrong")
-    assert [e.value for e in at.error] == ["Wrong user or password."]
+    at = make_app()
+    refused = sign_in(at, "alice", "wrong")
+    assert (refused.entry, refused.status, refused.message) == (None, 401, "Wrong user or password.")
     assert not at.metric and at.title[0].value == "Sign in to trainledger"
-    at.text_input(key="login_password").input("alice-pw")
-    at.button[0].click().run()
+    assert any('href="/_trainledger/signin?next=' in m.value for m in at.markdown)
+    assert sign_in(at, "alice", "alice-pw").entry.name == "alice"
     assert "Spend (CNY)" in metrics(at)
 
 
-def test_viewer_cannot_change_prices(ledger, users_file, monkeypatch):
+def test_viewer_sees_read_only_forms(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "bob", "bob-pw")
     assert any("only leads can save changes" in i.value for i in at.info)
-    _changeoffer_price(at, "1")
-    assert any("Only leads can change prices: bob is a viewer. Nothing was saved." in e.value for e in at.error)
-    assert not at.success
+    at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()  # pickers stay open: a viewer can look
+    writes = [w for w in (*at.text_input, *at.text_area, *at.number_input, *at.date_input, *at.checkbox)]
+    assert writes and all(w.disabled for w in writes), [(w.key, w.disabled) for w in writes if not w.disabled]
+    saves = [b for b in at.button if b.label in ("Save offer", "Import", "Save fleet", "Save settings")]
+    assert len(saves) == 4 and all(b.disabled for b in saves)
+    assert not at.selectbox(key="set_offer_pick").disabled and at.selectbox(key="set_offer_kind_rtx4090-rent").disabled
+
+
+def test_a_lead_demoted_while_the_page_is_open_cannot_change_prices(ledger, users_file, monkeypatch):
+    """The form was drawn for a lead; the click arrives after the demotion: the server draws the form disabled for
+    the viewer and discards the disabled button's click (Streamlit enforces ``disabled`` on the server), so
+    nothing is saved; ``access.require_lead`` right before the write is the second check."""
+    at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
+    at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()
+    at.text_input(key="offer_rtx4090-rent_rent_elastic_price_per_node_month").input("1")
+    set_role(users_file, "alice", "viewer")
+    next(b for b in at.button if b.label == "Save offer").click().run()
+    assert not at.success and any("Signed in as alice (viewer)" in plain(i.value) for i in at.info)
+    assert next(b for b in at.button if b.label == "Save offer").disabled
     assert offer_price(ledger) == Decimal("3600")
 
 
-def test_viewer_cannot_edit_fleet_or_settings(ledger, users_file, monkeypatch):
-    at = _settings_as(monkeypatch, users_file, "bob", "bob-pw")
+def test_a_lead_demoted_while_the_page_is_open_cannot_edit_fleet_or_settings(ledger, users_file, monkeypatch):
+    at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
     at.text_input(key="fleet__name").input("sneaky")
-    next(b for b in at.button if b.label == "Save fleet").click().run()
     at.text_input(key="set_currency").input("USD")
-    next(b for b in at.button if b.label == "Save settings").click().run()
-    errors = [e.value for e in at.error]
-    assert any(e.startswith("Only leads can change settings") for e in errors)
+    set_role(users_file, "alice", "viewer")
+    next(b for b in at.button if b.label == "Save fleet").click().run()  # drawn disabled in this run: discarded
+    assert not at.success and all(b.disabled for b in at.button if b.label in ("Save fleet", "Save settings"))
     engine = make_engine(ledger)
     with Session(engine) as s:
         assert s.exec(select(Fleet)).all() == [] and s.get(Setting, "currency") is None
     engine.dispose()
 
 
+def _require_lead_script():
+    import streamlit as st
+
+    from app.access import require_lead
+
+    st.write(f"allowed: {require_lead('change prices')}")
+
+
+@pytest.mark.parametrize("user,allowed", [("bob", False), ("alice", True), (None, False)])
+def test_require_lead_is_checked_on_the_server(ledger, users_file, monkeypatch, user, allowed):
+    """The check every write makes right before it writes, whatever the page drew."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))
+    at = AppTest.from_function(_require_lead_script, default_timeout=60)
+    if user is not None:
+        sign_in(at, user, f"{user}-pw")
+    else:
+        at.run()
+    assert [m.value for m in at.markdown] == [f"allowed: {allowed}"]
+    errors = [plain(e.value) for e in at.error]
+    if user == "bob":
+        assert errors == ["Only leads can change prices: bob is a viewer. Nothing was saved."]
+    elif user is None:
+        assert errors == ["Only leads can change prices: you are not signed in. Nothing was saved."]
+    else:
+        assert errors == []
+
+
 def test_lead_can_change_prices(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
-    _changeoffer_price(at, "3000.50")
-    assert [s.value for s in at.success] == ["Saved offer rtx4090-rent."]
+    _change_offer_price(at, "3000.50")
+    assert [plain(s.value) for s in at.success] == ["Saved offer rtx4090-rent."]
     assert offer_price(ledger) == Decimal("3000.50")
 
 
 def test_bad_price_is_one_line_and_writes_nothing(ledger, users_file, monkeypatch):
     at = _settings_as(monkeypatch, users_file, "alice", "alice-pw")
-    _changeoffer_price(at, "-5")
-    assert [e.value for e in at.error] == [
+    _change_offer_price(at, "-5")
+    assert [plain(e.value) for e in at.error] == [
         "offer form: offer 'rtx4090-rent': price_per_node_month: Input should be greater than or equal to 0 (got '-5')"]
     assert offer_price(ledger) == Decimal("3600")
 
@@ -171,7 +211,7 @@ def test_local_use_is_a_lead_and_can_add_a_fleet(ledger):
     at.number_input(key="fleet__nodes").set_value(4)
     at.date_input(key="fleet__from").set_value(date(2026, 1, 1))
     next(b for b in at.button if b.label == "Save fleet").click().run()
-    assert [s.value for s in at.success] == ["Fleet rack-a added."]
+    assert [plain(s.value) for s in at.success] == ["Fleet rack-a added."]
     engine = make_engine(ledger)
     with Session(engine) as s:
         f = s.exec(select(Fleet)).one()

@@ -10,14 +10,8 @@ killed in teardown; then no process of a launched run may be left.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,77 +23,28 @@ from ledger.reports.present import fmt_cell
 from ledger.store.models import Run, RunStatus
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
+from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
 from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 ARTIFACTS = REPO / "test-artifacts"
 PAGES = ["Runs", "Rent vs own", "Monthly ROI", "Strategies", "Planner", "Launch", "Settings", "Export"]  # Export last
-WAIT_MS = 60_000
 RUN_WAIT_MS = 180_000  # a tiny 2-rank run on a small CPU, start to end
 LAUNCHED: list[str] = []  # run ids started through the dashboard, checked in teardown
 
 
-def _trainledger() -> list[str]:
-    script = Path(sys.executable).with_name("trainledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ledger.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(base: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"dashboard exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"dashboard not healthy within {timeout_s} s:\n{log.read_text(errors='replace')[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: tests/run.sh installs the Debian chromium package")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    need_chromium()
     tmp = tmp_path_factory.mktemp("e2e")
     url = build_ledger(f"sqlite:///{tmp / 'ledger.db'}")
-    port = _free_port()
-    log = tmp / "dashboard.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL")}
-    env.update(RUN_ENV, TRAINLEDGER_JOURNAL_DIR=str(tmp / "journal"), XDG_DATA_HOME=str(tmp / "xdg"),
-               TRAINLEDGER_CACHE_DIR=str(tmp_path_factory.mktemp("shards")))  # for the runs it launches
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*_trainledger(), "dashboard", "--port", str(port), "--db", url],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp, env=env, start_new_session=True)
+    env = {**RUN_ENV, "TRAINLEDGER_JOURNAL_DIR": str(tmp / "journal"), "XDG_DATA_HOME": str(tmp / "xdg"),
+           "TRAINLEDGER_CACHE_DIR": str(tmp_path_factory.mktemp("shards"))}  # for the runs it launches
     try:
-        base = f"http://127.0.0.1:{port}"
-        _wait_healthy(base, proc, log)
-        yield base, url, proc
+        with serve(tmp, url, env=env) as served:
+            yield served.base, url, served.proc
     finally:
-        for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
         kill_leftover_runs(url, LAUNCHED)  # launched runs live in their own sessions
 
 
@@ -138,7 +83,7 @@ def test_every_page_and_the_csv_export(dashboard):
     expect.set_options(timeout=WAIT_MS)
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             page = browser.new_page(accept_downloads=True, viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(WAIT_MS)
@@ -150,13 +95,13 @@ def test_every_page_and_the_csv_export(dashboard):
             page.goto(f"{base}/?month={MONTH}")
             metric = page.get_by_test_id("stMetric").filter(has_text="Spend (CNY)")
             expect(metric.get_by_test_id("stMetricValue")).to_have_text(spend, timeout=WAIT_MS)
-            _settle(page)
+            settle(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
 
             for title in PAGES:
                 page.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
                 expect(page.get_by_role("heading", name=title, exact=True).first).to_be_visible(timeout=WAIT_MS)
-                _settle(page)
+                settle(page)
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 page.screenshot(path=str(ARTIFACTS / f"dashboard-{title.lower().replace(' ', '-')}.png"), full_page=True)
 
@@ -171,7 +116,7 @@ def test_every_page_and_the_csv_export(dashboard):
         finally:
             browser.close()
 
-    cli = subprocess.run([*_trainledger(), "report", "monthly", "--month", MONTH, "--format", "csv", "--db", url],
+    cli = subprocess.run([*trainledger(), "report", "monthly", "--month", MONTH, "--format", "csv", "--db", url],
                          capture_output=True, check=True, timeout=120)
     assert got == cli.stdout
     assert got.startswith(b"metric,value\nmonth,2026-11\n")
@@ -183,18 +128,18 @@ def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
     base, url, _ = dashboard
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 1200})
             page.set_default_timeout(WAIT_MS)
             page.goto(f"{base}/launch")
             expect(page.get_by_role("heading", name="Launch", exact=True).first).to_be_visible(timeout=WAIT_MS)
-            _settle(page)
+            settle(page)
             expect(page.get_by_role("combobox", name="Config")).to_have_value("shipped: dp.yaml")
             steps = page.get_by_role("spinbutton", name="Steps")
             steps.fill("4")
             steps.press("Enter")
-            _settle(page)
+            settle(page)
             page.get_by_role("button", name="Launch", exact=True).click()
             launched = page.get_by_test_id("stAlert").filter(has_text="Launched run ")
             expect(launched).to_be_visible(timeout=WAIT_MS)
@@ -207,7 +152,7 @@ def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
             expect(status.first).to_have_text("succeeded", timeout=RUN_WAIT_MS)
             expect(status).to_have_count(1)  # the redraw has finished: the old elements are gone
             expect(status).to_have_text("succeeded")
-            _settle(page)
+            settle(page)
             expect(page.get_by_test_id("stMetric").filter(has_text="Step").get_by_test_id("stMetricValue")
                    ).to_have_text("4 of 4")
             expect(page.get_by_test_id("stAlert").filter(has_text=f"Run {rid} succeeded: 4 steps")).to_be_visible()
@@ -220,9 +165,3 @@ def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
         assert (run.status, run.steps, run.world_size, run.strategy) == (RunStatus.succeeded, 4, 2, "dp")
     engine.dispose()
     wait_for(lambda: not processes_of_run(rid), 30, "no processes of the finished run")
-
-
-def _settle(page) -> None:
-    """Wait until Streamlit has finished the script run and drawn its widgets (no status widget, no skeletons)."""
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-                           " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)

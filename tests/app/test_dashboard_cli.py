@@ -33,13 +33,32 @@ def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, m
     assert r.exit_code == 0, r.output
     (argv, env, kw), = fake_popen
     assert isinstance(argv, list) and kw == {}
-    assert argv[1:5] == ["-m", "app.serve", "run", str(dashboard_cli.MAIN_SCRIPT)]  # `streamlit run`
+    assert argv[1:5] == ["-m", "app.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/asgi.py`
     opts = dict(zip(argv[5::2], argv[6::2]))
     assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8765"
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
+    assert opts["--client.showErrorDetails"] == "none"  # no message, type or trace of an error in the browser
     assert env["TRAINLEDGER_DB_URL"] == sqlite_url and sqlite_url not in argv
     assert env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] == "false"
-    assert "TRAINLEDGER_AUTH_FILE" not in env
+    assert "TRAINLEDGER_AUTH_FILE" not in env and env["TRAINLEDGER_ALLOWED_HOSTS"] == ""
+
+
+def test_allowed_hosts_travel_in_the_environment_and_need_sign_in(sqlite_url, fake_popen, monkeypatch, tmp_path):
+    from app.auth import make_entry
+
+    monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
+    r = _invoke("--allowed-host", "dash.example.com", "--db", sqlite_url)
+    assert r.exit_code == 2 and r.stderr.startswith("error: --allowed-host needs --auth-file") and fake_popen == []
+    for bad in ("http://dash.example.com", "dash.example.com:443", "a/b", "*", "**.x.com", ""):
+        r = _invoke("--allowed-host", bad, "--db", sqlite_url)
+        assert r.exit_code == 2 and "--allowed-host" in r.stderr and r.stderr.count("\n") == 1, (bad, r.stderr)
+    users = tmp_path / "users.toml"
+    users.write_text(make_entry("alice", "lead", "pw", iterations=1000))
+    r = _invoke("--auth-file", str(users), "--allowed-host", "Dash.Example.com.", "--allowed-host", "*.corp.example",
+                "--db", sqlite_url)
+    assert r.exit_code == 0, r.output
+    (_, env, _), = fake_popen
+    assert env["TRAINLEDGER_ALLOWED_HOSTS"] == "dash.example.com,*.corp.example"
 
 
 @pytest.mark.parametrize("host", ["localhost", "::1", "127.0.0.1"])

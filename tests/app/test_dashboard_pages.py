@@ -13,7 +13,7 @@ from ledger.reports.export import presented_report
 from ledger.store.models import Run, RunNode
 from ledger.reports.present import fmt_cell
 from ledger.runs.registry import show_run
-from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, run_page
+from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
 
@@ -71,8 +71,8 @@ def test_rent_vs_own_seed_says_renting_saves_25_percent(demo_url, app_env):
     assert shown["Savings (rent cheaper)"] == "25.0%"
     assert shown["Break-even utilization"] == "133.33%"
     assert shown["Payback"] == "56.25 months"  # 120,000 ÷ (3,600 − 1,460 power − 6.67 operations)
-    assert any("Renting (rtx4090-rent) is cheaper at every utilization" in w.value for w in at.warning)
-    assert any("trainledger cost compare --node-type rtx4090-8x --utilization 1" in c.value for c in at.caption)
+    assert any("Renting (rtx4090-rent) is cheaper at every utilization" in plain(w.value) for w in at.warning)
+    assert any("trainledger cost compare --node-type rtx4090-8x --utilization 1" in plain(c.value) for c in at.caption)
 
 
 def test_rent_vs_own_edited_rent_price_is_costed_but_not_saved(demo_url, app_env):
@@ -85,7 +85,7 @@ def test_rent_vs_own_edited_rent_price_is_costed_but_not_saved(demo_url, app_env
     assert shown["Rent per node-month (CNY)"] == "5,000.00"
     assert shown["Savings (own cheaper)"] == "4.0%"
     assert shown["Break-even utilization"] == "96.00%"
-    assert any("Owning (rtx4090-own) wins above a time utilization of 96.00%" in s.value for s in at.success)
+    assert any("Owning (rtx4090-own) wins above a time utilization of 96.00%" in plain(s.value) for s in at.success)
     assert any("Edited assumptions" in c.value for c in at.caption)
     engine = make_engine(demo_url)
     with Session(engine) as s:
@@ -115,7 +115,7 @@ def test_run_detail_flags_stragglers_and_draws_the_loss(demo_url, app_env):
     engine.dispose()
     app_env(demo_url)
     at = run_page(make_app(run=run_id), "runs")
-    assert any("Straggler: demo-node05" in w.value for w in at.warning)
+    assert any("Straggler: demo-node05" in plain(w.value) for w in at.warning)
     loss_chart = at.get("vega_lite_chart")[-1].proto  # the last chart on the page: the loss curve
     assert '"loss"' in loss_chart.spec and len(loss_chart.datasets[0].data.data) > 0
     assert not any("No loss samples" in c.value for c in at.caption)
@@ -173,7 +173,7 @@ def test_strategies_shows_the_ledgers_comparison(demo_url, app_env):
     assert list(table["MFU"]) == ["34.00%", "31.00%", "28.00%"]
     assert table["time per epoch"][1] == "2 h"  # 180M tokens per epoch ÷ 25,000 tokens/s
     assert at.selectbox(key="strategies_sweep").value == SWEEP
-    assert any(f"trainledger report weekly --sweep {SWEEP}" in c.value for c in at.caption)
+    assert any(f"trainledger report weekly --sweep {SWEEP}" in plain(c.value) for c in at.caption)
 
 
 def test_strategies_empty_state(sqlite_url, app_env):
@@ -223,7 +223,7 @@ def test_export_bytes_are_the_clis(fmt, demo_url, tmp_path, app_env):
 def test_unknown_run_in_the_link_is_one_line(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(run="no-such-run"), "runs")
-    assert [e.value for e in at.error] == ["RUN_ID: no run 'no-such-run' in this ledger; see `trainledger runs list`"]
+    assert [plain(e.value) for e in at.error] == ["RUN_ID: no run 'no-such-run' in this ledger; see `trainledger runs list`"]
 
 
 def test_public_address_without_auth_serves_nothing(demo_url, app_env):

@@ -161,3 +161,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"partial writes {STATS['partial_writes']}")
 
 
+
+
+@pytest.fixture
+def pg_databases():
+    """A factory of new, empty PostgreSQL databases (no schema yet) on the test server; all dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine
+
+    from ledger.store.db import get_engine
+    from tests.conftest import PG_ADMIN
+
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"tl_test_{uuid.uuid4().hex[:12]}"
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        names.append(name)
+        return f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+
+    yield make
+    get_engine.cache_clear()
+    with admin.connect() as c:
+        for name in names:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def new_pg_url(pg_databases) -> str:
+    """A new, empty PostgreSQL database (no schema yet): its URL."""
+    return pg_databases()

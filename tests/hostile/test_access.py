@@ -27,13 +27,14 @@ from hypothesis import strategies as st
 from sqlmodel import Session, select
 
 from app import launch as app_launch
-from app.access import IDENTITY_KEY, Identity
+from app.access import IDENTITY_KEY, TOKEN_KEY, Identity
 from app.auth import make_entry
 from app.cli import is_loopback
 from ledger.store.db import make_engine
 from ledger.errors import LedgerInputError
 from ledger.store.models import Run
-from tests.app.helpers import make_app
+from tests.app.helpers import make_app, plain, set_role
+from tests.app.helpers import sign_in as sign_in_with
 from tests.helpers import offer_price
 from tests.hostile.conftest import FUZZ, REPO, assert_clean, assert_refused, invoke, snapshot, unchanged
 
@@ -88,10 +89,7 @@ def signed_in(sqlite_url, app_env, tmp_path, monkeypatch):
 
     def sign_in(user: str, password: str, page: str = "settings"):
         at = make_app()
-        at.run()
-        at.text_input(key="login_user").input(user)
-        at.text_input(key="login_password").input(password)
-        at.button[0].click().run()
+        sign_in_with(at, user, password)
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, [e.value for e in at.exception]
         return at
@@ -101,37 +99,52 @@ def signed_in(sqlite_url, app_env, tmp_path, monkeypatch):
 
 
 
-def test_a_viewer_claiming_the_lead_role_in_the_session_changes_nothing(signed_in, sqlite_url):
+def test_a_viewer_claiming_the_lead_role_in_the_session_changes_nothing(signed_in, sqlite_url, tmp_path):
     at = signed_in("bob", "bob-pw")
-    at.session_state[IDENTITY_KEY] = Identity(user="bob", role="lead", signed_in=True)  # forged
+    at.session_state[IDENTITY_KEY] = Identity(user="bob", role="lead", signed_in=True)  # forged: never read
     at.run()
+    assert any("Signed in as bob (viewer)" in plain(i.value) for i in at.info)
+    assert all(b.disabled for b in at.button if b.label in ("Save offer", "Import", "Save fleet", "Save settings"))
+    at.session_state[TOKEN_KEY] = "forged-token"  # a made-up session: signed out, nothing shown
+    at.run()
+    assert at.title[0].value == "Sign in to trainledger" and not at.button
+
+
+def test_a_lead_demoted_to_viewer_changes_nothing(signed_in, sqlite_url):
+    """The form was drawn for a lead: after the demotion the server draws it disabled and discards the click."""
+    at = signed_in("alice", "alice-pw")
     before = snapshot(sqlite_url)
     at.selectbox(key="set_offer_pick").set_value("rtx4090-rent").run()
     at.text_input(key="offer_rtx4090-rent_rent_elastic_price_per_node_month").input("1")
+    set_role(Path(os.environ["TRAINLEDGER_AUTH_FILE"]), "alice", "viewer")
     next(b for b in at.button if b.label == "Save offer").click().run()
-    assert any("Only leads can change prices: bob is a viewer" in e.value for e in at.error)
+    assert not at.success and next(b for b in at.button if b.label == "Save offer").disabled
     assert offer_price(sqlite_url) == Decimal("3600")
     unchanged(sqlite_url, before)
 
 
-def test_a_viewer_claiming_the_lead_role_cannot_launch(signed_in, sqlite_url, fake_popen, run_env):
-    at = signed_in("bob", "bob-pw", page="launch")
-    at.session_state[IDENTITY_KEY] = Identity(user="bob", role="lead", signed_in=True)  # forged
-    at.run()
+def test_a_lead_demoted_to_viewer_cannot_launch(signed_in, sqlite_url, fake_popen, run_env):
+    at = signed_in("alice", "alice-pw", page="launch")
     before = snapshot(sqlite_url)
+    set_role(Path(os.environ["TRAINLEDGER_AUTH_FILE"]), "alice", "viewer")
     next(b for b in at.button if b.label == "Launch").click().run()
-    assert [e.value for e in at.error] == ["Only leads can launch runs: bob is a viewer. Nothing was started."]
+    assert not at.success and at.button(key="launch_go").disabled
+    assert any("Signed in as alice (viewer)" in plain(i.value) for i in at.info)
     assert fake_popen == []
     unchanged(sqlite_url, before)
 
 
 def test_a_viewer_cannot_import_pricing_toml(signed_in, sqlite_url):
     at = signed_in("bob", "bob-pw")
+    assert at.text_area(key="pricing_toml").disabled
+    assert next(b for b in at.button if b.label == "Import").disabled
+    lead = signed_in("alice", "alice-pw")
     before = snapshot(sqlite_url)
-    at.text_area(key="pricing_toml").input('[[offer]]\nname = "rtx4090-rent"\nnode_type = "rtx4090-8x"\n'
-                                           'kind = "rent_elastic"\nprice_per_node_hour = 0\n')
-    next(b for b in at.button if b.label == "Import").click().run()
-    assert any(e.value.startswith("Only leads can change prices: bob is a viewer. Nothing was saved.") for e in at.error)
+    lead.text_area(key="pricing_toml").input('[[offer]]\nname = "rtx4090-rent"\nnode_type = "rtx4090-8x"\n'
+                                             'kind = "rent_elastic"\nprice_per_node_hour = 0\n')
+    set_role(Path(os.environ["TRAINLEDGER_AUTH_FILE"]), "alice", "viewer")
+    next(b for b in lead.button if b.label == "Import").click().run()
+    assert not lead.success
     unchanged(sqlite_url, before)
 
 
@@ -140,8 +153,10 @@ def test_without_signing_in_no_page_is_served(signed_in, sqlite_url):
 
     at = make_app()
     at.run()
-    with pytest.raises(ValueError, match=r"Known pages: \['Sign in'\]"):
-        at.switch_page("pages/settings.py")
+    for page in ("settings", "launch"):  # every URL answers with the sign-in prompt, not the page
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and at.title[0].value == "Sign in to trainledger", page
+        assert not at.button and not at.metric, page
     for page in ("settings", "launch"):  # a page script run on its own (no main.py) gates itself
         at = AppTest.from_file(str(REPO / "app" / "pages" / f"{page}.py"), default_timeout=60)
         at.run()

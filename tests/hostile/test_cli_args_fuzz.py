@@ -122,7 +122,7 @@ def test_random_budgets(ledger, tmp_path, amount, project, month_, currency):
 @given(url=st.one_of(text.filter(lambda s: "sqlite" not in s.lower() and "postgres" not in s.lower()),
                      st.sampled_from(["mysql://x@y/z", "sqlite:////proc/nope/ledger.db", "sqlite:////etc/passwd",
                                       "postgresql://u:secretpw@127.0.0.1:1/x", "postgresql://u@127.0.0.1:99999/x",
-                                      "postgresql+psycopg://", "sqlite://", "://", "sqlite:///" + "x/" * 3000])))
+                                      "postgresql+psycopg:///tl_fuzz_no_such_db", "sqlite://", "://", "sqlite:///" + "x/" * 3000])))
 def test_random_ledger_urls(url):
     out = invoke(["runs", "list", f"--db={url}"])
     event(f"exit {out.exit_code}")

@@ -1,7 +1,7 @@
 """budgets: spending limits per project or team-wide, per month or every month (ledger/money/budgets.py)
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-03
 """
 import sqlalchemy as sa
@@ -11,7 +11,7 @@ from alembic import op
 import ledger.store.types
 
 revision = '0008'
-down_revision = '0006'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,124 @@
+"""Writing an output file (``report monthly -o``, ``db backup --out``, ...): whole or not at all, never through a planted link.
+
+:func:`write_output` is the one way a command writes a file a user named:
+
+1. an existing output (a file, a directory, or a link, even a dangling one) is
+   refused unless ``force``: "--output: X exists; pass --force to replace it";
+2. the bytes go to a new temporary file that ``tempfile.mkstemp`` creates with
+   ``O_CREAT | O_EXCL`` and a random name, mode 0600, in the target's own
+   directory (so nobody can plant ``X.part`` as a link to somewhere else), and
+   are fsync'd;
+3. the temporary file takes the target's name: without ``force`` by a hard link
+   that fails if the name appeared meanwhile (no window between the check and
+   the write), with ``force`` by ``os.replace`` (a link at the target is
+   replaced, never followed); then the directory is fsync'd.
+
+Whatever fails, the temporary file is removed and the target is untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from ledger.errors import LedgerInputError
+
+#: hard links unsupported here: fall back to check-then-rename (still never following a link)
+_NO_LINK = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
+
+
+def _exists_error(flag: str, path: Path) -> LedgerInputError:
+    return LedgerInputError(f"{flag}: {path} exists; pass --force to replace it, or choose a new file name")
+
+
+def _os_error(flag: str, path: Path, exc: OSError) -> LedgerInputError:
+    return LedgerInputError(f"{flag}: cannot write {path}: {exc.strerror or exc}")
+
+
+def _default_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def check_output(path: Path | str, *, force: bool = False, flag: str = "--output") -> Path:
+    """The output path, checked before any work: not a directory, and not existing unless ``force``."""
+    path = Path(path)
+    if path.is_dir():
+        raise LedgerInputError(f"{flag}: {path} is a directory; give a file name")
+    if os.path.lexists(path) and not force:
+        raise _exists_error(flag, path)
+    if not path.parent.is_dir():
+        raise LedgerInputError(f"{flag}: the folder {path.parent} does not exist")
+    return path
+
+
+def _publish(tmp: Path, path: Path, force: bool, flag: str) -> None:
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)  # atomic "create if absent": fails if the name exists, whatever it is
+    except FileExistsError:
+        raise _exists_error(flag, path) from None
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+        if os.path.lexists(path):
+            raise _exists_error(flag, path) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_output(path: Path | str, data: Optional[bytes] = None, *, force: bool = False, flag: str = "--output",
+                 writer: Optional[Callable[[Path], None]] = None, mode: Optional[int] = None) -> Path:
+    """Write ``data`` (or let ``writer(temp_path)`` fill the file) to ``path`` as described in the module docstring.
+
+    ``writer`` is for tools that write a path themselves (SQLite's backup API,
+    ``pg_dump --file``); it gets the new, empty temporary file. ``mode``: the
+    file's permissions (default 0666 minus the umask). Returns ``path``.
+    """
+    path = check_output(path, force=force, flag=flag)
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    except OSError as exc:
+        raise _os_error(flag, path, exc) from None
+    tmp = Path(name)
+    try:
+        try:
+            if data is not None:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            os.fchmod(fd, _default_mode() if mode is None else mode)
+        finally:
+            os.close(fd)
+        if writer is not None:
+            writer(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        _publish(tmp, path, force, flag)
+    except OSError as exc:
+        raise _os_error(flag, path, exc) from None
+    finally:
+        if os.path.lexists(tmp):
+            tmp.unlink()
+    _fsync_dir(path.parent)
+    return path

@@ -1,0 +1,122 @@
+"""A real `trainledger dashboard` for browser and HTTP tests, and headless Chromium to drive it.
+
+:func:`serve` starts the dashboard in its own process group (as a user would, with the CLI),
+waits until it answers, and stops it (SIGTERM, then SIGKILL) when the ``with`` block ends.
+:func:`chromium` launches Debian's chromium through Playwright (no browser download); host
+names can be pointed at 127.0.0.1 (``--host-resolver-rules``), which is how the DNS rebinding
+and reverse-proxy tests reach the server under another name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+WAIT_MS = 60_000
+
+
+def trainledger() -> list[str]:
+    script = Path(sys.executable).with_name("trainledger")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ledger.cli"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def need_chromium() -> None:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: tests/run.sh installs the Debian chromium package")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+
+
+def wait_healthy(base: str, proc: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dashboard exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"dashboard not healthy within {timeout_s} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@dataclass
+class Served:
+    base: str  # http://127.0.0.1:PORT
+    port: int
+    url: str  # the ledger
+    proc: subprocess.Popen
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def serve(tmp: Path, url: str, *args: str, env: Optional[dict[str, str]] = None) -> Iterator[Served]:
+    """`trainledger dashboard --port P --db URL ARGS` in ``tmp``; yields once it answers on 127.0.0.1:P."""
+    port = free_port()
+    log = tmp / f"dashboard-{port}.log"
+    child_env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL")}
+    child_env.update(env or {})
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*trainledger(), "dashboard", "--port", str(port), "--db", url, *args],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp, env=child_env, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(base, proc, log)
+        yield Served(base, port, url, proc, log)
+    finally:
+        stop(proc)
+
+
+def chromium(p, *names: str):
+    """Headless Debian chromium; each name in ``names`` resolves to 127.0.0.1 (as a rebinding attacker's would)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)  # a loaded 2-core machine: assertions wait as long as page loads may take
+    args = list(CHROMIUM_ARGS)
+    if names:
+        args.append("--host-resolver-rules=" + ", ".join(f"MAP {n} 127.0.0.1" for n in names))
+    return p.chromium.launch(executable_path=CHROMIUM, args=args)
+
+
+def settle(page) -> None:
+    """Wait until Streamlit has finished the script run and drawn its widgets (no status widget, no skeletons)."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                           " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
