@@ -7,24 +7,14 @@ downloaded CSV is `trainledger report monthly --month 2026-12 --now ...` byte fo
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.app.conftest import RUN_ENV
-from tests.app.test_dashboard_browser import (
-    ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    WAIT_MS,
-    _free_port,
-    _settle,
-    _trainledger,
-    _wait_healthy,
-)
+from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
+from tests.app.test_dashboard_browser import ARTIFACTS
 from tests.app.test_dashboard_month_to_date import DAY3, LABEL, MONTH, build_day3
 
 pytestmark = pytest.mark.slow
@@ -32,35 +22,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def day3_dashboard(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: tests/run.sh installs the Debian chromium package")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    need_chromium()
     tmp = tmp_path_factory.mktemp("e2e-day3")
     url = build_day3(f"sqlite:///{tmp / 'ledger.db'}")
-    port = _free_port()
-    log = tmp / "dashboard.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL")}
-    env.update(RUN_ENV, TRAINLEDGER_JOURNAL_DIR=str(tmp / "journal"), XDG_DATA_HOME=str(tmp / "xdg"),
-               TRAINLEDGER_NOW=DAY3.isoformat())
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*_trainledger(), "dashboard", "--port", str(port), "--db", url],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp, env=env, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        _wait_healthy(base, proc, log)
-        yield base, url
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=15)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+    env = {**RUN_ENV, "TRAINLEDGER_JOURNAL_DIR": str(tmp / "journal"), "XDG_DATA_HOME": str(tmp / "xdg"),
+           "TRAINLEDGER_NOW": DAY3.isoformat()}
+    with serve(tmp, url, env=env) as served:
+        yield served.base, url
 
 
 def _metric(page, label: str):
@@ -74,7 +42,7 @@ def test_day_3_in_the_browser(day3_dashboard):
     ARTIFACTS.mkdir(exist_ok=True)
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             page = browser.new_page(accept_downloads=True, viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(WAIT_MS)
@@ -86,7 +54,7 @@ def test_day_3_in_the_browser(day3_dashboard):
             expect(page.get_by_text("Team budget: at risk")).to_be_visible()
             budgets = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("demo-pretrain"))
             expect(budgets.first).to_be_visible()
-            _settle(page)
+            settle(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-day3-overview.png"), full_page=True)
             page.get_by_text("Budgets, 2026-12").scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "dashboard-day3-budgets.png"))
@@ -97,13 +65,13 @@ def test_day_3_in_the_browser(day3_dashboard):
             expect(page.get_by_text(f"{MONTH} {LABEL}").first).to_be_visible()
             nav.get_by_role("link", name="Rent vs own", exact=True).click()
             expect(page.get_by_text("Starts at 2026-11's time utilization").first).to_be_visible()
-            _settle(page)
+            settle(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-day3-rent-vs-own.png"), full_page=True)
             nav.get_by_role("link", name="Export", exact=True).click()
             expect(page.get_by_text(f"{MONTH} {LABEL}").first).to_be_visible()
             button = page.get_by_role("button", name="Download CSV")
             expect(button).to_be_visible()
-            _settle(page)
+            settle(page)
             with page.expect_download(timeout=WAIT_MS) as info:
                 button.click()
             download = info.value
@@ -111,7 +79,7 @@ def test_day_3_in_the_browser(day3_dashboard):
             got = Path(download.path()).read_bytes()
         finally:
             browser.close()
-    cli = subprocess.run([*_trainledger(), "report", "monthly", "--month", MONTH, "--format", "csv", "--db", url,
+    cli = subprocess.run([*trainledger(), "report", "monthly", "--month", MONTH, "--format", "csv", "--db", url,
                           "--now", DAY3.isoformat()], capture_output=True, check=True, timeout=120)
     assert got == cli.stdout
     assert f"period,{LABEL}\nis_partial,true\n".encode() in got
