@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -13,6 +14,8 @@ from ledger.errors import LedgerInputError
 
 app = group("Reports and the monthly export.")
 
+CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (each charge period at its exchange rate, see `trainledger fx`). Default: the Settings currency once set, else the offers' own.")]
+
 
 @app.command("monthly")
 @command
@@ -21,8 +24,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
                    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json).")] = None,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
-                   db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run."""
+                   currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The monthly export: summary (own vs rent, savings, ROI, idle, waste, energy and CO2e), per project, per run."""
     from ledger.money.monthly import monthly_report
     from ledger.reports.export import presented_report, render
     from ledger.reports.present import key_values
@@ -32,11 +35,17 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     if fmt == "xlsx" and output is None:
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
     with session(db) as s:
-        p = presented_report(monthly_report(s, month, own=own, rent=rent))
+        p = presented_report(monthly_report(s, month, own=own, rent=rent, currency=currency))
     data = render(p, fmt)
     if output is None:
         sys.stdout.write(data.decode("utf-8"))
         return
+    _write(output, data)
+    emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+
+
+def _write(output: Path, data: bytes) -> None:
+    """Write a file whole or not at all (a temporary file renamed over it)."""
     if output.is_dir():
         raise LedgerInputError(f"--output: {output} is a directory; give a file name")
     tmp = output.with_name(output.name + ".part")
@@ -46,7 +55,30 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise LedgerInputError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
-    emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+
+
+@app.command("focus")
+@command
+def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing period: a calendar month in the display time zone).")],
+                 output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+                 fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+                 currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The month as a FOCUS 1.2 dataset (FinOps Open Cost and Usage Specification): one row per run and
+    charge period, plus each fleet's purchase and idle; x_ columns carry tokens, MFU, GPU-hours, energy and CO2e."""
+    from ledger.reports.focus import FOCUS_VERSION, focus_export, render
+
+    if fmt not in ("csv", "parquet"):
+        raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
+    with session(db) as s:
+        export = focus_export(s, month, currency=currency)
+    data = render(export, fmt)
+    _write(output, data)
+    total = sum((r["EffectiveCost"] for r in export.rows), Decimal(0))
+    summary = {"month": month, "focus_version": FOCUS_VERSION, "format": fmt, "rows": len(export.rows),
+               "currency": export.currency, "effective_cost": total, "billed_cost": sum((r["BilledCost"] for r in export.rows), Decimal(0)),
+               "output": str(output)}
+    emit(summary, as_json, lambda d: f"wrote {output} (FOCUS {FOCUS_VERSION}, {fmt}, {d['rows']} rows; "
+         f"EffectiveCost {d['effective_cost']:,.2f} {d['currency']} = the monthly report's actual cost)")
 
 
 @app.command("weekly")
@@ -101,12 +133,12 @@ def _daily_text(d: dict[str, Any]) -> str:
 @app.command("daily")
 @command
 def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
-                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                 currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
     from ledger.reports.daily import daily_report
 
     with session(db) as s:
-        data = daily_report(s, date_)
+        data = daily_report(s, date_, currency=currency)
     emit(data, as_json, _daily_text)
 
 

@@ -9,8 +9,11 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.money import costs
+from ledger.money.fx import convert_offer, load_rates
 from ledger.money.monthly import monthly_report
 from ledger.store.models import NodeType, Offer, OfferKind
+from ledger.store.settings import display_timezone, presentation_currency
+from ledger.store.types import utcnow
 
 
 def _offer(session: Session, nt: NodeType, name: Optional[str], kind: OfferKind, flag: str) -> Offer:
@@ -79,10 +82,12 @@ def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str,
 
 
 def compare_node_type(session: Session, node_type: str, utilization: Decimal = costs.ONE,
-                      own: Optional[str] = None, rent: Optional[str] = None) -> dict[str, Any]:
+                      own: Optional[str] = None, rent: Optional[str] = None,
+                      currency: Optional[str] = None) -> dict[str, Any]:
     """Own vs elastic rent for one node-month of ``node_type``: :func:`compare_offers` on the ledger's offers.
 
-    ``own``/``rent`` name the offers; by default the node type's (presets first).
+    ``own``/``rent`` name the offers; by default the node type's (presets first). Both at their list
+    prices (newest version); with a presentation currency, converted at the rate in force now.
     """
     u = Decimal(utilization)
     if not (0 <= u <= 1):
@@ -90,15 +95,19 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
     nt = node_type_by_name(session, node_type)
     own_o = _offer(session, nt, own, OfferKind.own, "--own")
     rent_o = _offer(session, nt, rent, OfferKind.rent_elastic, "--rent")
+    target = presentation_currency(session, currency)
+    if target:
+        book, now = load_rates(session, display_timezone(session)), utcnow()
+        own_o, rent_o = convert_offer(own_o, book, target, now), convert_offer(rent_o, book, target, now)
     if own_o.currency != rent_o.currency:
         raise LedgerInputError(f"--rent: {rent_o.name} is priced in {rent_o.currency} but {own_o.name} in {own_o.currency}; compare offers in one currency")
     return compare_offers(own_o, rent_o, u, nt.name)
 
 
 def compare_month(session: Session, month: str, own: Optional[str] = None, rent: Optional[str] = None,
-                  reserved: Optional[str] = None) -> dict[str, Any]:
+                  reserved: Optional[str] = None, currency: Optional[str] = None) -> dict[str, Any]:
     """Own fleet vs elastic vs reserved for the ledger's real usage of ``month``."""
-    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False)
+    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False, currency=currency)
     rows = []
     for n in rep.node_types:
         options = {k: v for k, v in (("own", n.own_cost), ("rent_elastic", n.elastic_cost),
