@@ -111,7 +111,7 @@ def set_prices(session: Session, name: str, assignments: list[str], valid_from: 
     values = prices.price_values(base if base is not None else (history[0] if history else o))
     values.update(changes)
     entry = {"name": o.name, "node_type": session.get(NodeType, o.node_type_id).name, "kind": o.kind.value,
-             "currency": o.currency, "notes": note or o.notes, **{k: v for k, v in values.items() if v is not None}}
+             "currency": o.currency, "notes": o.notes, **{k: v for k, v in values.items() if v is not None}}
     try:
         spec = PricingFile(offer=[OfferSpec.model_validate(entry)])
     except Exception as exc:  # pydantic ValidationError: one line naming the field
@@ -120,7 +120,8 @@ def set_prices(session: Session, name: str, assignments: list[str], valid_from: 
         if isinstance(exc, ValidationError):
             raise LedgerInputError(_one_line(exc, f"offer {o.name!r}", {"offer": [entry]})) from None
         raise
-    apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True, plans=plans)
+    apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True, plans=plans,
+                  note=note)
 
 
 def _assignments(items: list[str]) -> dict[str, Any]:

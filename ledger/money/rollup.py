@@ -491,8 +491,8 @@ def _set_cuts_marker(conn: Connection, cuts: Cuts) -> None:
 
 def refresh_cuts(conn: Connection) -> int:
     """Bring the slices in line with the current charge-period cuts (a price version, exchange rate or
-    intensity was added, moved or removed): only runs with a slice at a changed instant are recomputed.
-    Returns the runs recomputed."""
+    intensity was added, moved or removed): only runs with a slice after a changed instant in its month
+    are recomputed. Returns the runs recomputed."""
     tz = ZoneInfo(_timezone(conn))
     new, old = charge_cuts(conn, tz), _cuts_marker(conn)
     if new == old:
@@ -503,8 +503,9 @@ def refresh_cuts(conn: Connection) -> int:
     ids: set[str] = set()
     for nt in sorted(set(new) | set(old)):
         for t in sorted(set(new.get(nt, ())) ^ set(old.get(nt, ()))):
+            # every slice from t to the month's end changes its charge period (a run across t is also split)
             ids.update(conn.execute(select(st.c.run_id).where(st.c.month == month_of(t, tz), st.c.node_type_id == nt,
-                                                              st.c.start_at <= t, st.c.end_at >= t)).scalars())
+                                                              st.c.end_at >= t)).scalars())
     refresh_runs(conn, ids)
     return len(ids)
 

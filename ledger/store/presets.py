@@ -28,7 +28,7 @@ from sqlmodel import Session, select
 from ledger.errors import LedgerInputError
 from ledger.store import prices
 from ledger.store.fx import check_currency
-from ledger.store.models import NodeType, Offer, OfferKind
+from ledger.store.models import NodeType, Offer, OfferKind, OfferPrice
 from ledger.store.settings import display_timezone
 
 PRESET_FILE = "pricing.toml"
@@ -170,12 +170,12 @@ def preset_text() -> str:
 
 def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: bool,
                   valid_from: Optional[datetime] = None, retroactive: bool = False,
-                  plans: Optional[list[prices.VersionPlan]] = None) -> dict[str, int]:
+                  plans: Optional[list[prices.VersionPlan]] = None, note: str = "") -> dict[str, int]:
     """Add node types and offers (with ``replace``: update node types, and add price versions to offers)
     in one transaction.
 
     A new offer's first version starts at its first entry's ``valid_from``, else at the
-    ledger's earliest run (else now). An existing offer with other prices gets a version
+    ledger's earliest run (else 1970-01-01). An existing offer with other prices gets a version
     from the entry's ``valid_from``, else ``valid_from``, else now; one in the past needs
     ``retroactive``. The versions added are appended to ``plans`` (for a confirmation).
     Raises :class:`LedgerInputError` for an unknown node type before writing anything.
@@ -225,8 +225,8 @@ def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: 
         else:
             fresh = False
         for ofs in entries:
-            _offer_version(session, row, ofs, known[ofs.node_type].id, source, tz,
-                           valid_from=valid_from, retroactive=retroactive or fresh, plans=plans)
+            _offer_version(session, row, ofs, known[ofs.node_type].id, source, tz, valid_from=valid_from,
+                           retroactive=retroactive or fresh, plans=None if fresh else plans, note=note)
             counts["offers"] += 1
     session.flush()
     return counts
@@ -237,7 +237,7 @@ def _instant(value: Optional[datetime | date], tz) -> Optional[datetime]:
 
 
 def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: int, source: str, tz, *,
-                   valid_from: Optional[datetime], retroactive: bool, plans: Optional[list]) -> None:
+                   valid_from: Optional[datetime], retroactive: bool, plans: Optional[list], note: str = "") -> None:
     """An ``[[offer]]`` entry for an offer that exists: a new price version (if its prices differ), new notes."""
     values = ofs.to_row(node_type_id, source)
     for field, label in (("kind", "kind"), ("node_type_id", "node_type"), ("currency", "currency")):
@@ -246,7 +246,7 @@ def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: i
             raise LedgerInputError(f"offer {row.name!r}: {label}: is {shown}; an offer's kind, node type and currency "
                                    "cannot change (its history is priced in them): import it under a new name")
     plan = prices.plan_version(session, row, values, _instant(ofs.valid_from, tz) or valid_from)
-    prices.apply_version(session, plan, retroactive=retroactive)
+    prices.apply_version(session, plan, retroactive=retroactive, note=note)
     if plans is not None and not plan.noop:
         plans.append(plan)
     row.notes, row.source = values["notes"], source
@@ -273,6 +273,30 @@ def import_pricing_file(session: Session, path: Path, valid_from: Optional[datet
 def ensure_presets(engine: Engine) -> None:
     """Insert the shipped presets that the ledger does not have yet (never overwrites)."""
     spec = parse_pricing(preset_text(), where=PRESET_FILE)
+    from sqlalchemy import inspect
+
+    if not inspect(engine).has_table(OfferPrice.__tablename__):  # a ledger kept at an older revision (tests)
+        _insert_old_schema(engine, spec)
+        return
     with Session(engine) as session:
         apply_pricing(session, spec, source="preset", replace=False)
         session.commit()
+
+
+def _insert_old_schema(engine: Engine, spec: PricingFile) -> None:
+    """The presets into a ledger before migration 0009: the columns it has, no price versions."""
+    from sqlalchemy import inspect
+
+    cols = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in ("node_type", "offer")}
+    with engine.begin() as conn:
+        known = {n for (n,) in conn.execute(select(NodeType.name))}
+        for nts in spec.node_type:
+            if nts.name not in known:
+                values = {k: v for k, v in nts.model_dump().items() if k in cols["node_type"]}
+                conn.execute(NodeType.__table__.insert().values(**values, source="preset"))
+        ids = dict(conn.execute(select(NodeType.name, NodeType.id)).all())
+        offers = {n for (n,) in conn.execute(select(Offer.name))}
+        for ofs in spec.offer:
+            if ofs.name not in offers:
+                values = {k: v for k, v in ofs.to_row(ids[ofs.node_type], "preset").items() if k in cols["offer"]}
+                conn.execute(Offer.__table__.insert().values(**values))

@@ -33,6 +33,8 @@ from ledger.store.types import MONEY_SCALE, utcnow
 
 #: how far in the past a valid_from still counts as "now" (the time a command takes to run)
 NOW_SLACK = timedelta(minutes=5)
+#: where the first version of an offer added to a ledger without runs starts: from the beginning
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def price_values(obj: Any) -> dict[str, Any]:
@@ -49,11 +51,11 @@ def versions(session: Session, offer_id: int) -> list[OfferPrice]:
     return list(session.exec(select(OfferPrice).where(OfferPrice.offer_id == offer_id).order_by(OfferPrice.valid_from)))
 
 
-def default_first_valid_from(session: Session, now: Optional[datetime] = None) -> datetime:
-    """Where a new offer's first version starts: the ledger's earliest run, else now."""
+def default_first_valid_from(session: Session) -> datetime:
+    """Where a new offer's first version starts: the ledger's earliest run, else the beginning (1970-01-01):
+    an offer added to an empty ledger covers the history imported after it."""
     first = session.exec(select(func.min(Run.started_at))).one()
-    now = now or utcnow()
-    return min(first, now) if first is not None else now
+    return first if first is not None else EPOCH
 
 
 def parse_valid_from(text: Optional[str | date | datetime], tz: ZoneInfo, flag: str = "--from") -> Optional[datetime]:

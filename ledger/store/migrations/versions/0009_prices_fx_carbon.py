@@ -1,7 +1,7 @@
 """prices, exchange rates and carbon: offer price versions, fx_rate, carbon_intensity, charge periods in the rollup
 
 * ``offer_price``: every offer gets version 1 with its current prices, valid from the
-  earliest run (else from now), so no figure of an existing ledger changes.
+  earliest run (a ledger without runs: from 1970-01-01), so no figure of an existing ledger changes.
 * ``fx_rate`` and ``carbon_intensity`` start empty.
 * ``node_type.nominal_power_kw`` (for CO2e estimates): the shipped node types get their preset figure.
 * ``rollup_slice`` / ``rollup_month`` are keyed by charge period (``charge_from``). No price,
@@ -84,14 +84,15 @@ def upgrade() -> None:
 
 
 def _first_versions(conn) -> None:
-    """Version 1 of every offer: its prices now, valid from the earliest run (else from now)."""
+    """Version 1 of every offer: its prices now, valid from the earliest run (else from 1970-01-01)."""
     run = sa.table("run", sa.column("started_at", ledger.store.types.UTCDateTime()),
                    sa.column("created_at", ledger.store.types.UTCDateTime()))
     first = conn.execute(sa.select(sa.func.min(run.c.started_at))).scalar()
     if first is None:
         first = conn.execute(sa.select(sa.func.min(run.c.created_at))).scalar()
     now = datetime.now(timezone.utc)
-    first = ledger.store.types.UTCDateTime().process_result_value(first, conn.dialect) if first is not None else now
+    first = (ledger.store.types.UTCDateTime().process_result_value(first, conn.dialect) if first is not None
+             else datetime(1970, 1, 1, tzinfo=timezone.utc))
     offer = sa.table("offer", sa.column("id", sa.Integer), *[sa.column(c) for c in PRICE_COLUMNS])
     price = sa.table("offer_price", sa.column("offer_id", sa.Integer), sa.column("version", sa.Integer),
                      sa.column("valid_from", ledger.store.types.UTCDateTime()),
@@ -143,8 +144,8 @@ def downgrade() -> None:
         batch_op.drop_constraint("uq_rollup_slice", type_="unique")
         batch_op.create_unique_constraint("uq_rollup_slice", ["run_id", "month"])
         batch_op.drop_column("charge_from")
-    with op.batch_alter_table("node_type", schema=None) as batch_op:
-        batch_op.drop_column("nominal_power_kw")
+    # ALTER TABLE ... DROP COLUMN (SQLite ≥ 3.35): a batch copy would drop node_type, which offers reference
+    op.drop_column("node_type", "nominal_power_kw")
     op.drop_table("carbon_intensity")
     op.drop_table("fx_rate")
     with op.batch_alter_table("offer_price", schema=None) as batch_op:
