@@ -209,7 +209,7 @@ def to_csv(export: FocusExport) -> bytes:
 
 
 def to_parquet(export: FocusExport) -> bytes:
-    """Parquet with typed columns: decimal128(38, 10), timestamp[s, UTC], int64, float64, string (Tags: JSON text)."""
+    """Parquet with typed columns: decimal128(38, 10), timestamp[ms, UTC], int64, float64, string (Tags: JSON text)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -223,7 +223,7 @@ def to_parquet(export: FocusExport) -> bytes:
             t = pa.decimal128(38, 10)
             values = [None if v is None else Decimal(v).quantize(PLACES) for v in values]
         elif c in DATETIME_COLUMNS:
-            t = pa.timestamp("s", tz="UTC")
+            t = pa.timestamp("ms", tz="UTC")  # Parquet keeps milliseconds at the finest; the values are whole seconds
             values = [v.astimezone(timezone.utc).replace(microsecond=0) for v in values]
         elif c in INTEGER_COLUMNS:
             t = pa.int64()
