@@ -29,6 +29,7 @@ GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weigh
 MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
 
 MONTH_STATE = "_month"  # the selected month, kept across pages
+CURRENCY_STATE = "_currency"  # the presentation currency, kept across pages
 
 
 # --- numbers -------------------------------------------------------------------
@@ -117,6 +118,28 @@ def month_picker(url: str) -> str:
     st.session_state[MONTH_STATE] = choice
     if st.query_params.get("month") != choice:
         st.query_params["month"] = choice
+    return choice
+
+
+def currency_picker(url: str) -> str:
+    """The sidebar's presentation currency, shared by every page: what ``--currency`` is to the CLI.
+
+    Starts from ?currency=XXX, else the Settings currency once set, else the offers' own; keeps its value
+    across pages. Money in another currency than an offer's is converted at each charge period's rate.
+    """
+    from app import data
+
+    c = data.currencies(url)
+    options = c["options"]
+    current = st.session_state.get(CURRENCY_STATE) or st.query_params.get("currency") or c["default"]
+    if current not in options:
+        current = c["default"]
+    choice = st.sidebar.selectbox("Currency", options, index=options.index(current), key="currency_picker",
+                                  help="Every figure on every page in this currency: other currencies are converted at "
+                                       "the exchange rate of each charge period (Settings → Exchange rates).")
+    st.session_state[CURRENCY_STATE] = choice
+    if st.query_params.get("currency") != choice:
+        st.query_params["currency"] = choice
     return choice
 
 

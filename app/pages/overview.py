@@ -18,15 +18,18 @@ from ledger.reports.present import fmt_cell
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-rep = data.report(url, month)
-p = data.presented(url, month)
+currency = ui.currency_picker(url)
+rep = data.report(url, month, currency=currency)
+p = data.presented(url, month, currency=currency)
 s = p["summary"]
 cur = s["currency"]
 has_runs = s["runs"] > 0
 
 st.title("Overview")
 st.caption(f"{month} · calendar month in {s['timezone']} · money in {cur} · the same figures as "
-           f"`trainledger report monthly --month {month}`")
+           f"`trainledger report monthly --month {month} --currency {cur}`")
+if s.get("fx_rates"):
+    st.caption("Converted at: " + "; ".join(s["fx_rates"]))
 
 if not has_runs and not rep.node_types:
     ui.empty(f"No runs and no fleet in {month}. Import runs (`trainledger import runs.csv`), track one "
@@ -46,9 +49,13 @@ c[3].metric(f"If owned ({cur})", ui.money("own_cost", s["own_cost"]), border=Tru
 c[4].metric(f"If rented elastic ({cur})", ui.money("elastic_cost", s["elastic_cost"]), border=True,
             help="The same runs rented elastic: only used node-hours, billed per run.")
 
-c = st.columns([1, 1, 1.5, 1])
+c = st.columns([1.3, 1, 1.6, 0.9, 1.3])
 c[0].metric("GPU-hours", ui.number("gpu_hours", s["gpu_hours"]), border=True,
             help="Node-hours in runs × GPUs per node.")
+c[4].metric("CO2e of runs (kg)", ui.number("co2e_kg", s["co2e_kg"]), border=True,
+            help=f"Energy ({s['co2e_basis']}: measured where collected, else nominal power × node-hours) × grid "
+                 "intensity" + (" — the default intensity is an assumption, set yours under Settings." if
+                                s["carbon_intensity_assumed"] else "."))
 c[1].metric(ui.TIME_UTIL, ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP)
 c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP)
 c[3].metric(ui.MFU, ui.mfu_text(s["mfu_mean"], s["gpu_util_sources"], has_runs), border=True, help=ui.MFU_HELP)
@@ -101,8 +108,14 @@ if month == data.current_month(url):
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, util_rows, hour_rows = [], [], []
-for t in data.trend(url, tuple(months)):
+trends = data.trend(url, tuple(months), currency)
+missing = [t["month"] for t in trends if t["summary"] is None]
+if missing:
+    st.caption(f"Not shown in {cur} (no exchange rate): {', '.join(missing)}.")
+for t in trends:
     m, sm = t["month"], t["summary"]
+    if sm is None:
+        continue
     for label, key in (("Spend", "actual_cost"), ("If owned", "own_cost"), ("If rented elastic", "elastic_cost"),
                        ("Idle", "idle_cost")):
         if sm[key] is not None:

@@ -22,6 +22,7 @@ CUSTOM = "custom"
 
 access.page_gate()
 url = data.ledger_url()
+currency = ui.currency_picker(url)
 st.title("Planner")
 st.caption("Will a model fit, with which strategy, and what will training cost? Nothing here is saved.")
 
@@ -107,7 +108,7 @@ peak = c[2].number_input("Peak bf16 TFLOPs per GPU", 0.1, 100_000.0, float(nt.pe
 hours = planner.training_hours(tokens_b * 1e9, shape, float(mfu), float(peak), nodes * gpn)
 st.metric("Wall-clock time", f"{hours:,.1f} h ({hours / 24:,.1f} days)", border=True,
           help="tokens × FLOPs per token ÷ (MFU × peak × GPUs).")
-offers = [o for o, name in data.offers(url) if name == nt_name]
+offers = [o for o, name in data.offers(url, currency) if name == nt_name]
 if offers:
     under = cost_under_offers(offers, nodes, Decimal(str(hours)))
     st.dataframe(ui.frame(under, ["offer", "kind", "cost", "basis"]), hide_index=True)

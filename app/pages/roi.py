@@ -18,7 +18,8 @@ OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-p = data.presented(url, month)
+currency = ui.currency_picker(url)
+p = data.presented(url, month, currency=currency)
 s = p["summary"]
 cur = s["currency"]
 st.title("Monthly ROI")
@@ -69,8 +70,10 @@ else:
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, roi_rows, waste_rows = [], [], []
-for t in data.trend(url, tuple(months)):
+for t in data.trend(url, tuple(months), currency):
     m, sm = t["month"], t["summary"]
+    if sm is None:  # no exchange rate for that month
+        continue
     money_rows.append({"month": m, "series": "Spend", "cost": float(Decimal(sm["actual_cost"]))})
     if sm["alternative_cost"] is not None:
         money_rows.append({"month": m, "series": f"Alternative ({OPTION[sm['alternative_option']]})",

@@ -85,13 +85,13 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
 @command
 def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
                   days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1, max=36500)] = None,
-                  db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                  currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
     from ledger.reports.present import table
     from ledger.reports.weekly import strategy_comparison
 
     with session(db) as s:
-        data = strategy_comparison(s, sweep_id=sweep, days=days)
+        data = strategy_comparison(s, sweep_id=sweep, days=days, currency=currency)
 
     def text(d):
         if not d["rows"] and not d["not_measured"]:

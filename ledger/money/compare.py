@@ -9,11 +9,9 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.money import costs
-from ledger.money.fx import convert_offer, load_rates
+from ledger.money.fx import at_list_prices
 from ledger.money.monthly import monthly_report
 from ledger.store.models import NodeType, Offer, OfferKind
-from ledger.store.settings import display_timezone, presentation_currency
-from ledger.store.types import utcnow
 
 
 def _offer(session: Session, nt: NodeType, name: Optional[str], kind: OfferKind, flag: str) -> Offer:
@@ -95,10 +93,7 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
     nt = node_type_by_name(session, node_type)
     own_o = _offer(session, nt, own, OfferKind.own, "--own")
     rent_o = _offer(session, nt, rent, OfferKind.rent_elastic, "--rent")
-    target = presentation_currency(session, currency)
-    if target:
-        book, now = load_rates(session, display_timezone(session)), utcnow()
-        own_o, rent_o = convert_offer(own_o, book, target, now), convert_offer(rent_o, book, target, now)
+    own_o, rent_o = at_list_prices(session, [own_o, rent_o], currency)
     if own_o.currency != rent_o.currency:
         raise LedgerInputError(f"--rent: {rent_o.name} is priced in {rent_o.currency} but {own_o.name} in {own_o.currency}; compare offers in one currency")
     return compare_offers(own_o, rent_o, u, nt.name)

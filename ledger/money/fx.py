@@ -138,3 +138,18 @@ class Conversion:
         return [{"from": fx.base, "to": fx.quote, "rate": fx.rate, "rate_valid_from": fx.valid_from,
                  "inverse_of": f"{fx.quote}→{fx.base}" if fx.inverse else None, "charge_periods": periods}
                 for fx, periods in out.items()]
+
+
+def at_list_prices(session: Session, offers: list[Any], currency: Optional[str] = None,
+                   now: Optional[datetime] = None) -> list[Any]:
+    """Offers at their list prices (their newest version) in the presentation currency (``currency``, else the
+    Settings one), converted at the rate in force ``now``: the what-ifs (cost compare, the Planner, "cost under
+    every offer", the strategy comparison). Unconverted when no presentation currency is set."""
+    from ledger.store.settings import display_timezone, presentation_currency
+    from ledger.store.types import utcnow
+
+    target = presentation_currency(session, currency)
+    if not target:
+        return list(offers)
+    book = load_rates(session, display_timezone(session))
+    return [convert_offer(o, book, target, now or utcnow()) for o in offers]

@@ -237,7 +237,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     summary.update({k: v for k, v in footprint.items() if k != "carbon_intensities"})
     summary["carbon_intensities"] = [_intensity_text(i) for i in footprint["carbon_intensities"]]
     fx_rates = m.fx.rates_used(m.tz)
-    if m.fx.target:
+    if fx_rates:  # money was converted: say at which rates
         summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
     project_rows = _projects(session, offers.detail, costings, m.facts.periods) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)

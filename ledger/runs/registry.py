@@ -223,15 +223,9 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> d
 
 def _list_prices(session: Session, node_type_id: int, currency: Optional[str], now: datetime) -> list:
     """The node type's offers at their list prices (newest version), converted at the rate in force now."""
-    from ledger.money.fx import convert_offer, load_rates
-    from ledger.store.settings import presentation_currency
+    from ledger.money.fx import at_list_prices
 
-    offers = session.exec(select(Offer).where(Offer.node_type_id == node_type_id)).all()
-    target = presentation_currency(session, currency)
-    if not target:
-        return list(offers)
-    book = load_rates(session, display_timezone(session))
-    return [convert_offer(o, book, target, now) for o in offers]
+    return at_list_prices(session, session.exec(select(Offer).where(Offer.node_type_id == node_type_id)).all(), currency, now)
 
 
 def _run_carbon(monthly: list[dict[str, Any]], intensities: list) -> dict[str, Any]:

@@ -206,7 +206,7 @@ def test_export_page_offers_the_three_formats(demo_url, app_env):
     at = run_page(make_app(), "export")
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download CSV", "Download XLSX", "Download JSON"]
-    assert any(f"trainledger report monthly --month {MONTH} --format csv" in c.value for c in at.caption)
+    assert any(f"trainledger report monthly --month {MONTH} --currency CNY --format csv" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "json"])
