@@ -110,7 +110,7 @@ def test_bad_versions_are_one_line_errors_and_write_nothing(cli, engine, tmp_pat
         (("pricing", "set", "gpu-rent", "price_per_node_hour=-1", "--from", "2025-12-15", "--retroactive", "--yes"),
          "price_per_node_hour: Input should be greater than or equal to 0"),
         (("pricing", "set", "gpu-rent", "kind=own"), "FIELD=VALUE: expected one of price_per_node_hour"),
-        (("pricing", "set", "no-such", "price_per_node_hour=1"), "NAME: no offer named 'no-such'"),
+        (("pricing", "set", "no-such", "price_per_node_hour=1"), "NAME: unknown offer 'no-such'"),
         (("pricing", "set", "gpu-rent", "price_per_node_hour=12", "--from", "someday"), "--from: expected YYYY-MM-DD"),
     ]
     for args, needle in cases:
@@ -189,3 +189,21 @@ def test_migration_0009_gives_every_offer_version_1_from_the_earliest_run_and_ke
         # 2 nodes × 10 started hours × 3,600/730 per node-hour
         assert monthly_report(s, "2025-11").summary["actual_cost"] == D(3600) / D(730) * 20
     engine.dispose()
+
+
+def test_an_offer_never_versioned_keeps_its_past_when_its_price_changes(cli, engine):
+    """An offer written without a version (raw ORM, as old scripts do) is priced at its fields at every instant;
+    its first edit records those fields as version 1 (from the earliest run) before the new version."""
+    with Session(engine) as s:
+        nt = s.exec(select(Offer.node_type_id).where(Offer.name == "rtx4090-rent")).first()
+        s.add(Offer(name="hand-rent", node_type_id=nt, kind="rent_elastic", price_per_node_hour=D("7")))
+        s.commit()
+        add_run(s, "hand", datetime(2025, 11, 5, tzinfo=UTC), 10, nodes=1, offer_name="hand-rent")
+        s.commit()
+        assert monthly_report(s, "2025-11").summary["actual_cost"] == 70
+    assert cli("pricing", "set", "hand-rent", "price_per_node_hour=9").exit_code == 0
+    with Session(engine) as s:
+        assert monthly_report(s, "2025-11").summary["actual_cost"] == 70
+    hist = json.loads(cli("pricing", "history", "hand-rent", "--json").output)["versions"]
+    assert [(v["version"], v["valid_from"][:10], v["price_per_node_hour"]) for v in hist] == [
+        (1, "2025-11-05", "7.00"), (2, datetime.now(UTC).date().isoformat(), "9.00")]

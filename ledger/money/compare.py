@@ -11,6 +11,7 @@ from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.fx import at_list_prices
 from ledger.money.monthly import monthly_report
+from ledger.store.lookup import by_name
 from ledger.store.models import NodeType, Offer, OfferKind
 
 
@@ -30,11 +31,7 @@ def _offer(session: Session, nt: NodeType, name: Optional[str], kind: OfferKind,
 
 
 def node_type_by_name(session: Session, name: str) -> NodeType:
-    nt = session.exec(select(NodeType).where(NodeType.name == name)).first()
-    if nt is None:
-        names = session.exec(select(NodeType.name).order_by(NodeType.name)).all()
-        raise LedgerInputError(f"--node-type: unknown node type {name!r}; use one of {', '.join(names)}")
-    return nt
+    return by_name(session, NodeType, name, "--node-type", "node type")
 
 
 def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.store.fx import check_day, check_rate
+from ledger.store.lookup import by_name
 from ledger.store.models import CarbonIntensity, NodeType
 
 #: the assumption used where no intensity is set: the world-average carbon intensity of electricity
@@ -31,13 +32,7 @@ def set_intensity(session: Session, g_per_kwh: Any, valid_from: Any, node_type: 
     """Add an intensity (or replace the one of that day and scope)."""
     g = check_rate(g_per_kwh, "G_PER_KWH")
     d = check_day(valid_from)
-    key = 0
-    if node_type:
-        nt = session.exec(select(NodeType).where(NodeType.name == node_type)).first()
-        if nt is None:
-            names = session.exec(select(NodeType.name).order_by(NodeType.name)).all()
-            raise LedgerInputError(f"--node-type: unknown node type {node_type!r}; use one of {', '.join(names)}")
-        key = nt.id
+    key = by_name(session, NodeType, node_type, "--node-type", "node type").id if node_type else 0
     for field, text, n in (("--location", location, 100), ("--source", source, 200)):
         if len(text) > n or any(ord(c) < 32 for c in text):
             raise LedgerInputError(f"{field}: at most {n} printable characters")

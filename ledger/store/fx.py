@@ -19,6 +19,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.store.files import read_text
 from ledger.store.models import FxRate
 from ledger.store.types import RATE_SCALE
 
@@ -92,13 +93,7 @@ def import_rates(session: Session, path: Path) -> dict[str, int]:
     Every row is checked first (ISO codes, rate > 0, a date, no pair and day twice);
     then the rows are added or replace the same pair and day. Returns counts.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    rows = _parse_rates(text, Path(path).name)
+    rows = _parse_rates(read_text(path, "utf-8-sig"), Path(path).name)
     added = replaced = 0
     for b, q, r, d, src in rows:
         existing = session.exec(select(FxRate).where(FxRate.base == b, FxRate.quote == q, FxRate.valid_from == d)).first()

@@ -27,6 +27,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.store import prices
+from ledger.store.files import read_text
 from ledger.store.fx import check_currency
 from ledger.store.models import NodeType, Offer, OfferKind, OfferPrice
 from ledger.store.settings import display_timezone
@@ -256,13 +257,7 @@ def import_pricing_file(session: Session, path: Path, valid_from: Optional[datet
                         plans: Optional[list] = None) -> dict[str, int]:
     """``trainledger pricing import FILE.toml``: add or replace user node types, add offers and price versions
     (a version in the past is added too; the caller confirms it, see ``ledger.money.pricing.confirm_versions``)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    spec = parse_pricing(text, where=Path(path).name)
+    spec = parse_pricing(read_text(path), where=Path(path).name)
     try:
         return apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True,
                              plans=plans)

@@ -28,6 +28,7 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.store.lookup import by_name
 from ledger.store.models import PRICE_FIELDS, Offer, OfferPrice, Run
 from ledger.store.types import MONEY_SCALE, utcnow
 
@@ -89,6 +90,7 @@ class VersionPlan:
     values: dict[str, Any]
     noop: bool
     retroactive_until: Optional[datetime]  # the end of the past it rewrites (None: it starts now or later)
+    first: Optional[OfferPrice] = None  # an offer never versioned: its own prices as version 1, written first
 
     @property
     def retroactive(self) -> bool:
@@ -102,8 +104,11 @@ def plan_version(session: Session, offer: Offer, values: dict[str, Any], valid_f
     start = valid_from or now.replace(microsecond=0)  # whole seconds: FOCUS date-times have no fraction
     values = price_values(values)
     history = versions(session, offer.id) if offer.id is not None else []
-    if not history:
-        return VersionPlan(offer, start, values, price_values(offer) == values, None)
+    first = None
+    if not history:  # written by hand, never versioned: its fields have held since the ledger's first run
+        first = OfferPrice(offer_id=offer.id, version=1, valid_from=default_first_valid_from(session),
+                           note="version 1: the prices before price history", **price_values(offer))
+        history = [first]
     if start < history[0].valid_from:
         raise LedgerInputError(
             f"--from: {_when(start)} is before offer {offer.name} existed (its first price is valid from "
@@ -117,7 +122,7 @@ def plan_version(session: Session, offer: Offer, values: dict[str, Any], valid_f
     noop = price_values(in_force) == values
     later = [v.valid_from for v in history if v.valid_from > start]
     until = min([now, *later]) if start < now - NOW_SLACK else None
-    return VersionPlan(offer, start, values, noop, None if noop else until)
+    return VersionPlan(offer, start, values, noop, None if noop else until, first)
 
 
 def apply_version(session: Session, plan: VersionPlan, *, retroactive: bool = False, note: str = "") -> Optional[OfferPrice]:
@@ -129,6 +134,9 @@ def apply_version(session: Session, plan: VersionPlan, *, retroactive: bool = Fa
             f"--from: {_when(plan.valid_from)} is in the past; a price from then rewrites months already reported: "
             "pass --retroactive (and confirm) to do it, or leave --from out to change the price from now")
     offer = plan.offer
+    if plan.first is not None and not versions(session, offer.id):
+        session.add(plan.first)
+        session.flush()
     history = versions(session, offer.id)
     same = next((v for v in history if v.valid_from == plan.valid_from), None)
     if same is not None:  # identical to the version at that instant: plan_version said noop
@@ -160,11 +168,7 @@ def mirror_newest(session: Session, offer: Offer) -> None:
 
 
 def offer_named(session: Session, name: str) -> Offer:
-    o = session.exec(select(Offer).where(Offer.name == name)).first()
-    if o is None:
-        names = session.exec(select(Offer.name).order_by(Offer.name)).all()
-        raise LedgerInputError(f"NAME: no offer named {name!r}; use one of {', '.join(names) or '(none)'}")
-    return o
+    return by_name(session, Offer, name, "NAME", "offer")
 
 
 def history(session: Session, name: str) -> dict[str, Any]:
