@@ -7,16 +7,21 @@ SQLite and PostgreSQL. The months are in 2025, so every ``--from`` in them is in
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
 
+from ledger.errors import LedgerInputError
 from ledger.money import rollup
 from ledger.money.monthly import monthly_report
 from ledger.store.db import make_engine, upgrade_schema
-from ledger.store.models import Offer, OfferPrice, RollupSlice
+from ledger.store.models import Offer, OfferPrice, RollupSlice, Run
+from ledger.store.settings import set_setting
 from tests.helpers import add_run
 
 D = Decimal
@@ -207,3 +212,79 @@ def test_an_offer_never_versioned_keeps_its_past_when_its_price_changes(cli, eng
     hist = json.loads(cli("pricing", "history", "hand-rent", "--json").output)["versions"]
     assert [(v["version"], v["valid_from"][:10], v["price_per_node_hour"]) for v in hist] == [
         (1, "2025-11-05", "7.00"), (2, datetime.now(UTC).date().isoformat(), "9.00")]
+
+
+cut_ops = st.one_of(
+    st.tuples(st.just("run"), st.integers(0, 60 * 24), st.integers(0, 30 * 24), st.integers(1, 4),
+              st.sampled_from(["rtx4090-own", "rtx4090-rent", None]), st.booleans()),
+    st.tuples(st.just("extend"), st.integers(0, 20), st.integers(1, 10 * 24)),
+    st.tuples(st.just("price"), st.integers(1, 60 * 24), st.sampled_from(["3000", "4380", "5000"])),
+    st.tuples(st.just("rate"), st.integers(0, 60), st.sampled_from(["0.14", "0.15"])),
+    st.tuples(st.just("carbon"), st.integers(0, 60), st.sampled_from(["300", "600"])),
+    st.tuples(st.just("drop"), st.sampled_from(["version", "rate", "carbon"])),
+    st.tuples(st.just("tz"), st.sampled_from(["UTC", "Asia/Shanghai"])),
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(cut_ops, min_size=1, max_size=10))
+def test_the_rollup_stays_exact_as_prices_rates_and_intensities_cut_months(engine, ops):
+    """Random runs, price versions, exchange rates and intensities (added and removed), each committed: the rollup
+    kept in step by the session events always equals one recomputed from the rows, and a month's node-hours and
+    cost add up over its charge periods."""
+    from ledger.store.carbon import set_intensity
+    from ledger.store.fx import set_rate
+    from ledger.store.models import CarbonIntensity, FxRate, RunStatus
+    from ledger.store.prices import apply_version, plan_version, price_values
+
+    base = datetime(2025, 10, 1, tzinfo=UTC)
+    with Session(engine, expire_on_commit=False) as s:
+        _reset_cuts(s)
+        ids: list[str] = []
+        for op in ops:
+            if op[0] == "run":
+                _, start_h, hours, nodes, offer_name, failed = op
+                rid = f"r{len(ids)}-{uuid.uuid4().hex[:6]}"
+                add_run(s, rid, base + timedelta(hours=start_h), hours, nodes=nodes, offer_name=offer_name,
+                        status=RunStatus.failed if failed else RunStatus.succeeded, tokens=1000 * (hours + 1))
+                ids.append(rid)
+            elif op[0] == "extend" and ids:
+                run = s.get(Run, ids[op[1] % len(ids)])
+                run.ended_at = run.heartbeat_at = run.ended_at + timedelta(hours=op[2])
+            elif op[0] == "price":
+                rent = s.exec(select(Offer).where(Offer.name == "rtx4090-rent")).one()
+                values = {**price_values(rent), "price_per_node_month": D(op[2])}
+                try:
+                    apply_version(s, plan_version(s, rent, values, base + timedelta(hours=op[1])), retroactive=True)
+                except LedgerInputError:
+                    pass  # an overlapping instant: refused, as it should be
+            elif op[0] == "rate":
+                set_rate(s, "CNY", "USD", op[2], (base + timedelta(days=op[1])).date())
+            elif op[0] == "carbon":
+                set_intensity(s, op[2], (base + timedelta(days=op[1])).date(), "rtx4090-8x")
+            elif op[0] == "drop":
+                model = {"version": OfferPrice, "rate": FxRate, "carbon": CarbonIntensity}[op[1]]
+                rows = s.exec(select(model).order_by(model.id.desc())).all()
+                if rows and not (op[1] == "version" and rows[0].version == 1):
+                    s.delete(rows[0])
+            elif op[0] == "tz":
+                set_setting(s, "timezone", op[1])
+            s.commit()
+            with Session(engine) as fresh:
+                assert rollup.check(fresh) == []
+        for month in ("2025-10", "2025-11", "2025-12"):
+            rep = monthly_report(s, month)
+            assert abs(sum((r.node_hours for r in rep.runs), D(0)) - rep.summary["node_hours"]) < D("1e-18")
+            assert abs(sum((r.cost for r in rep.runs), D(0)) + rep.summary["idle_cost"] - rep.summary["actual_cost"]) < D("1e-15")
+
+
+def _reset_cuts(s: Session) -> None:
+    from ledger.store.models import CarbonIntensity, FxRate, RunNode, Setting
+
+    for model in (RunNode, RollupSlice, Run, FxRate, CarbonIntensity):
+        s.exec(model.__table__.delete())  # type: ignore[arg-type]
+    s.exec(OfferPrice.__table__.delete().where(OfferPrice.version > 1))  # type: ignore[arg-type]
+    s.exec(Setting.__table__.delete().where(Setting.key == "timezone"))  # type: ignore[arg-type]
+    s.commit()
+    rollup.rebuild(s)
+    s.commit()

@@ -342,7 +342,7 @@ def _cost_node_types(m: _Month, offers: _Offers, flags: tuple[Optional[str], Opt
     nt_months, currencies = [], set()
     for nt_id in sorted(offers.by_node_type, key=lambda k: m.cat.node_types[k].name):
         parts = []
-        for ps, pe in _periods_of(m, nt_id):
+        for ps, pe in _periods_of(m, offers, nt_id):
             if ps not in views:
                 views[ps] = _period_view(m, offers, ps)
             cat, op, costed = views[ps]
@@ -358,9 +358,14 @@ def _cost_node_types(m: _Month, offers: _Offers, flags: tuple[Optional[str], Opt
     return {ps: v[2] for ps, v in sorted(views.items())}, nt_months, currencies
 
 
-def _periods_of(m: _Month, nt_id: int) -> list[tuple[datetime, datetime]]:
-    """The charge periods of a node type in the month: the month cut where its prices, rates or intensity change."""
-    edges = [m.start, *m.facts.cuts.get(nt_id, ()), m.end]
+def _periods_of(m: _Month, offers: _Offers, nt_id: int) -> list[tuple[datetime, datetime]]:
+    """The charge periods of a node type in the month: the month cut where its prices, rates or intensity change
+    (and where the runs it prices are cut, should a run be recorded with another node type's offer)."""
+    edges = {m.start, *m.facts.cuts.get(nt_id, ())}
+    if len(m.facts.periods) > 1:
+        edges |= {ps for ps, groups in m.facts.periods.items()
+                  if any(offers.by_recorded[k[:2]].node_type_id == nt_id for k in groups if k[:2] in offers.by_recorded)}
+    edges = sorted(edges) + [m.end]
     return list(zip(edges, edges[1:]))
 
 
