@@ -7,6 +7,9 @@ through :func:`write_session` and clear the cache.
 "Now" is :func:`now`: the current time, or ``$TRAINLEDGER_NOW`` (the reports'
 clock, as the CLI's ``--now``): a month that has not ended at that instant is
 reported to date, as ``trainledger report monthly`` does.
+through :func:`write_session` and clear the cache. Readers of money take the
+presentation currency the sidebar's selector chose (``currency``, as the CLI's
+``--currency``; None: the Settings currency once set, else the offers' own).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from decimal import Decimal
 from typing import Any, Iterator, Optional
 
 import streamlit as st
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from ledger.demo import is_demo
+from ledger.errors import LedgerInputError
 from ledger.money.budgets import budget_status as ledger_budget_status
 from ledger.money.compare import compare_node_type
 from ledger.money.forecast import forecast as ledger_forecast
+from ledger.money.fx import at_list_prices
 from ledger.money.monthly import MonthlyReport, monthly_report
 from ledger.money.months import month_of, months_between, parse_month
 from ledger.money.pricing import list_pricing, offers_with_node_types
@@ -30,9 +35,13 @@ from ledger.reports import weekly as ledger_strategies
 from ledger.reports.export import presented_report, render
 from ledger.runs import registry
 from ledger.runs import sweep as ledger_sweep
+from ledger.store import prices
+from ledger.store.carbon import list_intensities
 from ledger.store.db import get_engine, resolve_url, session_scope
 from ledger.store.fleets import list_fleets
-from ledger.store.settings import DEFAULTS, display_timezone, get_setting
+from ledger.store.fx import list_rates
+from ledger.store.models import Offer
+from ledger.store.settings import DEFAULTS, display_timezone, get_setting, presentation_currency
 from ledger.store.types import report_clock
 
 TTL = 30  # seconds
@@ -98,33 +107,38 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 # --- monthly figures (monthly_report is the single source) -------------------------
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def report(url: str, month: str, lines: bool = False) -> MonthlyReport:
+def report(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> MonthlyReport:
     """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup)."""
     with read_session(url) as s:
-        return monthly_report(s, month, lines=lines, now=now())
+        return monthly_report(s, month, lines=lines, now=now(), currency=currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def presented(url: str, month: str, lines: bool = False) -> dict[str, Any]:
+def presented(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> dict[str, Any]:
     """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use."""
-    return presented_report(report(url, month, lines))
+    return presented_report(report(url, month, lines, currency))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def trend(url: str, months: tuple[str, ...]) -> list[dict[str, Any]]:
-    """For trend charts, per month: the presented summary, and the report without its run lines."""
+def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
+    """For trend charts, per month: the presented summary, and the report without its run lines
+    (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which)."""
     out = []
     with read_session(url) as s:
         for m in months:
-            rep = monthly_report(s, m, lines=False, projects=False, now=now())
-            out.append({"month": m, "summary": presented_report(rep)["summary"], "report": rep})
+            try:
+                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency)
+            except LedgerInputError as exc:
+                out.append({"month": m, "summary": None, "report": None, "missing": str(exc).splitlines()[0]})
+                continue
+            out.append({"month": m, "summary": presented_report(rep)["summary"], "report": rep, "missing": None})
     return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def export_bytes(url: str, month: str, fmt: str) -> bytes:
-    """The monthly export, byte for byte what ``trainledger report monthly --format FMT`` writes."""
-    return render(presented(url, month, lines=True), fmt)
+def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None) -> bytes:
+    """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes."""
+    return render(presented(url, month, lines=True, currency=currency), fmt)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -160,9 +174,9 @@ def runs(url: str, *, month: Optional[str], project: Optional[str], user: Option
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def run_detail(url: str, run_id: str) -> dict[str, Any]:
+def run_detail(url: str, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
     with read_session(url) as s:
-        return registry.show_run(s, run_id)
+        return registry.show_run(s, run_id, currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -184,14 +198,14 @@ def sweeps(url: str) -> list[dict[str, Any]]:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def strategy_comparison(url: str, sweep_id: str, version: str = "") -> dict[str, Any]:
+def strategy_comparison(url: str, sweep_id: str, version: str = "", currency: Optional[str] = None) -> dict[str, Any]:
     """``ledger.reports.weekly.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
 
     ``version`` (``sweep_progress``'s run:status list) is part of the cache key, so a live
     sweep's table is read again as soon as one of its runs changes status.
     """
     with read_session(url) as s:
-        return ledger_strategies.strategy_comparison(s, sweep_id=sweep_id)
+        return ledger_strategies.strategy_comparison(s, sweep_id=sweep_id, currency=currency)
 
 
 # --- live (not cached: read on every refresh of a progress fragment) -----------------
@@ -224,10 +238,13 @@ def pricing(url: str) -> dict[str, Any]:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def offers(url: str) -> list[tuple[Any, str]]:
-    """(Offer, node type name) pairs, detached."""
+def offers(url: str, currency: Optional[str] = None) -> list[tuple[Any, str]]:
+    """(Offer, node type name) pairs, detached; with ``currency``, at their list prices converted at today's rate."""
     with read_session(url) as s:
-        return offers_with_node_types(s)
+        pairs = offers_with_node_types(s)
+        if currency is None:
+            return pairs
+        return list(zip(at_list_prices(s, [o for o, _ in pairs], currency), [n for _, n in pairs]))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -255,8 +272,40 @@ def demo_ledger(url: str) -> bool:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str]) -> dict[str, Any]:
+def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str],
+            currency: Optional[str] = None) -> dict[str, Any]:
     """``ledger.money.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
     with read_session(url) as s:
-        return compare_node_type(s, node_type, utilization, own=own, rent=rent)
+        return compare_node_type(s, node_type, utilization, own=own, rent=rent, currency=currency)
+
+
+# --- currencies, price history, rates, carbon ---------------------------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def currencies(url: str) -> dict[str, Any]:
+    """The sidebar's currency choices: the default (the Settings currency once set, else the offers'),
+    the offers' currencies and every currency an exchange rate converts to or from."""
+    with read_session(url) as s:
+        offered = sorted(set(s.exec(select(Offer.currency)).all()))
+        rated = {c for r in list_rates(s) for c in (r["base"], r["quote"])}
+        default = presentation_currency(s) or (offered[0] if offered else get_setting(s, "currency"))
+    return {"default": default, "options": sorted(set(offered) | rated | {default})}
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def price_history(url: str, offer: str) -> dict[str, Any]:
+    with read_session(url) as s:
+        return prices.history(s, offer)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def rates(url: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return list_rates(s)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def intensities(url: str) -> list[dict[str, Any]]:
+    with read_session(url) as s:
+        return list_intensities(s)
 

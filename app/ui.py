@@ -83,6 +83,7 @@ def run_id_param(name: str = "run") -> Optional[str]:
     except LedgerInputError as exc:
         st.warning(f"{error_line(exc)} (ignored)")
         return None
+CURRENCY_STATE = "_currency"  # the presentation currency, kept across pages
 
 
 # --- numbers -------------------------------------------------------------------
@@ -212,6 +213,26 @@ def to_date_note(month: str, summary: dict[str, Any]) -> None:
             f"capacity and time utilization are counted to {end_text} UTC ({fmt_cell('elapsed_hours', summary['elapsed_hours'])} "
             f"of {fmt_cell('month_hours', summary['month_hours'])} hours), running runs up to now; nothing is charged "
             "for the days still to come.", icon=":material/schedule:")
+def currency_picker(url: str) -> str:
+    """The sidebar's presentation currency, shared by every page: what ``--currency`` is to the CLI.
+
+    Starts from ?currency=XXX, else the Settings currency once set, else the offers' own; keeps its value
+    across pages. Money in another currency than an offer's is converted at each charge period's rate.
+    """
+    from app import data
+
+    c = data.currencies(url)
+    options = c["options"]
+    current = st.session_state.get(CURRENCY_STATE) or st.query_params.get("currency") or c["default"]
+    if current not in options:
+        current = c["default"]
+    choice = st.sidebar.selectbox("Currency", options, index=options.index(current), key="currency_picker",
+                                  help="Every figure on every page in this currency: other currencies are converted at "
+                                       "the exchange rate of each charge period (Settings → Exchange rates).")
+    st.session_state[CURRENCY_STATE] = choice
+    if st.query_params.get("currency") != choice:
+        st.query_params["currency"] = choice
+    return choice
 
 
 # --- charts ------------------------------------------------------------------------

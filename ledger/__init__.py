@@ -3,16 +3,17 @@
 Rooms, each importing only the rooms listed above it (the layering a test checks):
 
 * ``store/``   the system of record: models, column types, engine and sessions,
-  settings, presets, migrations (Alembic), backup, bulk ingest, fleets;
+  settings, presets, migrations (Alembic), backup, bulk ingest, fleets, price
+  versions (``prices``), exchange rates (``fx``), carbon intensities (``carbon``);
 * ``money/``   the cost engine: ``costs`` (every formula), ``months`` (calendar
   months, the part of a month elapsed, run intervals), the ``rollup``, the
   ``monthly`` report, ``compare``, ``pricing`` views, the month-end ``forecast``,
-  ``budgets``;
+  ``budgets``, ``fx`` (the rate of a charge period) and ``carbon`` (CO2e);
 * ``sources/`` what feeds the ledger: CSV and Slurm import, Prometheus collect,
   the run journal;
 * ``runs/``    the run lifecycle: ``launch``, ``sweep``, the ``registry`` (list,
   show, reap);
-* ``reports/`` the monthly export, the daily and weekly reports, presentation,
+* ``reports/`` the monthly export, the FOCUS export, the daily and weekly reports, presentation,
   the forecast's ``backtest``, the exporter's Prometheus ``metrics``;
 * ``cli/``     one module per command group, registered by ``cli/main.py``;
 * ``demo.py``  the demo history (it uses every room, so it belongs to none).

@@ -39,6 +39,7 @@ from ledger.store.models import (
     Setting,
     User,
 )
+from ledger.store.prices import backdate_first_versions
 from ledger.store.types import utcnow
 
 SEED = 20261202
@@ -66,6 +67,7 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
     end_month = end_month or now.strftime("%Y-%m")
     first_month = _add_months(end_month, -5)
     demo = _Demo.start(session, first_month, now)
+    backdate_first_versions(session, month_bounds(first_month, timezone.utc)[0])  # the presets' prices stood then
     demo.walk(first_month, end_month)
     session.add_all(demo.runs)
     session.flush()

@@ -92,9 +92,9 @@ def cli(ledger_url, monkeypatch):
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     runner = CliRunner()
 
-    def run(*args: str, db: bool = True):
+    def run(*args: str, db: bool = True, input: str | None = None):
         argv = [str(a) for a in args] + (["--db", ledger_url] if db else [])
-        return runner.invoke(app, argv, catch_exceptions=False)
+        return runner.invoke(app, argv, catch_exceptions=False, input=input)
 
     yield run
     get_engine.cache_clear()

@@ -7,7 +7,8 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.money import costs
 from ledger.store.presets import parse_pricing, preset_text

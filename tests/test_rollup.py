@@ -12,18 +12,16 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, update
 from sqlmodel import Session, select
 
-from ledger.money import costs
-
-from ledger.money import rollup
+from ledger.money import costs, rollup
 from ledger.money.monthly import monthly_report
 from ledger.money.months import month_bounds
-from ledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
 from ledger.runs.registry import reap_stale
+from ledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
 from ledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run, node_type, offer
 
@@ -164,16 +162,29 @@ def test_live_run_counts_up_to_now_and_raises_the_peak(session):
     assert session.exec(select(func.count()).select_from(RollupSlice).where(RollupSlice.run_id == "live")).one() == 0
 
 
-def test_a_price_edit_needs_no_rebuild_and_a_new_billing_rule_is_backfilled(session):
+def test_a_price_version_needs_no_rebuild_and_a_new_billing_rule_is_backfilled(session):
+    """A price edit adds a version: from now it leaves November alone; from November 1 it re-costs November
+    with no rebuild (the slices are price-free); a version with a new billing rule back-fills that rule."""
+    from ledger.store import prices
+
     add_run(session, "e", datetime(2026, 11, 3, tzinfo=UTC), 2.5, nodes=2, offer_name="rtx4090-rent")
     session.commit()
     before = monthly_report(session, "2026-11").summary["actual_cost"]
+    assert before == 2 * 3 * D(3600) / D(730)  # 3 started hours
     rent = offer(session, "rtx4090-rent")
-    rent.price_per_node_hour = D("10")
+    values = {**prices.price_values(rent), "price_per_node_month": None, "price_per_node_hour": D("10")}
+    prices.apply_version(session, prices.plan_version(session, rent, values, datetime(2026, 12, 20, tzinfo=UTC),
+                                                      now=datetime(2026, 12, 20, tzinfo=UTC)))
     session.commit()
-    assert monthly_report(session, "2026-11").summary["actual_cost"] == 2 * 3 * D(10)  # 3 started hours
-    assert before != 2 * 3 * D(10)
-    rent.billing_granularity_hours, rent.minimum_hours = D("0.5"), None  # a new rule: 2.5 h billed as 2.5 h
+    assert monthly_report(session, "2026-11").summary["actual_cost"] == before
+    nov = prices.plan_version(session, rent, values, datetime(2026, 11, 1, tzinfo=UTC))
+    prices.apply_version(session, nov, retroactive=True)
+    session.commit()
+    assert monthly_report(session, "2026-11").summary["actual_cost"] == 2 * 3 * D(10)
+    assert rollup.check(session) == []
+    rule = {**values, "billing_granularity_hours": D("0.5"), "minimum_hours": None}  # 2.5 h billed as 2.5 h
+    prices.apply_version(session, prices.plan_version(session, rent, rule, datetime(2026, 11, 2, tzinfo=UTC)),
+                         retroactive=True)
     session.commit()
     assert monthly_report(session, "2026-11").summary["actual_cost"] == 2 * D("2.5") * D(10)
     assert rollup.check(session) == []

@@ -18,7 +18,8 @@ FORMATS = {"csv": ("CSV", "text/csv"),
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-p = data.presented(url, month, lines=True)
+currency = ui.currency_picker(url)
+p = data.presented(url, month, lines=True, currency=currency)
 st.title("Export")
 st.caption(f"The monthly report for {ui.period_text(month, p['summary'])}: a summary (own vs rent, savings, ROI, idle, "
            "waste), one line per project and one per run. CSV has three blocks separated by a blank line; XLSX has "
@@ -28,13 +29,18 @@ ui.to_date_note(month, p["summary"])
 c = st.columns(len(FORMATS))
 for col, (fmt, (label, mime)) in zip(c, FORMATS.items()):
     name = f"trainledger-{month}{'-to-date' if p['summary'].get('is_partial') else ''}.{fmt}"
-    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt), file_name=name,
+    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt, currency), file_name=name,
                         mime=mime, key=f"export_{fmt}", type="primary" if fmt == "csv" else "secondary",
                         icon=":material/download:", on_click="ignore")
-st.caption(f"Same bytes as `trainledger report monthly --month {month} --format csv` (or `--format xlsx -o FILE`)"
-           + (f", run at the same time (`--now {p['summary']['period_end']}`)." if p["summary"].get("is_partial") else "."))
+st.caption(f"Same bytes as `trainledger report monthly --month {month} --currency {currency} --format csv` "
+           "(or `--format xlsx -o FILE`)"
+           + (f", run at the same time (`--now {p['summary']['period_end']}`)" if p["summary"].get("is_partial") else "")
+           + f"; the FOCUS dataset of the month: `trainledger report focus --month {month} --currency {currency} -o {month}.csv`.")
 
 st.subheader("Summary")
+if p["summary"].get("fx_rates"):
+    st.caption("Converted at: " + "; ".join(p["summary"]["fx_rates"]))
+st.caption("Carbon intensity: " + "; ".join(p["summary"]["carbon_intensities"]))
 st.code(key_values(p["summary"]), language=None)
 st.subheader(f"Projects ({len(p['projects'])})")
 if p["projects"]:

@@ -22,15 +22,18 @@ from ledger.reports.present import fmt_cell
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-rep = data.report(url, month)
-p = data.presented(url, month)
+currency = ui.currency_picker(url)
+rep = data.report(url, month, currency=currency)
+p = data.presented(url, month, currency=currency)
 s = p["summary"]
 cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 has_runs = s["runs"] > 0
 
 st.title("Overview")
 st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'])} · money in {cur} · the same figures as "
-           f"`trainledger report monthly --month {month}`")
+           f"`trainledger report monthly --month {month} --currency {cur}`")
+if s.get("fx_rates"):
+    st.caption("Converted at: " + "; ".join(ui.md(r) for r in s["fx_rates"]))
 ui.to_date_note(month, s)
 
 if not has_runs and not rep.node_types:
@@ -51,9 +54,13 @@ c[3].metric(ui.to_date(f"If owned ({cur})", s), ui.money("own_cost", s["own_cost
 c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost", s["elastic_cost"]), border=True,
             help="The same runs rented elastic: only used node-hours, billed per run.")
 
-c = st.columns([1, 1, 1.5, 1])
+c = st.columns([1.3, 1, 1.6, 0.9, 1.3])
 c[0].metric(ui.to_date("GPU-hours", s), ui.number("gpu_hours", s["gpu_hours"]), border=True,
             help="Node-hours in runs × GPUs per node.")
+c[4].metric(ui.to_date("CO2e of runs (kg)", s), ui.number("co2e_kg", s["co2e_kg"]), border=True,
+            help=f"Energy ({s['co2e_basis']}: measured where collected, else nominal power × node-hours) × grid "
+                 "intensity" + (" — the default intensity is an assumption, set yours under Settings." if
+                                s["carbon_intensity_assumed"] else "."))
 c[1].metric(ui.to_date(ui.TIME_UTIL, s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP)
 c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP)
 c[3].metric(ui.MFU, ui.mfu_text(s["mfu_mean"], s["gpu_util_sources"], has_runs), border=True, help=ui.MFU_HELP)
@@ -194,8 +201,15 @@ if month == data.current_month(url):
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, util_rows, hour_rows = [], [], []
-for t in data.trend(url, tuple(months)):
-    m, sm = t["month"] + (" (to date)" if t["summary"].get("is_partial") else ""), t["summary"]
+trends = data.trend(url, tuple(months), currency)
+missing = [t["month"] for t in trends if t["summary"] is None]
+if missing:
+    st.caption(f"Not shown in {cur} (no exchange rate): {', '.join(missing)}.")
+for t in trends:
+    sm = t["summary"]
+    if sm is None:
+        continue
+    m = t["month"] + (" (to date)" if sm.get("is_partial") else "")
     for label, key in (("Spend", "actual_cost"), ("If owned", "own_cost"), ("If rented elastic", "elastic_cost"),
                        ("Idle", "idle_cost")):
         if sm[key] is not None:

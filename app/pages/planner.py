@@ -26,6 +26,7 @@ STRATEGY_COLS = ["strategy", "fits", "plan", "total_gib", "days", "comm_share", 
 
 access.page_gate()
 url = data.ledger_url()
+currency = ui.currency_picker(url)
 st.title("Planner")
 st.caption("Which cluster, strategy and offer trains a model on T tokens most cheaply? Every figure below is "
            "**predicted** by the planning model (memory after DeepSpeed and Korthikanti et al., time from FLOPs and "

@@ -22,9 +22,10 @@ from ledger.reports.present import fmt_cell
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
+currency = ui.currency_picker(url)
 st.title("Rent vs own")
 
-offers = data.offers(url)
+offers = data.offers(url, currency)
 by_nt: dict[str, list] = {}
 for o, nt_name in offers:
     by_nt.setdefault(nt_name, []).append(o)
@@ -35,11 +36,11 @@ if not comparable:
              "`trainledger pricing import FILE.toml`.")
     st.stop()
 
-rep = data.report(url, month)
+rep = data.report(url, month, currency=currency)
 # the utilization to start from: never a month to date (3 days of a busy cluster are not its month);
 # the last full month instead, and the page says which
 seed_month = data.last_full_month(url, month)
-seed = data.report(url, seed_month) if seed_month else None
+seed = data.report(url, seed_month, currency=currency) if seed_month else None
 used = [n.node_type for n in rep.node_types if n.node_type in comparable and n.node_hours]
 c = st.columns(4)
 node_type = c[0].selectbox("Node type", comparable, index=comparable.index(used[0]) if used else 0, key="rvo_nt")
@@ -93,9 +94,9 @@ if edited:
     st.caption(":orange[Edited assumptions]: these figures differ from the ledger's prices (nothing was saved).")
 else:
     own_a, rent_a = own_o, rent_o
-    r = data.compare(url, node_type, u, own_o.name, rent_o.name)
+    r = data.compare(url, node_type, u, own_o.name, rent_o.name, currency)
     st.caption(f"The ledger's prices: the same as trainledger cost compare --node-type {ui.md(node_type)} "
-               f"--utilization {u_float:g} --own {ui.md(own_o.name)} --rent {ui.md(rent_o.name)}.")
+               f"--utilization {u_float:g} --own {ui.md(own_o.name)} --rent {ui.md(rent_o.name)} --currency {ui.md(currency)}.")
 cur = ui.md(r["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 
 c = st.columns(3)
@@ -158,7 +159,8 @@ st.caption(f"Buying pays the capex up front, then power and operations at {ui.pc
 # --- fleet sizing from real usage ----------------------------------------------------------
 st.subheader("Fleet sizing from real usage")
 months = data.trend_months(url, month)
-sizing = rentown.peak_sizing([t["report"] for t in data.trend(url, tuple(months))], node_type, own_a)
+sizing = rentown.peak_sizing([t["report"] for t in data.trend(url, tuple(months), currency) if t["report"] is not None],
+                            node_type, own_a)
 if not sizing["peak_nodes"]:
     ui.empty(f"No {ui.md(node_type)} runs from {months[0]} to {months[-1]}: nothing to size.")
     st.stop()

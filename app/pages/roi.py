@@ -18,7 +18,8 @@ OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
-p = data.presented(url, month)
+currency = ui.currency_picker(url)
+p = data.presented(url, month, currency=currency)
 s = p["summary"]
 cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 st.title("Monthly ROI")
@@ -74,8 +75,11 @@ else:
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, roi_rows, waste_rows = [], [], []
-for t in data.trend(url, tuple(months)):
-    m, sm = t["month"] + (" (to date)" if t["summary"].get("is_partial") else ""), t["summary"]
+for t in data.trend(url, tuple(months), currency):
+    sm = t["summary"]
+    if sm is None:  # no exchange rate for that month
+        continue
+    m = t["month"] + (" (to date)" if sm.get("is_partial") else "")
     money_rows.append({"month": m, "series": "Spend", "cost": float(Decimal(sm["actual_cost"]))})
     if sm["alternative_cost"] is not None:
         money_rows.append({"month": m, "series": f"Alternative ({OPTION[sm['alternative_option']]})",

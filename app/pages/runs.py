@@ -20,6 +20,7 @@ ALL = "All"
 access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
+currency = ui.currency_picker(url)
 st.title("Runs")
 
 values = data.filter_values(url)
@@ -67,11 +68,11 @@ names = {r["id"]: r["name"] for r in rows}
 run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="runs_detail",
                       format_func=lambda i: f"{i} — {names[i]}" if names.get(i) else i)
 try:
-    d = data.run_detail(url, run_id)
+    d = data.run_detail(url, run_id, currency)
 except LedgerInputError as exc:
     st.error(ui.error_line(exc))
     st.stop()
-currency = d["cost_by_month"][0]["currency"] if d["cost_by_month"] else (d["cost_under_offers"][0]["currency"] if d["cost_under_offers"] else "")
+currency = d["currency"] or currency
 
 md = ui.md
 st.subheader(f"{md(d['id'])} · {md(d['name'])}" if d["name"] else md(d["id"]))
@@ -82,9 +83,16 @@ st.caption(f"{md(d['status'])} · project {md(d['project'] or ui.DASH)} · user 
 if d.get("error"):
     st.error(f"Error: {md(d['error'], 1000)}")
 
-c = st.columns(6)
+c = st.columns(7)
 c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,
-            help="What the run cost under its own offer, summed over the months it ran (owned fleets allocated by node-hours).")
+            help="What the run cost under its own offer at the prices in force when it ran, summed over its months "
+                 "(owned fleets allocated by node-hours).")
+co2_label = "CO2e (kg)" + (", estimated" if d["co2e_basis"] in ("estimated", "mixed") else "")
+c[6].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
+            help=f"{ui.number('energy_kwh', d['energy_kwh'])} kWh ({d['co2e_basis'] or 'no'} energy: measured where "
+                 "collected, else the node type's nominal power × node-hours) × grid intensity "
+                 f"{', '.join(str(g) for g in d['carbon_intensity_g_per_kwh'])} gCO2e/kWh"
+                 + (" — the default intensity, an assumption" if d["carbon_intensity_assumed"] else "") + ".")
 c[1].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
 c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
 c[3].metric(f"Cost per 1M tokens ({md(currency)})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
@@ -103,7 +111,10 @@ with left:
 with right:
     st.markdown("**Cost by month (actual)**")
     if d["cost_by_month"]:
-        st.dataframe(ui.frame(d["cost_by_month"], ["month", "node_hours", "cost", "offer"]), hide_index=True)
+        st.dataframe(ui.frame(d["cost_by_month"], ["month", "node_hours", "cost", "offer", "energy_kwh", "co2e_kg",
+                                                   "co2e_basis"],
+                              {"energy_kwh": "energy kWh", "co2e_kg": "CO2e kg", "co2e_basis": "energy basis"}),
+                     hide_index=True)
     else:
         st.caption("Not started: nothing costed yet.")
 

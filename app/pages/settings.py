@@ -1,10 +1,14 @@
-"""Settings: offers (prices), the fleet, currency and time zone. Saving needs the lead role.
+"""Settings: offers (prices) and their history, the fleet, exchange rates, carbon intensity, currency and time
+zone. Saving needs the lead role.
 
 Offers go through ``ledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
-the validation of ``trainledger pricing import``; settings through
-``ledger.store.settings.set_setting``; fleets through :func:`ledger.store.fleets.save_fleet`.
-Every save checks the role on the server (:func:`app.access.require_lead`)
-right before it writes.
+the validation of ``trainledger pricing import``: a price edit adds a version from
+a date (default now; a past date re-costs months and needs the "retroactive" box,
+naming them, as ``--retroactive`` does); settings through
+``ledger.store.settings.set_setting``; fleets through :func:`ledger.store.fleets.save_fleet`;
+rates through :func:`ledger.store.fx.set_rate`; intensities through
+:func:`ledger.store.carbon.set_intensity`. Every save checks the role on the
+server (:func:`app.access.require_lead`) right before it writes.
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ import streamlit as st
 
 from app import access, data, offer_form, ui
 from ledger.errors import LedgerInputError
+from ledger.money.pricing import confirm_versions
+from ledger.store.carbon import set_intensity
 from ledger.store.fleets import save_fleet
+from ledger.store.fx import set_rate
 from ledger.store.presets import apply_pricing, parse_pricing
-from ledger.store.settings import set_setting
+from ledger.store.prices import parse_valid_from
+from ledger.store.settings import display_timezone, set_setting
 
 NEW = ""  # the "add" choice of the offer and fleet pickers: no offer or fleet has an empty name
 KINDS = ["rent_elastic", "rent_reserved", "own"]
@@ -47,7 +55,8 @@ def _saved(message: str) -> None:
     st.rerun()
 
 
-tab_offers, tab_fleet, tab_general = st.tabs(["Offers (prices)", "Fleet", "Currency and time zone"])
+tab_offers, tab_history, tab_fleet, tab_rates, tab_carbon, tab_general = st.tabs(
+    ["Offers (prices)", "Price history", "Fleet", "Exchange rates", "Carbon intensity", "Currency and time zone"])
 
 # --- offers --------------------------------------------------------------------------------
 with tab_offers:
@@ -80,18 +89,30 @@ with tab_offers:
             values[field] = cols[i % 2].text_input(FIELD_LABELS[field], value=defaults.get(field, ""), key=f"{prefix}_{field}",
                                                    disabled=read_only)
         notes = st.text_input("Notes", value=defaults.get("notes", ""), key=f"{prefix}_notes", disabled=read_only)
+        v = st.columns(2)
+        valid_from = v[0].date_input("New prices valid from (empty: now)", value=None, key=f"{prefix}_valid_from",
+                                     disabled=read_only,
+                                     help="A price change adds a version from this day (its start in the display time "
+                                          "zone); months before it keep the prices they were used at.")
+        retro = v[1].checkbox("Retroactive: re-cost the months since that day", key=f"{prefix}_retro", disabled=read_only,
+                              help="Needed for a day in the past; the error names the months it would change.")
         st.caption("Exact decimals; leave a field empty when it does not apply. Validated as `trainledger pricing import`.")
         submitted = st.form_submit_button("Save offer", type="primary", disabled=read_only)
     if submitted and access.require_lead("change prices"):
         form = {"name": name, "node_type": node_type, "kind": kind, "currency": currency, **values, "notes": notes}
         try:
             spec = parse_pricing(offer_form.offer_toml(form), where="offer form")
+            plans: list = []
             with data.write_session(url) as s:
-                apply_pricing(s, spec, source="user", replace=True)
+                start = parse_valid_from(valid_from, display_timezone(s), "valid from")
+                apply_pricing(s, spec, source="user", replace=True, valid_from=start, retroactive=True, plans=plans)
+                added = confirm_versions(s, plans, retro)
         except LedgerInputError as exc:
-            st.error(ui.error_line(exc))
+            st.error(ui.md(str(exc).splitlines()[0].replace("--from:", "valid from:").replace(
+                "pass --retroactive to confirm, or leave --from out", "tick “Retroactive” to confirm, or leave the day empty")))
         else:
-            _saved(f"Saved offer {ui.md(name.strip())}.")
+            months = sorted({m for a in added for m in a["months_changed"]})
+            _saved(f"Saved offer {ui.md(name.strip())}." + (f" Re-costed {', '.join(months)}." if months else ""))
 
     with st.expander("Import a pricing TOML (node types and offers)"):
         with st.form("pricing_import"):
@@ -107,6 +128,19 @@ with tab_offers:
                 st.error(ui.error_line(exc))
             else:
                 _saved(f"Imported {counts['node_types']} node types and {counts['offers']} offers.")
+
+# --- price history ------------------------------------------------------------------------------
+with tab_history:
+    names = sorted(offers)
+    hpick = st.selectbox("Offer", names, key="set_history_offer") if names else None
+    if hpick:
+        hist = data.price_history(url, hpick)
+        st.caption(f"{hist['offer']} ({hist['kind']}, prices in {hist['currency']}; times UTC). Each version holds from "
+                   "its start until the next one's: months are costed at the versions in force when the node-hours "
+                   f"were used (`trainledger pricing history {hpick}`).")
+        fields = [f for f in offer_form.OFFER_FIELDS[hist["kind"]] if any(v.get(f) is not None for v in hist["versions"])]
+        st.dataframe(ui.frame(hist["versions"], ["version", "valid_from", "valid_to", *fields, "note"],
+                              {"valid_from": "valid from", "valid_to": "valid to", **FIELD_LABELS}), hide_index=True)
 
 # --- fleet ------------------------------------------------------------------------------------
 with tab_fleet:
@@ -147,12 +181,63 @@ with tab_fleet:
         else:
             _saved(f"Fleet {ui.md(fname.strip())} {result}.")
 
+# --- exchange rates ----------------------------------------------------------------------------
+with tab_rates:
+    rates = data.rates(url)
+    if rates:
+        st.dataframe(ui.frame(rates, ["base", "quote", "rate", "valid_from", "valid_to", "source"],
+                              {"rate": "1 base in quote", "valid_from": "from", "valid_to": "to (exclusive)"}),
+                     hide_index=True)
+    else:
+        ui.empty("No exchange rates: every figure is shown in its offers' currency. Add one to present money in another.")
+    with st.form("fx_form"):
+        c = st.columns(5)
+        base = c[0].text_input("From (ISO 4217)", value="CNY", key="fx_base", disabled=read_only)
+        quote = c[1].text_input("To (ISO 4217)", value="USD", key="fx_quote", disabled=read_only)
+        rate = c[2].text_input("Rate (units of To per 1 From)", key="fx_rate", disabled=read_only)
+        rate_from = c[3].date_input("From day", value=date.today().replace(day=1), key="fx_from", disabled=read_only)
+        source = c[4].text_input("Source", key="fx_source", disabled=read_only)
+        fx_submitted = st.form_submit_button("Save rate", type="primary", disabled=read_only)
+    if fx_submitted and access.require_lead("change exchange rates"):
+        try:
+            with data.write_session(url) as s:
+                saved = set_rate(s, base.strip(), quote.strip(), rate.strip(), rate_from, source.strip())
+        except LedgerInputError as exc:
+            st.error(ui.error_line(exc))
+        else:
+            _saved(f"Saved 1 {ui.md(saved['base'])} = {saved['rate'].normalize():f} {ui.md(saved['quote'])} from {saved['valid_from']}.")
+
+# --- carbon intensity ---------------------------------------------------------------------------
+with tab_carbon:
+    st.dataframe(ui.frame(data.intensities(url), ["scope", "g_per_kwh", "location", "valid_from", "valid_to", "assumed", "source"],
+                          {"g_per_kwh": "gCO2e/kWh", "valid_from": "from", "valid_to": "to (exclusive)"}), hide_index=True)
+    st.caption("CO2e of a run = its energy (measured by `trainledger collect`, else the node type's nominal power × "
+               "node-hours, labelled estimated) × the grid intensity in force. Without one, the default is an assumption.")
+    with st.form("carbon_form"):
+        c = st.columns(5)
+        g = c[0].text_input("gCO2e per kWh", key="co2_g", disabled=read_only)
+        scope = c[1].selectbox("Node type", ["(every node type)"] + nt_names, key="co2_nt", disabled=read_only)
+        g_from = c[2].date_input("From day", value=date.today().replace(day=1), key="co2_from", disabled=read_only)
+        location = c[3].text_input("Site or grid region", key="co2_location", disabled=read_only)
+        g_source = c[4].text_input("Source", key="co2_source", disabled=read_only)
+        co2_submitted = st.form_submit_button("Save intensity", type="primary", disabled=read_only)
+    if co2_submitted and access.require_lead("change carbon intensity"):
+        try:
+            with data.write_session(url) as s:
+                saved = set_intensity(s, g.strip(), g_from, None if scope.startswith("(") else scope, location.strip(),
+                                      g_source.strip())
+        except LedgerInputError as exc:
+            st.error(ui.error_line(exc))
+        else:
+            _saved(f"Saved {saved['g_per_kwh'].normalize():f} gCO2e/kWh for {ui.md(saved['scope'])} from {saved['valid_from']}.")
+
 # --- currency and time zone -------------------------------------------------------------------
 with tab_general:
     current_settings = data.settings(url)
     zones = sorted(available_timezones())
     with st.form("general_settings"):
-        cur = st.text_input("Currency (3-letter ISO code; reports need the offers in use to share it)",
+        cur = st.text_input("Currency (ISO 4217): every report, export and page presents money in it by default; "
+                            "offers priced in another currency are converted at the exchange rates",
                             value=current_settings["currency"], key="set_currency", disabled=read_only)
         tz = st.selectbox("Display time zone (months are calendar months in it)", zones,
                           index=zones.index(current_settings["timezone"]) if current_settings["timezone"] in zones else 0,

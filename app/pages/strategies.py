@@ -26,6 +26,7 @@ MEM_KIND = {"cuda_max_allocated": "CUDA peak allocated", "cpu_max_rss": "CPU pea
 
 access.page_gate()
 url = data.ledger_url()
+chosen = ui.currency_picker(url)
 st.title("Strategies")
 st.caption("A sweep runs several parallel strategies for a few steps on a small cluster, before scaling up.")
 
@@ -91,10 +92,10 @@ def sweep_view() -> None:
     if p["total"] == 0:
         return
     st.caption(f"The same table as trainledger report weekly --sweep {md(sweep_id)}.")
-    comparison = data.strategy_comparison(url, sweep_id, p["version"])
+    comparison = data.strategy_comparison(url, sweep_id, p["version"], chosen)
     rows = comparison["rows"]
     offers = sorted({o for r in rows for o in r["cost_per_1m_tokens"]})
-    currency = {o.name: o.currency for o, _ in data.offers(url)}
+    currency = {o.name: o.currency for o, _ in data.offers(url, chosen)}
 
     table = []
     for r in rows:

@@ -30,6 +30,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                  own: Annotated[Optional[str], typer.Option(help="Own offer (default: the node type's).")] = None,
                  rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer (default: the node type's).")] = None,
                  reserved: Annotated[Optional[str], typer.Option(help="Reserved rent offer, with --month.")] = None,
+                 currency: Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
     from ledger.money.compare import compare_month, compare_node_type
@@ -39,9 +40,10 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
         raise LedgerInputError("cost compare: pass exactly one of --node-type NAME or --month YYYY-MM")
     with session(db) as s:
         if node_type:
-            data = compare_node_type(s, node_type, decimal_option(utilization, "--utilization"), own=own, rent=rent)
+            data = compare_node_type(s, node_type, decimal_option(utilization, "--utilization"), own=own, rent=rent,
+                                     currency=currency)
         else:
-            data = compare_month(s, month, own=own, rent=rent, reserved=reserved, now=clock(now))
+            data = compare_month(s, month, own=own, rent=rent, reserved=reserved, now=clock(now), currency=currency)
 
     def text(d):
         if "node_types" not in d:

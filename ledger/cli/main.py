@@ -13,12 +13,14 @@ import typer
 
 from ledger.cli import (
     budget,
+    carbon,
     costs,
     db,
     demo,
     exporter,
     fleet,
     forecast,
+    fx,
     imports,
     metrics,
     plan,
@@ -48,7 +50,7 @@ def _register_parts() -> None:
 for _module in (db, demo, imports, runs, settings):
     _module.register(app)
 _register_parts()
-for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fleet, plan):
+for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan):
     _module.register(app)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -13,6 +14,8 @@ from ledger.errors import LedgerInputError
 
 app = group("Reports and the monthly export.")
 
+CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (each charge period at its exchange rate, see `trainledger fx`). Default: the Settings currency once set, else the offers' own.")]
+
 
 @app.command("monthly")
 @command
@@ -22,8 +25,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
                    force: Annotated[bool, typer.Option("--force", help="Replace an existing --output file.")] = False,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
-                   db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
-    """The monthly export: summary (own vs rent, savings, ROI, idle, waste), per project, per run.
+                   currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """The monthly export: summary (own vs rent, savings, ROI, idle, waste, energy and CO2e), per project, per run.
 
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
     from ledger.money.monthly import monthly_report
@@ -38,7 +41,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     if output is not None:
         check_output(output, force=force)  # before any work
     with session(db) as s:
-        p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now)))
+        p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency))
     data = render(p, fmt)
     if output is None:
         sys.stdout.write(data.decode("utf-8"))
@@ -47,17 +50,44 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
 
 
+@app.command("focus")
+@command
+def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing period: a calendar month in the display time zone).")],
+                 output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+                 fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+                 force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
+                 currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The month as a FOCUS 1.2 dataset (FinOps Open Cost and Usage Specification): one row per run and
+    charge period, plus each fleet's purchase and idle; x_ columns carry tokens, MFU, GPU-hours, energy and CO2e."""
+    from ledger.reports.focus import FOCUS_VERSION, focus_export, render
+    from ledger.store.files import check_output, write_output
+
+    if fmt not in ("csv", "parquet"):
+        raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
+    check_output(output, force=force)
+    with session(db) as s:
+        export = focus_export(s, month, currency=currency)
+    data = render(export, fmt)
+    write_output(output, data, force=force)
+    total = sum((r["EffectiveCost"] for r in export.rows), Decimal(0))
+    summary = {"month": month, "focus_version": FOCUS_VERSION, "format": fmt, "rows": len(export.rows),
+               "currency": export.currency, "effective_cost": total, "billed_cost": sum((r["BilledCost"] for r in export.rows), Decimal(0)),
+               "output": str(output)}
+    emit(summary, as_json, lambda d: f"wrote {output} (FOCUS {FOCUS_VERSION}, {fmt}, {d['rows']} rows; "
+         f"EffectiveCost {d['effective_cost']:,.2f} {d['currency']} = the monthly report's actual cost)")
+
+
 @app.command("weekly")
 @command
 def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
                   days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1, max=36500)] = None,
-                  db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                  currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
     from ledger.reports.present import table
     from ledger.reports.weekly import strategy_comparison
 
     with session(db) as s:
-        data = strategy_comparison(s, sweep_id=sweep, days=days)
+        data = strategy_comparison(s, sweep_id=sweep, days=days, currency=currency)
 
     def text(d):
         if not d["rows"] and not d["not_measured"]:
@@ -99,12 +129,12 @@ def _daily_text(d: dict[str, Any]) -> str:
 @app.command("daily")
 @command
 def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
-                 db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+                 currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
     from ledger.reports.daily import daily_report
 
     with session(db) as s:
-        data = daily_report(s, date_, now=clock(now))
+        data = daily_report(s, date_, now=clock(now), currency=currency)
     emit(data, as_json, _daily_text)
 
 

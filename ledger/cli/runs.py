@@ -57,26 +57,47 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
                    f"shown); see --limit and --offset", err=True)
 
 
+CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set, else the offers' own.")]
+
+
 @app.command("show")
 @command
 def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
-              db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """One run: its figures, its nodes, its cost per month and under every offer."""
+              currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """One run: its figures, its nodes, its cost, energy and CO2e per month, and its cost under every offer."""
     from ledger.reports.present import key_values, table
     from ledger.runs.registry import show_run
 
     with session(db) as s:
-        data = show_run(s, run_id)
+        data = show_run(s, run_id, currency)
 
     def text(d):
         parts = [key_values({k: v for k, v in d.items() if k not in ("config",)})]
+        if d["co2e_kg"] is not None:
+            parts += ["", f"CO2e {d['co2e_kg']:,.3f} kg from {d['energy_kwh']:,.3f} kWh ({d['co2e_basis']} energy"
+                      + (", assumed default grid intensity" if d["carbon_intensity_assumed"] else "") + ")"]
         if d["nodes_detail"]:
             parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
-        parts += ["", "cost by month (actual):", table(d["cost_by_month"])]
-        parts += ["", "cost under every offer:", table(d["cost_under_offers"])]
+        parts += ["", "cost, energy and CO2e by month (actual, at the prices in force then):", table(d["cost_by_month"])]
+        parts += ["", "cost under every offer (list prices):", table(d["cost_under_offers"])]
         return "\n".join(parts)
 
     emit(data, as_json, text)
+
+
+@app.command("card")
+@command
+def runs_card(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
+              training_type: Annotated[str, typer.Option(help="pre-training | fine-tuning (the model card's training_type).")] = "pre-training",
+              currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """A Hugging Face model-card metadata block for the run: co2_eq_emissions (grams) plus GPU-hours and cost."""
+    import yaml
+
+    from ledger.runs.registry import model_card
+
+    with session(db) as s:
+        data = model_card(s, run_id, training_type, currency)
+    emit(data, as_json, lambda d: "---\n" + yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=10_000) + "---")
 
 
 @app.command("reap")

@@ -5,10 +5,16 @@ slow), with the rules every report shares: which offer a run without one is
 costed under (:func:`default_offer`), which offer a ``--own/--rent/--reserved``
 flag names (:func:`pick_offer`), and the node-hours a set of fleets holds in a
 window (:func:`fleet_capacity`).
+
+Prices have versions (``offer_price``): :func:`priced_catalog` gives the catalog
+of one charge period, each offer at the version in force at the period's start
+(an offer's first version also covers the time before it; an offer with no
+version is priced at its own fields) and converted to the presented currency.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,8 +29,9 @@ from sqlmodel import Session, select
 from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.costs import ZERO
+from ledger.money.fx import RateBook, convert_offer
 from ledger.money.months import date_start
-from ledger.store.models import Fleet, NodeType, Offer, OfferKind
+from ledger.store.models import PRICE_FIELDS, Fleet, NodeType, Offer, OfferKind, OfferPrice
 
 
 @dataclass
@@ -44,6 +51,43 @@ def load_catalog(session: Session) -> Catalog:
     """Node types and offers as plain read-only copies."""
     return Catalog({n.id: SimpleNamespace(**n.model_dump()) for n in session.exec(select(NodeType)).all()},
                    {o.id: SimpleNamespace(**o.model_dump()) for o in session.exec(select(Offer)).all()})
+
+
+Versions = dict[int, tuple[list[datetime], list[dict]]]  # offer id → (valid_from list, price values), oldest first
+
+
+def load_versions(session: Session) -> Versions:
+    """Every offer's price versions, oldest first."""
+    out: dict[int, tuple[list[datetime], list[dict]]] = {}
+    cols = [getattr(OfferPrice, f) for f in PRICE_FIELDS]
+    for row in session.exec(select(OfferPrice.offer_id, OfferPrice.valid_from, OfferPrice.version, *cols)
+                            .order_by(OfferPrice.offer_id, OfferPrice.valid_from)):
+        starts, values = out.setdefault(row[0], ([], []))
+        starts.append(row[1])
+        values.append({**dict(zip(PRICE_FIELDS, row[3:])), "price_version": row[2]})
+    return out
+
+
+def price_at(versions: Versions, offer_id: int, at: datetime) -> Optional[dict]:
+    """The price fields of ``offer_id`` in force at ``at`` (its first version before it began; None: no version)."""
+    found = versions.get(offer_id)
+    if not found:
+        return None
+    starts, values = found
+    i = bisect_right(starts, at)
+    return values[max(i - 1, 0)]
+
+
+def priced_catalog(cat: Catalog, versions: Versions, at: datetime, book: Optional[RateBook] = None,
+                   target: Optional[str] = None) -> Catalog:
+    """The catalog of the charge period starting at ``at``: every offer at its version in force then, its
+    money in ``target`` (at the rate in force then; None: the offer's own currency)."""
+    offers = {}
+    for oid, o in cat.offers.items():
+        prices = price_at(versions, oid, at)
+        base = SimpleNamespace(**{**vars(o), **prices}) if prices is not None else o
+        offers[oid] = convert_offer(base, book, target, at)
+    return Catalog(cat.node_types, offers)
 
 
 def pick_offer(cat: Catalog, name: Optional[str], node_type_id: int, kind: OfferKind, flag: str) -> Optional[Offer]:

@@ -10,7 +10,9 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.money import costs
+from ledger.money.fx import at_list_prices
 from ledger.money.monthly import monthly_report, period_summary
+from ledger.store.lookup import by_name
 from ledger.store.models import NodeType, Offer, OfferKind
 
 
@@ -30,11 +32,7 @@ def _offer(session: Session, nt: NodeType, name: Optional[str], kind: OfferKind,
 
 
 def node_type_by_name(session: Session, name: str) -> NodeType:
-    nt = session.exec(select(NodeType).where(NodeType.name == name)).first()
-    if nt is None:
-        names = session.exec(select(NodeType.name).order_by(NodeType.name)).all()
-        raise LedgerInputError(f"--node-type: unknown node type {name!r}; use one of {', '.join(names)}")
-    return nt
+    return by_name(session, NodeType, name, "--node-type", "node type")
 
 
 def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str, Any]:
@@ -80,10 +78,12 @@ def compare_offers(own, rent, utilization: Decimal, node_type: str) -> dict[str,
 
 
 def compare_node_type(session: Session, node_type: str, utilization: Decimal = costs.ONE,
-                      own: Optional[str] = None, rent: Optional[str] = None) -> dict[str, Any]:
+                      own: Optional[str] = None, rent: Optional[str] = None,
+                      currency: Optional[str] = None) -> dict[str, Any]:
     """Own vs elastic rent for one node-month of ``node_type``: :func:`compare_offers` on the ledger's offers.
 
-    ``own``/``rent`` name the offers; by default the node type's (presets first).
+    ``own``/``rent`` name the offers; by default the node type's (presets first). Both at their list
+    prices (newest version); with a presentation currency, converted at the rate in force now.
     """
     u = Decimal(utilization)
     if not (0 <= u <= 1):
@@ -91,15 +91,17 @@ def compare_node_type(session: Session, node_type: str, utilization: Decimal = c
     nt = node_type_by_name(session, node_type)
     own_o = _offer(session, nt, own, OfferKind.own, "--own")
     rent_o = _offer(session, nt, rent, OfferKind.rent_elastic, "--rent")
+    own_o, rent_o = at_list_prices(session, [own_o, rent_o], currency)
     if own_o.currency != rent_o.currency:
         raise LedgerInputError(f"--rent: {rent_o.name} is priced in {rent_o.currency} but {own_o.name} in {own_o.currency}; compare offers in one currency")
     return compare_offers(own_o, rent_o, u, nt.name)
 
 
 def compare_month(session: Session, month: str, own: Optional[str] = None, rent: Optional[str] = None,
-                  reserved: Optional[str] = None, now: Optional[datetime] = None) -> dict[str, Any]:
+                  reserved: Optional[str] = None, now: Optional[datetime] = None,
+                  currency: Optional[str] = None) -> dict[str, Any]:
     """Own fleet vs elastic vs reserved for the ledger's real usage of ``month`` (to ``now`` while it runs)."""
-    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False, now=now)
+    rep = monthly_report(session, month, own=own, rent=rent, reserved=reserved, lines=False, now=now, currency=currency)
     rows = []
     for n in rep.node_types:
         options = {k: v for k, v in (("own", n.own_cost), ("rent_elastic", n.elastic_cost),

@@ -431,3 +431,26 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops_per_gpu: Option
                 "(trainledger pricing import) or set peak_tflops in the trainer config", hardware)
         return None
     return tokens_per_s * flops_per_token / (peak_tflops_per_gpu * 1e12 * n_gpus)
+
+
+# --- currencies and carbon --------------------------------------------------------
+
+def convert(amount: Decimal, rate: Decimal) -> Decimal:
+    """Money in another currency = amount × rate, where 1 unit of the amount's currency = ``rate`` units
+    of the other (a charge period is converted at the rate in force during it)."""
+    return Decimal(amount) * Decimal(rate)
+
+
+def inverse_rate(rate: Decimal) -> Decimal:
+    """The rate of the reverse pair: 1 ÷ rate (a USD→CNY rate of 7.2 gives CNY→USD 0.13888…)."""
+    return ONE / Decimal(rate)
+
+
+def nominal_energy_kwh(node_hours_: Decimal, power_kw: Decimal) -> Decimal:
+    """Estimated energy of unmeasured node-hours = node-hours × nominal power per node at load (kW)."""
+    return Decimal(node_hours_) * Decimal(power_kw)
+
+
+def co2e_kg(energy_kwh: Decimal, g_per_kwh: Decimal) -> Decimal:
+    """Emissions (kg CO2e) = energy (kWh) × grid carbon intensity (gCO2e/kWh) ÷ 1,000."""
+    return Decimal(energy_kwh) * Decimal(g_per_kwh) / 1000

@@ -26,12 +26,22 @@ are counted to ``now`` (to the microsecond) at the month's rates per node-hour,
 live runs are added up to ``now`` by the rollup, and the summary carries
 ``period`` ("to date (3 of 31 days)"), ``is_partial``, ``period_end`` and
 ``elapsed_hours``. An ended month's report is what it always was.
+**Charge periods.** Prices, exchange rates and carbon intensities are effective-dated;
+where one takes effect inside a month, the rollup cuts the node type's month there
+(:mod:`ledger.money.rollup`). Step 3 then runs once per charge period
+(:func:`_cost_node_types`) on the catalog priced at that period's start
+(:func:`ledger.money.catalog.priced_catalog`), with each fleet's fixed cost prorated
+by the period's hours, and the periods are added up: Σ periods = the month, and the
+allocation identity holds in each. A month with no change is one period and is
+costed exactly as before. Money is presented in the offers' currency, or converted
+to ``currency`` (``--currency``, else the Settings currency once set) at each
+period's rate (:mod:`ledger.money.fx`); the rates used are listed in the report.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterable, Optional
@@ -40,18 +50,22 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.money import costs, rollup
+from ledger.money import carbon, costs, rollup
 from ledger.money.catalog import (
     Catalog,
+    Versions,
     combine_bases,
     default_offer,
     fleet_capacity,
     fleets_by_offer,
     load_catalog,
+    load_versions,
     own_energy_kwh,
     pick_offer,
+    priced_catalog,
 )
 from ledger.money.costs import ZERO
+from ledger.money.fx import Conversion, load_rates
 from ledger.money.months import Period, month_period
 from ledger.store.models import (
     WASTE_STATUSES,
@@ -62,7 +76,7 @@ from ledger.store.models import (
     Run,
     User,
 )
-from ledger.store.settings import display_timezone, get_setting
+from ledger.store.settings import display_timezone, get_setting, presentation_currency
 from ledger.store.types import utcnow
 
 #: split costs are exact on this grid (a pico-unit of currency)
@@ -98,10 +112,50 @@ class RunSlice:
     cost_elastic: Optional[Decimal] = None  # if rented elastic
     cost_own: Optional[Decimal] = None  # if owned (allocated from the own alternative)
     split: bool = False  # the run crosses a month boundary
+    energy_kwh: Optional[Decimal] = None  # measured, else nominal power × node-hours (co2e_basis says which)
+    co2e_kg: Optional[Decimal] = None  # energy × the grid intensity in force
+    co2e_basis: Optional[str] = None  # measured | estimated | mixed | unknown
+    charge: Optional["ChargeInfo"] = field(default=None, repr=False, compare=False)  # per charge period only
+    intensities: list = field(default_factory=list, repr=False, compare=False)  # carbon.Intensity of each period
 
     @property
     def waste(self) -> bool:
         return self.status in {s.value for s in WASTE_STATUSES}
+
+
+@dataclass
+class ChargeInfo:
+    """How one run's part of one charge period was priced (the FOCUS export's unit price and quantity)."""
+
+    start: datetime  # of the charge period
+    end: datetime
+    pricing_quantity: Decimal  # billed node-hours (elastic) or node-hours (fleets)
+    unit_price: Decimal  # per node-hour: cost = pricing_quantity × unit_price
+    offer: Any  # the offer at the version in force (money in the presented currency)
+    price_version: Optional[int]  # None: an offer with no recorded version
+    fleets: Optional[list[str]] = None  # drawn from a fixed-cost offer's fleet: its fleets' names (None: elastic)
+
+
+@dataclass
+class FleetCharge:
+    """A fixed-cost offer's fleet over one charge period: its cost, what runs used, and idle."""
+
+    offer: Any
+    start: datetime
+    end: datetime
+    fleet: costs.FleetMonth
+    fleets: list[str]  # the names of the fleets held (empty: capacity implied by peak use)
+
+
+@dataclass
+class MonthCharges:
+    """The month's report and its charges per charge period (``ledger.reports.focus``)."""
+
+    report: "MonthlyReport"
+    lines: list[RunSlice]  # one per run and charge period, with ``charge`` set
+    fleets: list[FleetCharge]
+    start: datetime
+    end: datetime
 
 
 @dataclass
@@ -127,6 +181,9 @@ class NodeTypeMonth:
     reserved_cost: Optional[Decimal]
     over_capacity: bool = False
     power_basis: str = "nominal"  # own power term: "measured" | "mixed" | "nominal" (_fleet_energy_kwh)
+    energy_kwh: Optional[Decimal] = None  # of its runs: measured, else nominal power × node-hours
+    co2e_kg: Optional[Decimal] = None
+    co2e_basis: Optional[str] = None
 
 
 @dataclass
@@ -138,6 +195,8 @@ class MonthlyReport:
     node_types: list[NodeTypeMonth]
     projects: list[dict[str, Any]]
     runs: list[RunSlice] = field(repr=False)
+    fx_rates: list[dict[str, Any]] = field(default_factory=list)  # the rates each charge period was converted at
+    carbon: dict[str, Any] = field(default_factory=dict)
     period: Optional[Period] = None  # the elapsed part of the month (all of it once it has ended)
 
     @property
@@ -149,7 +208,8 @@ class MonthlyReport:
 
 def monthly_report(session: Session, month: str, *, own: Optional[str] = None, rent: Optional[str] = None,
                    reserved: Optional[str] = None, now: Optional[datetime] = None,
-                   lines: bool | Iterable[str] = True, projects: bool = True) -> MonthlyReport:
+                   lines: bool | Iterable[str] = True, projects: bool = True,
+                   currency: Optional[str] = None) -> MonthlyReport:
     """Cost the ledger's usage of ``month`` under its actual offers and every alternative.
 
     Per node type: actual cost (fleets allocated, elastic runs billed), cost if
@@ -162,21 +222,41 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
     then costed at the same rates, so they add up to the totals. ``lines``: the
     per-run lines (``runs``) for every run (True), none (False) or only the given
     run ids; ``projects=False`` leaves out the per-project table (trend charts).
+    ``currency``: present money in it (each charge period at its exchange rate);
+    default: the Settings currency once set, else the offers' own.
     """
-    m = _load_month(session, month, now or utcnow())
+    m, offers, costings, nt_months, currencies = _cost_month(session, month, (own, rent, reserved), now, currency)
+    return _assemble(session, m, offers, costings, nt_months, currencies, lines, projects)
+
+
+def _cost_month(session: Session, month: str, flags: tuple[Optional[str], Optional[str], Optional[str]],
+                now: Optional[datetime], currency: Optional[str]) -> tuple:
+    """Steps 1-3: the month loaded, its offers resolved, each node type costed per charge period."""
+    m = _load_month(session, month, now or utcnow(), currency)
     offers = _resolve_offers(m)
-    costed = _Costing(offers.by_recorded, {}, {}, {})
-    nt_months, currencies = [], set()
-    for nt_id in sorted(offers.by_node_type, key=lambda k: m.cat.node_types[k].name):
-        nt_months.append(_node_type_month(m, offers, nt_id, (own, rent, reserved), costed, currencies))
-    currency = _one_currency(month, currencies) or m.currency_setting
-    summary = _summary(month, offers, nt_months, costed.group_cost)
+    costings, nt_months, currencies = _cost_node_types(m, offers, flags)
+    return m, offers, costings, nt_months, currencies
+
+
+def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, nt_months: list[NodeTypeMonth],
+              currencies: set[str], lines: bool | Iterable[str], projects: bool) -> MonthlyReport:
+    """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
+    month = m.name
+    currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
+    summary = _summary(month, offers, nt_months, _group_costs(costings))
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
-    project_rows = _projects(session, offers.detail, costed) if projects else []
-    runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costed)
+    footprint = _carbon(m, costings)
+    summary.update({k: v for k, v in footprint.items() if k != "carbon_intensities"})
+    summary["carbon_intensities"] = [_intensity_text(i) for i in footprint["carbon_intensities"]]
+    fx_rates = m.fx.rates_used(m.tz)
+    if fx_rates:  # money was converted: say at which rates
+        summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
+    project_rows = _projects(session, offers.detail, costings, m.facts.periods) if projects else []
+    runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
-                         node_types=nt_months, projects=project_rows, runs=runs, period=m.period)
+                         node_types=nt_months, projects=project_rows, runs=runs, fx_rates=fx_rates, carbon=footprint,
+                         period=m.period)
 
 
 def period_summary(period: Period) -> dict[str, Any]:
@@ -196,14 +276,28 @@ class _Month:
 
     name: str
     tz: ZoneInfo
-    start: datetime
+    start: datetime  # of the month (of the charge period, in a period's view)
     end: datetime
-    hours: Decimal
-    period: Period
-    cat: Catalog
+    hours: Decimal  # in the month: fixed costs per node-month are spread over them
+    period: Period  # the part of the month elapsed (all of it once it has ended): capacity is counted to its end
+    cat: Catalog  # priced at the month's start (at the period's start, in a period's view)
     facts: rollup.MonthFacts
     fleets: dict[int, list[Fleet]]  # by offer id
     currency_setting: str  # the ledger's currency, for a month with no offer in use
+    base_cat: Optional[Catalog] = None  # the offers' own fields (priced_catalog starts from them)
+    versions: Optional[Versions] = None
+    fx: Conversion = field(default_factory=lambda: Conversion(None, None))
+    intensities: Optional[carbon.IntensityBook] = None
+    span_hours: Optional[Decimal] = None  # of the month (of the charge period): capacity implied by peak use
+
+    def __post_init__(self) -> None:
+        if self.span_hours is None:
+            self.span_hours = costs.hours_between(self.start, self.capacity_end)
+
+    @property
+    def capacity_end(self) -> datetime:
+        """Where capacity is counted to: the end of the month (of the charge period), or ``now`` while it runs."""
+        return max(self.start, min(self.end, self.period.end))
 
     def fleets_of(self, node_type_id: int, kind: OfferKind) -> list[Fleet]:
         """The fleets held under offers of one node type and kind, in id order."""
@@ -212,13 +306,16 @@ class _Month:
                       key=lambda f: f.id)
 
 
-def _load_month(session: Session, month: str, now: datetime) -> _Month:
+def _load_month(session: Session, month: str, now: datetime, currency: Optional[str] = None) -> _Month:
     tz = display_timezone(session)
     period = month_period(month, tz, now)
     ms, me = period.start, period.month_end
-    return _Month(month, tz, ms, me, period.month_hours, period, load_catalog(session),
+    target = presentation_currency(session, currency)
+    fx = Conversion(target, load_rates(session, tz) if target else None)
+    base, versions = load_catalog(session), load_versions(session)
+    return _Month(month, tz, ms, me, period.month_hours, period, priced_catalog(base, versions, ms, fx.book, target),
                   rollup.month_facts(session, month, tz, now), fleets_by_offer(session, ms, me, tz),
-                  get_setting(session, "currency"))
+                  get_setting(session, "currency"), base, versions, fx, carbon.load_intensities(session, tz))
 
 
 @dataclass
@@ -235,9 +332,7 @@ class _Offers:
 def _resolve_offers(m: _Month) -> _Offers:
     """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent)."""
     detail = {k: f for k, f in m.facts.groups.items() if f.slices}
-    groups: dict[GroupKey, rollup.Facts] = defaultdict(rollup.Facts)
-    for (nt_id, offer_id, _, status), f in detail.items():
-        groups[(nt_id, offer_id, None, status)].add(f)
+    groups = _without_project(detail)
     resolved: dict[GroupKey, Offer] = {}
     by_recorded: dict[tuple[int, Optional[int]], Offer] = {}
     for key in groups:
@@ -255,6 +350,103 @@ def _resolve_offers(m: _Month) -> _Offers:
     for off_id in m.fleets:  # fleets with no runs still cost money
         by_nt.setdefault(m.cat.offers[off_id].node_type_id, [])
     return _Offers(detail, groups, resolved, by_recorded, by_nt)
+
+
+def _without_project(detail: dict[GroupKey, rollup.Facts]) -> dict[GroupKey, rollup.Facts]:
+    """Groups of ``(node type, offer, project, status)`` summed over projects."""
+    groups: dict[GroupKey, rollup.Facts] = defaultdict(rollup.Facts)
+    for (nt_id, offer_id, _, status), f in detail.items():
+        groups[(nt_id, offer_id, None, status)].add(f)
+    return groups
+
+
+# --- charge periods ---------------------------------------------------------------
+
+def _cost_node_types(m: _Month, offers: _Offers, flags: tuple[Optional[str], Optional[str], Optional[str]]
+                     ) -> tuple[dict[datetime, "_Costing"], list[NodeTypeMonth], set[str]]:
+    """Step 3 for every node type and each of its charge periods; the periods of a node type added up.
+
+    Returns the costing of each charge period (by its start), the node types' months and the currencies used.
+    """
+    views: dict[datetime, tuple[Catalog, _Offers, _Costing]] = {}
+    if not m.facts.cuts:  # one charge period: the month itself
+        views[m.start] = (m.cat, offers, _Costing(offers.by_recorded, {}, {}, {}, m.start, m.intensities, m.cat))
+    nt_months, currencies = [], set()
+    for nt_id in sorted(offers.by_node_type, key=lambda k: m.cat.node_types[k].name):
+        parts = []
+        for ps, pe in _periods_of(m, offers, nt_id):
+            if ps not in views:
+                views[ps] = _period_view(m, offers, ps)
+            cat, op, costed = views[ps]
+            mp = m if (ps, pe) == (m.start, m.end) and cat is m.cat else replace(
+                m, start=ps, end=pe, span_hours=None, cat=cat)
+            costed.period_end[nt_id] = pe
+            part = _node_type_month(mp, op, nt_id, flags, costed, currencies)
+            footprint = costed.node_type_carbon(nt_id, _total(op.groups[k] for k in op.by_node_type[nt_id]))
+            part.energy_kwh, part.co2e_kg, part.co2e_basis = footprint.energy_kwh, footprint.co2e_kg, footprint.basis
+            m.fx.note(_offers_used(mp, op, nt_id, part), ps, pe)
+            parts.append(part)
+        nt_months.append(parts[0] if len(parts) == 1 else _merge_periods(parts))
+    return {ps: v[2] for ps, v in sorted(views.items())}, nt_months, currencies
+
+
+def _periods_of(m: _Month, offers: _Offers, nt_id: int) -> list[tuple[datetime, datetime]]:
+    """The charge periods of a node type in the month: the month cut where its prices, rates or intensity change
+    (and where the runs it prices are cut, should a run be recorded with another node type's offer)."""
+    edges = {m.start, *m.facts.cuts.get(nt_id, ())}
+    if len(m.facts.periods) > 1:
+        edges |= {ps for ps, groups in m.facts.periods.items()
+                  if any(offers.by_recorded[k[:2]].node_type_id == nt_id for k in groups if k[:2] in offers.by_recorded)}
+    edges = sorted(edges) + [m.end]
+    return list(zip(edges, edges[1:]))
+
+
+def _period_view(m: _Month, offers: _Offers, start: datetime) -> tuple[Catalog, _Offers, "_Costing"]:
+    """The catalog priced at a charge period's start, the month's groups with that period's facts, a costing."""
+    cat = m.cat if start == m.start else priced_catalog(m.base_cat, m.versions, start, m.fx.book, m.fx.target)
+    facts = m.facts.periods.get(start, {})
+    detail = {k: facts.get(k) or rollup.Facts() for k in offers.detail}
+    resolved = {k: cat.offers[o.id] for k, o in offers.resolved.items()}
+    by_recorded = {k: cat.offers[o.id] for k, o in offers.by_recorded.items()}
+    op = _Offers(detail, _without_project(detail), resolved, by_recorded, offers.by_node_type)
+    return cat, op, _Costing(by_recorded, {}, {}, {}, start, m.intensities, cat)
+
+
+def _offers_used(m: _Month, offers: _Offers, nt_id: int, part: NodeTypeMonth) -> list[Offer]:
+    """The offers a node type's charge period was priced with: its groups', its fleets', the alternatives."""
+    used = [offers.resolved[k] for k in offers.by_node_type[nt_id]]
+    used += [m.cat.offers[off_id] for off_id in m.fleets if m.cat.offers[off_id].node_type_id == nt_id]
+    names = {part.own_offer, part.elastic_offer, part.reserved_offer}
+    return used + [o for o in m.cat.offers.values() if o.node_type_id == nt_id and o.name in names]
+
+
+def _merge_periods(parts: list[NodeTypeMonth]) -> NodeTypeMonth:
+    """A node type's month from its charge periods: money, hours and energy added, the rest as in the first."""
+    first = parts[0]
+    add = ("node_hours", "gpu_hours", "capacity_node_hours", "actual_cost", "idle_cost")
+    optional = ("own_cost", "own_idle_cost", "elastic_cost", "reserved_cost", "energy_kwh", "co2e_kg")
+    merged = replace(first, **{k: sum((getattr(p, k) for p in parts), ZERO) for k in add},
+                     **{k: _sum_opt(getattr(p, k) for p in parts) for k in optional})
+    merged.over_capacity = any(p.over_capacity for p in parts)
+    merged.power_basis = combine_bases([p.power_basis for p in parts])
+    merged.co2e_basis = _combine_co2e([p.co2e_basis for p in parts])
+    return merged
+
+
+def _combine_co2e(bases: list[Optional[str]]) -> Optional[str]:
+    known = {b for b in bases if b}
+    return known.pop() if len(known) == 1 else ("mixed" if known else None)
+
+
+def _group_costs(costings: dict[datetime, "_Costing"]) -> dict[GroupKey, Decimal]:
+    """The month's cost of each group: its charge periods' costs added up."""
+    if len(costings) == 1:
+        return next(iter(costings.values())).group_cost
+    out: dict[GroupKey, Decimal] = {}
+    for c in costings.values():
+        for k, v in c.group_cost.items():
+            out[k] = out[k] + v if k in out else v
+    return out
 
 
 def _node_type_month(m: _Month, offers: _Offers, nt_id: int, flags: tuple[Optional[str], Optional[str], Optional[str]],
@@ -304,9 +496,9 @@ def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", cur
     for off_id, members in by_offer.items():
         offer = m.cat.offers[off_id]
         if m.fleets.get(off_id):
-            cap = fleet_capacity(m.fleets[off_id], m.start, m.period.end, m.tz)
+            cap = fleet_capacity(m.fleets[off_id], m.start, m.capacity_end, m.tz)
         else:  # no fleet configured: implied by peak use
-            cap = Decimal(m.facts.peak(nt_id, {k[1] or 0 for k in members})) * m.period.hours
+            cap = Decimal(m.facts.peak(nt_id, {k[1] or 0 for k in members})) * m.span_hours
         member_facts = [offers.groups[k] for k in members]
         kwh, basis = _fleet_energy_kwh(offer, _total(member_facts), cap)
         fm = costs.fleet_month(offer, cap, [f.node_hours for f in member_facts], m.hours, energy_kwh=kwh)
@@ -344,10 +536,10 @@ def _alternatives(m: _Month, offers: _Offers, nt_id: int, total: rollup.Facts,
     own, rent, reserved = flags
     own_fleets = m.fleets_of(nt_id, OfferKind.own)
     if own_fleets:
-        own_cap, own_nodes, sized = fleet_capacity(own_fleets, m.start, m.period.end, m.tz), max(f.node_count for f in own_fleets), "fleet"
+        own_cap, own_nodes, sized = fleet_capacity(own_fleets, m.start, m.capacity_end, m.tz), max(f.node_count for f in own_fleets), "fleet"
     else:
         peak = m.facts.peak(nt_id)
-        own_cap, own_nodes, sized = Decimal(peak) * m.period.hours, peak, "peak"
+        own_cap, own_nodes, sized = Decimal(peak) * m.span_hours, peak, "peak"
     alt = _Alternatives(pick_offer(m.cat, own, nt_id, OfferKind.own, "--own"),
                         pick_offer(m.cat, rent, nt_id, OfferKind.rent_elastic, "--rent"),
                         pick_offer(m.cat, reserved, nt_id, OfferKind.rent_reserved, "--reserved"), own_nodes, sized)
@@ -368,8 +560,9 @@ def _alternatives(m: _Month, offers: _Offers, nt_id: int, total: rollup.Facts,
 def _one_currency(month: str, currencies: set[str]) -> Optional[str]:
     if len(currencies) > 1:
         raise LedgerInputError(
-            f"month {month}: offers in use are priced in {', '.join(sorted(currencies))}; "
-            "one report needs one currency: re-price the offers (`trainledger pricing import`) in one currency")
+            f"month {month}: offers in use are priced in {', '.join(sorted(currencies))}; one report needs one "
+            f"currency: present it in one with --currency {sorted(currencies)[0]} (the others converted at the rates "
+            "of `trainledger fx set`), or set a default with `trainledger settings currency CODE`")
     return next(iter(currencies), None)
 
 
@@ -383,7 +576,13 @@ class _Costing:
     fleet_months: dict[int, costs.FleetMonth]  # fixed-cost offer id → its month
     own_months: dict[int, tuple[Offer, costs.FleetMonth]]  # node type → the own alternative
     rent_offers: dict[int, Offer]  # node type → the elastic alternative
-    group_cost: dict[GroupKey, Decimal] = field(default_factory=dict)  # actual cost of each group of the month
+    start: Optional[datetime] = None  # of the charge period
+    intensities: Optional[carbon.IntensityBook] = None
+    cat: Optional[Catalog] = None  # priced at the period's start
+    group_cost: dict[GroupKey, Decimal] = field(default_factory=dict)  # actual cost of each group of the period
+    power_kw: dict[int, Optional[Decimal]] = field(default_factory=dict)  # node type → nominal kW (filled when asked)
+    period_end: dict[int, datetime] = field(default_factory=dict)  # node type → the end of its period starting here
+    footprints: list[tuple[carbon.Carbon, carbon.Intensity]] = field(default_factory=list)  # per node type
 
     def offer(self, node_type_id: int, offer_id: Optional[int]) -> Offer:
         return self.by_recorded[(node_type_id, offer_id)]
@@ -400,6 +599,29 @@ class _Costing:
     def if_own(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
         pair = self.own_months.get(node_type_id)
         return pair[1].allocate(f.node_hours) if pair is not None else None
+
+    def unit(self, offer: Offer, f: rollup.Facts) -> tuple[Decimal, Decimal]:
+        """(pricing quantity, unit price) of ``f`` under ``offer``: billed node-hours × hourly rate for elastic
+        rent, node-hours × the fleet's rate per busy node-hour otherwise; their product is :meth:`cost`."""
+        if offer.kind == OfferKind.rent_elastic:
+            rate, rule = _rate_rule(offer)
+            return f.billed.get(rule, ZERO), rate
+        return f.node_hours, self.fleet_months[offer.id].allocate(costs.ONE)
+
+    def intensity(self, node_type_id: int) -> carbon.Intensity:
+        return self.intensities.at(node_type_id, self.start) if self.intensities is not None else carbon.DEFAULT
+
+    def carbon(self, node_type_id: int, f: rollup.Facts) -> carbon.Carbon:
+        """Energy and CO2e of slices of a node type in this charge period (the intensity in force at its start)."""
+        if node_type_id not in self.power_kw:
+            self.power_kw[node_type_id] = carbon.node_power_kw(self.cat.node_types[node_type_id], self.cat.offers.values())
+        return carbon.of_facts(f, self.power_kw[node_type_id], self.intensity(node_type_id))
+
+    def node_type_carbon(self, node_type_id: int, f: rollup.Facts) -> carbon.Carbon:
+        """:meth:`carbon` of a node type's whole period, kept for the month's footprint."""
+        c = self.carbon(node_type_id, f)
+        self.footprints.append((c, self.intensity(node_type_id)))
+        return c
 
 
 def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
@@ -512,16 +734,10 @@ def _sum_opt(values) -> Optional[Decimal]:
     return sum(vals, ZERO) if vals else None
 
 
-def _projects(session: Session, groups: dict[tuple, rollup.Facts], costing: _Costing) -> list[dict[str, Any]]:
-    """Per project: the groups of ``(node type, offer, project, status)`` costed at the month's rates."""
-    cost: dict[tuple, Decimal] = {}
-    cost_el: dict[tuple, Optional[Decimal]] = {}
-    cost_own: dict[tuple, Optional[Decimal]] = {}
-    for k, f in groups.items():
-        offer = costing.offer(k[0], k[1])
-        cost[k] = costing.cost(offer, f)
-        cost_el[k] = costing.if_elastic(offer.node_type_id, f)
-        cost_own[k] = costing.if_own(offer.node_type_id, f)
+def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
+              periods: dict[datetime, dict]) -> list[dict[str, Any]]:
+    """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates."""
+    cost, cost_el, cost_own, co2 = _detail_costs(groups, costings, periods)
     names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
     by_project: dict[str, list[tuple]] = defaultdict(list)
     totals: dict[str, rollup.Facts] = defaultdict(rollup.Facts)
@@ -548,8 +764,38 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costing: _Cos
             "waste_cost": sum((cost[k] for k in ks if k[3] in waste), ZERO),
             "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
             "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
+            "co2e_kg": _sum_opt(co2.get(k) for k in ks),
         })
     return out
+
+
+def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
+                  periods: dict[datetime, dict]) -> tuple[dict, dict, dict, dict]:
+    """Each group's actual cost, cost if elastic, cost if owned and CO2e: Σ over its charge periods."""
+    if len(costings) == 1:
+        parts = [(next(iter(costings.values())), groups)]
+    else:
+        parts = [(c, {k: f for k, f in periods.get(ps, {}).items() if k in groups}) for ps, c in costings.items()]
+    cost: dict[tuple, Decimal] = {}
+    cost_el: dict[tuple, Optional[Decimal]] = {}
+    cost_own: dict[tuple, Optional[Decimal]] = {}
+    co2: dict[tuple, Optional[Decimal]] = {}
+    for costing, facts in parts:
+        for k, f in facts.items():
+            offer = costing.offer(k[0], k[1])
+            cost[k] = _add(cost.get(k), costing.cost(offer, f))
+            cost_el[k] = _add(cost_el.get(k), costing.if_elastic(offer.node_type_id, f), k in cost_el)
+            cost_own[k] = _add(cost_own.get(k), costing.if_own(offer.node_type_id, f), k in cost_own)
+            footprint = costing.carbon(k[0], f)
+            co2[k] = _add(co2.get(k), None if footprint.basis == "unknown" else footprint.co2e_kg, k in co2)
+    return cost, cost_el, cost_own, co2
+
+
+def _add(a: Optional[Decimal], b: Optional[Decimal], seen: bool = True) -> Optional[Decimal]:
+    """a + b where None is unknown: the first part as it is, then None only when both are."""
+    if not seen or a is None:
+        return b
+    return a if b is None else a + b
 
 
 def report_to_dict(rep: MonthlyReport) -> dict[str, Any]:
@@ -558,8 +804,10 @@ def report_to_dict(rep: MonthlyReport) -> dict[str, Any]:
             "projects": rep.projects, "runs": [asdict(r) for r in rep.runs]}
 
 
-def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costing: _Costing) -> list[RunSlice]:
-    """Per-run lines of the month, costed with the same rates as the group totals."""
+def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costings: dict[datetime, _Costing],
+           per_period: bool = False) -> list[RunSlice]:
+    """Per-run lines of the month, costed with the same rates as the group totals (each charge period's);
+    one line per run, or with ``per_period`` one per run and charge period (with its :class:`ChargeInfo`)."""
     slices = rollup.month_slices(session, m.name, m.facts.live, run_ids)
     info: dict[str, tuple] = {}
     ids = sorted({s.run_id for s in slices})
@@ -570,18 +818,87 @@ def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costing: _C
                 .outerjoin(Project, Project.id == Run.project_id).outerjoin(User, User.id == Run.user_id)
                 .where(Run.id.in_(ids[i:i + 500]))):
             info[row[0]] = tuple(row)
-    out = []
-    for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id)):
+    out: list[RunSlice] = []
+    for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id, s.start)):
         _, name, strategy, usrc, util, mfu_, tokens, _, project, user = info[s.run_id]
+        costing = costings[s.charge_from]
         offer = costing.offer(s.node_type_id, s.offer_id)
         f = s.facts
         nh = f.node_hours
         nt_id = offer.node_type_id
-        out.append(RunSlice(
+        footprint = costing.carbon(s.node_type_id, f)
+        line = RunSlice(
             run_id=s.run_id, name=name or "", project=project or "", user=user or "", status=s.status,
             strategy=strategy or "", node_type=m.cat.node_types[s.node_type_id].name, offer=offer.name,
             offer_kind=offer.kind.value, nodes=s.nodes, gpus_per_node=s.gpus_per_node, start=s.start, end=s.end,
             node_hours=nh, gpu_hours=f.gpu_hours, tokens=None if tokens is None else f.tokens, gpu_util_mean=util,
             util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
-            cost_own=costing.if_own(nt_id, f), split=s.split))
+            cost_own=costing.if_own(nt_id, f), split=s.split, energy_kwh=footprint.energy_kwh,
+            co2e_kg=None if footprint.basis == "unknown" else footprint.co2e_kg, co2e_basis=footprint.basis,
+            intensities=[costing.intensity(s.node_type_id)])
+        if per_period:
+            quantity, unit = costing.unit(offer, f)
+            line.charge = ChargeInfo(s.charge_from, costing.period_end.get(s.node_type_id, m.end), quantity, unit, offer,
+                                     getattr(offer, "price_version", None),
+                                     None if offer.kind == OfferKind.rent_elastic else
+                                     sorted(f.name for f in m.fleets.get(offer.id, [])))
+            out.append(line)
+        elif out and out[-1].run_id == line.run_id:  # the run's next charge period in this month
+            _extend_line(out[-1], line)
+        else:
+            out.append(line)
     return out
+
+
+def month_charges(session: Session, month: str, *, currency: Optional[str] = None,
+                  now: Optional[datetime] = None) -> MonthCharges:
+    """The monthly report and the month's charges per charge period: each run's slices with the unit price and
+    quantity they were costed at, and each fixed-cost fleet's cost, allocation and idle (the FOCUS export)."""
+    m, offers, costings, nt_months, currencies = _cost_month(session, month, (None, None, None), now, currency)
+    rep = _assemble(session, m, offers, costings, nt_months, currencies, True, True)
+    lines = _lines(session, m, None, costings, per_period=True)
+    fleets = []
+    for ps, c in costings.items():
+        for off_id, fm in sorted(c.fleet_months.items(), key=lambda kv: c.cat.offers[kv[0]].name):
+            offer = c.cat.offers[off_id]
+            fleets.append(FleetCharge(offer, ps, c.period_end.get(offer.node_type_id, m.end), fm,
+                                      sorted(f.name for f in m.fleets.get(off_id, []))))
+    return MonthCharges(rep, lines, fleets, m.start, m.end)
+
+
+def _extend_line(line: RunSlice, part: RunSlice) -> None:
+    """One line per run and month: add the slice of a later charge period to it."""
+    line.end = part.end
+    line.node_hours += part.node_hours
+    line.gpu_hours += part.gpu_hours
+    if line.tokens is not None:
+        line.tokens += part.tokens
+    line.cost += part.cost
+    line.cost_elastic = _add(line.cost_elastic, part.cost_elastic)
+    line.cost_own = _add(line.cost_own, part.cost_own)
+    line.energy_kwh = _add(line.energy_kwh, part.energy_kwh)
+    line.co2e_kg = _add(line.co2e_kg, part.co2e_kg)
+    line.co2e_basis = _combine_co2e([line.co2e_basis, part.co2e_basis])
+    line.intensities += [i for i in part.intensities if i not in line.intensities]
+
+
+def _carbon(m: _Month, costings: dict[datetime, _Costing]) -> dict[str, Any]:
+    """The month's energy and CO2e of its runs (idle nodes' draw is not a run's) and the intensities used."""
+    total, used = carbon.Carbon(), []
+    for c in costings.values():
+        for footprint, intensity in c.footprints:
+            total.add(footprint)
+            used.append(intensity)
+    return carbon.summary(total, used)
+
+
+def _intensity_text(i: dict[str, Any]) -> str:
+    since = f" from {i['valid_from']}" if i["valid_from"] else ""
+    return f"{format(i['g_per_kwh'].normalize(), 'f')} gCO2e/kWh, {i['location'] or 'no location'}{since}" + (
+        f" ({i['source']})" if i["source"] else "")
+
+
+def _rate_text(r: dict[str, Any]) -> str:
+    inverse = f" (1 / the {r['inverse_of']} rate)" if r["inverse_of"] else ""
+    return (f"{r['from']}→{r['to']} {format(r['rate'].normalize(), 'f')}{inverse}, rate from {r['rate_valid_from']}, "
+            f"for {', '.join(r['charge_periods'])}")

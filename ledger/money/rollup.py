@@ -3,11 +3,11 @@
 Three tables, kept in step with the ``run`` and ``run_node`` rows in the same
 transaction that changes them:
 
-* ``rollup_slice``: one row per run and calendar month (in the display time
-  zone) that the run touches: its clipped interval and the additive facts of
-  that slice (node-µs, GPU-µs, tokens, GPU-Util and MFU weights, measured kWh,
-  billed node-hours under every elastic billing rule of its node type);
-* ``rollup_month``: the same facts summed per month, node type, offer (as
+* ``rollup_slice``: one row per run and charge period that the run touches: its
+  clipped interval and the additive facts of that slice (node-µs, GPU-µs, tokens,
+  GPU-Util and MFU weights, measured kWh, billed node-hours under every elastic
+  billing rule of its node type);
+* ``rollup_month``: the same facts summed per charge period, node type, offer (as
   recorded on the run), project and status;
 * ``rollup_peak``: per month and node type (and per recorded offer), the peak
   number of nodes in use at one instant, for fleets sized by peak use.
@@ -17,6 +17,16 @@ do not depend on the order of addition: a month read from ``rollup_month``
 equals the same month summed from its slices (``check`` verifies it, and the
 tests do on SQLite and PostgreSQL). Prices are *not* stored: a price edit needs
 no rebuild; a new elastic billing rule (granularity, minimum) is back-filled.
+
+A *charge period* is a calendar month (display time zone) cut at the instants
+where something that prices it changes for the node type: a price version of one
+of its offers (every version but an offer's first), an exchange rate touching
+an offer's currency, or a grid carbon intensity. A month with no such instant is
+one charge period (``charge_from`` = the month's start), so its rows are those of
+a plain monthly rollup. A run that spans a cut is split there exactly as at a
+month boundary (:func:`slices_of_run`). The cuts the slices carry are kept in
+the ``rollup:cuts`` setting; a new or removed cut recomputes the slices it
+touches (:func:`refresh_cuts`).
 
 Runs still running (no end yet) change every second, so they are not stored;
 :func:`month_facts` adds them at read time. ORM writes are tracked by session
@@ -29,9 +39,10 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Iterable, Optional
@@ -53,10 +64,22 @@ from sqlalchemy.orm import Session as SASession
 
 from ledger.money import costs
 from ledger.money.costs import ZERO
-from ledger.money.months import month_bounds, months_of, run_interval, time_share
+from ledger.money.months import (
+    cached_month_bounds,
+    date_start,
+    month_bounds,
+    month_of,
+    months_of,
+    run_interval,
+    time_share,
+)
 from ledger.store.models import (
+    CarbonIntensity,
+    FxRate,
+    NodeType,
     Offer,
     OfferKind,
+    OfferPrice,
     RollupMonth,
     RollupPeak,
     RollupSlice,
@@ -73,10 +96,12 @@ GRID = Decimal("1e-12")
 ALL = -1  # rollup_peak.offer_key of the whole node type
 MARKER = "rollup:tz"  # setting: the time zone the rollup is built in (absent: not built)
 RULES_MARKER = "rollup:rules"  # setting: the elastic billing rules per node type the slices carry
+CUTS_MARKER = "rollup:cuts"  # setting: the charge-period cuts per node type the slices carry
 BATCH = 20_000
 _PENDING = "trainledger_rollup_pending"
 _REBUILD = "trainledger_rollup_rebuild"
 _RULES = "trainledger_rollup_rules"
+_CUTS = "trainledger_rollup_cuts"
 
 
 # --- facts --------------------------------------------------------------------
@@ -211,7 +236,7 @@ def _parse_rule(key: str) -> tuple[Optional[Decimal], Optional[Decimal]]:
 
 @dataclass
 class SliceFact:
-    """One run's part of one month."""
+    """One run's part of one charge period (``charge_from``: the period's start) of one month."""
 
     run_id: str
     month: str
@@ -223,12 +248,13 @@ class SliceFact:
     end: datetime
     nodes: int
     gpus_per_node: int
-    split: bool
+    split: bool  # the run crosses a month boundary
     facts: Facts
+    charge_from: datetime
 
     @property
     def key(self) -> tuple:
-        return (self.month, self.node_type_id, self.offer_id or 0, self.project_id or 0, self.status)
+        return (self.month, self.charge_from, self.node_type_id, self.offer_id or 0, self.project_id or 0, self.status)
 
     @property
     def interval(self) -> tuple:
@@ -277,9 +303,25 @@ def is_live(status: Any, ended: Optional[datetime]) -> bool:
     return getattr(status, "value", status) == RunStatus.running.value and ended is None
 
 
+def _pieces(a: datetime, b: datetime, ms: datetime, cuts: tuple[datetime, ...]) -> list[tuple[datetime, datetime, datetime]]:
+    """``[a, b]`` (inside one month starting at ``ms``) cut at ``cuts``: (start, end, charge period start) each."""
+    if not cuts:
+        return [(a, b, ms)]
+    i = bisect_right(cuts, a)
+    period = cuts[i - 1] if i and cuts[i - 1] > ms else ms
+    out = []
+    for c in cuts[i:bisect_left(cuts, b)]:
+        out.append((a, c, period))
+        a = period = c
+    out.append((a, b, period))
+    return out
+
+
 def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optional[Decimal] = None,
-                  now: Optional[datetime] = None, only_month: Optional[str] = None) -> list[SliceFact]:
-    """The month slices of one run (``row`` in :data:`RUN_COLUMNS` order).
+                  now: Optional[datetime] = None, only_month: Optional[str] = None,
+                  cuts: tuple[datetime, ...] = ()) -> list[SliceFact]:
+    """The charge-period slices of one run (``row`` in :data:`RUN_COLUMNS` order): one per month it
+    touches, cut again at ``cuts`` (sorted instants where its node type's prices, rates or intensity change).
 
     A live run is sliced only when ``now`` is given (its interval ends there).
     A run's slices add up to the run exactly: node-µs and GPU-µs are integers,
@@ -309,35 +351,43 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
         a, b = max(s, ms), min(e, me)
         if b <= a and not (s == e and ms <= s < me):
             continue
-        us = _micros(a, b)
-        node_us = nodes * us
-        gpu_us = node_us * gpn
-        f = Facts([1, node_us, gpu_us, 0, 0, 0, 0, 0, 0, 0, 0])
         split = s < ms or e > me
-        n = f.n
-        if util_d is not None:
-            n[_UTIL_SLICES], n[_UTIL_US], n[_UTIL_W] = 1, gpu_us, int((util_d * gpu_us).to_integral_value())
-        if mfu_d is not None and gpu_us:
-            n[_MFU_US], n[_MFU_W] = gpu_us, int((mfu_d * gpu_us).to_integral_value())
-        if not split:  # the whole run (the common case)
-            if tokens is not None:
-                n[_TOKENS] = tokens
-            if run_kwh is not None:
-                f.kwh = _q(run_kwh)
-                n[_KWH_SLICES], n[_KWH_NODE_US] = 1, node_us
-            f.billed = {r: _q(bt) for r, bt in billed_total.items()}
-        else:
-            sa, sb = share(a), share(b)
-            if tokens is not None:
-                n[_TOKENS] = int(tokens * sb) - int(tokens * sa)
-            if run_kwh is not None:
-                f.kwh = _q(run_kwh * sb) - _q(run_kwh * sa)
-                n[_KWH_SLICES], n[_KWH_NODE_US] = 1, node_us
-            f.billed = {r: _q(bt * sb) - _q(bt * sa) for r, bt in billed_total.items()}
-        if usrc:
-            f.sources = {usrc: 1}
-        out.append(SliceFact(rid, month, nt_id, offer_id, project_id, status_v, a, b, nodes, gpn, split, f))
+        for pa, pb, period in _pieces(a, b, ms, cuts):
+            f = _piece_facts(pa, pb, nodes, gpn, util_d, mfu_d)
+            n = f.n
+            if pa == s and pb == e:  # the whole run (the common case)
+                if tokens is not None:
+                    n[_TOKENS] = tokens
+                if run_kwh is not None:
+                    f.kwh = _q(run_kwh)
+                    n[_KWH_SLICES], n[_KWH_NODE_US] = 1, n[_NODE_US]
+                f.billed = {r: _q(bt) for r, bt in billed_total.items()}
+            else:
+                sa, sb = share(pa), share(pb)
+                if tokens is not None:
+                    n[_TOKENS] = int(tokens * sb) - int(tokens * sa)
+                if run_kwh is not None:
+                    f.kwh = _q(run_kwh * sb) - _q(run_kwh * sa)
+                    n[_KWH_SLICES], n[_KWH_NODE_US] = 1, n[_NODE_US]
+                f.billed = {r: _q(bt * sb) - _q(bt * sa) for r, bt in billed_total.items()}
+            if usrc:
+                f.sources = {usrc: 1}
+            out.append(SliceFact(rid, month, nt_id, offer_id, project_id, status_v, pa, pb, nodes, gpn, split, f, period))
     return out
+
+
+def _piece_facts(a: datetime, b: datetime, nodes: int, gpn: int, util_d: Optional[Decimal],
+                 mfu_d: Optional[Decimal]) -> Facts:
+    """The time-weighted facts of one slice [a, b]: node-µs, GPU-µs, GPU-Util and MFU weights."""
+    node_us = nodes * _micros(a, b)
+    gpu_us = node_us * gpn
+    f = Facts([1, node_us, gpu_us, 0, 0, 0, 0, 0, 0, 0, 0])
+    n = f.n
+    if util_d is not None:
+        n[_UTIL_SLICES], n[_UTIL_US], n[_UTIL_W] = 1, gpu_us, int((util_d * gpu_us).to_integral_value())
+    if mfu_d is not None and gpu_us:
+        n[_MFU_US], n[_MFU_W] = gpu_us, int((mfu_d * gpu_us).to_integral_value())
+    return f
 
 
 # --- reading the catalog and runs ------------------------------------------------
@@ -354,10 +404,13 @@ def _marker(conn: Connection) -> Optional[str]:
 
 
 def elastic_rules(conn: Connection) -> dict[int, set[str]]:
-    """Billing rules of the elastic offers, per node type."""
+    """Billing rules of the elastic offers (every price version of them), per node type."""
     out: dict[int, set[str]] = defaultdict(set)
     for o in conn.execute(select(Offer.node_type_id, Offer.billing_granularity_hours, Offer.minimum_hours)
                           .where(Offer.kind == OfferKind.rent_elastic)):
+        out[o[0]].add(rule_key(o[1], o[2]))
+    for o in conn.execute(select(Offer.node_type_id, OfferPrice.billing_granularity_hours, OfferPrice.minimum_hours)
+                          .join(Offer, Offer.id == OfferPrice.offer_id).where(Offer.kind == OfferKind.rent_elastic)):
         out[o[0]].add(rule_key(o[1], o[2]))
     return out
 
@@ -383,6 +436,99 @@ def exact_kwh(rows: Iterable[tuple[str, Optional[float], int]]) -> dict[str, Dec
         else:
             total[rid] += Decimal(repr(float(kwh)))
     return {rid: total[rid] for rid, n in seen.items() if rid not in missing and n >= nodes_of[rid]}
+# --- charge periods ------------------------------------------------------------------
+
+Cuts = dict[int, tuple[datetime, ...]]
+
+
+def charge_cuts(conn: Connection, tz: ZoneInfo) -> Cuts:
+    """Per node type, the sorted instants inside months (display time zone ``tz``) where its charge
+    periods change: a price version of one of its offers (all but each offer's first, which also
+    covers the time before it), an exchange rate of a pair that touches one of its offers'
+    currencies, or a carbon intensity for it or for every node type (each one: before the first,
+    the documented default applies)."""
+    offers = conn.execute(select(Offer.id, Offer.node_type_id, Offer.currency)).all()
+    nts = {nt for _, nt, _ in offers} | set(conn.execute(select(NodeType.id)).scalars())
+    out: dict[int, set[datetime]] = defaultdict(set)
+    first: dict[int, datetime] = {}
+    later: list[tuple[int, datetime]] = []
+    for oid, vf in conn.execute(select(OfferPrice.offer_id, OfferPrice.valid_from).order_by(OfferPrice.offer_id,
+                                                                                            OfferPrice.valid_from)):
+        vf = _utc(vf)
+        if oid in first:
+            later.append((oid, vf))
+        else:
+            first[oid] = vf
+    nt_of = {oid: nt for oid, nt, _ in offers}
+    for oid, vf in later:
+        if oid in nt_of:
+            out[nt_of[oid]].add(vf)
+    currencies: dict[int, set[str]] = defaultdict(set)
+    for _, nt, cur in offers:
+        currencies[nt].add(cur)
+    for base, quote, d in conn.execute(select(FxRate.base, FxRate.quote, FxRate.valid_from).distinct()):
+        t = date_start(_day(d), tz)
+        for nt, curs in currencies.items():
+            if base in curs or quote in curs:
+                out[nt].add(t)
+    for key, d in conn.execute(select(CarbonIntensity.node_type_key, CarbonIntensity.valid_from)):
+        t = date_start(_day(d), tz)
+        for nt in (nts if key == 0 else [key]):
+            out[nt].add(t)
+    return {nt: tuple(sorted(t for t in ts if cached_month_start(t, tz) != t)) for nt, ts in sorted(out.items())
+            if any(cached_month_start(t, tz) != t for t in ts)}
+
+
+def _day(v: Any) -> date:
+    return date.fromisoformat(v) if isinstance(v, str) else v
+
+
+def cached_month_start(t: datetime, tz: ZoneInfo) -> datetime:
+    """The start of the month (in ``tz``) that contains instant ``t``."""
+    return cached_month_bounds(month_of(t, tz), tz)[0]
+
+
+def _cuts_text(cuts: Cuts) -> str:
+    return json.dumps({str(nt): [t.isoformat() for t in ts] for nt, ts in sorted(cuts.items()) if ts}, sort_keys=True)
+
+
+@lru_cache(maxsize=32)
+def _parse_cuts(text_: str) -> Cuts:
+    return {int(nt): tuple(datetime.fromisoformat(t) for t in ts) for nt, ts in json.loads(text_).items()}
+
+
+def _cuts_marker(conn: Connection) -> Cuts:
+    """The cuts the stored slices carry (empty when none were ever set)."""
+    v = conn.execute(select(Setting.value).where(Setting.key == CUTS_MARKER)).scalar()
+    return _parse_cuts(v) if v else {}
+
+
+def _set_cuts_marker(conn: Connection, cuts: Cuts) -> None:
+    t = Setting.__table__
+    conn.execute(delete(t).where(t.c.key == CUTS_MARKER))
+    if any(cuts.values()):
+        conn.execute(t.insert().values(key=CUTS_MARKER, value=_cuts_text(cuts)))
+
+
+def refresh_cuts(conn: Connection) -> int:
+    """Bring the slices in line with the current charge-period cuts (a price version, exchange rate or
+    intensity was added, moved or removed): only runs with a slice after a changed instant in its month
+    are recomputed. Returns the runs recomputed."""
+    tz = ZoneInfo(_timezone(conn))
+    new, old = charge_cuts(conn, tz), _cuts_marker(conn)
+    if new == old:
+        return 0
+    _lock(conn)
+    _set_cuts_marker(conn, new)
+    st = RollupSlice.__table__
+    ids: set[str] = set()
+    for nt in sorted(set(new) | set(old)):
+        for t in sorted(set(new.get(nt, ())) ^ set(old.get(nt, ()))):
+            # every slice from t to the month's end changes its charge period (a run across t is also split)
+            ids.update(conn.execute(select(st.c.run_id).where(st.c.month == month_of(t, tz), st.c.node_type_id == nt,
+                                                              st.c.end_at >= t)).scalars())
+    refresh_runs(conn, ids)
+    return len(ids)
 
 
 def measured_kwh(conn: Connection, run_ids: Optional[Iterable[str]] = None) -> dict[str, Decimal]:
@@ -396,16 +542,17 @@ def measured_kwh(conn: Connection, run_ids: Optional[Iterable[str]] = None) -> d
 
 def _compute(conn: Connection, run_ids: list[str], tz: ZoneInfo, rules: dict[int, set[str]]) -> list[SliceFact]:
     out: list[SliceFact] = []
+    cuts = _cuts_marker(conn)
     for i in range(0, len(run_ids), 500):
         chunk = run_ids[i:i + 500]
         kwh = measured_kwh(conn, chunk)
         for row in conn.execute(select(*RAW_RUN_COLUMNS).where(Run.id.in_(chunk))):
             row = _run_row(row)
-            out.extend(slices_of_run(row, tz, rules.get(row[2], ()), kwh.get(row[0])))
+            out.extend(slices_of_run(row, tz, rules.get(row[2], ()), kwh.get(row[0]), cuts=cuts.get(row[2], ())))
     return out
 
 
-SLICE_COLUMNS = (RollupSlice.run_id, RollupSlice.month, RollupSlice.node_type_id, RollupSlice.offer_id,
+SLICE_COLUMNS = (RollupSlice.run_id, RollupSlice.month, RollupSlice.charge_from, RollupSlice.node_type_id, RollupSlice.offer_id,
                  RollupSlice.project_id, RollupSlice.status, RollupSlice.start_at, RollupSlice.end_at,
                  RollupSlice.nodes, RollupSlice.gpus_per_node, RollupSlice.split,
                  *(getattr(RollupSlice, k) for k in Facts.INTS), RollupSlice.kwh, RollupSlice.billed,
@@ -414,11 +561,12 @@ SLICE_COLUMNS = (RollupSlice.run_id, RollupSlice.month, RollupSlice.node_type_id
 
 def _slice_from_row(r: Any) -> SliceFact:
     return SliceFact(r.run_id, r.month, r.node_type_id, r.offer_id, r.project_id, r.status, r.start_at, r.end_at,
-                     r.nodes, r.gpus_per_node, bool(r.split), Facts.from_row(r))
+                     r.nodes, r.gpus_per_node, bool(r.split), Facts.from_row(r), r.charge_from)
 
 
 def _slice_values(s: SliceFact) -> dict[str, Any]:
-    return {"run_id": s.run_id, "month": s.month, "node_type_id": s.node_type_id, "offer_id": s.offer_id,
+    return {"run_id": s.run_id, "month": s.month, "charge_from": s.charge_from, "node_type_id": s.node_type_id,
+            "offer_id": s.offer_id,
             "project_id": s.project_id, "status": s.status, "start_at": s.start, "end_at": s.end,
             "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "split": s.split, **s.facts.values()}
 
@@ -439,11 +587,11 @@ def _apply_month(conn: Connection, deltas: dict[tuple, Facts]) -> None:
         d = deltas[key]
         if d.is_zero():
             continue
-        month, nt, ok, pk, status = key
-        where = and_(t.c.month == month, t.c.node_type_id == nt, t.c.offer_key == ok, t.c.project_key == pk,
-                     t.c.status == status)
-        conn.execute(_insert(conn, t).values(month=month, node_type_id=nt, offer_key=ok, project_key=pk,
-                                             status=status, **Facts().values()).on_conflict_do_nothing())
+        month, charge_from, nt, ok, pk, status = key
+        where = and_(t.c.month == month, t.c.charge_from == charge_from, t.c.node_type_id == nt, t.c.offer_key == ok,
+                     t.c.project_key == pk, t.c.status == status)
+        conn.execute(_insert(conn, t).values(month=month, charge_from=charge_from, node_type_id=nt, offer_key=ok,
+                                             project_key=pk, status=status, **Facts().values()).on_conflict_do_nothing())
         row = conn.execute(select(t).where(where).with_for_update()).one()
         f = Facts.from_row(row)
         f.add(d)
@@ -614,8 +762,7 @@ def _rebuild_month_rows(conn: Connection, month: str, nt: Optional[int] = None) 
     conn.execute(dm)
     conn.execute(dp)
     if groups:
-        conn.execute(mt.insert(), [{"month": k[0], "node_type_id": k[1], "offer_key": k[2], "project_key": k[3],
-                                    "status": k[4], **f.values()} for k, f in sorted(groups.items())])
+        conn.execute(mt.insert(), [_month_values(k, f) for k, f in sorted(groups.items())])
     if scopes:
         conn.execute(pt.insert(), [{"month": k[0], "node_type_id": k[1], "offer_key": k[2], "peak": sweep_peak(v)}
                                    for k, v in sorted(scopes.items())])
@@ -637,9 +784,11 @@ def rebuild(conn: Connection, progress: Any = None) -> int:
     tz_name = _timezone(conn)
     tz = ZoneInfo(tz_name)
     rules = elastic_rules(conn)
+    cuts = charge_cuts(conn, tz)
     st, mt, pt = RollupSlice.__table__, RollupMonth.__table__, RollupPeak.__table__
     for t in (pt, mt, st):
         conn.execute(delete(t))
+    _set_cuts_marker(conn, cuts)
     total = conn.execute(select(func.count()).select_from(Run)).scalar() or 0
     kwh = measured_kwh(conn)
     groups: dict[tuple, Facts] = defaultdict(Facts)
@@ -651,7 +800,7 @@ def rebuild(conn: Connection, progress: Any = None) -> int:
             break
         batch: list[SliceFact] = []
         for row in rows:
-            batch.extend(slices_of_run(tuple(row), tz, rules.get(row[2], ()), kwh.get(row[0])))
+            batch.extend(slices_of_run(tuple(row), tz, rules.get(row[2], ()), kwh.get(row[0]), cuts=cuts.get(row[2], ())))
         if batch:
             conn.execute(st.insert(), [_slice_values(s) for s in batch])
         for s in batch:
@@ -661,13 +810,12 @@ def rebuild(conn: Connection, progress: Any = None) -> int:
         if progress:
             progress(done, total)
     if groups:
-        vals = [{"month": k[0], "node_type_id": k[1], "offer_key": k[2], "project_key": k[3], "status": k[4],
-                 **f.values()} for k, f in sorted(groups.items())]
+        vals = [_month_values(k, f) for k, f in sorted(groups.items())]
         for i in range(0, len(vals), BATCH):
             conn.execute(mt.insert(), vals[i:i + BATCH])
     # peaks: one sweep per month and node type, from the stored slices
     peaks = []
-    for month, nt in sorted({(k[0], k[1]) for k in groups}):
+    for month, nt in sorted({(k[0], k[2]) for k in groups}):
         scopes: dict[int, list] = defaultdict(list)
         for s, e, n, off in conn.execute(select(st.c.start_at, st.c.end_at, st.c.nodes, st.c.offer_id)
                                          .where(st.c.month == month, st.c.node_type_id == nt)):
@@ -679,6 +827,12 @@ def rebuild(conn: Connection, progress: Any = None) -> int:
     _set_rules_marker(conn, rules)
     _set_marker(conn, tz_name)
     return done
+
+
+def _month_values(key: tuple, f: Facts) -> dict[str, Any]:
+    """A ``rollup_month`` row of group ``key`` (:attr:`SliceFact.key`)."""
+    return {"month": key[0], "charge_from": key[1], "node_type_id": key[2], "offer_key": key[3], "project_key": key[4],
+            "status": key[5], **f.values()}
 
 
 def _set_marker(conn: Connection, tz_name: str) -> None:
@@ -706,6 +860,11 @@ def _collect(session: SASession, flush_context: Any, instances: Any) -> None:
             pending.add(obj.run_id)
         elif isinstance(obj, Offer):
             session.info.setdefault(_RULES, set()).add(obj.node_type_id)
+            session.info[_CUTS] = True  # its currency or node type may have changed
+        elif isinstance(obj, (OfferPrice, FxRate, CarbonIntensity)):
+            session.info[_CUTS] = True
+            if isinstance(obj, OfferPrice):  # a version may carry a new billing rule: check every node type
+                session.info.setdefault(_RULES, set()).add(None)
         elif isinstance(obj, Setting) and obj.key == "timezone":
             session.info[_REBUILD] = True
 
@@ -713,14 +872,14 @@ def _collect(session: SASession, flush_context: Any, instances: Any) -> None:
 @event.listens_for(SASession, "before_commit")
 def _before_commit(session: SASession) -> None:
     # commit() flushes only after this hook: unflushed changes are collected by the flush in sync()
-    if (session.info.get(_PENDING) or session.info.get(_REBUILD) or session.info.get(_RULES)
+    if (session.info.get(_PENDING) or session.info.get(_REBUILD) or session.info.get(_RULES) or session.info.get(_CUTS)
             or session.new or session.dirty or session.deleted):
         sync(session)
 
 
 @event.listens_for(SASession, "after_soft_rollback")
 def _after_rollback(session: SASession, previous_transaction: Any) -> None:
-    for k in (_PENDING, _REBUILD, _RULES):
+    for k in (_PENDING, _REBUILD, _RULES, _CUTS):
         session.info.pop(k, None)
 
 
@@ -731,6 +890,7 @@ def sync(session: SASession) -> None:
     pending = session.info.pop(_PENDING, set())
     rebuild_flag = session.info.pop(_REBUILD, False)
     rules_nts = session.info.pop(_RULES, set())
+    cuts_flag = session.info.pop(_CUTS, False)
     if not _has_tables(conn):
         return
     marker = _marker(conn)
@@ -741,7 +901,9 @@ def sync(session: SASession) -> None:
         rebuild(conn)
         return
     if rules_nts:
-        backfill_rules(conn, rules_nts)
+        backfill_rules(conn, None if None in rules_nts else rules_nts)
+    if cuts_flag:
+        refresh_cuts(conn)
     if pending:
         refresh_runs(conn, pending)
 
@@ -767,19 +929,24 @@ def ensure(session: SASession) -> None:
     if _marker(conn) != _timezone(conn):
         log.info("building the monthly rollup (first use or time zone change)")
         rebuild(conn)
+    else:
+        refresh_cuts(conn)  # price versions, rates or intensities written behind the session events
 
 
 # --- reading ---------------------------------------------------------------------
 
 @dataclass
 class MonthFacts:
-    """What the cost engine needs for one month: facts per group, peaks, live slices."""
+    """What the cost engine needs for one month: facts per group (per charge period and summed), peaks,
+    live slices, and the instants where each node type's charge periods change inside the month."""
 
     month: str
     groups: dict[tuple[int, Optional[int], Optional[int], str], Facts]  # (node type, offer, project, status)
     live: list[SliceFact]
     _peaks: dict[tuple[int, int], int]
     _conn: Connection
+    periods: dict[datetime, dict[tuple[int, Optional[int], Optional[int], str], Facts]] = None  # type: ignore[assignment]
+    cuts: dict[int, tuple[datetime, ...]] = None  # type: ignore[assignment]  # node type → cuts inside the month
 
     def peak(self, node_type_id: int, offer_keys: Optional[set[int]] = None) -> int:
         """Peak concurrent nodes of a node type, live runs included; with ``offer_keys`` only
@@ -809,10 +976,12 @@ class MonthFacts:
 
 def live_slices(conn: Connection, month: str, tz: ZoneInfo, now: datetime, me: datetime) -> list[SliceFact]:
     rules = elastic_rules(conn)
+    cuts = _cuts_marker(conn)
     out = []
     for row in conn.execute(select(*RAW_RUN_COLUMNS).where(Run.status == RunStatus.running, Run.ended_at.is_(None),
                                                        Run.started_at.is_not(None), Run.started_at < me)):
-        out.extend(slices_of_run(_run_row(row), tz, rules.get(row[2], ()), None, now=now, only_month=month))
+        out.extend(slices_of_run(_run_row(row), tz, rules.get(row[2], ()), None, now=now, only_month=month,
+                                 cuts=cuts.get(row[2], ())))
     return out
 
 
@@ -821,18 +990,27 @@ def month_facts(session: SASession, month: str, tz: ZoneInfo, now: datetime) -> 
     conn = session.connection()
     ms, me = month_bounds(month, tz)
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
-    groups: dict[tuple, Facts] = {}
-    cols = (mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status, *(mt.c[k] for k in INTS),
-            mt.c.kwh, mt.c.billed, mt.c.util_sources)
+    periods: dict[datetime, dict[tuple, Facts]] = defaultdict(dict)
+    cols = (mt.c.charge_from, mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status,
+            *(mt.c[k] for k in INTS), mt.c.kwh, mt.c.billed, mt.c.util_sources)
     n = len(INTS)
     for r in conn.execute(select(*cols).where(mt.c.month == month)):
-        groups[(r[0], r[1] or None, r[2] or None, r[3])] = Facts.from_parts(list(r[4:4 + n]), *r[4 + n:])
+        periods[r[0]][(r[1], r[2] or None, r[3] or None, r[4])] = Facts.from_parts(list(r[5:5 + n]), *r[5 + n:])
     live = live_slices(conn, month, tz, now, me)
     for s in live:
         k = (s.node_type_id, s.offer_id, s.project_id, s.status)
-        groups.setdefault(k, Facts()).add(s.facts)
+        periods[s.charge_from].setdefault(k, Facts()).add(s.facts)
+    if len(periods) <= 1:  # one charge period: its groups are the month's
+        groups = next(iter(periods.values()), {})
+    else:
+        groups = defaultdict(Facts)
+        for p in sorted(periods):
+            for k, f in periods[p].items():
+                groups[k].add(f)
+        groups = dict(groups)
     peaks = {(r.node_type_id, r.offer_key): r.peak for r in conn.execute(select(pt).where(pt.c.month == month))}
-    return MonthFacts(month, groups, live, peaks, conn)
+    cuts = {nt: inside for nt, ts in _cuts_marker(conn).items() if (inside := tuple(t for t in ts if ms < t < me))}
+    return MonthFacts(month, groups, live, peaks, conn, dict(periods), cuts)
 
 
 def month_slices(session: SASession, month: str, live: list[SliceFact],
@@ -857,24 +1035,26 @@ def check(session: SASession, months: Optional[Iterable[str]] = None) -> list[st
     conn = session.connection()
     tz = ZoneInfo(_timezone(conn))
     rules = elastic_rules(conn)
+    cuts = charge_cuts(conn, tz)
     kwh = measured_kwh(conn)
     want_groups: dict[tuple, Facts] = defaultdict(Facts)
     want_scopes: dict[tuple, list] = defaultdict(list)
     wanted_months = set(months) if months is not None else None
     for row in conn.execute(select(*RAW_RUN_COLUMNS)):
         row = _run_row(row)
-        for s in slices_of_run(tuple(row), tz, rules.get(row[2], ()), kwh.get(row[0])):
+        for s in slices_of_run(tuple(row), tz, rules.get(row[2], ()), kwh.get(row[0]), cuts=cuts.get(row[2], ())):
             if wanted_months is not None and s.month not in wanted_months:
                 continue
             want_groups[s.key].add(s.facts)
             for ok in (s.offer_id or 0, ALL):
                 want_scopes[(s.month, s.node_type_id, ok)].append((s.start, s.end, s.nodes))
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
-    have_groups = {(r.month, r.node_type_id, r.offer_key, r.project_key, r.status): Facts.from_row(r)
+    have_groups = {(r.month, r.charge_from, r.node_type_id, r.offer_key, r.project_key, r.status): Facts.from_row(r)
                    for r in conn.execute(select(mt)) if wanted_months is None or r.month in wanted_months}
     have_peaks = {(r.month, r.node_type_id, r.offer_key): r.peak for r in conn.execute(select(pt))
                   if wanted_months is None or r.month in wanted_months}
-    problems = []
+    problems = [] if _cuts_marker(conn) == cuts else [f"rollup:cuts: stored {_cuts_text(_cuts_marker(conn))} != "
+                                                      f"current {_cuts_text(cuts)}"]
     for k in sorted(set(want_groups) | set(have_groups)):
         w, h = want_groups.get(k, Facts()), have_groups.get(k, Facts())
         if w.values() != h.values():

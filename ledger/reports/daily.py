@@ -15,6 +15,10 @@ change). For that day:
   (``costs.fleet_month`` on the day's capacity with the month's hours, so the
   days of a month add up to the month, measured energy included), elastic runs
   by their share of the day (telescoping shares, as the month split does).
+
+Prices are those in force at the start of the day (a version that starts during
+the day applies from the next day's report; the monthly report splits at the
+instant), converted to the presentation currency (``--currency``) at the day's rate.
 """
 
 from __future__ import annotations
@@ -38,14 +42,17 @@ from ledger.money.catalog import (
     fleet_capacity,
     fleets_by_offer,
     load_catalog,
+    load_versions,
     own_energy_kwh,
+    priced_catalog,
 )
 from ledger.money.costs import ZERO
+from ledger.money.fx import load_rates
 from ledger.money.monthly import SLICE_QUANTUM, RunSlice
 from ledger.money.months import month_bounds, run_interval, time_share
 from ledger.money.rollup import exact_kwh, sweep_peak
 from ledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
-from ledger.store.settings import display_timezone, get_setting
+from ledger.store.settings import display_timezone, get_setting, presentation_currency
 from ledger.store.types import utcnow
 
 
@@ -103,9 +110,10 @@ class _DayRuns:
     month_use: dict[int, list[tuple[datetime, datetime, int]]]  # offer id → the month's intervals (peak sizing)
 
 
-def daily_report(session: Session, day: Optional[str | date] = None, now: Optional[datetime] = None) -> dict[str, Any]:
+def daily_report(session: Session, day: Optional[str | date] = None, now: Optional[datetime] = None,
+                 currency: Optional[str] = None) -> dict[str, Any]:
     """Node-hours used vs available, time utilization, GPU-Util, idle nodes and spend of one day."""
-    d = _load_day(session, day, now or utcnow())
+    d = _load_day(session, day, now or utcnow(), currency)
     runs = _day_runs(session, d)
     elastic_cost = _cost_elastic_slices(runs)
     slice_kwh = _slice_energy_kwh(session, runs.slices, runs.full, d.start, d.end)
@@ -127,14 +135,16 @@ def daily_report(session: Session, day: Optional[str | date] = None, now: Option
     }
 
 
-def _load_day(session: Session, day: Optional[str | date], now: datetime) -> _Day:
+def _load_day(session: Session, day: Optional[str | date], now: datetime, currency: Optional[str] = None) -> _Day:
     tz = display_timezone(session)
     d = day if isinstance(day, date) else parse_day(day, tz, now)
     ds, de = day_bounds(d, tz)
     if ds >= now:
         raise LedgerInputError(f"--date: {d.isoformat()} has not started yet in {tz}")
     ms, me = month_bounds(ds.astimezone(tz).strftime("%Y-%m"), tz)
-    return _Day(d, tz, ds, min(de, now), de > now, ms, me, now, load_catalog(session), fleets_by_offer(session, ms, me, tz))
+    target = presentation_currency(session, currency)
+    cat = priced_catalog(load_catalog(session), load_versions(session), ds, load_rates(session, tz) if target else None, target)
+    return _Day(d, tz, ds, min(de, now), de > now, ms, me, now, cat, fleets_by_offer(session, ms, me, tz))
 
 
 def _day_runs(session: Session, d: _Day) -> _DayRuns:

@@ -30,10 +30,11 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 XLSX_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost", "cost_if_elastic",
-                   "cost_if_own", "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000"]
+                   "cost_if_own", "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000", "co2e_kg"]
 RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
                "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
-               "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split"]
+               "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "energy_kwh", "co2e_kg",
+               "co2e_basis"]
 NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
                      "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
                      "reserved_offer", "reserved_cost"]

@@ -22,6 +22,8 @@ PCT_SUFFIXES = ("_pct",)
 RATIO_SUFFIXES = ("utilization", "roi", "mfu", "mfu_mean", "gpu_util_mean", "gpu_util_p95", "coverage",
                   "break_even_utilization", "break_even_utilization_power_adjusted", "comm_share")
 HOURS_SUFFIXES = ("_hours", "_months")
+#: energy and emissions: 3 decimals (Wh, g)
+QUANTITY_KEYS = {"energy_kwh", "energy_measured_kwh", "energy_estimated_kwh", "co2e_kg", "emissions_kg"}
 
 
 def kind_of(key: str) -> str:
@@ -31,7 +33,7 @@ def kind_of(key: str) -> str:
         return "pct"
     if key.endswith(RATIO_SUFFIXES):
         return "ratio"
-    if key.endswith(HOURS_SUFFIXES) or key.endswith("_per_1000"):
+    if key.endswith(HOURS_SUFFIXES) or key.endswith("_per_1000") or key in QUANTITY_KEYS:
         return "hours"
     return "plain"
 

@@ -25,6 +25,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.money import costs
+from ledger.money.fx import at_list_prices
 from ledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
 from ledger.store.types import utcnow
 
@@ -42,8 +43,10 @@ def latest_sweep_id(session: Session) -> Optional[str]:
     return row
 
 
-def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: Optional[int] = None) -> dict[str, Any]:
-    """The comparison table for a sweep (default: the latest) or for the last ``days`` days."""
+def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: Optional[int] = None,
+                        currency: Optional[str] = None) -> dict[str, Any]:
+    """The comparison table for a sweep (default: the latest) or for the last ``days`` days; costs at the offers'
+    list prices, in ``currency`` (else the Settings currency once set) at the rate in force now."""
     from ledger.runs.registry import reap_stale
 
     reap_stale(session)
@@ -66,7 +69,8 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
                             "error": run.error})
             continue
         if nt.id not in offers_by_nt:
-            offers_by_nt[nt.id] = session.exec(select(Offer).where(Offer.node_type_id == nt.id).order_by(Offer.name)).all()
+            offers_by_nt[nt.id] = at_list_prices(
+                session, session.exec(select(Offer).where(Offer.node_type_id == nt.id).order_by(Offer.name)).all(), currency)
         per_offer = {}
         for o in offers_by_nt[nt.id]:
             per_hour = node_hour_rate(o) * run.nodes
@@ -91,7 +95,9 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
     for i, r in enumerate(rows):
         r["cheapest"] = i == 0 and best(r) != Decimal("Infinity")
         r["best_cost_per_1m_tokens"] = best(r) if best(r) != Decimal("Infinity") else None
-    return {"scope": label, "sweep_id": sweep_id, "rows": rows, "not_measured": pending}
+    currencies = sorted({o.currency for os_ in offers_by_nt.values() for o in os_})
+    return {"scope": label, "sweep_id": sweep_id, "currency": ", ".join(currencies) or None, "rows": rows,
+            "not_measured": pending}
 
 
 def _measured(session: Session, runs: list[tuple[str, int]]) -> dict[str, dict[str, Any]]:

@@ -160,7 +160,8 @@ def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list
 
     rent_elastic: nodes × billed hours × hourly rate (granularity and minimum per run);
     own / rent_reserved: node-hours × full-use rate per node-hour (730 h month).
-    Offers may be ledger rows or detached copies (the Planner costs planned runs with it).
+    Offers may be ledger rows or detached copies (the Planner costs planned runs with it;
+    ``show_run`` passes them at their list prices converted to the presented currency).
     """
     nh = costs.node_hours(nodes, duration_hours)
     out = []
@@ -176,29 +177,31 @@ def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list
     return out
 
 
-def show_run(session: Session, run_id: str) -> dict[str, Any]:
-    """A run with its nodes, its cost per month (actual) and its cost under every offer."""
+def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """A run with its nodes, its cost, energy and CO2e per month (actual, at the prices in force then) and its
+    cost under every offer (at their list prices). ``currency``: as ``report monthly --currency``."""
     reap_stale(session)
     run = get_run(session, run_id)
     nt = session.get(NodeType, run.node_type_id)
     tz = display_timezone(session)
-    iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, utcnow())
+    now = utcnow()
+    iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
     duration = costs.hours_between(*iv) if iv else costs.ZERO
     nh = costs.node_hours(run.nodes, duration)
-    offers = session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id)).all()
-    under = cost_under_offers(offers, run.nodes, duration)
+    under = cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)
     monthly: list[dict[str, Any]] = []
+    intensities: list = []
     if iv:
-        m = month_of(iv[0], tz)
-        last = month_of(iv[1], tz)
         from ledger.money.months import months_between
 
-        for month in months_between(m, last):
-            rep = monthly_report(session, month, lines={run_id})
+        for month in months_between(month_of(iv[0], tz), month_of(iv[1], tz)):
+            rep = monthly_report(session, month, lines={run_id}, currency=currency)
             for s in rep.runs:
                 if s.run_id == run.id:
                     monthly.append({"month": month, "node_hours": s.node_hours, "cost": s.cost, "offer": s.offer,
-                                    "currency": rep.currency})
+                                    "currency": rep.currency, "energy_kwh": s.energy_kwh, "co2e_kg": s.co2e_kg,
+                                    "co2e_basis": s.co2e_basis})
+                    intensities += [i for i in s.intensities if i not in intensities]
     data = run.model_dump()
     data["status"] = run.status.value
     data["node_type"] = nt.name
@@ -211,9 +214,59 @@ def show_run(session: Session, run_id: str) -> dict[str, Any]:
     data["cost_by_month"] = monthly
     data["cost_under_offers"] = under
     data["cost_per_1m_tokens"] = costs.cost_per_million_tokens(data["cost_actual"], run.tokens) if monthly else None
+    data["currency"] = monthly[0]["currency"] if monthly else (under[0]["currency"] if under else None)
+    data.update(_run_carbon(monthly, intensities))
     data["nodes_detail"] = [n.model_dump(exclude={"id", "run_id"}) for n in
                             session.exec(select(RunNode).where(RunNode.run_id == run.id).order_by(RunNode.node_rank, RunNode.hostname)).all()]
     return data
+
+
+def _list_prices(session: Session, node_type_id: int, currency: Optional[str], now: datetime) -> list:
+    """The node type's offers at their list prices (newest version), converted at the rate in force now."""
+    from ledger.money.fx import at_list_prices
+
+    return at_list_prices(session, session.exec(select(Offer).where(Offer.node_type_id == node_type_id)).all(), currency, now)
+
+
+def _run_carbon(monthly: list[dict[str, Any]], intensities: list) -> dict[str, Any]:
+    """A run's energy and CO2e: Σ of its months, how they were known, and the intensities applied."""
+    from ledger.money.carbon import DEFAULT
+
+    known = [m for m in monthly if m["co2e_kg"] is not None]
+    bases = {m["co2e_basis"] for m in monthly if m["co2e_basis"]}
+    return {"energy_kwh": sum((m["energy_kwh"] for m in monthly), costs.ZERO) if monthly else None,
+            "co2e_kg": sum((m["co2e_kg"] for m in known), costs.ZERO) if known else None,
+            "co2e_basis": bases.pop() if len(bases) == 1 else ("mixed" if bases else None),
+            "carbon_intensity_assumed": any(i.assumed for i in intensities) if intensities else DEFAULT.assumed,
+            "carbon_intensity_g_per_kwh": [i.g_per_kwh for i in intensities],
+            "carbon_location": ", ".join(dict.fromkeys(i.location for i in intensities if i.location)) or None,
+            "carbon_intensity_source": "; ".join(dict.fromkeys(i.source for i in intensities if i.source)) or None}
+
+
+def model_card(session: Session, run_id: str, training_type: str = "pre-training", currency: Optional[str] = None) -> dict[str, Any]:
+    """A Hugging Face model-card metadata block for a run: ``co2_eq_emissions`` (emissions in grams, source,
+    training_type, geographical_location, hardware_used) and the run's GPU-hours and cost."""
+    if training_type not in ("pre-training", "fine-tuning"):
+        raise LedgerInputError(f"--training-type: expected pre-training or fine-tuning, got {training_type!r}")
+    d = show_run(session, run_id, currency)
+    if d["co2e_kg"] is None:
+        raise LedgerInputError(f"RUN_ID: {d['id']} has no CO2e: it never started, or its node type has no "
+                               "nominal_power_kw and no energy was measured (`trainledger collect`)")
+    nt = session.exec(select(NodeType).where(NodeType.name == d["node_type"])).one()
+    basis = {"measured": "measured energy", "estimated": "energy estimated from nominal power x node-hours",
+             "mixed": "partly measured, partly estimated energy"}.get(d["co2e_basis"], "energy")
+    g = ", ".join(format(x.normalize(), "f") for x in d["carbon_intensity_g_per_kwh"])
+    assumed = " (assumed default grid intensity)" if d["carbon_intensity_assumed"] else ""
+    return {"co2_eq_emissions": {
+        "emissions": float((d["co2e_kg"] * 1000).quantize(Decimal("0.01"))),
+        "source": f"trainledger: {basis}, {d['energy_kwh'].quantize(Decimal('0.001'))} kWh x {g} gCO2e/kWh{assumed}",
+        "training_type": training_type,
+        "geographical_location": d["carbon_location"] or "unknown",
+        "hardware_used": f"{d['nodes']} x {nt.gpus_per_node} {nt.gpu_model} ({d['nodes'] * nt.gpus_per_node} GPUs)"},
+        "training_compute": {"run_id": d["id"], "gpu_hours": float(d["gpu_hours"].quantize(Decimal("0.001"))),
+                             "cost": None if d["cost_actual"] is None else str(costs.cents(d["cost_actual"])),
+                             "currency": d["currency"], "energy_kwh": float(d["energy_kwh"].quantize(Decimal("0.001"))),
+                             "co2e_basis": d["co2e_basis"]}}
 
 
 # --- what the dashboard lists: months with runs, filter values, loss curves, live progress ----------

@@ -1,4 +1,5 @@
-"""Writing an output file (``report monthly -o``, ``db backup --out``, ...): whole or not at all, never through a planted link.
+"""Files users name: reading their inputs (pricing TOML, rate CSVs) and writing outputs (``report monthly -o``,
+``db backup --out``, ...): whole or not at all, never through a planted link.
 
 :func:`write_output` is the one way a command writes a file a user named:
 
@@ -122,3 +123,13 @@ def write_output(path: Path | str, data: Optional[bytes] = None, *, force: bool 
             tmp.unlink()
     _fsync_dir(path.parent)
     return path
+
+
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """The text of ``path``, or a one-line error saying why it cannot be read (``FILE: …``)."""
+    try:
+        return Path(path).read_text(encoding=encoding)
+    except OSError as exc:
+        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None

@@ -22,6 +22,15 @@ def get_run(session: Session, run_id: str) -> Run:
     return run
 
 
+def by_name(session: Session, model, name: str, flag: str, what: str):
+    """The row of ``model`` called ``name``, else a one-line error naming ``flag`` and the names there are."""
+    row = session.exec(select(model).where(model.name == name)).first()
+    if row is None:
+        names = session.exec(select(model.name).order_by(model.name)).all()
+        raise LedgerInputError(f"{flag}: unknown {what} {name!r}; use one of {', '.join(names) or '(none)'}")
+    return row
+
+
 def get_or_create(session: Session, model, name: Optional[str]) -> Optional[int]:
     """Id of the Project/User called ``name``, created if new (None for no name).
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from ledger.store.types import Money, UTCDateTime, utcnow
+from ledger.store.types import Money, Rate, UTCDateTime, utcnow
 
 
 class OfferKind(str, enum.Enum):
@@ -71,18 +71,22 @@ class NodeType(SQLModel, table=True):
     inter_node_gbits_per_s: Optional[float] = None  # per node, all NICs, one direction
     inter_node_latency_us: Optional[float] = None
     source: str = Field(default="preset", max_length=20)  # preset | user
+    # added in migration 0009: nominal draw of one node at load, for CO2e when energy was not measured
+    nominal_power_kw: Optional[Decimal] = Field(default=None, sa_type=Money)
 
 
-class Offer(SQLModel, table=True):
-    """How node-hours of a node type are paid for (SPEC §3)."""
+#: the fields that make up an offer's price; each version in ``offer_price`` carries all of them
+PRICE_FIELDS = ("price_per_node_hour", "price_per_node_month", "billing_granularity_hours", "minimum_hours",
+                "capex_per_node", "depreciation_months", "residual_value", "power_kw_load", "power_kw_idle",
+                "electricity_price_per_kwh", "pue", "operations_per_node_month")
+#: the price fields in units of the offer's currency (converted to present money in another one)
+CURRENCY_FIELDS = ("price_per_node_hour", "price_per_node_month", "capex_per_node", "residual_value",
+                   "electricity_price_per_kwh", "operations_per_node_month")
 
-    __tablename__ = "offer"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
-    name: str = Field(index=True, unique=True, max_length=100)
-    node_type_id: int = Field(foreign_key="node_type.id", index=True)
-    kind: OfferKind = Field(max_length=20)
-    currency: str = Field(default="CNY", max_length=3)
+class OfferPricing(SQLModel):
+    """The price fields of an offer (:data:`PRICE_FIELDS`), in the offer's currency."""
+
     # rent_elastic / rent_reserved
     price_per_node_hour: Optional[Decimal] = _money()
     price_per_node_month: Optional[Decimal] = _money()
@@ -97,8 +101,75 @@ class Offer(SQLModel, table=True):
     electricity_price_per_kwh: Optional[Decimal] = _money()
     pue: Optional[Decimal] = _money()
     operations_per_node_month: Optional[Decimal] = _money()
+
+
+class Offer(OfferPricing, table=True):
+    """How node-hours of a node type are paid for (SPEC §3).
+
+    Its price fields hold its newest price version (``offer_price``): the list price
+    used for what-ifs (``cost compare``, the Planner, "cost under every offer").
+    Real usage is costed at the version in force when the node-hours were used.
+    """
+
+    __tablename__ = "offer"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=100)
+    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    kind: OfferKind = Field(max_length=20)
+    currency: str = Field(default="CNY", max_length=3)
     source: str = Field(default="preset", max_length=20)
     notes: str = Field(default="", max_length=500)
+
+
+class OfferPrice(OfferPricing, table=True):
+    """One version of an offer's prices, in force from ``valid_from`` until the next version's (migration 0009).
+
+    ``version`` counts the versions of an offer in the order they were added; a
+    retroactive version can start before a later-numbered one. Usage before an
+    offer's first version is costed at the first version.
+    """
+
+    __tablename__ = "offer_price"
+    __table_args__ = (UniqueConstraint("offer_id", "valid_from", name="uq_offer_price_from"),
+                      UniqueConstraint("offer_id", "version", name="uq_offer_price_version"))
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    offer_id: int = Field(foreign_key="offer.id", index=True)
+    version: int
+    valid_from: datetime = Field(sa_type=UTCDateTime)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    note: str = Field(default="", max_length=500)
+
+
+class FxRate(SQLModel, table=True):
+    """An exchange rate: 1 ``base`` = ``rate`` ``quote``, in force from the start of ``valid_from``
+    (a calendar day in the display time zone) until the pair's next rate (migration 0009)."""
+
+    __tablename__ = "fx_rate"
+    __table_args__ = (UniqueConstraint("base", "quote", "valid_from", name="uq_fx_rate"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    base: str = Field(max_length=3)
+    quote: str = Field(max_length=3)
+    valid_from: date
+    rate: Decimal = Field(sa_type=Rate)
+    source: str = Field(default="", max_length=200)
+
+
+class CarbonIntensity(SQLModel, table=True):
+    """Grid carbon intensity (gCO2e per kWh) of a node type's site, or of every node type without
+    its own (``node_type_key`` 0), in force from the start of ``valid_from`` (migration 0009)."""
+
+    __tablename__ = "carbon_intensity"
+    __table_args__ = (UniqueConstraint("node_type_key", "valid_from", name="uq_carbon_intensity"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_type_key: int = 0  # node type id; 0 = the ledger-wide figure
+    valid_from: date
+    g_per_kwh: Decimal = Field(sa_type=Rate)
+    location: str = Field(default="", max_length=100)  # the site or grid region, e.g. "CN" or "CN-North"
+    source: str = Field(default="", max_length=200)
 
 
 class Fleet(SQLModel, table=True):
@@ -265,17 +336,19 @@ class RollupFacts(SQLModel):
 
 
 class RollupSlice(RollupFacts, table=True):
-    """One run's part of one calendar month (display time zone) and its additive facts."""
+    """One run's part of one charge period (a calendar month in the display time zone, cut where a
+    price, exchange rate or carbon intensity takes effect) and its additive facts."""
 
     __tablename__ = "rollup_slice"
     __table_args__ = (
-        UniqueConstraint("run_id", "month", name="uq_rollup_slice"),
+        UniqueConstraint("run_id", "month", "charge_from", name="uq_rollup_slice"),
         Index("ix_rollup_slice_scope", "month", "node_type_id", "start_at"),
     )
 
     id: Optional[int] = Field(default=None, primary_key=True)
     run_id: str = Field(max_length=64)  # indexed by uq_rollup_slice
     month: str = Field(max_length=7)
+    charge_from: datetime = Field(sa_type=UTCDateTime)  # start of the charge period (migration 0009)
     node_type_id: int
     offer_id: Optional[int] = None  # as recorded on the run (resolved when read)
     project_id: Optional[int] = None
@@ -288,14 +361,15 @@ class RollupSlice(RollupFacts, table=True):
 
 
 class RollupMonth(RollupFacts, table=True):
-    """The facts of ``rollup_slice`` summed per month, node type, recorded offer, project and status."""
+    """The facts of ``rollup_slice`` summed per charge period, node type, recorded offer, project and status."""
 
     __tablename__ = "rollup_month"
-    __table_args__ = (UniqueConstraint("month", "node_type_id", "offer_key", "project_key", "status",
+    __table_args__ = (UniqueConstraint("month", "charge_from", "node_type_id", "offer_key", "project_key", "status",
                                        name="uq_rollup_month"),)
 
     id: Optional[int] = Field(default=None, primary_key=True)
     month: str = Field(max_length=7)
+    charge_from: datetime = Field(sa_type=UTCDateTime)  # start of the charge period (migration 0009)
     node_type_id: int
     offer_key: int = 0  # offer id, 0 = none recorded
     project_key: int = 0  # project id, 0 = none

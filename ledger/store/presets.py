@@ -3,10 +3,18 @@
 Files are TOML with ``[[node_type]]`` and ``[[offer]]`` tables (see
 ``data/pricing.toml``). Everything is validated before anything is written;
 a bad value is a one-line :class:`LedgerInputError` naming the entry and field.
+
+Prices have a history (:mod:`ledger.store.prices`): importing an existing offer
+with other prices adds a version valid from its ``valid_from`` key (a TOML date
+or date-time; default: the command's ``--from``, else now) instead of
+overwriting it. Several ``[[offer]]`` tables with one name and distinct
+``valid_from`` values are a price history. An offer's kind, node type and
+currency cannot change (its past months were priced in them).
 """
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
@@ -18,7 +26,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.store.models import NodeType, Offer, OfferKind
+from ledger.store import prices
+from ledger.store.files import read_text
+from ledger.store.fx import check_currency
+from ledger.store.models import NodeType, Offer, OfferKind, OfferPrice
+from ledger.store.settings import display_timezone
 
 PRESET_FILE = "pricing.toml"
 #: Money columns are NUMERIC(20, 6): at most 14 digits before the point, 6 after
@@ -43,6 +55,7 @@ class NodeTypeSpec(BaseModel):
     intra_node_latency_us: Optional[float] = Field(default=None, gt=0, le=1e6)
     inter_node_gbits_per_s: Optional[float] = Field(default=None, gt=0, le=1e6)
     inter_node_latency_us: Optional[float] = Field(default=None, gt=0, le=1e6)
+    nominal_power_kw: Optional[Decimal] = Field(default=None, ge=0, lt=MONEY_MAX)  # per node at load, for CO2e estimates
 
 
 NonNeg = Field(default=None, ge=0, lt=MONEY_MAX)
@@ -68,9 +81,11 @@ class OfferSpec(BaseModel):
     pue: Optional[Decimal] = Field(default=None, ge=1, lt=MONEY_MAX)
     operations_per_node_month: Optional[Decimal] = NonNeg
     notes: str = Field(default="", max_length=500)
+    valid_from: Optional[datetime | date] = None  # a price version from then (a date: its start in the display time zone)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "OfferSpec":
+        check_currency(self.currency, "currency")
         if self.kind == "rent_elastic":
             if (self.price_per_node_hour is None) == (self.price_per_node_month is None):
                 raise ValueError("rent_elastic needs exactly one of price_per_node_hour or price_per_node_month")
@@ -88,7 +103,7 @@ class OfferSpec(BaseModel):
         return self
 
     def to_row(self, node_type_id: int, source: str) -> dict[str, Any]:
-        data = self.model_dump(exclude={"node_type"})
+        data = self.model_dump(exclude={"node_type", "valid_from"})
         if self.kind == "own":
             data.setdefault("residual_value", Decimal(0))
             data["residual_value"] = data["residual_value"] or Decimal(0)
@@ -105,11 +120,19 @@ class PricingFile(BaseModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PricingFile":
-        for section, entries in (("node_type", self.node_type), ("offer", self.offer)):
-            names = [e.name for e in entries]
-            twice = next((n for n in names if names.count(n) > 1), None)
-            if twice is not None:
-                raise ValueError(f"{section} {twice!r} is defined twice; keep one")
+        names = [e.name for e in self.node_type]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"node_type {twice!r} is defined twice; keep one")
+        keys = [(e.name, e.valid_from) for e in self.offer]  # one name at several valid_from: a price history
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            at = f" from {twice[1]}" if twice[1] is not None else ""
+            raise ValueError(f"offer {twice[0]!r} is defined twice{at} (its versions would overlap); keep one")
+        for name in dict.fromkeys(e.name for e in self.offer):
+            same = [e for e in self.offer if e.name == name]
+            if len(same) > 1 and len({(e.kind, e.node_type, e.currency) for e in same}) > 1:
+                raise ValueError(f"offer {name!r}: its versions differ in kind, node type or currency; an offer keeps them")
         return self
 
 
@@ -151,9 +174,16 @@ def preset_text() -> str:
     return resources.files("trainledger_data").joinpath(PRESET_FILE).read_text(encoding="utf-8")
 
 
-def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: bool) -> dict[str, int]:
-    """Add (or, with ``replace``, overwrite) node types and offers in one transaction.
+def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: bool,
+                  valid_from: Optional[datetime] = None, retroactive: bool = False,
+                  plans: Optional[list[prices.VersionPlan]] = None, note: str = "") -> dict[str, int]:
+    """Add node types and offers (with ``replace``: update node types, and add price versions to offers)
+    in one transaction.
 
+    A new offer's first version starts at its first entry's ``valid_from``, else at the
+    ledger's earliest run (else 1970-01-01). An existing offer with other prices gets a version
+    from the entry's ``valid_from``, else ``valid_from``, else now; one in the past needs
+    ``retroactive``. The versions added are appended to ``plans`` (for a confirmation).
     Raises :class:`LedgerInputError` for an unknown node type before writing anything.
     """
     known = {nt.name: nt for nt in session.exec(select(NodeType)).all()}
@@ -180,33 +210,62 @@ def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: 
         counts["node_types"] += 1
     session.flush()
     offers = {o.name: o for o in session.exec(select(Offer)).all()}
+    tz = display_timezone(session)
+    by_name: dict[str, list[OfferSpec]] = {}
     for ofs in spec.offer:
-        values = ofs.to_row(known[ofs.node_type].id, source)
-        row = offers.get(ofs.name)
-        if row is None:
-            session.add(Offer(**values))
-        elif replace:
-            for k in Offer.model_fields:
-                if k != "id":
-                    setattr(row, k, values.get(k))
-        else:
+        by_name.setdefault(ofs.name, []).append(ofs)
+    for name, entries in by_name.items():
+        # dated versions in order, then one without a date (from --from, else now)
+        entries.sort(key=lambda e: (e.valid_from is None, _instant(e.valid_from, tz).timestamp() if e.valid_from else 0))
+        row = offers.get(name)
+        if row is not None and not replace:
             continue
-        counts["offers"] += 1
+        if row is None:
+            first, entries = entries[0], entries[1:]
+            row = Offer(**first.to_row(known[first.node_type].id, source))
+            session.add(row)
+            session.flush()
+            prices.add_first_version(session, row, _instant(first.valid_from, tz))
+            counts["offers"] += 1
+            fresh = True
+        else:
+            fresh = False
+        for ofs in entries:
+            _offer_version(session, row, ofs, known[ofs.node_type].id, source, tz, valid_from=valid_from,
+                           retroactive=retroactive or fresh, plans=None if fresh else plans, note=note)
+            counts["offers"] += 1
     session.flush()
     return counts
 
 
-def import_pricing_file(session: Session, path: Path) -> dict[str, int]:
-    """``trainledger pricing import FILE.toml``: add or replace user node types and offers."""
+def _instant(value: Optional[datetime | date], tz) -> Optional[datetime]:
+    return prices.parse_valid_from(value, tz, "valid_from") if value is not None else None
+
+
+def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: int, source: str, tz, *,
+                   valid_from: Optional[datetime], retroactive: bool, plans: Optional[list], note: str = "") -> None:
+    """An ``[[offer]]`` entry for an offer that exists: a new price version (if its prices differ), new notes."""
+    values = ofs.to_row(node_type_id, source)
+    for field, label in (("kind", "kind"), ("node_type_id", "node_type"), ("currency", "currency")):
+        if getattr(row, field) != values[field]:
+            shown = {"kind": row.kind.value, "node_type_id": "its node type", "currency": row.currency}[field]
+            raise LedgerInputError(f"offer {row.name!r}: {label}: is {shown}; an offer's kind, node type and currency "
+                                   "cannot change (its history is priced in them): import it under a new name")
+    plan = prices.plan_version(session, row, values, _instant(ofs.valid_from, tz) or valid_from)
+    prices.apply_version(session, plan, retroactive=retroactive, note=note)
+    if plans is not None and not plan.noop:
+        plans.append(plan)
+    row.notes, row.source = values["notes"], source
+
+
+def import_pricing_file(session: Session, path: Path, valid_from: Optional[datetime] = None,
+                        plans: Optional[list] = None) -> dict[str, int]:
+    """``trainledger pricing import FILE.toml``: add or replace user node types, add offers and price versions
+    (a version in the past is added too; the caller confirms it, see ``ledger.money.pricing.confirm_versions``)."""
+    spec = parse_pricing(read_text(path), where=Path(path).name)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    spec = parse_pricing(text, where=Path(path).name)
-    try:
-        return apply_pricing(session, spec, source="user", replace=True)
+        return apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True,
+                             plans=plans)
     except LedgerInputError as exc:
         raise LedgerInputError(f"{Path(path).name}: {exc}") from None
 
@@ -232,6 +291,8 @@ def _schema_is_current(bind: Engine | Connection) -> bool:
     from sqlalchemy import inspect
 
     insp = inspect(bind)
+    if not insp.has_table(OfferPrice.__tablename__):  # before migration 0009: no price versions yet
+        return False
     return all({c["name"] for c in insp.get_columns(t.__tablename__)} >= set(t.__table__.columns.keys())
                for t in (NodeType, Offer))
 

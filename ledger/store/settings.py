@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session
@@ -11,7 +12,7 @@ from ledger.store.models import Setting
 
 DEFAULTS = {
     "timezone": "UTC",  # display time zone; months are calendar months in it
-    "currency": "CNY",
+    "currency": "CNY",  # presentation currency once set; unset: the offers' own (see presentation_currency)
 }
 
 
@@ -25,8 +26,10 @@ def set_setting(session: Session, key: str, value: str) -> None:
         raise LedgerInputError(f"setting: unknown key {key!r}; use one of {', '.join(DEFAULTS)}")
     if key == "timezone":
         parse_timezone(value)
-    if key == "currency" and not (len(value) == 3 and value.isalpha() and value.isupper()):
-        raise LedgerInputError(f"currency: expected a 3-letter ISO code such as CNY or USD, got {value!r}")
+    if key == "currency":
+        from ledger.store.fx import check_currency
+
+        check_currency(value, "currency")
     row = session.get(Setting, key)
     if row is None:
         session.add(Setting(key=key, value=value))
@@ -43,3 +46,14 @@ def parse_timezone(name: str) -> ZoneInfo:
 
 def display_timezone(session: Session) -> ZoneInfo:
     return parse_timezone(get_setting(session, "timezone"))
+
+
+def presentation_currency(session: Session, requested: Optional[str] = None) -> Optional[str]:
+    """The currency reports present money in: ``requested`` (``--currency``), else the ``currency`` setting
+    once it has been set, else None (the offers' own currency, when they share one)."""
+    if requested:
+        from ledger.store.fx import check_currency
+
+        return check_currency(requested, "--currency")
+    row = session.get(Setting, "currency")
+    return row.value if row else None

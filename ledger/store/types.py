@@ -3,6 +3,8 @@
 * ``Money``: exact ``Decimal`` on every backend. PostgreSQL stores NUMERIC(20, 6);
   SQLite has no decimal type (SQLAlchemy would round-trip through float), so
   there the value is stored as its canonical text.
+* ``Rate``: the same with 12 decimal places (NUMERIC(30, 12)): exchange rates such as
+  0.000061 USD per IDR keep their digits.
 * ``UTCDateTime``: timestamps are stored as naive UTC and always come back as
   timezone-aware UTC ``datetime`` objects, whatever the backend.
 """
@@ -25,22 +27,33 @@ class Money(TypeDecorator):
 
     impl = Numeric(20, 6)
     cache_ok = True
+    precision, scale = 20, MONEY_SCALE
 
     def load_dialect_impl(self, dialect):
         if dialect.name == "sqlite":
             return dialect.type_descriptor(String(40))
-        return dialect.type_descriptor(Numeric(20, 6, asdecimal=True))
+        return dialect.type_descriptor(Numeric(self.precision, -self.scale.as_tuple().exponent, asdecimal=True))
 
     def process_bind_param(self, value, dialect):
         if value is None:
             return None
-        value = Decimal(value).quantize(MONEY_SCALE)
+        value = Decimal(value).quantize(self.scale)
         return str(value) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value, dialect):
         if value is None:
             return None
-        return Decimal(value).quantize(MONEY_SCALE)
+        return Decimal(value).quantize(self.scale)
+
+
+RATE_SCALE = Decimal("1e-12")
+
+
+class Rate(Money):
+    """Exact decimal rate column (exchange rates, carbon intensities): 12 decimal places kept."""
+
+    impl = Numeric(30, 12)
+    precision, scale = 30, RATE_SCALE
 
 
 class UTCDateTime(TypeDecorator):

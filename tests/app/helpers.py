@@ -6,7 +6,8 @@ a fixed clock) plus runs whose costs are known exactly:
 * ``hand-elastic-1``: 2 nodes × 10 h on rtx4090-rent (3,600/730 per node-hour,
   billed per started hour) = 2 × 10 × 3,600 ÷ 730 = 98.63 CNY;
 * ``hand-cpu-1``: a CPU-only run (MFU null, busy share from the process);
-* sweep ``sweep-2026-11-a``: zero1, zero2 and 3d for one hour each on 2 rented nodes.
+* sweep ``sweep-2026-11-a``: zero1, zero2 and 3d for one hour each on 2 rented nodes;
+* exchange rates CNY→USD (:data:`RATES`), so pages can present the ledger in dollars.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ MONTH = "2026-11"
 DEMO_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 SWEEP = "sweep-2026-11-a"
 UTC = timezone.utc
+#: CNY→USD from the first day of the demo, and a new rate from November (month boundaries: no mid-month cut)
+RATES = (("0.1380", "2026-06-01"), ("0.1401", "2026-11-01"))
 
 
 def add_hand_runs(session) -> None:
@@ -50,13 +53,16 @@ def add_hand_runs(session) -> None:
 
 def build_ledger(url: str) -> str:
     """The demo ledger for 2026-06..2026-11 plus the hand-built runs, at ``url``."""
-    from ledger.store.db import make_engine, session_scope
     from ledger.demo import generate_demo
+    from ledger.store.db import make_engine, session_scope
+    from ledger.store.fx import set_rate
 
     engine = make_engine(url)
     with session_scope(engine) as s:
         generate_demo(s, end_month=MONTH, now=DEMO_NOW)
         add_hand_runs(s)
+        for rate, day in RATES:
+            set_rate(s, "CNY", "USD", rate, day, "test")
     engine.dispose()
     return url
 
@@ -118,6 +124,7 @@ def sign_in(at, user: str, password: str, client: str = "apptest"):
 def set_role(users_file, user: str, role: str) -> None:
     """Change ``user``'s role in the auth file, keeping the password hash (their session stays valid), as an admin would."""
     import os
+
     import tomllib
 
     from app.auth import ROLES

@@ -7,11 +7,11 @@ import hashlib
 import os
 import subprocess
 import sys
-import tomllib
 from datetime import date
 from decimal import Decimal
 
 import pytest
+import tomllib
 from sqlmodel import Session, select
 
 from app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password

@@ -18,8 +18,8 @@ import pytest
 from sqlmodel import Session
 
 from ledger.money.monthly import monthly_report
-from ledger.store.db import make_engine
 from ledger.reports.present import fmt_cell
+from ledger.store.db import make_engine
 from ledger.store.models import Run, RunStatus
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
@@ -120,6 +120,46 @@ def test_every_page_and_the_csv_export(dashboard):
                          capture_output=True, check=True, timeout=120)
     assert got == cli.stdout
     assert got.startswith(b"metric,value\nmonth,2026-11\n")
+
+
+def test_the_currency_selector_changes_every_page_in_a_browser(dashboard):
+    """Choosing USD in the sidebar turns Overview's spend into the CLI's `--currency USD` figure, and the choice
+    follows the user to the other pages."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, url, _ = dashboard
+    engine = make_engine(url)
+    with Session(engine) as s:
+        usd = fmt_cell("actual_cost", monthly_report(s, MONTH, currency="USD").summary["actual_cost"])
+        cny = fmt_cell("actual_cost", monthly_report(s, MONTH).summary["actual_cost"])
+    engine.dispose()
+    expect.set_options(timeout=WAIT_MS)
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{base}/?month={MONTH}")
+            spend = page.get_by_test_id("stMetric").filter(has_text="Spend (")
+            expect(spend.get_by_test_id("stMetricLabel")).to_have_text("Spend (CNY)")
+            expect(spend.get_by_test_id("stMetricValue")).to_have_text(cny)
+            settle(page)
+            page.get_by_test_id("stSidebar").get_by_role("combobox", name="Currency").click()
+            page.get_by_role("option", name="USD", exact=True).click()
+            expect(spend.get_by_test_id("stMetricLabel")).to_have_text("Spend (USD)")
+            expect(spend.get_by_test_id("stMetricValue")).to_have_text(usd)
+            settle(page)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-overview-usd.png"), full_page=True)
+            page.get_by_test_id("stSidebarNav").get_by_role("link", name="Monthly ROI", exact=True).click()
+            expect(page.get_by_test_id("stMetric").filter(has_text="Spend (USD)").get_by_test_id("stMetricValue")
+                   ).to_have_text(usd)
+            page.get_by_test_id("stSidebarNav").get_by_role("link", name="Runs", exact=True).click()
+            expect(page.get_by_test_id("stMetric").filter(has_text="Cost (USD)")).to_be_visible()
+            expect(page.get_by_test_id("stSidebar").get_by_role("combobox", name="Currency")).to_have_value("USD")
+            settle(page)
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+        finally:
+            browser.close()
 
 
 def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):

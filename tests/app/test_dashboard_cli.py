@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
 from typer.testing import CliRunner
 
 from app import cli as dashboard_cli
 from app.auth import make_entry
 from ledger.cli import app
-
-
 
 
 def _invoke(*args):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ from sqlmodel import Session, func, select
 
 from app import launch
 from app.auth import make_entry
-from ledger.store.db import make_engine, session_scope
 from ledger.runs.launch import LaunchRequest, prepare
+from ledger.store.db import make_engine, session_scope
 from ledger.store.models import MetricSample, Run, RunStatus
 from tests.app.helpers import REPO, make_app, metrics, plain, run_page, sign_in
 from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for

@@ -8,11 +8,11 @@ import pytest
 from sqlmodel import Session, select
 
 from ledger.money.monthly import monthly_report
-from ledger.store.db import make_engine, session_scope
 from ledger.reports.export import presented_report
-from ledger.store.models import Run, RunNode
 from ledger.reports.present import fmt_cell
 from ledger.runs.registry import show_run
+from ledger.store.db import make_engine, session_scope
+from ledger.store.models import Run, RunNode
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
@@ -203,7 +203,7 @@ def test_export_page_offers_the_three_formats(demo_url, app_env):
     at = run_page(make_app(), "export")
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download CSV", "Download XLSX", "Download JSON"]
-    assert any(f"trainledger report monthly --month {MONTH} --format csv" in c.value for c in at.caption)
+    assert any(f"trainledger report monthly --month {MONTH} --currency CNY --format csv" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "json"])

@@ -10,17 +10,17 @@ import pytest
 from sqlmodel import Session, select
 
 from app import offer_form, rentown
-from ledger.runs import registry
-from ledger.runs.sweep import list_sweeps
-from ledger.store.fleets import save_fleet
-from ledger.money import costs
-from ledger.money.monthly import monthly_report
-from ledger.money.compare import compare_node_type, compare_offers
-from ledger.store.db import make_engine
 from ledger.errors import LedgerInputError
+from ledger.money import costs
+from ledger.money.compare import compare_node_type, compare_offers
+from ledger.money.monthly import monthly_report
+from ledger.runs import registry
+from ledger.runs.registry import cost_under_offers, show_run
+from ledger.runs.sweep import list_sweeps
+from ledger.store.db import make_engine
+from ledger.store.fleets import save_fleet
 from ledger.store.models import Fleet, NodeType, Offer
 from ledger.store.presets import apply_pricing, parse_pricing
-from ledger.runs.registry import cost_under_offers, show_run
 from tests.app.helpers import SWEEP
 
 

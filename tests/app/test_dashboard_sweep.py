@@ -16,11 +16,11 @@ from sqlmodel import Session, select
 from typer.testing import CliRunner
 
 from ledger.cli import app
-from ledger.store.db import make_engine, session_scope
 from ledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
-from ledger.store.models import MetricSample, Run, RunStatus, Setting
 from ledger.reports.weekly import strategy_comparison
 from ledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress
+from ledger.store.db import make_engine, session_scope
+from ledger.store.models import MetricSample, Run, RunStatus, Setting
 from ledger.store.types import utcnow
 from tests.app.helpers import DEMO_NOW, MONTH, REPO, make_app, plain, run_page
 from tests.helpers import add_run

@@ -13,8 +13,18 @@ from sqlmodel import Session, select
 from ledger.sources.collect import M_FB, M_LOSS, M_POWER, M_RX, M_TOKENS, M_UTIL, grid, node_of, pick_step, strip_port
 from ledger.store.db import make_engine
 from ledger.store.models import MetricSample, Run, RunNode
-from tests.collect.conftest import (ETH_BPS, FB, IB_BPS, POWER_W, TRAINER_LOSS, TRAINER_RUN, TRAINER_UTIL, UTIL,
-                                    WINDOW_S, free_port)
+from tests.collect.conftest import (
+    ETH_BPS,
+    FB,
+    IB_BPS,
+    POWER_W,
+    TRAINER_LOSS,
+    TRAINER_RUN,
+    TRAINER_UTIL,
+    UTIL,
+    WINDOW_S,
+    free_port,
+)
 from tests.helpers import add_run
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import pytest
 from ledger.money import costs
 from ledger.money.monthly import monthly_report
 from ledger.reports.daily import daily_report
+from ledger.reports.weekly import strategy_comparison
 from ledger.store.models import RunNode
 from ledger.store.settings import set_setting
-from ledger.reports.weekly import strategy_comparison
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -19,8 +19,15 @@ import pytest
 from ledger.store.db import make_engine
 from ledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, run_lost
-from tests.tracking.conftest import (CONFIGS, REPO, kill_leftover_runs, make_track_env, processes_of_run, run_row,
-                                     wait_for)
+from tests.tracking.conftest import (
+    CONFIGS,
+    REPO,
+    kill_leftover_runs,
+    make_track_env,
+    processes_of_run,
+    run_row,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 RUNS = 8

@@ -21,12 +21,22 @@ import sys
 
 import pytest
 
-from ledger.store.db import make_engine
 from ledger.sources.journal import read_events
+from ledger.store.db import make_engine
 from ledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, rank_pid, run_lost, training
-from tests.tracking.conftest import (CONFIGS, REPO, children, kill_leftover_runs, make_track_env, processes_of_run,
-                                     run_row, sample_counts, trainledger, wait_for)
+from tests.tracking.conftest import (
+    CONFIGS,
+    REPO,
+    children,
+    kill_leftover_runs,
+    make_track_env,
+    processes_of_run,
+    run_row,
+    sample_counts,
+    trainledger,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,16 @@ import pytest
 from ledger.store.db import make_engine
 from ledger.store.models import RunStatus
 from tests.faults.conftest import _utc, audit_samples, rank_pid, run_lost, training
-from tests.tracking.conftest import (CONFIGS, REPO, children, kill_leftover_runs, make_track_env, processes_of_run,
-                                     run_row, wait_for)
+from tests.tracking.conftest import (
+    CONFIGS,
+    REPO,
+    children,
+    kill_leftover_runs,
+    make_track_env,
+    processes_of_run,
+    run_row,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 CASES = ("rank0", "rank1", "launcher")

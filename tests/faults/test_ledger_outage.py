@@ -13,12 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from ledger.store.db import make_engine
 from ledger.sources.journal import Journal, read_events
+from ledger.store.db import make_engine
 from ledger.store.models import RunStatus
 from tests.faults.conftest import audit_samples, log_of, run_lost, training
-from tests.tracking.conftest import (journal_samples, launch_detached, make_track_env, processes_of_run, run_row,
-                                     sample_counts, trainledger, wait_for)
+from tests.tracking.conftest import (
+    journal_samples,
+    launch_detached,
+    make_track_env,
+    processes_of_run,
+    run_row,
+    sample_counts,
+    trainledger,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 STEPS = 50

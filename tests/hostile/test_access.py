@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 import json
+import os
 import re
 import shutil
 import stat
@@ -30,8 +30,8 @@ from app import launch as app_launch
 from app.access import IDENTITY_KEY, TOKEN_KEY, Identity
 from app.auth import make_entry
 from app.cli import is_loopback
-from ledger.store.db import make_engine
 from ledger.errors import LedgerInputError
+from ledger.store.db import make_engine
 from ledger.store.models import Run
 from tests.app.helpers import make_app, plain, set_role
 from tests.app.helpers import sign_in as sign_in_with

@@ -12,10 +12,18 @@ import pytest
 from sqlmodel import Session, func, select
 
 from ledger.money import costs
-from ledger.store.db import make_engine
 from ledger.sources.journal import Journal
+from ledger.store.db import make_engine
 from ledger.store.models import MetricSample, Offer, Run, RunNode, RunStatus
-from tests.tracking.conftest import CONFIGS, children, journal_samples, processes_of_run, sample_counts, trainledger, wait_for
+from tests.tracking.conftest import (
+    CONFIGS,
+    children,
+    journal_samples,
+    processes_of_run,
+    sample_counts,
+    trainledger,
+    wait_for,
+)
 from tests.tracking.conftest import launch_detached as _launch_detached
 from tests.tracking.conftest import run_row as _run
 

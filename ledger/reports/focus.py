@@ -1,0 +1,248 @@
+"""The FOCUS export: ``trainledger report focus --month YYYY-MM --format csv|parquet -o FILE``.
+
+FinOps Open Cost and Usage Specification **1.2** columns (the release in
+FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec, tag v1.2), plus ``ServiceProviderName``
+and ``HostProviderName`` under their FOCUS 1.3 names, plus the training figures as
+``x_`` columns. Rows, for one billing period (a calendar month in the display
+time zone; the FOCUS date-times are UTC) and each charge period in it (the month
+cut where a price, exchange rate or carbon intensity takes effect):
+
+* **a run on elastic rent**: ``Usage``, billed node-hours × the hourly rate in force;
+* **a run on an owned or reserved fleet**: ``Usage`` drawn from the fleet, a commitment
+  (``CommitmentDiscountStatus`` ``Used``): BilledCost 0, EffectiveCost = its allocation;
+* **the fleet's idle node-hours**: ``Usage``, ``Unused`` (EffectiveCost = idle cost);
+* **the fleet itself**: ``Purchase``, ``Recurring``: BilledCost = the fleet's cost of the
+  period, EffectiveCost 0. For each fleet, Σ EffectiveCost of its Usage rows = its
+  Purchase's BilledCost (the allocation identity, as FOCUS requires of commitments).
+
+So Σ BilledCost = Σ EffectiveCost = the monthly report's actual cost (``report monthly``).
+Money and quantities keep 10 decimals (unit price × quantity = cost); money is in the
+presented currency (``--currency``). See docs/FOCUS.md for every column, and those left out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlmodel import Session
+
+from ledger.errors import LedgerInputError
+from ledger.money.costs import ZERO
+from ledger.money.monthly import FleetCharge, RunSlice, month_charges
+from ledger.reports.export import guard_formula
+
+FOCUS_VERSION = "1.2"
+PLACES = Decimal("1e-10")
+UNIT = "Node-Hours"
+SERVICE = {"ServiceCategory": "Compute", "ServiceSubcategory": "Virtual Machines", "ServiceName": "GPU nodes"}
+ACCOUNT = {"BillingAccountId": "trainledger/ledger", "BillingAccountName": "trainledger ledger"}
+COMMITMENT_TYPE = {"own": "Owned fleet", "rent_reserved": "Reserved fleet"}
+
+#: FOCUS columns (alphabetical), then the 1.3 provider columns, then the x_ training columns
+FOCUS_COLUMNS = [
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd", "BillingPeriodStart",
+    "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ChargePeriodEnd", "ChargePeriodStart",
+    "CommitmentDiscountCategory", "CommitmentDiscountId", "CommitmentDiscountName", "CommitmentDiscountQuantity",
+    "CommitmentDiscountStatus", "CommitmentDiscountType", "CommitmentDiscountUnit", "ConsumedQuantity", "ConsumedUnit",
+    "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "InvoiceIssuerName", "ListCost", "ListUnitPrice",
+    "PricingCategory", "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "ResourceId", "ResourceName",
+    "ResourceType", "ServiceCategory", "ServiceName", "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceId",
+    "SubAccountId", "SubAccountName", "Tags",
+]
+FOCUS_13_COLUMNS = ["HostProviderName", "ServiceProviderName"]
+EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nodes", "x_GpuHours", "x_Tokens", "x_MFU",
+                     "x_GpuUtil", "x_EnergyKWh", "x_CO2eKg", "x_CO2eBasis", "x_OfferKind", "x_PriceVersion",
+                     "x_OfferCurrency", "x_FxRate"]
+COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
+DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
+                   "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
+                   "x_CO2eKg", "x_FxRate"}
+INTEGER_COLUMNS = {"x_Nodes", "x_Tokens", "x_PriceVersion"}
+FLOAT_COLUMNS = {"x_MFU", "x_GpuUtil"}
+DATETIME_COLUMNS = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}
+
+
+@dataclass
+class FocusExport:
+    """The rows of one month, and the monthly report they reconcile with."""
+
+    month: str
+    currency: str
+    rows: list[dict[str, Any]]
+    actual_cost: Decimal  # the monthly report's (unrounded)
+
+
+def focus_export(session: Session, month: str, *, currency: Optional[str] = None,
+                 now: Optional[datetime] = None) -> FocusExport:
+    """The FOCUS rows of ``month``; a month with no run and no fleet is refused (nothing to export)."""
+    charges = month_charges(session, month, currency=currency, now=now)
+    if not charges.lines and not charges.fleets:
+        raise LedgerInputError(f"--month: {month} has no runs and no fleet in this ledger; nothing to export")
+    rep = charges.report
+    period = {"BillingCurrency": rep.currency, "BillingPeriodStart": charges.start, "BillingPeriodEnd": charges.end}
+    rows = [_run_row(line, period) for line in charges.lines]
+    for fc in charges.fleets:
+        rows += _fleet_rows(fc, period)
+    rows.sort(key=lambda r: (r["ChargePeriodStart"], r["ChargeCategory"] != "Purchase", r["ResourceId"] or "",
+                             r["CommitmentDiscountStatus"] or ""))
+    return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
+
+
+def _provider(offer: Any) -> dict[str, str]:
+    """The ledger keeps no provider names: self-hosted for owned fleets, else the offer's name stands in."""
+    name = "Self-hosted" if offer.kind.value == "own" else offer.name
+    return {"ProviderName": name, "PublisherName": name, "InvoiceIssuerName": name, "ServiceProviderName": name,
+            "HostProviderName": name}
+
+
+def _sku(offer: Any, version: Optional[int]) -> dict[str, Any]:
+    return {"SkuId": offer.name, "SkuPriceId": f"{offer.name}@v{version}" if version else offer.name,
+            "SkuMeter": "GPU node usage", "x_OfferKind": offer.kind.value, "x_PriceVersion": version,
+            "x_OfferCurrency": getattr(offer, "source_currency", None) or offer.currency,
+            "x_FxRate": offer.fx.rate if getattr(offer, "fx", None) is not None else None}
+
+
+def _commitment(offer: Any, names: list[str]) -> dict[str, Any]:
+    return {"CommitmentDiscountId": f"trainledger/commitments/{offer.name}", "CommitmentDiscountCategory": "Usage",
+            "CommitmentDiscountType": COMMITMENT_TYPE[offer.kind.value],
+            "CommitmentDiscountName": ", ".join(names) if names else f"{offer.name} (sized by peak use)",
+            "CommitmentDiscountUnit": UNIT}
+
+
+def _base(period: dict[str, Any], start: datetime, end: datetime, offer: Any, version: Optional[int]) -> dict[str, Any]:
+    row = dict.fromkeys(COLUMNS)
+    row.update(period, **SERVICE, **ACCOUNT, **_provider(offer), **_sku(offer, version), ChargePeriodStart=start,
+               ChargePeriodEnd=end, PricingUnit=UNIT)
+    return row
+
+
+def _run_row(line: RunSlice, period: dict[str, Any]) -> dict[str, Any]:
+    """A run's part of one charge period: elastic usage, or usage drawn from a fleet (a commitment, Used)."""
+    ch = line.charge
+    row = _base(period, ch.start, ch.end, ch.offer, ch.price_version)
+    fleet = ch.fleets is not None
+    row.update(
+        ChargeCategory="Usage", ChargeFrequency="Usage-Based", PricingCategory="Committed" if fleet else "Standard",
+        ChargeDescription=f"Run {line.run_id} on {line.nodes} × {line.node_type} nodes ({ch.offer.name})",
+        BilledCost=ZERO if fleet else line.cost, EffectiveCost=line.cost, ListCost=line.cost, ContractedCost=line.cost,
+        PricingQuantity=ch.pricing_quantity, ListUnitPrice=ch.unit_price, ContractedUnitPrice=ch.unit_price,
+        ConsumedQuantity=line.node_hours, ConsumedUnit=UNIT,
+        ResourceId=f"trainledger/runs/{line.run_id}", ResourceName=line.name or line.run_id, ResourceType="Training run",
+        SubAccountId=f"trainledger/projects/{line.project}" if line.project else None,
+        SubAccountName=line.project or None, Tags=_tags(line),
+        x_RunId=line.run_id, x_RunName=line.name, x_RunStatus=line.status, x_NodeType=line.node_type, x_Nodes=line.nodes,
+        x_GpuHours=line.gpu_hours, x_Tokens=line.tokens, x_MFU=line.mfu, x_GpuUtil=line.gpu_util_mean,
+        x_EnergyKWh=line.energy_kwh, x_CO2eKg=line.co2e_kg, x_CO2eBasis=line.co2e_basis)
+    if fleet:
+        row.update(_commitment(ch.offer, ch.fleets), CommitmentDiscountStatus="Used",
+                   CommitmentDiscountQuantity=line.node_hours)
+    return row
+
+
+def _tags(line: RunSlice) -> Optional[str]:
+    tags = {f"trainledger/{k}": v for k, v in (("user", line.user), ("strategy", line.strategy)) if v}
+    return json.dumps(tags, sort_keys=True, ensure_ascii=False) if tags else None
+
+
+def _fleet_rows(fc: FleetCharge, period: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fixed-cost fleet's charge period: its Purchase (what it cost) and its Unused (idle) usage."""
+    fm, offer = fc.fleet, fc.offer
+    version = getattr(offer, "price_version", None)
+    commitment = _commitment(offer, fc.fleets)
+    names = ", ".join(fc.fleets) or f"{offer.name} (sized by peak use)"
+    resource = {"ResourceId": f"trainledger/fleets/{offer.name}", "ResourceName": names, "ResourceType": "GPU fleet"}
+    cap = fm.capacity_node_hours
+    purchase = _base(period, fc.start, fc.end, offer, version)
+    purchase.update(
+        ChargeCategory="Purchase", ChargeFrequency="Recurring", PricingCategory="Standard",
+        ChargeDescription=f"{COMMITMENT_TYPE[offer.kind.value]} {names}: {_nodes(cap, fc)} node-hours held",
+        BilledCost=fm.total, EffectiveCost=ZERO, ListCost=fm.total, ContractedCost=fm.total, PricingQuantity=cap,
+        ListUnitPrice=fm.total / cap if cap else ZERO, ContractedUnitPrice=fm.total / cap if cap else ZERO,
+        CommitmentDiscountQuantity=cap, **commitment, **resource)
+    rows = [purchase]
+    idle_nh = fm.idle_node_hours if not fm.over_capacity else ZERO
+    if idle_nh > 0 or fm.idle:
+        unused = _base(period, fc.start, fc.end, offer, version)
+        unit = fm.idle / idle_nh if idle_nh else ZERO
+        unused.update(
+            ChargeCategory="Usage", ChargeFrequency="Usage-Based", PricingCategory="Committed",
+            ChargeDescription=f"Idle node-hours of {names}", BilledCost=ZERO, EffectiveCost=fm.idle, ListCost=fm.idle,
+            ContractedCost=fm.idle, PricingQuantity=idle_nh, ListUnitPrice=unit, ContractedUnitPrice=unit,
+            CommitmentDiscountStatus="Unused", CommitmentDiscountQuantity=idle_nh, **commitment, **resource)
+        rows.append(unused)
+    return rows
+
+
+def _nodes(cap: Decimal, fc: FleetCharge) -> str:
+    return format(cap.quantize(Decimal("0.001")).normalize(), "f")
+
+
+# --- writers --------------------------------------------------------------------------
+
+def _text(key: str, v: Any) -> str:
+    """One CSV cell: FOCUS date-time (UTC, 'Z'), a plain decimal (no exponent, 10 places), or guarded text."""
+    if v is None:
+        return ""
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(v, Decimal):
+        return format(v.quantize(PLACES), "f")
+    if isinstance(v, float):
+        return repr(v)
+    return guard_formula(str(v)) if isinstance(v, str) else str(v)
+
+
+def to_csv(export: FocusExport) -> bytes:
+    """CSV with a header of Column IDs; null is an empty field (FOCUS NullHandling); deterministic bytes."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in export.rows:
+        w.writerow([_text(c, r[c]) for c in COLUMNS])
+    return buf.getvalue().encode("utf-8")
+
+
+def to_parquet(export: FocusExport) -> bytes:
+    """Parquet with typed columns: decimal128(38, 10), timestamp[ms, UTC], int64, float64, string (Tags: JSON text)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise LedgerInputError("--format parquet needs pyarrow: pip install 'trainledger[focus]' "
+                               "(or use --format csv)") from None
+    arrays, fields = [], []
+    for c in COLUMNS:
+        values = [r[c] for r in export.rows]
+        if c in DECIMAL_COLUMNS:
+            t = pa.decimal128(38, 10)
+            values = [None if v is None else Decimal(v).quantize(PLACES) for v in values]
+        elif c in DATETIME_COLUMNS:
+            t = pa.timestamp("ms", tz="UTC")  # Parquet keeps milliseconds at the finest; the values are whole seconds
+            values = [v.astimezone(timezone.utc).replace(microsecond=0) for v in values]
+        elif c in INTEGER_COLUMNS:
+            t = pa.int64()
+        elif c in FLOAT_COLUMNS:
+            t = pa.float64()
+        else:
+            t = pa.string()
+        arrays.append(pa.array(values, type=t))
+        fields.append(pa.field(c, t, nullable=True))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={
+        b"focus_version": FOCUS_VERSION.encode(), b"generator": b"trainledger"}))
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def render(export: FocusExport, fmt: str) -> bytes:
+    if fmt == "csv":
+        return to_csv(export)
+    if fmt == "parquet":
+        return to_parquet(export)
+    raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
