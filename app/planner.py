@@ -17,9 +17,10 @@ from ledger.runs import plan
 
 @st.cache_data(ttl=TTL, show_spinner="Evaluating plans…")
 def recommend(url: str, model: str, tokens: float, node_types: Optional[tuple[str, ...]], nodes: tuple[int, ...],
-              deadline_days: Optional[float], budget: Optional[Decimal], rank_by: str, top: int) -> dict[str, Any]:
+              deadline_days: Optional[float], budget: Optional[Decimal], rank_by: str, top: int,
+              currency: Optional[str] = None) -> dict[str, Any]:
     req = plan.RecommendRequest(model=model, tokens=tokens, node_types=list(node_types) if node_types else None,
-                                nodes=list(nodes), deadline_days=deadline_days, budget=budget, rank_by=rank_by, top=top)
+                                nodes=list(nodes), deadline_days=deadline_days, budget=budget, rank_by=rank_by, top=top, currency=currency)
     with read_session(url) as s:
         return plan.recommend(s, req)
 
@@ -31,7 +32,8 @@ def strategy_table(url: str, model: str, tokens: float, node_type: str, nodes: i
 
 
 def cli_command(model: str, tokens: float, node_types: Optional[tuple[str, ...]], nodes: tuple[int, ...],
-                deadline_days: Optional[float], budget: Optional[Decimal], rank_by: str, top: int) -> str:
+                deadline_days: Optional[float], budget: Optional[Decimal], rank_by: str, top: int,
+                currency: Optional[str] = None) -> str:
     """The ``trainledger plan recommend`` line that prints the same ranking."""
     parts = ["trainledger plan recommend", f"--model {model}", f"--tokens {tokens:g}",
              f"--nodes {nodes[0]}..{nodes[-1]}" if len(nodes) > 1 else f"--nodes {nodes[0]}"]
@@ -45,4 +47,6 @@ def cli_command(model: str, tokens: float, node_types: Optional[tuple[str, ...]]
         parts.append(f"--rank-by {rank_by}")
     if top != 10:
         parts.append(f"--top {top}")
+    if currency:
+        parts.append(f"--currency {currency}")
     return " ".join(parts)

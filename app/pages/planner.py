@@ -49,7 +49,7 @@ c = st.columns(4)
 chosen_nts = c[0].multiselect("Node types", nts, default=with_offers, key="plan_node_types")
 lo, hi = c[1].slider("Nodes", 1, 128, (1, 64), key="plan_nodes")
 deadline = c[2].number_input("Deadline (days, 0 = none)", 0.0, 100_000.0, 0.0, key="plan_deadline")
-budget_text = c[3].text_input("Budget (offer currency, empty = none)", "", key="plan_budget")
+budget_text = c[3].text_input(f"Budget ({currency}, empty = none)", "", key="plan_budget")
 try:
     budget = Decimal(budget_text) if budget_text.strip() else None
 except InvalidOperation:
@@ -58,7 +58,8 @@ except InvalidOperation:
 if not chosen_nts:
     ui.empty("Pick at least one node type with an offer (Settings lists the offers).")
     st.stop()
-args = (model, tokens_b * 1e9, tuple(chosen_nts), tuple(range(lo, hi + 1)), deadline or None, budget, rank_by, top)
+args = (model, tokens_b * 1e9, tuple(chosen_nts), tuple(range(lo, hi + 1)), deadline or None, budget, rank_by, top,
+        currency)
 try:
     result = planner.recommend(url, *args)
 except LedgerInputError as exc:
@@ -75,8 +76,8 @@ plans = result["plans"]
 if plans:
     best = plans[0]
     m = st.columns(4)
-    m[0].metric("Cheapest plan" if rank_by == "cost" else "Fastest plan", f"{best['nodes']} × {best['node_type']}",
-                border=True, help=best["plan"])
+    m[0].metric("Cheapest plan" if rank_by == "cost" else "Fastest plan", f"{best['nodes']} × {ui.md(best['node_type'])}",
+                border=True, help=ui.md(best["plan"]))
     m[1].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
     m[2].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True)
     m[3].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
@@ -93,8 +94,8 @@ if plans:
 else:
     st.error("No plan fits: see why below. Add nodes, a node type with more memory, or a smaller model.")
 for h in result["hardware"]:
-    st.caption(f"{ui.md(h['node_type'])}: compute efficiency {h['efficiency']:.0%} ({h['efficiency_source']}); "
-               f"links {h['links']} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "
+    st.caption(f"{ui.md(h['node_type'])}: compute efficiency {h['efficiency']:.0%} ({ui.md(h['efficiency_source'])}); "
+               f"links {ui.md(h['links'])} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "
                f"{h['inter_node_gbits_per_s']:g} Gb/s between nodes).")
 
 # --- why plans were discarded -----------------------------------------------------------

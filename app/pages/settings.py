@@ -135,9 +135,9 @@ with tab_history:
     hpick = st.selectbox("Offer", names, key="set_history_offer") if names else None
     if hpick:
         hist = data.price_history(url, hpick)
-        st.caption(f"{hist['offer']} ({hist['kind']}, prices in {hist['currency']}; times UTC). Each version holds from "
-                   "its start until the next one's: months are costed at the versions in force when the node-hours "
-                   f"were used (`trainledger pricing history {hpick}`).")
+        st.caption(f"{ui.md(hist['offer'])} ({hist['kind']}, prices in {ui.md(hist['currency'])}; times UTC). Each "
+                   "version holds from its start until the next one's: months are costed at the versions in force when "
+                   f"the node-hours were used (trainledger pricing history {ui.md(hpick)}).")
         fields = [f for f in offer_form.OFFER_FIELDS[hist["kind"]] if any(v.get(f) is not None for v in hist["versions"])]
         st.dataframe(ui.frame(hist["versions"], ["version", "valid_from", "valid_to", *fields, "note"],
                               {"valid_from": "valid from", "valid_to": "valid to", **FIELD_LABELS}), hide_index=True)

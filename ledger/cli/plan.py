@@ -70,6 +70,7 @@ def recommend(
     hostfile: Annotated[Optional[Path], typer.Option(help="With --run on 2+ nodes: DeepSpeed hostfile.")] = None,
     launcher: Annotated[str, typer.Option(help="With --run: torchrun (one node) or deepspeed.")] = "torchrun",
     project: Annotated[Optional[str], typer.Option(help="With --run: the project the trial runs are booked to.")] = None,
+    currency: Annotated[Optional[str], typer.Option("--currency", help="Present costs in this ISO 4217 currency (list prices at today's exchange rate, see `trainledger fx`); default: the Settings currency once set.")] = None,
     db: DbOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Rank every plan (offer × nodes × strategy × tp/pp × micro-batch × recompute) that fits in GPU memory
@@ -95,7 +96,8 @@ def recommend(
         budget=decimal_option(budget, "--budget") if budget is not None else None,
         batch_tokens=batch_tokens, micro_batches=planner.parse_ints(micro_batches, "--micro-batches", 1, 4096),
         strategies=planner.parse_choices(strategies, planner.STRATEGIES, "--strategies"),
-        recompute=planner.parse_choices(recompute, RECOMPUTE, "--recompute"), rank_by=rank_by, top=top)
+        recompute=planner.parse_choices(recompute, RECOMPUTE, "--recompute"), rank_by=rank_by, top=top,
+        currency=currency)
     with session(db) as s:
         data = planner.recommend(s, req)
         if trial:

@@ -42,6 +42,7 @@ from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
 from ledger.money import costs
+from ledger.money.fx import at_list_prices
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from trainer.parallel import STRATEGY_ZERO_STAGE
 from trainer.plan.memory import GIB, RECOMPUTE
@@ -136,6 +137,7 @@ class RecommendRequest:
     recompute: Sequence[str] = RECOMPUTE
     rank_by: str = "cost"
     top: int = 10
+    currency: Optional[str] = None  # present costs in it (list prices at today's rate); None: Settings, else the offers'
 
     def shape(self) -> ModelShape:
         try:
@@ -199,6 +201,7 @@ def _select_offers(session: Session, req: RecommendRequest) -> list[tuple[NodeTy
     if not chosen:
         raise LedgerInputError("no offer for the chosen node types: add one (trainledger pricing import) "
                                "or widen --node-type/--offers")
+    chosen = at_list_prices(session, chosen, req.currency)  # what-ifs: list prices, in the presentation currency
     currencies = sorted({o.currency for o in chosen})
     if len(currencies) > 1:
         raise LedgerInputError(f"--offers: the offers are priced in {', '.join(currencies)}; ranking needs one "

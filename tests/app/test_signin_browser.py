@@ -15,6 +15,8 @@ URL. Checked here:
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.auth import make_entry
@@ -158,8 +160,11 @@ def test_a_viewer_sees_read_only_forms(site, browser):
     expect(page.get_by_role("button", name="Save fleet")).to_be_disabled()
     page.get_by_role("tab", name="Currency and time zone").click()
     expect(page.get_by_role("button", name="Save settings")).to_be_disabled()
-    expect(page.get_by_role("textbox", name="Currency (3-letter ISO code; reports need the offers in use to share it)")
-           ).to_be_disabled()
+    expect(page.get_by_role("textbox", name=re.compile(r"^Currency \(ISO 4217\)"))).to_be_disabled()
+    page.get_by_role("tab", name="Exchange rates").click()
+    expect(page.get_by_role("button", name="Save rate")).to_be_disabled()
+    page.get_by_role("tab", name="Carbon intensity").click()
+    expect(page.get_by_role("button", name="Save intensity")).to_be_disabled()
     page.goto(served.base + "/launch")
     expect(page.get_by_role("button", name="Launch", exact=True)).to_be_disabled()
     expect(page.get_by_role("spinbutton", name="Steps")).to_be_disabled()

@@ -138,6 +138,7 @@ def test_every_page_with_hostile_names_loads_nothing_and_links_nowhere(hostile):
                 settle(page)
                 page.wait_for_timeout(500)  # let images and fonts a page asked for start loading
                 expect(page.get_by_test_id("stException")).to_have_count(0)
+                assert not outside, (path, outside)
                 assert page.locator("img[src*='attacker'], img[srcset*='attacker']").count() == 0, path
                 hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
                 assert all(h.startswith(served.base) for h in hrefs), (path, [h for h in hrefs if not h.startswith(served.base)])

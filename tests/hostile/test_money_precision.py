@@ -24,6 +24,7 @@ from ledger.money.monthly import monthly_report
 from ledger.reports.daily import daily_report
 from ledger.store.db import make_engine
 from ledger.store.models import RunNode
+from ledger.store.prices import versions
 from tests.helpers import add_fleet, add_run, offer
 
 ENERGY_KWH = [7654321098765.4, 0.15, 0.15, 0.15]
@@ -35,7 +36,9 @@ def build(url: str) -> None:
     engine = make_engine(url)
     with Session(engine) as s:
         own = offer(s, "rtx4090-own")
-        own.electricity_price_per_kwh = PRICE
+        own.electricity_price_per_kwh = PRICE  # the list price, and the only price version (the price always was)
+        for version in versions(s, own.id):
+            version.electricity_price_per_kwh = PRICE
         s.add(own)
         add_fleet(s, nodes=4, valid_from=date(2026, 1, 1))
         add_run(s, "big-energy", datetime(2026, 11, 3, tzinfo=timezone.utc), 10, nodes=4, offer_name="rtx4090-own")
