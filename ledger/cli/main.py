@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from ledger.cli import costs, db, demo, fleet, imports, metrics, pricing, reports, runs, settings
+from ledger.cli import costs, db, demo, fleet, imports, metrics, pricing, reports, runs, settings, slurm
 from ledger.cli.common import OneLineUsageErrors
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",
@@ -33,7 +33,7 @@ def _register_parts() -> None:
 for _module in (db, demo, imports, runs, settings):
     _module.register(app)
 _register_parts()
-for _module in (metrics, costs, reports, pricing, fleet):
+for _module in (metrics, costs, reports, pricing, fleet, slurm):
     _module.register(app)
 
 
