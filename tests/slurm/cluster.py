@@ -223,7 +223,8 @@ class SlurmCluster:
     # --- jobs -------------------------------------------------------------------------
     def sbatch(self, *args: str) -> str:
         """Submit a batch job; returns its job id."""
-        out = self.run("sbatch", "--parsable", *args).stdout.strip()
+        defaults = [] if any(a.startswith(("--output", "-o")) for a in args) else [f"--output={self.dir}/job-%j.out"]
+        out = self.run("sbatch", "--parsable", f"--chdir={self.dir}", *defaults, *args).stdout.strip()
         return out.split(";")[0]
 
     def job_state(self, job: str) -> str:
