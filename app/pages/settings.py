@@ -1,4 +1,4 @@
-"""Settings: offers (prices), the fleet, currency and time zone. Saving needs the lead role.
+"""Settings: offers (prices), the fleet, the Slurm mapping, currency and time zone. Saving needs the lead role.
 
 Offers go through ``ledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``; settings through
@@ -14,7 +14,7 @@ from zoneinfo import available_timezones
 
 import streamlit as st
 
-from app import access, data, offer_form, ui
+from app import access, data, offer_form, slurm_map, ui
 from ledger.errors import LedgerInputError
 from ledger.store.fleets import save_fleet
 from ledger.store.presets import apply_pricing, parse_pricing
@@ -46,7 +46,7 @@ def _saved(message: str) -> None:
     st.rerun()
 
 
-tab_offers, tab_fleet, tab_general = st.tabs(["Offers (prices)", "Fleet", "Currency and time zone"])
+tab_offers, tab_fleet, tab_slurm, tab_general = st.tabs(["Offers (prices)", "Fleet", "Slurm mapping", "Currency and time zone"])
 
 # --- offers --------------------------------------------------------------------------------
 with tab_offers:
@@ -139,6 +139,10 @@ with tab_fleet:
             st.error(str(exc).splitlines()[0])
         else:
             _saved(f"Fleet {fname.strip()} {result}.")
+
+# --- Slurm mapping (app/slurm_map.py) ---------------------------------------------------------
+with tab_slurm:
+    slurm_map.section(url, nt_names, offers, _saved)
 
 # --- currency and time zone -------------------------------------------------------------------
 with tab_general:

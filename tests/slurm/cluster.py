@@ -119,7 +119,8 @@ class SlurmCluster:
         devices = [d / "gres" / f"gpu{i}" for i in range(self.gpus)]
         for dev in devices:
             dev.write_text("")
-        auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\n"
+        # cred_expire: a requeued job waits this long before it may start again (default 120 s)
+        auth = f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=10\n"
         gres = f"NodeName=localhost Name=gpu Type=fake File={d / 'gres'}/gpu[0-{self.gpus - 1}]\n" if self.gpus else ""
         (d / "gres.conf").write_text(gres)
         node_gres = f" Gres=gpu:fake:{self.gpus}" if self.gpus else ""
@@ -136,7 +137,7 @@ class SlurmCluster:
             f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
             f"AccountingStoragePort={self.ports['dbd']}\nAccountingStoragePass={self.munge_socket}\n"
             "AccountingStorageTRES=gres/gpu,gres/gpu:fake\n"
-            "SlurmdParameters=config_overrides\nReturnToService=2\nMinJobAge=30\nKillWait=2\nInactiveLimit=0\nSchedulerParameters=defer_batch\n"
+            "SlurmdParameters=config_overrides\nReturnToService=2\nMinJobAge=300\nKillWait=2\nInactiveLimit=0\nSchedulerParameters=defer_batch\n"
             "GresTypes=gpu\n"
             f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} "
             f"ThreadsPerCore=1 RealMemory=1000{node_gres} State=UNKNOWN\n"
@@ -228,11 +229,17 @@ class SlurmCluster:
         return out.split(";")[0]
 
     def job_state(self, job: str) -> str:
-        out = self.run("scontrol", "show", "job", job, check=False).stdout
+        """The job's state now: slurmctld's view (scontrol), else the accounting's latest record (sacct)."""
+        out = self.run("scontrol", "-o", "show", "job", job, check=False).stdout
         for part in out.split():
             if part.startswith("JobState="):
                 return part.split("=", 1)[1]
-        return ""
+        acct = self.run("sacct", "-n", "-X", "-P", "-j", job, "-o", "State", check=False).stdout.split()
+        return acct[0] if acct else ""
+
+    def requeue(self, job: str) -> None:
+        """``scontrol requeue`` a running job; it starts again after ``cred_expire`` (10 s here, 120 s by default)."""
+        self.run("scontrol", "requeue", job)
 
     # --- stop -------------------------------------------------------------------------
     def stop(self) -> None:
