@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import math
 import os
 import pickle
@@ -76,7 +77,7 @@ TEXT_LIMITS = {"id": 64, "name": 200, "project": 100, "user": 100, "strategy": 2
 #: how a naive local time that a DST change skips or repeats is read (``--dst``); "report": skipped and reported
 DST_POLICIES = ("refuse", "earliest", "latest", "report")
 #: rows per write batch (and per rollup fold): bounds the memory of the write phase
-BATCH = 5000
+BATCH = 1000
 _UTC = timezone.utc
 
 
@@ -682,6 +683,40 @@ def _insert_values(row: dict[str, Any], names: _Names, now: datetime) -> dict[st
     return v
 
 
+def _sqlite_time(v: Optional[datetime]) -> Optional[str]:
+    """SQLAlchemy's SQLite DATETIME text of a time (stored as naive UTC)."""
+    if v is None:
+        return None
+    if v.tzinfo is not None:
+        v = v.astimezone(_UTC).replace(tzinfo=None)
+    return v.isoformat(" ", "microseconds")
+
+
+def _sqlite_enum(v: Any) -> Any:
+    return v.value if isinstance(v, RunStatus) else v
+
+
+def _sqlite_json(v: Any) -> Any:
+    return None if v is None else json.dumps(v)
+
+
+#: per column of INSERT_COLUMNS: how SQLAlchemy would store its value on SQLite (None: as it is)
+_SQLITE = [{"created_at": _sqlite_time, "started_at": _sqlite_time, "ended_at": _sqlite_time,
+            "heartbeat_at": _sqlite_time, "status": _sqlite_enum, "config": _sqlite_json}.get(c) for c in INSERT_COLUMNS]
+
+
+def _insert(session: Session, values: list[dict[str, Any]]) -> None:
+    """New runs: one ``executemany`` of plain tuples on SQLite (the ingest's fast path, values formatted as
+    the ORM stores them, so both read back alike); SQLAlchemy Core's batched insert on PostgreSQL."""
+    conn = session.connection()
+    if conn.dialect.name != "sqlite":
+        conn.execute(insert(Run), values)
+        return
+    sql = f"INSERT INTO run ({', '.join(INSERT_COLUMNS)}) VALUES ({', '.join('?' * len(INSERT_COLUMNS))})"
+    convs = list(zip(INSERT_COLUMNS, _SQLITE))
+    conn.exec_driver_sql(sql, [tuple(v[c] if f is None else f(v[c]) for c, f in convs) for v in values])
+
+
 def _write_batch(session: Session, batch: list[tuple[str, int, dict[str, Any]]], names: _Names, receipt: Receipt) -> None:
     ids = [rid for rid, _, _ in batch] + [row["_alias"][0] for _, _, row in batch if row.get("_alias")]
     existing = _existing(session, ids)
@@ -701,24 +736,33 @@ def _write_batch(session: Session, batch: list[tuple[str, int, dict[str, Any]]],
         else:
             receipt.already_present += 1
     if inserts:
-        conn.execute(insert(Run), inserts)
+        _insert(session, inserts)
         touched += [v["id"] for v in inserts]
     rollup.touch(session, touched)
 
 
+#: runs written between two folds into the monthly rollup (bounds the rollup's working set)
+FOLD = 5000
+
+
 def write_spill(engine: Engine, spill: Spill, receipt: Receipt,
                 also: Optional[Callable[[Session], None]] = None) -> None:
-    """Phase 2: the spilled rows into the ledger in one transaction (taken now), batch by batch, each
-    batch folded into the monthly rollup; ``also(session)`` runs last in the same transaction."""
+    """Phase 2: the spilled rows into the ledger in one transaction (taken now), batch by batch, folded
+    into the monthly rollup every :data:`FOLD` runs; ``also(session)`` runs last in the same transaction."""
     if not len(spill) and also is None:
         return
     with session_scope(engine) as s:
         if s.get_bind().dialect.name == "postgresql":
             s.execute(text("SELECT pg_advisory_xact_lock(7261015)"))  # imports and syncs of one ledger queue up
         names = _Names(s)
-        for batch in spill.batches():
-            _write_batch(s, batch, names, receipt)
-            rollup.sync(s)
+        written = 0
+        with rollup.bulk(s):
+            for batch in spill.batches():
+                _write_batch(s, batch, names, receipt)
+                written += len(batch)
+                if written >= FOLD:
+                    rollup.sync(s)
+                    written = 0
         if also is not None:
             also(s)
 

@@ -47,6 +47,7 @@ from sqlmodel import Session
 from ledger.errors import LedgerInputError
 from ledger.money.months import month_bounds, month_of
 from ledger.sources.importer import (
+    FIRST_IDS,
     MAX_NODES,
     TEXT_LIMITS,
     Context,
@@ -267,6 +268,7 @@ class SacctParser:
         self.zone: ZoneInfo = opts.tz or ctx.display_tz
         self.mapper = Mapper(ctx, opts)
         self.col: dict[str, int] = {}
+        self.fields: list[str] = []
         self.width = 0
         self.trailing = False
         spill.on_duplicate = self._duplicate
@@ -284,36 +286,45 @@ class SacctParser:
             raise LedgerInputError(f"{self.name}:{line}: header: sacct output needs {','.join(REQUIRED)}; "
                                    f"run sacct --parsable2 --format {','.join(REQUIRED + OPTIONAL)}")
         self.col = {f: i for i, f in enumerate(fields)}
+        self.fields = fields
         self.width = len(fields)
 
     def feed(self, lines: Iterable[str], start_line: int = 1) -> None:
-        """Records (no header line), numbered from ``start_line``."""
+        """Records (no header line), numbered from ``start_line``. Steps take a short path: most rows are steps."""
+        col, width, receipt = self.col, self.width, self.receipt
+        i_job, i_ave, i_max = col["JobID"], col.get("TRESUsageInAve"), col.get("TRESUsageInMax")
+        steps = receipt.skipped.get(STEPS)
         for lineno, line in enumerate(lines, start=start_line):
-            line = line.rstrip("\r\n")
-            if not line.strip():
+            rec = line.rstrip("\r\n").split("|")
+            if len(rec) == 1 and not rec[0].strip():
                 continue
-            rec = line.split("|")
-            if self.trailing and rec and rec[-1] == "":
+            if self.trailing and rec[-1] == "":
                 rec.pop()
-            if len(rec) != self.width:
-                raise LedgerInputError(f"{self.name}:{lineno}: fields: expected {self.width} '|'-separated fields, got {len(rec)}")
-            self.receipt.rows_read += 1
-            self.record(rec, lineno)
+            if len(rec) != width:
+                raise LedgerInputError(f"{self.name}:{lineno}: fields: expected {width} '|'-separated fields, got {len(rec)}")
+            receipt.rows_read += 1
+            job = rec[i_job].strip()
+            if "." not in job:
+                self.record(rec, lineno, job)
+                continue
+            if (i_ave is not None and "gres/gpu" in rec[i_ave]) or (i_max is not None and "gres/gpu" in rec[i_max]):
+                self._step(job, self._getter(rec), f"{self.name}:{lineno}")
+            if steps is None or len(steps.first) < FIRST_IDS:
+                receipt.skip(STEPS, job, hint=HINTS[STEPS], benign=True)
+                steps = receipt.skipped[STEPS]
+            else:
+                steps.rows += 1
 
-    def _get(self, rec: list[str], fieldname: str) -> str:
-        i = self.col.get(fieldname)
-        return rec[i].strip() if i is not None else ""
+    def _getter(self, rec: list[str]) -> Any:
+        values = dict(zip(self.fields, rec))
+        return lambda f: values.get(f, "").strip()
 
     # -- one record
-    def record(self, rec: list[str], line: int) -> None:
+    def record(self, rec: list[str], line: int, job: str) -> None:
         where = f"{self.name}:{line}"
-        get = lambda f: self._get(rec, f)  # noqa: E731
-        job = get("JobID")
+        get = self._getter(rec)
         if not job:
             raise LedgerInputError(f"{where}: JobID: empty")
-        if "." in job:
-            self._step(job, get, where)
-            return self.receipt.skip(STEPS, job, hint=HINTS[STEPS], benign=True)
         state_text = get("State")
         state = state_text.split(" ")[0]
         start_raw, end_raw = get("Start"), get("End")
@@ -427,7 +438,7 @@ class SacctParser:
     # -- steps, pending jobs, requeued attempts
     def _step(self, job: str, get: Any, where: str) -> None:
         usage = _usage(get("TRESUsageInAve"), get("TRESUsageInMax"), *self._step_gpus(get, where))
-        if not usage:
+        if not usage:  # called only for steps whose usage names a GPU TRES
             return
         base = job.split(".", 1)[0]
         try:
