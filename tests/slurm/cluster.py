@@ -259,7 +259,7 @@ class SlurmCluster:
                 p.wait(timeout=20)
         # job processes that slurmd started (their own sessions) are gone with slurmd's KillWait;
         # anything left that still names this cluster's files is ours
-        for pid in _pids_mentioning(str(self.dir)):
+        for pid in pids_mentioning(str(self.dir)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -272,7 +272,7 @@ class SlurmCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _pids_mentioning(text: str) -> list[int]:
+def pids_mentioning(text: str) -> list[int]:
     """Processes whose command line or environment mentions ``text`` (this cluster's directory)."""
     found = []
     for entry in Path("/proc").iterdir():
