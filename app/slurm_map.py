@@ -34,16 +34,16 @@ def section(url: str, node_types: list[str], offers: dict[str, tuple[Any, str]],
     else:
         ui.empty("No Slurm mapping: sacct imports need --node-type. Map partitions or GPU types to node types here.")
     st.subheader("Add or change a rule")
+    c = st.columns(2)  # outside the form: the offers follow the node type picked
+    node_type = c[0].selectbox("Node type", node_types, key="slurm_map_node_type")
+    offer_names = [NO_OFFER] + sorted(n for n, (_, nt) in offers.items() if nt == node_type)
+    offer = c[1].selectbox("Offer", offer_names, key="slurm_map_offer")
     with st.form("slurm_map_add"):
         c = st.columns(4)
         partition = c[0].text_input("Partition", key="slurm_map_partition")
         gpu_type = c[1].text_input("GPU type (gres/gpu:TYPE)", key="slurm_map_gpu_type")
         nodes = c[2].text_input("Nodes (glob, e.g. gpu-a*)", key="slurm_map_nodes")
         cluster = c[3].text_input("Cluster (empty: any)", key="slurm_map_cluster")
-        c = st.columns(2)
-        node_type = c[0].selectbox("Node type", node_types, key="slurm_map_node_type")
-        offer_names = [NO_OFFER] + sorted(n for n, (_, nt) in offers.items() if nt == node_type)
-        offer = c[1].selectbox("Offer", offer_names, key="slurm_map_offer")
         by_node = st.checkbox("By node: jobs pay for every node they touch (exclusive nodes)", key="slurm_map_by_node")
         replace = st.checkbox("Replace the rule with the same partition / GPU type / nodes / cluster", key="slurm_map_replace")
         added = st.form_submit_button("Save rule", type="primary")

@@ -266,3 +266,16 @@ def test_postgresql_ledger_gets_the_same_runs(slurm, ledger, jobs):
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_a_job_sbatch_refuses_fails_its_run(slurm, ledger, tmp_path):
+    """Two fake GPUs on the only node: 4 per node cannot be met; sbatch says so and the run is failed, not left queued."""
+    env = {**os.environ, "SLURM_CONF": str(slurm.conf), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    env.pop("TRAINLEDGER_DB_URL", None)
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
+                          "--launcher", "slurm", "--gpus-per-node", "4", "--name", "too-big", "--db", ledger],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 2 and out.stderr.startswith("error: sbatch: ") and out.stderr.count("\n") == 1, out.stderr
+    run = next(r for r in runs(ledger).values() if r.name == "too-big")
+    assert run.status == RunStatus.failed and run.error.startswith("sbatch refused the job: ")
+    assert run.started_at is None  # it never ran: nothing to cost
