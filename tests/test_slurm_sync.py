@@ -129,3 +129,22 @@ def test_dst_ambiguous_times_are_reported_not_guessed(cli, engine, tmp_path):
     assert receipt["imported"] == 1 and not receipt["skipped"]
     run = _runs(engine)["slurm-20"]
     assert (run.started_at, run.ended_at) == (datetime(2026, 11, 1, 6, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 50, tzinfo=UTC))
+
+
+def test_the_deploy_examples_run_a_sync(cli, engine, tmp_path):
+    """The commands of deploy/slurm/ (cron and systemd) are valid `slurm sync` invocations."""
+    import shlex
+    from pathlib import Path
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "slurm"
+    cron = next(x for x in (deploy / "trainledger-slurm-sync.cron").read_text().splitlines() if x.startswith("*/5"))
+    service = next(x for x in (deploy / "trainledger-slurm-sync.service").read_text().splitlines() if x.startswith("ExecStart="))
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
+    fake.set(record("30", "COMPLETED", "2026-11-01T08:00:00", "2026-11-01T09:00:00", "3600"))
+    for line in (cron.split("exec ", 1)[1].rstrip("'").split("'")[0], service.split("=", 1)[1]):
+        argv = shlex.split(line)
+        assert argv[0].endswith("/trainledger") and argv[1:3] == ["slurm", "sync"], argv
+        r = cli(*argv[1:], "--sacct", fake.path, "--since", "2026-11-01T00:00:00", "--json")
+        assert r.exit_code == 0, r.output + r.stderr
+    assert set(_runs(engine)) == {"slurm-30"}

@@ -48,6 +48,7 @@ from sqlalchemy import (
     select,
     text,
     type_coerce,
+    union_all,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -502,6 +503,24 @@ def _recompute_peak(conn: Connection, scope: tuple[str, int, int]) -> None:
     _set_peak(conn, scope, value=sweep_peak(_scope_rows(conn, month, nt, ok)))
 
 
+def scope_peak_sql(conn: Connection, scope: tuple[str, int, int]) -> int:
+    """:func:`sweep_peak` of a scope's stored slices, computed by the database: the running sum of the
+    start (+nodes) and end (−nodes) events in (time, delta) order, ends first at a tie, and its maximum.
+    The same number in bounded memory, for scopes of any size (a bulk import's months)."""
+    month, nt, ok = scope
+    t = RollupSlice.__table__
+    cond = [t.c.month == month, t.c.node_type_id == nt, t.c.end_at > t.c.start_at]
+    if ok == 0:
+        cond.append(t.c.offer_id.is_(None))
+    elif ok != ALL:
+        cond.append(t.c.offer_id == ok)
+    events = union_all(select(t.c.start_at.label("at"), t.c.nodes.label("delta")).where(*cond),
+                       select(t.c.end_at.label("at"), (-t.c.nodes).label("delta")).where(*cond)).subquery()
+    running = select(func.sum(events.c.delta).over(order_by=(events.c.at, events.c.delta), rows=(None, 0))
+                     .label("cur")).subquery()
+    return max(0, int(conn.execute(select(func.max(running.c.cur))).scalar() or 0))
+
+
 def _apply_peaks(conn: Connection, old: list[SliceFact], new: list[SliceFact]) -> None:
     old_iv = {s.interval for s in old}
     new_iv = {s.interval for s in new}
@@ -777,7 +796,7 @@ def bulk(session: SASession) -> Iterator[None]:
         sync(session)
         conn = session.connection()
         for scope in sorted(scopes):
-            _recompute_peak(conn, scope)
+            _set_peak(conn, scope, value=scope_peak_sql(conn, scope))
     finally:
         session.info.pop(_DEFER_PEAKS, None)
 

@@ -26,6 +26,7 @@ elapsed-weighted mean over the job's steps; stored with ``util_source
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import re
@@ -274,6 +275,7 @@ class SacctParser:
         spill.on_duplicate = self._duplicate
         db = spill.db
         db.execute("CREATE TABLE attempts (job TEXT NOT NULL, id TEXT PRIMARY KEY, start TEXT NOT NULL)")
+        db.execute("CREATE INDEX attempts_job ON attempts (job)")
         db.execute("CREATE TABLE pending (id TEXT PRIMARY KEY, line INTEGER NOT NULL, row BLOB NOT NULL)")
         db.execute("CREATE TABLE steps (job TEXT NOT NULL, start TEXT, elapsed REAL, util REAL, mem INTEGER)")
 
@@ -507,9 +509,9 @@ class SacctParser:
         jobs = [r[0] for r in db.execute("SELECT DISTINCT job FROM attempts ORDER BY job").fetchall()]
         for job in jobs:
             self._chain(job)
-        step_jobs = [r[0] for r in db.execute("SELECT DISTINCT job FROM steps ORDER BY job").fetchall()]
-        for job in step_jobs:
-            self._step_usage(job)
+        steps = db.execute("SELECT job, start, elapsed, util, mem FROM steps ORDER BY job").fetchall()
+        for job, group in itertools.groupby(steps, key=lambda r: r[0]):
+            self._step_usage(job, [r[1:] for r in group])
 
     def _chain(self, job: str) -> None:
         db = self.spill.db
@@ -543,13 +545,12 @@ class SacctParser:
             row["_alias"] = (name[len(ALIAS_PREFIX):], pend["job"], slurm["cluster"])
         return row
 
-    def _step_usage(self, job: str) -> None:
+    def _step_usage(self, job: str, steps: list[tuple]) -> None:
         chain = [job] + [r[0] for r in self.spill.db.execute("SELECT id FROM attempts WHERE job = ?", (job,))]
         rows = [(rid, *got) for rid in chain if (got := self.spill.get(rid)) is not None and got[1].get("started_at")]
         if not rows:
             return
         rows.sort(key=lambda r: r[2]["started_at"])
-        steps = self.spill.db.execute("SELECT start, elapsed, util, mem FROM steps WHERE job = ?", (job,)).fetchall()
         for i, (rid, line, row) in enumerate(rows):
             lo = row["started_at"]
             hi = rows[i + 1][2]["started_at"] if i + 1 < len(rows) else None
