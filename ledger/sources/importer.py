@@ -616,15 +616,26 @@ class _Names:
         if got is None:
             got = self.session.execute(select(model.id).where(model.name == name)).scalar()
             if got is None and create:
-                row = model(name=name)
-                self.session.add(row)
-                self.session.flush()
-                got = row.id
+                got = self._create(model, name)
             if got is not None:
                 if len(self.ids) > self.LIMIT:
                     self.ids.clear()
                 self.ids[key] = got
         return got
+
+
+    def _create(self, model: type, name: str) -> int:
+        """A new project/user; if another writer created it meanwhile (PostgreSQL), that one's id."""
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            with self.session.begin_nested():
+                row = model(name=name)
+                self.session.add(row)
+                self.session.flush()
+            return row.id
+        except IntegrityError:
+            return self.session.execute(select(model.id).where(model.name == name)).scalar_one()
 
 
 def _existing(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -714,7 +725,17 @@ def _insert(session: Session, values: list[dict[str, Any]]) -> None:
         return
     sql = f"INSERT INTO run ({', '.join(INSERT_COLUMNS)}) VALUES ({', '.join('?' * len(INSERT_COLUMNS))})"
     convs = list(zip(INSERT_COLUMNS, _SQLITE))
-    conn.exec_driver_sql(sql, [tuple(v[c] if f is None else f(v[c]) for c, f in convs) for v in values])
+    created = _sqlite_time(values[0]["created_at"])  # one per batch
+    rows = []
+    for v in values:
+        t = [v[c] if f is None else f(v[c]) for c, f in convs]
+        t[_CREATED] = created
+        rows.append(tuple(t))
+    conn.exec_driver_sql(sql, rows)
+
+
+_CREATED = INSERT_COLUMNS.index("created_at")
+_SQLITE[_CREATED] = None
 
 
 def _write_batch(session: Session, batch: list[tuple[str, int, dict[str, Any]]], names: _Names, receipt: Receipt) -> None:
