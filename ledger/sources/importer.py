@@ -565,9 +565,11 @@ LIVE = (RunStatus.queued, RunStatus.running)
 
 
 def is_sacct_run(run: dict[str, Any]) -> bool:
-    """Was this run created from a sacct record (import or sync), rather than tracked (launch, the run wrapper)?"""
+    """Was this run created from a sacct record (import or sync: ``config["source"] == "sacct"``), rather than
+    tracked (launch, the run wrapper)? A run imported before the mapping existed (no config) is merged as if
+    tracked: its record adds the allocation it already has."""
     config = run.get("config")
-    return run.get("launcher") == "slurm" and (config is None or (isinstance(config, dict) and config.get("source") == "sacct"))
+    return isinstance(config, dict) and config.get("source") == "sacct"
 
 
 def merge_tracked(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
