@@ -206,7 +206,8 @@ def test_a_tracked_run_is_updated_not_counted_twice(slurm, ledger, jobs):
     record = acct(slurm, jobs["wrapped"])[-1]
     assert (run.launcher, run.name, run.tokens, run.steps) == ("wrapper", "wrapped-run", 4242, 7)
     assert (run.status, run.nodes, seconds(run)) == (RunStatus.succeeded, 1, int(record["ElapsedRaw"]))
-    assert [rid for rid in got if jobs["wrapped"] in rid] == [run.id]
+    base = slurm_run_id(jobs["wrapped"])
+    assert [rid for rid in got if rid == base or rid.startswith(base + ".")] == [run.id]
 
 
 def test_launch_slurm_end_to_end(slurm, ledger, jobs):
