@@ -26,7 +26,8 @@ from typing import Callable, Optional
 
 from bench import RESULTS_DIR, ROOT, Result, log
 
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "exporter", "plan_recommend", "mfu")
+KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "exporter", "plan_recommend", "mfu",
+        "slurm_parse", "slurm_import", "slurm_import_1m")
 
 
 def _mfu(quick: bool) -> Result:
@@ -56,6 +57,11 @@ def _runner(key: str) -> Callable[[bool], Result]:
     if key == "mfu":
         return _mfu
     import importlib
+
+    if key.startswith("slurm_"):
+        from bench import slurm
+
+        return {"slurm_parse": slurm.run_parse, "slurm_import": slurm.run_import, "slurm_import_1m": slurm.run_1m}[key]
 
     module = {"tracking_overhead": "bench.overhead", "ingest_sqlite": "bench.ingest", "ingest_pg": "bench.ingest_pg",
               "rollup": "bench.rollup", "dashboard": "bench.dashboard", "runs_list": "bench.runs_list",

@@ -52,5 +52,27 @@ if ! command -v prometheus >/dev/null 2>&1; then
   apt_install prometheus
 fi
 
+# --- Slurm for tests/slurm (a session fixture starts munged, slurmdbd, slurmctld and slurmd in a temporary
+# directory with their own config and ports; nothing is started here) and the MariaDB server slurmdbd
+# stores into (127.0.0.1:3306, root without a password; the fixture creates and drops its own database) --
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  apt_install slurm-wlm slurmdbd munge
+fi
+if ! mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1; then
+  if ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1; then
+    apt_install mariadb-server
+  fi
+  # no systemd in CI containers: start the server directly (as the mysql user), then wait for it
+  $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld
+  (command -v mysqld_safe >/dev/null 2>&1 && $SUDO mysqld_safe --bind-address=127.0.0.1 --port=3306 >/dev/null 2>&1 &) || true
+  for _ in $(seq 60); do mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1 && break; sleep 1; done
+  if ! mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1; then
+    # a fresh Debian server lets root in by unix socket only: allow root over loopback without a password
+    $SUDO mysql -u root -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''; \
+      GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;" || true
+  fi
+fi
+mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null
+
 # --- the suite -----------------------------------------------------------------
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -253,3 +253,21 @@ def test_db_rollup_command_checks_and_rebuilds(cli, engine):
     assert res.exit_code == 0 and "consistent" in res.output
     with Session(engine) as s:
         assert monthly_report(s, "2026-11").summary["node_hours"] == D(25)
+
+
+def test_the_sql_peak_equals_the_sweep(session):
+    """rollup.scope_peak_sql (a bulk import's peaks) gives sweep_peak's number: ties, nested and touching runs."""
+    t0 = datetime(2026, 11, 3, tzinfo=timezone.utc)
+    for i, (start_h, hours, nodes) in enumerate([(0, 5, 2), (1, 1, 3), (2, 1, 4), (3, 2, 1), (5, 1, 6), (5, 0, 9), (6, 3, 2)]):
+        add_run(session, f"p{i}", t0 + timedelta(hours=start_h), hours, nodes=nodes, offer_name="rtx4090-rent")
+    add_run(session, "other-offer", t0, 10, nodes=7, offer_name="rtx4090-own")
+    session.commit()
+    rollup.ensure(session)
+    conn = session.connection()
+    nt = node_type(session).id
+    for ok in {s.offer_id or 0 for s in session.exec(select(RollupSlice)).all()} | {rollup.ALL}:
+        scope = ("2026-11", nt, ok)
+        assert rollup.scope_peak_sql(conn, scope) == rollup.sweep_peak(rollup._scope_rows(conn, *scope))
+    # 0-1h: 2+7; 1-2h: 2+3+7 = 12; 2-3h: 2+4+7 = 13; at 5h the first ends as the 6-node run starts: 6+7 = 13
+    assert rollup.scope_peak_sql(conn, ("2026-11", nt, rollup.ALL)) == 13
+    assert rollup.scope_peak_sql(conn, ("2026-12", nt, rollup.ALL)) == 0

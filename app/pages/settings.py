@@ -1,5 +1,5 @@
-"""Settings: offers (prices) and their history, the fleet, exchange rates, carbon intensity, currency and time
-zone. Saving needs the lead role.
+"""Settings: offers (prices) and their history, the fleet, the Slurm mapping, exchange rates, carbon intensity,
+currency and time zone. Saving needs the lead role.
 
 Offers go through ``ledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``: a price edit adds a version from
@@ -18,7 +18,7 @@ from zoneinfo import available_timezones
 
 import streamlit as st
 
-from app import access, data, offer_form, ui
+from app import access, data, offer_form, slurm_map, ui
 from ledger.errors import LedgerInputError
 from ledger.money.pricing import confirm_versions
 from ledger.store.carbon import set_intensity
@@ -55,8 +55,8 @@ def _saved(message: str) -> None:
     st.rerun()
 
 
-tab_offers, tab_history, tab_fleet, tab_rates, tab_carbon, tab_general = st.tabs(
-    ["Offers (prices)", "Price history", "Fleet", "Exchange rates", "Carbon intensity", "Currency and time zone"])
+tab_offers, tab_history, tab_fleet, tab_slurm, tab_rates, tab_carbon, tab_general = st.tabs(
+    ["Offers (prices)", "Price history", "Fleet", "Slurm mapping", "Exchange rates", "Carbon intensity", "Currency and time zone"])
 
 # --- offers --------------------------------------------------------------------------------
 with tab_offers:
@@ -230,6 +230,10 @@ with tab_carbon:
             st.error(ui.error_line(exc))
         else:
             _saved(f"Saved {saved['g_per_kwh'].normalize():f} gCO2e/kWh for {ui.md(saved['scope'])} from {saved['valid_from']}.")
+
+# --- Slurm mapping (app/slurm_map.py) ---------------------------------------------------------
+with tab_slurm:
+    slurm_map.section(url, nt_names, offers, _saved, read_only)
 
 # --- currency and time zone -------------------------------------------------------------------
 with tab_general:

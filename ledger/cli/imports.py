@@ -1,4 +1,4 @@
-"""``trainledger import``: finished runs from our CSV or Slurm ``sacct`` output."""
+"""``trainledger import``: runs from our CSV or Slurm ``sacct`` output, with a receipt."""
 
 from __future__ import annotations
 
@@ -7,34 +7,47 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, session
-from ledger.errors import LedgerInputError
+from ledger.cli.common import DbOpt, JsonOpt, command, emit
+
+DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: refuse the file, naming the row.", show_default=False)]
 
 
 @command
-def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `sacct --parsable2` output.")],
-            node_type: Annotated[Optional[str], typer.Option(help="Node type for rows without one (required for sacct).")] = None,
+def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `sacct --parsable2` output; - reads standard input.")],
+            node_type: Annotated[Optional[str], typer.Option(help="One node type for every row (the shortcut; else the CSV's node_type column, or for sacct the Slurm mapping: `trainledger slurm map`).")] = None,
             offer: Annotated[Optional[str], typer.Option(help="Offer the runs were paid under (default: the fleet, else elastic rent).")] = None,
             tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of times without an offset (default: the ledger's display time zone).")] = None,
             fmt: Annotated[str, typer.Option("--format", help="auto | csv | sacct")] = "auto",
-            cluster: Annotated[str, typer.Option(help="Slurm cluster name, to keep job ids of several clusters apart.")] = "",
+            cluster: Annotated[str, typer.Option(help="Slurm cluster name, to keep job ids of several clusters apart (run ids slurm-CLUSTER-JOBID).")] = "",
+            strict: Annotated[bool, typer.Option("--strict", help="Refuse the whole file if any row cannot be costed (no mapping, uneven GPU spread, unknown state), instead of skipping it with a reason.")] = False,
+            dst: DstOpt = None,
+            by_node: Annotated[bool, typer.Option("--by-node", help="With --node-type: cost sacct jobs by whole nodes (uneven GPU spreads and jobs without GPUs too).")] = False,
             db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Import finished runs; one bad row rejects the whole file and nothing is written."""
-    from ledger.sources.importer import import_runs
-    from ledger.store.settings import display_timezone, parse_timezone
+    """Import runs and print a receipt (read, imported, updated, already present, skipped by reason).
 
-    if fmt not in ("auto", "csv", "sacct"):
-        raise LedgerInputError(f"--format: expected auto, csv or sacct, got {fmt!r}")
-    with session(db) as s:
-        zone = parse_timezone(tz) if tz else display_timezone(s)
-        res = import_runs(s, file, node_type=node_type, offer=offer, tz=zone, fmt=fmt, cluster=cluster)
-    out = {"format": res.format, "imported": res.imported, "already_present": res.already_present, "skipped": res.skipped}
+    The file is validated whole before anything is written: a malformed file
+    (bad header, unparsable time, wrong column count, a bad value) is refused
+    with FILE:LINE and nothing is imported. A well-formed Slurm record that
+    cannot be costed is skipped and listed in the receipt (--strict: refused).
+    """
+    from ledger.sources import importer, slurm
+    from ledger.store.db import get_engine
+    from ledger.store.settings import parse_timezone
 
-    def text(o):
-        extra = "".join(f", skipped {n} {why}" for why, n in o["skipped"].items())
-        return f"imported {o['imported']} runs ({o['format']}), {o['already_present']} already in the ledger{extra}"
+    opts = importer.ImportOptions(node_type=node_type, offer=offer, tz=parse_timezone(tz) if tz else None, fmt=fmt,
+                                  cluster=cluster, strict=strict, dst=_dst(dst), by_node=by_node)
+    receipt = importer.import_file(get_engine(db), file, opts, {"csv": importer.parse_csv, "sacct": slurm.parse_sacct})
+    emit(receipt.as_dict(), as_json, importer.receipt_text)
 
-    emit(out, as_json, text)
+
+def _dst(value: Optional[str]) -> str:
+    from ledger.errors import LedgerInputError
+
+    if value is None:
+        return "refuse"
+    if value not in ("earliest", "latest"):
+        raise LedgerInputError(f"--dst: expected earliest or latest, got {value!r}")
+    return value
 
 
 def register(root: typer.Typer) -> None:

@@ -28,6 +28,7 @@ from ledger.cli import (
     reports,
     runs,
     settings,
+    slurm,
 )
 from ledger.cli.common import OneLineUsageErrors
 
@@ -50,7 +51,7 @@ def _register_parts() -> None:
 for _module in (db, demo, imports, runs, settings):
     _module.register(app)
 _register_parts()
-for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan):
+for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):
     _module.register(app)
 
 

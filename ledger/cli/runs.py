@@ -16,7 +16,6 @@ from ledger.cli.common import (
     session,
     sync_quietly,
 )
-from ledger.errors import LedgerInputError
 
 app = group("List, inspect, reap and cancel runs.")
 
@@ -153,14 +152,17 @@ def launch(config: ConfigArg,
         prep = prepare(s, req, url)
     if launcher == "slurm":
         import shutil
-        import subprocess
 
-        if shutil.which("sbatch"):
-            out = subprocess.run(prep.command, env=prep.env, capture_output=True, text=True)
-            if out.returncode != 0:
-                raise LedgerInputError(f"sbatch: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
-            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": True, "sbatch": out.stdout.strip()},
-                 as_json, lambda d: f"{d['run_id']}\nsubmitted {d['script']}: {d['sbatch']}")
+        from ledger.runs.launch import submit
+
+        sbatch = shutil.which("sbatch")
+        if sbatch:
+            with session_scope(get_engine(url)) as s:
+                job = submit(s, prep, sbatch)
+            emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": True, "job_id": job["job_id"],
+                  "cluster": job["cluster"]}, as_json,
+                 lambda d: f"{d['run_id']}\nsubmitted {d['script']} as Slurm job {d['job_id']}; "
+                           "`trainledger slurm sync` records its allocation")
         else:
             emit({"run_id": prep.run_id, "script": str(prep.script), "submitted": False}, as_json,
                  lambda d: f"{d['run_id']}\nsbatch not found here; submit {d['script']} on the cluster")

@@ -37,6 +37,7 @@ of runs must call :func:`touch`. The display time zone changing rebuilds all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from bisect import bisect_left, bisect_right
@@ -45,18 +46,20 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import (
     String,
     and_,
+    bindparam,
     delete,
     event,
     func,
     select,
     text,
     type_coerce,
+    union_all,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -102,6 +105,7 @@ _PENDING = "trainledger_rollup_pending"
 _REBUILD = "trainledger_rollup_rebuild"
 _RULES = "trainledger_rollup_rules"
 _CUTS = "trainledger_rollup_cuts"
+_DEFER_PEAKS = "trainledger_rollup_defer_peaks"
 
 
 # --- facts --------------------------------------------------------------------
@@ -581,24 +585,43 @@ def _insert(conn: Connection, table: Any):
 
 # --- applying changes ------------------------------------------------------------
 
-def _apply_month(conn: Connection, deltas: dict[tuple, Facts]) -> None:
+@lru_cache(maxsize=4)
+def _month_statements(dialect: str) -> tuple:
+    """(insert-if-missing, read for update, update, delete) of one rollup_month row, by bound parameters:
+    compiled once per dialect and reused for every group (building them per group cost more than running them)."""
     t = RollupMonth.__table__
+    keys = ("month", "charge_from", "node_type_id", "offer_key", "project_key", "status")
+    where = and_(*(t.c[k] == bindparam(f"k_{k}") for k in keys))
+    facts = list(Facts().values())
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    ins = dialect_insert(t).values({k: bindparam(f"k_{k}") for k in keys}
+                                   | {f: bindparam(f"v_{f}") for f in facts}).on_conflict_do_nothing()
+    sel = select(t).where(where).with_for_update()
+    upd = update(t).where(where).values({f: bindparam(f"v_{f}") for f in facts})
+    return ins, sel, upd, delete(t).where(where)
+
+
+def _apply_month(conn: Connection, deltas: dict[tuple, Facts]) -> None:
+    ins, sel, upd, dele = _month_statements(conn.dialect.name)
+    zero = {f"v_{k}": v for k, v in Facts().values().items()}
     for key in sorted(deltas):
         d = deltas[key]
         if d.is_zero():
             continue
         month, charge_from, nt, ok, pk, status = key
-        where = and_(t.c.month == month, t.c.charge_from == charge_from, t.c.node_type_id == nt, t.c.offer_key == ok,
-                     t.c.project_key == pk, t.c.status == status)
-        conn.execute(_insert(conn, t).values(month=month, charge_from=charge_from, node_type_id=nt, offer_key=ok,
-                                             project_key=pk, status=status, **Facts().values()).on_conflict_do_nothing())
-        row = conn.execute(select(t).where(where).with_for_update()).one()
+        k = {"k_month": month, "k_charge_from": charge_from, "k_node_type_id": nt, "k_offer_key": ok,
+             "k_project_key": pk, "k_status": status}
+        conn.execute(ins, {**k, **zero})
+        row = conn.execute(sel, k).one()
         f = Facts.from_row(row)
         f.add(d)
         if f.slices == 0 and f.is_zero():
-            conn.execute(delete(t).where(where))
+            conn.execute(dele, k)
         else:
-            conn.execute(update(t).where(where).values(**f.values()))
+            conn.execute(upd, {**k, **{f"v_{c}": v for c, v in f.values().items()}})
 
 
 def _scope_rows(conn: Connection, month: str, nt: int, offer_key: int,
@@ -649,6 +672,24 @@ def _recompute_peak(conn: Connection, scope: tuple[str, int, int]) -> None:
     _set_peak(conn, scope, value=sweep_peak(_scope_rows(conn, month, nt, ok)))
 
 
+def scope_peak_sql(conn: Connection, scope: tuple[str, int, int]) -> int:
+    """:func:`sweep_peak` of a scope's stored slices, computed by the database: the running sum of the
+    start (+nodes) and end (−nodes) events in (time, delta) order, ends first at a tie, and its maximum.
+    The same number in bounded memory, for scopes of any size (a bulk import's months)."""
+    month, nt, ok = scope
+    t = RollupSlice.__table__
+    cond = [t.c.month == month, t.c.node_type_id == nt, t.c.end_at > t.c.start_at]
+    if ok == 0:
+        cond.append(t.c.offer_id.is_(None))
+    elif ok != ALL:
+        cond.append(t.c.offer_id == ok)
+    events = union_all(select(t.c.start_at.label("at"), t.c.nodes.label("delta")).where(*cond),
+                       select(t.c.end_at.label("at"), (-t.c.nodes).label("delta")).where(*cond)).subquery()
+    running = select(func.sum(events.c.delta).over(order_by=(events.c.at, events.c.delta), rows=(None, 0))
+                     .label("cur")).subquery()
+    return max(0, int(conn.execute(select(func.max(running.c.cur))).scalar() or 0))
+
+
 def _apply_peaks(conn: Connection, old: list[SliceFact], new: list[SliceFact]) -> None:
     old_iv = {s.interval for s in old}
     new_iv = {s.interval for s in new}
@@ -674,8 +715,12 @@ def _apply_peaks(conn: Connection, old: list[SliceFact], new: list[SliceFact]) -
         _set_peak(conn, scope, at_least=best)
 
 
-def refresh_runs(conn: Connection, run_ids: Iterable[str]) -> int:
-    """Bring the rollup in line with the current rows of these runs; returns slices changed."""
+def refresh_runs(conn: Connection, run_ids: Iterable[str], defer_peaks: Optional[set] = None) -> int:
+    """Bring the rollup in line with the current rows of these runs; returns slices changed.
+
+    ``defer_peaks``: collect the peak scopes these changes touch into this set
+    instead of updating ``rollup_peak`` now (:func:`bulk` recomputes each once).
+    """
     ids = sorted(set(run_ids))
     if not ids:
         return 0
@@ -686,7 +731,7 @@ def refresh_runs(conn: Connection, run_ids: Iterable[str]) -> int:
     for i in range(0, len(ids), 500):
         old.extend(_slice_from_row(r) for r in conn.execute(select(*SLICE_COLUMNS).where(st.c.run_id.in_(ids[i:i + 500]))))
     new = _compute(conn, ids, tz, rules)
-    if sorted(s.comparable() for s in old) == sorted(s.comparable() for s in new):
+    if len(old) == len(new) and sorted(s.comparable() for s in old) == sorted(s.comparable() for s in new):
         return 0
     for i in range(0, len(ids), 500):
         conn.execute(delete(st).where(st.c.run_id.in_(ids[i:i + 500])))
@@ -698,7 +743,11 @@ def refresh_runs(conn: Connection, run_ids: Iterable[str]) -> int:
     for s in new:
         deltas[s.key].add(s.facts)
     _apply_month(conn, deltas)
-    _apply_peaks(conn, old, new)
+    if defer_peaks is None:
+        _apply_peaks(conn, old, new)
+    else:
+        defer_peaks.update((iv[0], iv[1], ok) for iv in {s.interval for s in old} ^ {s.interval for s in new}
+                           for ok in (iv[2], ALL))
     return len(old) + len(new)
 
 
@@ -905,7 +954,7 @@ def sync(session: SASession) -> None:
     if cuts_flag:
         refresh_cuts(conn)
     if pending:
-        refresh_runs(conn, pending)
+        refresh_runs(conn, pending, session.info.get(_DEFER_PEAKS))
 
 
 def _has_tables(conn: Connection) -> bool:
@@ -918,6 +967,21 @@ def _has_tables(conn: Connection) -> bool:
     if ok:
         conn.info[key] = True
     return ok
+
+
+@contextlib.contextmanager
+def bulk(session: SASession) -> Iterator[None]:
+    """Many runs written in one transaction (an import): the peaks of the touched months are recomputed
+    once, at the end, rather than at every :func:`sync` (the other facts are folded in as usual)."""
+    scopes: set = session.info.setdefault(_DEFER_PEAKS, set())
+    try:
+        yield
+        sync(session)
+        conn = session.connection()
+        for scope in sorted(scopes):
+            _set_peak(conn, scope, value=scope_peak_sql(conn, scope))
+    finally:
+        session.info.pop(_DEFER_PEAKS, None)
 
 
 def ensure(session: SASession) -> None:

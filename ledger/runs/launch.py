@@ -291,6 +291,36 @@ def slurm_script(run_id: str, req: LaunchRequest, gpn: int, train_args: list[str
     ])
 
 
+def submit(session: Session, prepared: Prepared, sbatch: str) -> dict[str, str]:
+    """Submit a prepared Slurm run (``sbatch --parsable SCRIPT``, an argument list) and record its job id.
+
+    The job id (and cluster, on a federation) goes into ``config["slurm"]`` of
+    the run: ``trainledger slurm sync`` recognises the job's sacct record by
+    its name (``trainledger-<run id>``) *and* this id, and updates this run
+    rather than adding a second one. If sbatch refuses the job, the run is
+    recorded as failed with sbatch's reason (it never started: nothing to cost).
+    """
+    argv = [sbatch, "--parsable", str(prepared.script)]
+    try:
+        out = subprocess.run(argv, env=prepared.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+        code, stdout, stderr = out.returncode, out.stdout, out.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, stdout, stderr = 1, "", str(exc)
+    run = session.get(Run, prepared.run_id)
+    if code != 0:
+        lines = [x.strip() for x in stderr.splitlines() if x.strip()]
+        reason = (lines[-1] if lines else f"exit {code}")[:500]
+        run.status, run.ended_at, run.error = RunStatus.failed, utcnow(), f"sbatch refused the job: {reason}"
+        session.flush()
+        session.commit()
+        raise LedgerInputError(f"sbatch: {reason}")
+    job, _, cluster = stdout.strip().splitlines()[-1].partition(";")
+    run.config = {**(run.config or {}), "slurm": {"job_id": job.strip(), "cluster": cluster.strip()}}
+    session.flush()
+    return {"job_id": job.strip(), "cluster": cluster.strip()}
+
+
 # --- supervisor -------------------------------------------------------------------
 
 def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> int:

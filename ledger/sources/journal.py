@@ -223,6 +223,9 @@ def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
                     # was written straight to the ledger) never reopens an ended run
                     for key in REOPENING:
                         fields.pop(key, None)
+                if isinstance(fields.get("config"), dict) and isinstance(run.config, dict) and "slurm" in run.config:
+                    # the Slurm job of a `launch --launcher slurm` run is the ledger's record, not the trainer's
+                    fields["config"] = {**fields["config"], "slurm": run.config["slurm"]}
                 for k, v in fields.items():
                     setattr(run, k, v)
             session.flush()

@@ -273,6 +273,31 @@ class Run(SQLModel, table=True):
     log_path: Optional[str] = Field(default=None, max_length=500)
     tokens_per_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)
     mem_kind: Optional[str] = Field(default=None, max_length=30)  # cuda_max_allocated | cpu_max_rss
+    # added in migration 0005 (Slurm): the run this one continues (a requeued Slurm job's earlier
+    # attempt, a resumed run), so a chain of attempts reads as one job
+    resume_of: Optional[str] = Field(default=None, max_length=64, index=True)
+
+
+class SlurmMap(SQLModel, table=True):
+    """Which node type (and offer) a Slurm job ran on, by partition, GPU type and node names (migration 0005).
+
+    A rule matches a job when every field it sets matches (empty = any); the
+    most specific matching rule wins (``ledger.sources.slurm.resolve``).
+    ``by_node``: the job pays for every node it touches whatever its GPU count
+    (exclusive nodes): uneven GPU spreads and jobs without GPUs are costed too.
+    """
+
+    __tablename__ = "slurm_map"
+    __table_args__ = (UniqueConstraint("cluster", "partition", "gpu_type", "node_pattern", name="uq_slurm_map_rule"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cluster: str = Field(default="", max_length=64)  # "" = any cluster
+    partition: str = Field(default="", max_length=100)
+    gpu_type: str = Field(default="", max_length=100)  # the TYPE of gres/gpu:TYPE
+    node_pattern: str = Field(default="", max_length=200)  # shell glob over host names, e.g. gpu-a[0-9]*
+    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    offer_id: Optional[int] = Field(default=None, foreign_key="offer.id", index=True)
+    by_node: bool = False
 
 
 class RunNode(SQLModel, table=True):

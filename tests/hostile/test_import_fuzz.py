@@ -199,8 +199,9 @@ def sacct_file_with_one_bad_row(draw):
         bad["NNodes"], bad["AllocTRES"], needle = "2", "gres/gpu=18,node=2", "gpus_per_node"
     elif field == "huge gres":
         bad["AllocTRES"], needle = f"gres/gpu={draw(huge_int)}", "AllocTRES"
-    elif field == "duplicate JobID":
-        bad["JobID"], needle, at = rows[0]["JobID"], "JobID", max(at, 1)
+    elif field == "duplicate JobID":  # the same job and start twice, with different records (not a requeue)
+        bad = dict(rows[0], End=(datetime.fromisoformat(rows[0]["End"]) + timedelta(minutes=1)).isoformat())
+        needle, at = "JobID", max(at, 1)
     elif field == "long JobID":
         bad["JobID"], needle = "7" * draw(st.integers(59, 200)), "JobID"
     rows.insert(at, bad)
@@ -227,13 +228,44 @@ def test_csv_with_one_bad_row_is_refused_whole(ledger, tmp_path, case):
 @FUZZ
 @given(case=sacct_file_with_one_bad_row())
 def test_sacct_with_one_bad_row_is_refused_whole(ledger, tmp_path, case):
+    """--strict: any bad row, malformed or merely not costable, refuses the file (the all-or-nothing import)."""
     text, line, needle = case
     f = tmp_path / "sacct.txt"
     f.write_text(text, encoding="utf-8")
     before = snapshot(ledger)
-    out = invoke(["import", f, "--node-type", "rtx4090-8x", "--offer", "rtx4090-rent"], ledger)
+    out = invoke(["import", f, "--node-type", "rtx4090-8x", "--offer", "rtx4090-rent", "--strict"], ledger)
     assert_refused(out, f"sacct.txt:{line}: {needle}", context=(needle, text))
     unchanged(ledger, before, context=(needle, text))
+
+
+#: rows that are well formed but cannot be costed: skipped with their reason unless --strict
+UNCOSTABLE = {"State": "unknown Slurm state", "AllocTRES": "uneven GPU spread",
+              "gpus_per_node": "more GPUs per node than the node type has"}
+
+
+@FUZZ
+@given(case=sacct_file_with_one_bad_row())
+def test_sacct_with_one_bad_row_skips_it_or_refuses_whole(ledger, tmp_path, case):
+    """Tolerant (the default): a row that cannot be costed is skipped and named in the receipt, every other
+    row is imported; a malformed row still refuses the whole file."""
+    text, line, needle = case
+    f = tmp_path / "sacct.txt"
+    f.write_text(text, encoding="utf-8")
+    before = snapshot(ledger)
+    out = invoke(["import", f, "--node-type", "rtx4090-8x", "--offer", "rtx4090-rent", "--json"], ledger)
+    bad_job = text.splitlines()[line - 1].split("|")[0]
+    reason = UNCOSTABLE.get(needle)
+    if reason is None or (needle == "AllocTRES" and "gres/gpu=4," not in text.splitlines()[line - 1]):
+        assert_refused(out, f"sacct.txt:{line}: {needle}", context=(needle, text))
+        unchanged(ledger, before, context=(needle, text))
+        return
+    assert_clean(out, context=(needle, text), codes=(0,))
+    receipt = json.loads(out.stdout)
+    assert receipt["skipped"][reason]["rows"] == 1 and receipt["skipped"][reason]["first"] == [bad_job], receipt
+    good = {r.split("|")[0] for i, r in enumerate(text.splitlines()[1:], start=2) if i != line}
+    assert receipt["imported"] + receipt["updated"] + receipt["already_present"] == len(good), receipt
+    assert {f"slurm-{j}" for j in good} <= _run_ids(ledger)
+    assert f"slurm-{bad_job}" not in _run_ids(ledger)
 
 
 # --- random mutations: imported whole or refused whole ------------------------------------------
@@ -335,12 +367,12 @@ def test_unreadable_paths_and_bad_flags(sqlite_ledger, tmp_path):
     for args, needle in [
         (["import", tmp_path], "FILE: cannot read"),
         (["import", tmp_path / "missing.csv"], "FILE: cannot read"),
-        (["import", good, "--format", "xlsx"], "--format: expected auto, csv or sacct"),
+        (["import", good, "--format", "xlsx"], "--format: expected auto or one of csv, sacct"),
         (["import", good, "--tz", "Mars/Olympus"], "timezone: unknown time zone"),
         (["import", good, "--tz", "x" * 5000], "timezone: unknown time zone"),
         (["import", good, "--tz", "../../etc/passwd"], "timezone: unknown time zone"),
         (["import", good, "--node-type", "tpu-v9"], "--node-type: unknown 'tpu-v9'"),
-        (["import", good, "--offer", "h100-rent"], "offer: 'h100-rent' is not an offer"),
+        (["import", good, "--offer", "h100-rent"], "--offer: unknown 'h100-rent'"),
         (["import", good, "--format", "sacct"], "header: sacct output needs"),
     ]:
         assert_refused(invoke(args, ledger), needle, context=args)

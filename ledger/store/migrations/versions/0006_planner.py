@@ -4,14 +4,14 @@ The shipped presets get the catalog's figures (data/pricing.toml, with their
 sources); node types a user imported keep NULL until re-imported with them.
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 Create Date: 2026-12-03
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0006'
-down_revision = '0003'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 

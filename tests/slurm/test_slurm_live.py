@@ -1,0 +1,282 @@
+"""`trainledger slurm sync` and `launch --launcher slurm` against a real Slurm (tests/slurm/cluster.py).
+
+All jobs are submitted at once when the module starts (they run side by side while the tests wait):
+completed (on the ``batch`` partition with a typed GPU), failed with exit 3, cancelled with scancel,
+timed out (``--time=1``), requeued with ``scontrol requeue``, one still running at the first sync, one
+that a tracked run (as the run wrapper registers it) already has under the job's run id, and the sbatch
+script of ``trainledger launch --launcher slurm``. Every duration is checked against the ``ElapsedRaw``
+that sacct reports for the job, read separately.
+
+Mapping: ``debug`` → rtx4090-8x on rtx4090-rent, by node (the jobs here hold whole nodes, and some no
+GPU); ``batch`` with GPU type ``fake`` → a100-8x on a100-rent (20 per node-hour, per started hour).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+from typer.testing import CliRunner
+
+from ledger.store.db import make_engine
+from ledger.store.ids import slurm_run_id
+from ledger.store.models import Run, RunStatus
+from tests.helpers import node_type
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+A100_OFFER = ('[[offer]]\nname = "a100-rent"\nnode_type = "a100-8x"\nkind = "rent_elastic"\ncurrency = "CNY"\n'
+              'price_per_node_hour = "20"\nbilling_granularity_hours = "1"\nminimum_hours = "1"\n')
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+WAIT_S = 420  # generous: the machine is shared
+
+
+def cli(url: str, slurm, *args: str) -> dict:
+    from ledger.cli import app
+    from ledger.store.db import get_engine
+
+    r = CliRunner().invoke(app, [*map(str, args), "--db", url], env={"SLURM_CONF": str(slurm.conf)},
+                           catch_exceptions=False)
+    get_engine.cache_clear()
+    assert r.exit_code == 0, r.output + r.stderr
+    return json.loads(r.output) if "--json" in args else r.output
+
+
+def sync(url: str, slurm) -> dict:
+    return cli(url, slurm, "slurm", "sync", "--tz", "UTC", "--json")
+
+
+def runs(url: str) -> dict[str, Run]:
+    engine = make_engine(url)
+    with Session(engine) as s:
+        out = {r.id: r for r in s.exec(select(Run)).all()}
+    engine.dispose()
+    return out
+
+
+def acct(slurm, job: str) -> list[dict[str, str]]:
+    """sacct's own records of a job (every attempt), read apart from the code under test."""
+    fields = ["JobID", "State", "ElapsedRaw", "NNodes", "Start", "End"]
+    out = slurm.run("sacct", "-n", "-P", "-X", "--duplicates", "-j", job, "-o", ",".join(fields)).stdout
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+
+def state(slurm, job: str) -> str:
+    return slurm.job_state(job).split()[0] if slurm.job_state(job) else ""
+
+
+def wait_state(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> str:
+    return slurm.wait_for(f"job {job} in {sorted(states)}", lambda: (s := state(slurm, job)) in states and s, timeout)
+
+
+def seconds(run: Run) -> float:
+    return (run.ended_at - run.started_at).total_seconds()
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('slurm-ledger') / 'ledger.db'}"
+    make_engine(url).dispose()
+    return url
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm, ledger, tmp_path_factory) -> dict[str, str]:
+    """Every job of the module, submitted now; the mapping in the ledger."""
+    offer = tmp_path_factory.mktemp("offer") / "a100.toml"
+    offer.write_text(A100_OFFER)
+    cli(ledger, slurm, "pricing", "import", offer)
+    cli(ledger, slurm, "slurm", "map", "add", "--partition", "debug", "--node-type", "rtx4090-8x", "--offer",
+        "rtx4090-rent", "--by-node")
+    cli(ledger, slurm, "slurm", "map", "add", "--partition", "batch", "--gpu-type", "fake", "--node-type", "a100-8x",
+        "--offer", "a100-rent")
+    j = {
+        "launch": _launch(slurm, ledger, tmp_path_factory.mktemp("launch")),
+        "rq": slurm.sbatch("-p", "debug", "--gpus=1", "-J", "rq", "--wrap", "sleep 8"),
+        "timeout": slurm.sbatch("-p", "debug", "-J", "timeout", "--time=1", "--wrap", "sleep 600"),
+        "ok": slurm.sbatch("-p", "batch", "--gpus=1", "-J", "ok", "--wrap", "sleep 2"),
+        "fail3": slurm.sbatch("-p", "debug", "-J", "fail3", "--wrap", "exit 3"),
+        "cancel": slurm.sbatch("-p", "debug", "-J", "cancel", "--wrap", "sleep 600"),
+        "long": slurm.sbatch("-p", "debug", "-J", "long", "--wrap", "sleep 45"),
+        "wrapped": slurm.sbatch("-p", "debug", "-J", "wrapped", "--hold", "--wrap", "sleep 3"),
+    }
+    # as the run wrapper (`srun trainledger run -- ...` in the job) registers the job's run: same id
+    engine = make_engine(ledger)
+    with Session(engine) as s:
+        nt = node_type(s, "rtx4090-8x")
+        s.add(Run(id=slurm_run_id(j["wrapped"]), name="wrapped-run", launcher="wrapper", node_type_id=nt.id, nodes=1,
+                  gpus_per_node=8, status=RunStatus.queued, tokens=4242, steps=7))
+        s.commit()
+    engine.dispose()
+    slurm.run("scontrol", "release", j["wrapped"])
+    return j
+
+
+def _launch(slurm, url: str, base: Path) -> dict:
+    """`trainledger launch trainer/configs/dp.yaml --launcher slurm`: the real command submits its sbatch script."""
+    env = {**os.environ, "SLURM_CONF": str(slurm.conf), "XDG_DATA_HOME": str(base / "xdg"),
+           "TRAINLEDGER_JOURNAL_DIR": str(base / "journal"), "TRAINLEDGER_CACHE_DIR": str(base / "cache"),
+           "TRAINLEDGER_HEARTBEAT_S": "1", "TRAINLEDGER_FLUSH_S": "0.5", "OMP_NUM_THREADS": "1"}
+    env.pop("TRAINLEDGER_DB_URL", None)
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
+                          "--launcher", "slurm", "--steps", "3", "--name", "via-sbatch", "--db", url, "--json"],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["submitted"] is True and d["job_id"].isdigit(), d
+    return d
+
+
+def test_a_running_job_appears_as_running(slurm, ledger, jobs):
+    for name in ("long", "cancel", "rq"):
+        wait_state(slurm, jobs[name], {"RUNNING"})
+    slurm.requeue(jobs["rq"])
+    slurm.run("scancel", jobs["cancel"])
+    first = sync(ledger, slurm)
+    assert first["imported"] >= 1 and first["window"]["end"] == first["watermark"]
+    run = runs(ledger)[slurm_run_id(jobs["long"])]
+    sacct = acct(slurm, jobs["long"])[-1]
+    assert (run.status, run.ended_at, run.heartbeat_at, run.nodes) == (RunStatus.running, None, None, 1)
+    assert run.started_at == datetime.fromisoformat(sacct["Start"] + "+00:00")
+
+
+def test_finished_jobs_have_status_nodes_and_duration(slurm, ledger, jobs):
+    want = {"ok": "COMPLETED", "fail3": "FAILED", "cancel": "CANCELLED", "timeout": "TIMEOUT", "rq": "COMPLETED",
+            "long": "COMPLETED", "wrapped": "COMPLETED"}
+    for name, final in want.items():
+        assert wait_state(slurm, jobs[name], FINAL) == final, name
+    receipt = sync(ledger, slurm)
+    assert receipt["updated"] >= 1  # the running job, now finished
+    got = runs(ledger)
+    r = {name: got[slurm_run_id(jobs[name])] for name in ("ok", "fail3", "cancel", "timeout", "long")}
+    assert {n: x.status for n, x in r.items()} == {"ok": RunStatus.succeeded, "fail3": RunStatus.failed,
+                                                    "cancel": RunStatus.cancelled, "timeout": RunStatus.failed,
+                                                    "long": RunStatus.succeeded}
+    assert (r["fail3"].exit_code, r["fail3"].error) == (3, "Slurm: FAILED (exit 3)")
+    assert r["cancel"].error == "Slurm: CANCELLED by 0" and r["timeout"].error == "Slurm: TIMEOUT"
+    for name, run in r.items():
+        record = acct(slurm, jobs[name])[-1]
+        assert run.nodes == int(record["NNodes"]) == 1, name
+        assert seconds(run) == int(record["ElapsedRaw"]), (name, record)
+    assert seconds(r["timeout"]) >= 60 and seconds(r["long"]) >= 45
+    with Session(make_engine(ledger)) as s:
+        a100, rtx = node_type(s, "a100-8x").id, node_type(s, "rtx4090-8x").id
+    # a typed GPU on `batch`: the GPU-type rule; no GPU on `debug`: costed by node (gpus_per_node 0)
+    assert (r["ok"].node_type_id, r["ok"].gpus_per_node, r["ok"].world_size) == (a100, 1, 1)
+    assert (r["fail3"].node_type_id, r["fail3"].gpus_per_node) == (rtx, 0)
+    assert r["ok"].gpu_util_mean is None  # no gres/gpuutil from this Slurm: missing, never zero
+    month = r["ok"].started_at.strftime("%Y-%m")
+    report = cli(ledger, slurm, "report", "monthly", "--month", month, "--format", "json")
+    report = json.loads(report)
+    costs = {x["run_id"]: Decimal(x["cost"]) for x in report["runs"]}
+    assert costs[slurm_run_id(jobs["ok"])] == Decimal("20.00")  # 1 node, billed 1 h × 20
+    rtx_runs = [x for x in report["runs"] if x["node_type"] == "rtx4090-8x"]
+    assert all(x["node_hours"] <= 1 for x in rtx_runs)
+    billed = sum(1 for x in rtx_runs if x["node_hours"] > 0)  # `exit 3` ended within its first second: 0 s, not billed
+    assert billed >= 4  # at least timeout, long, cancel and the requeued job ran for seconds
+    assert sum(Decimal(x["cost"]) for x in rtx_runs) == (Decimal(3600) / 730 * billed).quantize(Decimal("0.01"))
+
+
+def test_a_requeued_job_reads_as_one_chain(slurm, ledger, jobs):
+    job = jobs["rq"]
+    records = acct(slurm, job)
+    assert [x["State"] for x in records] == ["REQUEUED", "COMPLETED"]
+    got = runs(ledger)
+    final = got[slurm_run_id(job)]
+    attempts = [x for rid, x in got.items() if rid.startswith(slurm_run_id(job) + ".r")]
+    assert len(attempts) == 1
+    attempt = attempts[0]
+    assert final.resume_of == attempt.id and attempt.resume_of is None
+    assert (attempt.status, attempt.error, final.status) == (RunStatus.cancelled, "Slurm: REQUEUED", RunStatus.succeeded)
+    assert [seconds(attempt), seconds(final)] == [int(x["ElapsedRaw"]) for x in records]
+    assert attempt.ended_at <= final.started_at
+
+
+def test_a_tracked_run_is_updated_not_counted_twice(slurm, ledger, jobs):
+    got = runs(ledger)
+    run = got[slurm_run_id(jobs["wrapped"])]
+    record = acct(slurm, jobs["wrapped"])[-1]
+    assert (run.launcher, run.name, run.tokens, run.steps) == ("wrapper", "wrapped-run", 4242, 7)
+    assert (run.status, run.nodes, seconds(run)) == (RunStatus.succeeded, 1, int(record["ElapsedRaw"]))
+    base = slurm_run_id(jobs["wrapped"])
+    assert [rid for rid in got if rid == base or rid.startswith(base + ".")] == [run.id]
+
+
+def test_launch_slurm_end_to_end(slurm, ledger, jobs):
+    launched = jobs["launch"]
+    job = launched["job_id"]
+    assert wait_state(slurm, job, FINAL, timeout=600) == "COMPLETED", slurm.log_tail("slurmd")
+    run = runs(ledger)[launched["run_id"]]
+    assert (run.status, run.steps, run.launcher) == (RunStatus.succeeded, 3, "slurm")  # recorded by the trainer in the job
+    receipt = sync(ledger, slurm)
+    got = runs(ledger)
+    assert slurm_run_id(job) not in got  # the job's record went to the launched run
+    run = got[launched["run_id"]]
+    record = acct(slurm, job)[-1]
+    assert run.config["slurm"]["job_id"] == job and run.config["train"]  # the tracked config is kept
+    assert run.started_at == datetime.fromisoformat(record["Start"] + "+00:00") and run.nodes == 1
+    assert seconds(run) == int(record["ElapsedRaw"]) and run.steps == 3
+    assert receipt["imported"] == 0
+
+
+def test_a_second_sync_changes_nothing(slurm, ledger, jobs):
+    before = {rid: r.model_dump() for rid, r in runs(ledger).items()}
+    again = sync(ledger, slurm)
+    assert (again["imported"], again["updated"]) == (0, 0) and again["already_present"] >= len(jobs) - 1
+    assert {rid: r.model_dump() for rid, r in runs(ledger).items()} == before
+    assert cli(ledger, slurm, "db", "rollup").strip() == "rollup consistent with the run rows"
+
+
+def test_postgresql_ledger_gets_the_same_runs(slurm, ledger, jobs):
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import PG_ADMIN
+
+    name = f"tl_test_slurm_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    try:
+        make_engine(url).dispose()
+        cli(url, slurm, "slurm", "map", "add", "--partition", "debug", "--node-type", "rtx4090-8x", "--by-node")
+        cli(url, slurm, "slurm", "map", "add", "--partition", "batch", "--gpu-type", "fake", "--node-type", "a100-8x")
+        first = sync(url, slurm)
+        sqlite_runs = {rid: (r.status, r.started_at, r.ended_at, r.nodes, r.resume_of)
+                       for rid, r in runs(ledger).items() if rid.startswith("slurm-")}
+        pg_runs = {rid: (r.status, r.started_at, r.ended_at, r.nodes, r.resume_of)
+                   for rid, r in runs(url).items() if rid.startswith("slurm-")}
+        assert pg_runs.keys() - sqlite_runs.keys() == {slurm_run_id(jobs["launch"]["job_id"])}  # no launched run here
+        assert {k: v for k, v in pg_runs.items() if k in sqlite_runs} == sqlite_runs
+        again = sync(url, slurm)
+        assert (again["imported"], again["updated"], again["already_present"]) == (0, 0, first["imported"])
+    finally:
+        from ledger.store.db import get_engine
+
+        get_engine.cache_clear()
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_a_job_sbatch_refuses_fails_its_run(slurm, ledger, tmp_path):
+    """Two fake GPUs on the only node: 4 per node cannot be met; sbatch says so and the run is failed, not left queued."""
+    env = {**os.environ, "SLURM_CONF": str(slurm.conf), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    env.pop("TRAINLEDGER_DB_URL", None)
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
+                          "--launcher", "slurm", "--gpus-per-node", "4", "--name", "too-big", "--db", ledger],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 2 and out.stderr.startswith("error: sbatch: ") and out.stderr.count("\n") == 1, out.stderr
+    run = next(r for r in runs(ledger).values() if r.name == "too-big")
+    assert run.status == RunStatus.failed and run.error.startswith("sbatch refused the job: ")
+    assert run.started_at is None  # it never ran: nothing to cost

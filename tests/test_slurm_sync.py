@@ -1,0 +1,150 @@
+"""`trainledger slurm sync`: its sacct command lines, the watermark, live jobs asked for by id, DST, failures.
+
+The real Slurm (tests/slurm/test_slurm_live.py) cannot produce what these tests need: jobs in the past,
+and local times that a DST change repeats or skips (its clock is today's). So ``--sacct`` points at a
+small program that speaks sacct's protocol: it records the argument list and the ``TZ`` it was run
+with, and prints recorded ``--parsable2 --noheader`` records in the ``slurm sync`` field order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+from sqlmodel import Session, select
+
+from ledger.store.models import Run, RunStatus, Setting
+
+UTC = timezone.utc
+FAKE = """#!{python}
+import json, os, sys
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps({{"argv": sys.argv[1:], "tz": os.environ.get("TZ")}}) + "\\n")
+name = "jobs.txt" if "--jobs" in sys.argv else "window.txt"
+sys.stdout.write(open(os.path.join({base!r}, name)).read())
+code = int(open(os.path.join({base!r}, "exit")).read())
+if code:
+    sys.stderr.write("sacct: error: Problem talking to the database: Connection refused\\n")
+sys.exit(code)
+"""
+
+
+def record(job: str, state: str, start: str, end: str, elapsed: str = "", name: str = "j") -> str:
+    """One allocation record in the order of ``ledger.sources.slurm.SYNC_FIELDS``."""
+    return (f"{job}|{name}|rtx|llm|bob|rtx-01|1|billing=32,cpu=32,gres/gpu:rtx4090=8,gres/gpu=8,node=1|{elapsed}|"
+            f"{state}|0:0|{start}|{start}|{end}|gpu1||\n")
+
+
+class FakeSacct:
+    def __init__(self, tmp_path):
+        self.base = tmp_path / "sacct"
+        self.base.mkdir()
+        self.log = self.base / "calls.jsonl"
+        self.path = self.base / "sacct"
+        self.path.write_text(FAKE.format(python=sys.executable, log=str(self.log), base=str(self.base)))
+        self.path.chmod(0o755)
+        self.set("", "", 0)
+
+    def set(self, window: str, jobs: str = "", exit_code: int = 0) -> None:
+        (self.base / "window.txt").write_text(window)
+        (self.base / "jobs.txt").write_text(jobs)
+        (self.base / "exit").write_text(str(exit_code))
+
+    def calls(self) -> list[dict]:
+        return [json.loads(x) for x in self.log.read_text().splitlines()] if self.log.exists() else []
+
+
+def _sync(cli, fake, *args):
+    return cli("slurm", "sync", "--sacct", fake.path, *args)
+
+
+def _json(r):
+    assert r.exit_code == 0, r.output + r.stderr
+    return json.loads(r.output)
+
+
+def _runs(engine):
+    with Session(engine) as s:
+        return {r.id: r for r in s.exec(select(Run)).all()}
+
+
+def test_window_watermark_and_live_jobs(cli, engine, tmp_path):
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
+    fake.set(record("10", "COMPLETED", "2026-11-01T08:00:00", "2026-11-01T09:00:00", "3600")
+             + record("11", "RUNNING", "2026-11-01T20:00:00", "Unknown", "14400"))
+    first = _json(_sync(cli, fake, "--tz", "UTC", "--since", "2026-11-01T00:00:00", "--until", "2026-11-02T00:00:00", "--json"))
+    assert (first["imported"], first["rechecked_jobs"]) == (2, 0)
+    (call,) = fake.calls()
+    assert call["tz"] == "UTC"
+    assert call["argv"] == ["--parsable2", "--noheader", "--duplicates", "--allusers", "--format",
+                            "JobID,JobName,Partition,Account,User,NodeList,NNodes,AllocTRES,ElapsedRaw,State,ExitCode,"
+                            "Submit,Start,End,Cluster,TRESUsageInAve,TRESUsageInMax",
+                            "--starttime", "2026-11-01T00:00:00", "--endtime", "2026-11-02T00:00:00"]
+    with Session(engine) as s:
+        assert s.get(Setting, "slurm:watermark:-").value == "2026-11-02T00:00:00+00:00"
+    # next sync: from the watermark less the overlap; job 11 ended before that window (its end was written late),
+    # so it is asked for by id
+    fake.set("", jobs=record("11", "COMPLETED", "2026-11-01T20:00:00", "2026-11-01T23:45:00", "13500"))
+    second = _json(_sync(cli, fake, "--tz", "UTC", "--until", "2026-11-03T00:00:00", "--json"))
+    assert (second["imported"], second["updated"], second["rechecked_jobs"]) == (0, 1, 1)
+    window, by_id = fake.calls()[1:]
+    assert window["argv"][-4:] == ["--starttime", "2026-11-01T23:50:00", "--endtime", "2026-11-03T00:00:00"]
+    assert by_id["argv"][-2:] == ["--jobs", "11"]
+    run = _runs(engine)["slurm-11"]
+    assert (run.status, run.ended_at) == (RunStatus.succeeded, datetime(2026, 11, 1, 23, 45, tzinfo=UTC))
+
+
+def test_a_failed_sacct_changes_nothing(cli, engine, tmp_path):
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
+    fake.set(record("10", "COMPLETED", "2026-11-01T08:00:00", "2026-11-01T09:00:00", "3600"), exit_code=1)
+    r = _sync(cli, fake, "--tz", "UTC", "--since", "2026-11-01T00:00:00")
+    assert r.exit_code == 2 and r.stderr == ("error: sacct exited 1: sacct: error: Problem talking to the database: "
+                                             "Connection refused\n")
+    with Session(engine) as s:
+        assert s.get(Setting, "slurm:watermark:-") is None
+    assert _runs(engine) == {}  # the records it printed before failing are not imported either
+    missing = cli("slurm", "sync", "--sacct", tmp_path / "no-such-sacct")
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: sacct: cannot run ")
+
+
+def test_dst_ambiguous_times_are_reported_not_guessed(cli, engine, tmp_path):
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
+    fake.set(record("20", "COMPLETED", "2026-11-01T01:30:00", "2026-11-01T01:50:00", "")  # both times twice: ?
+             + record("21", "COMPLETED", "2026-11-01T01:30:00", "2026-11-01T03:00:00", "9000")  # settled by ElapsedRaw
+             + record("22", "COMPLETED", "2026-11-02T10:00:00", "2026-11-02T11:00:00", "3600"))
+    args = ("--tz", "America/New_York", "--since", "2026-10-31T00:00:00", "--until", "2026-11-03T00:00:00", "--json")
+    receipt = _json(_sync(cli, fake, *args))
+    assert fake.calls()[0]["tz"] == "America/New_York"
+    assert receipt["imported"] == 2
+    assert {k: (v["rows"], v["first"]) for k, v in receipt["skipped"].items()} == {
+        "local time skipped or repeated by a DST change": (1, ["20"])}
+    runs = _runs(engine)
+    assert set(runs) == {"slurm-21", "slurm-22"}
+    assert runs["slurm-21"].started_at == datetime(2026, 11, 1, 5, 30, tzinfo=UTC)  # 01:30 EDT, 9,000 s before 08:00 UTC
+    receipt = _json(_sync(cli, fake, *args[:-1], "--dst", "latest", "--json"))
+    assert receipt["imported"] == 1 and not receipt["skipped"]
+    run = _runs(engine)["slurm-20"]
+    assert (run.started_at, run.ended_at) == (datetime(2026, 11, 1, 6, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 50, tzinfo=UTC))
+
+
+def test_the_deploy_examples_run_a_sync(cli, engine, tmp_path):
+    """The commands of deploy/slurm/ (cron and systemd) are valid `slurm sync` invocations."""
+    import shlex
+    from pathlib import Path
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "slurm"
+    cron = next(x for x in (deploy / "trainledger-slurm-sync.cron").read_text().splitlines() if x.startswith("*/5"))
+    service = next(x for x in (deploy / "trainledger-slurm-sync.service").read_text().splitlines() if x.startswith("ExecStart="))
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
+    fake.set(record("30", "COMPLETED", "2026-11-01T08:00:00", "2026-11-01T09:00:00", "3600"))
+    for line in (cron.split("exec ", 1)[1].rstrip("'").split("'")[0], service.split("=", 1)[1]):
+        argv = shlex.split(line)
+        assert argv[0].endswith("/trainledger") and argv[1:3] == ["slurm", "sync"], argv
+        r = cli(*argv[1:], "--sacct", fake.path, "--since", "2026-11-01T00:00:00", "--json")
+        assert r.exit_code == 0, r.output + r.stderr
+    assert set(_runs(engine)) == {"slurm-30"}
