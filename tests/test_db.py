@@ -38,7 +38,7 @@ def test_sqlite_is_wal_with_busy_timeout(sqlite_url):
 
 
 def test_first_use_upgrades_to_head_and_seeds_presets(engine):
-    assert current_revision(engine) == head_revision() == "0003" == HEAD_REVISION
+    assert current_revision(engine) == head_revision() == "0004" == HEAD_REVISION
     tables = set(inspect(engine).get_table_names())
     assert {"node_type", "offer", "fleet", "project", "user_account", "run", "run_node", "metric_sample", "alembic_version"} <= tables
     with Session(engine) as s:
@@ -64,7 +64,7 @@ def test_timestamps_come_back_aware_utc(session):
 
 def test_db_upgrade_command_is_idempotent(cli):
     r = cli("db", "upgrade")
-    assert r.exit_code == 0 and "at revision 0003" in r.output
+    assert r.exit_code == 0 and "at revision 0004" in r.output
     assert cli("db", "upgrade").exit_code == 0
 
 
@@ -123,7 +123,7 @@ def test_downgrade_to_base_and_upgrade_again(engine):
 
     command.downgrade(alembic_config(engine), "base")
     assert "run" not in inspect(engine).get_table_names()
-    assert upgrade_schema(engine) == "0003"
+    assert upgrade_schema(engine) == "0004"
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(Offer)).one() == 3
 

@@ -16,7 +16,7 @@ duration, so that the slices of a run always add up to the run's total
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
-4. :func:`_summary`: the month's totals, ROI, waste and output per spend;
+4. :func:`_summary`: the month's totals, ROI, waste (lost work by reason, idle) and output per spend;
 5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
    same rates as the totals so that they add up to them.
 """
@@ -91,6 +91,8 @@ class RunSlice:
     cost_elastic: Optional[Decimal] = None  # if rented elastic
     cost_own: Optional[Decimal] = None  # if owned (allocated from the own alternative)
     split: bool = False  # the run crosses a month boundary
+    lost_gpu_hours: Decimal = ZERO  # lost work in this month (ledger.money.months.lost_interval)
+    lost_work_cost: Decimal = ZERO  # its cost at the run's own rates
 
     @property
     def waste(self) -> bool:
@@ -158,7 +160,7 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
     for nt_id in sorted(offers.by_node_type, key=lambda k: m.cat.node_types[k].name):
         nt_months.append(_node_type_month(m, offers, nt_id, (own, rent, reserved), costed, currencies))
     currency = _one_currency(month, currencies) or m.currency_setting
-    summary = _summary(month, offers, nt_months, costed.group_cost)
+    summary = _summary(month, offers, nt_months, costed)
     project_rows = _projects(session, offers.detail, costed) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costed)
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
@@ -374,6 +376,14 @@ class _Costing:
         pair = self.own_months.get(node_type_id)
         return pair[1].allocate(f.node_hours) if pair is not None else None
 
+    def lost(self, offer: Offer, f: rollup.Facts) -> tuple[Decimal, Decimal]:
+        """Cost of lost work at the rates of its runs (elastic: their bill shared by time; fleets: by
+        node-hours): ``(runs that never checkpointed, runs since their last checkpoint)``. A run that
+        lost everything costs exactly what it cost."""
+        whole = self.cost(offer, f.lost(False)) if f.lost_node_us or f.lost_billed else ZERO
+        since = self.cost(offer, f.lost(True)) if f.lost_ckpt_node_us or f.lost_ckpt_billed else ZERO
+        return whole, since
+
 
 def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
     """Elastic rent of a set of slices = hourly rate × their billed node-hours under the offer's rule."""
@@ -413,14 +423,38 @@ def _total(facts: Iterable[rollup.Facts]) -> rollup.Facts:
     return out
 
 
-def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal]) -> dict[str, Any]:
+def _waste(offers: _Offers, costing: _Costing, idle: Decimal) -> tuple[Decimal, dict[str, Decimal]]:
+    """Lost work of the month and waste by reason.
+
+    lost work = Σ over failed, crashed and cancelled runs of the cost after their last
+    checkpoint (their whole cost when they never checkpointed); waste = lost work + idle.
+    By reason: ``failed``/``crashed``/``cancelled`` (runs that never checkpointed),
+    ``lost_since_checkpoint`` (runs that did), ``idle``; the reasons add up to the waste.
+    """
+    waste = {s.value for s in WASTE_STATUSES}
+    lost = ZERO
+    by = {"failed": ZERO, "crashed": ZERO, "cancelled": ZERO, "lost_since_checkpoint": ZERO}
+    for k, f in offers.groups.items():
+        if k[3] not in waste:
+            continue
+        whole, since = costing.lost(costing.offer(k[0], k[1]), f)
+        lost += whole if not since else whole + since
+        by[k[3]] += whole
+        by["lost_since_checkpoint"] += since
+    by["idle"] = idle
+    return lost, by
+
+
+def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], costing: _Costing) -> dict[str, Any]:
     """The month's totals over every node type: usage, utilizations, actual cost and alternatives, waste, ROI."""
+    cost = costing.group_cost
     t = _total(offers.groups.values())
     actual = sum((n.actual_cost for n in nts), ZERO)
     idle = sum((n.idle_cost for n in nts), ZERO)
     capacity = sum((n.capacity_node_hours for n in nts), ZERO)
     waste = {s.value for s in WASTE_STATUSES}
     failed_cost = sum((cost[k] for k in offers.groups if k[3] in waste), ZERO)
+    lost_cost, waste_by_reason = _waste(offers, costing, idle)
     choice = _choice(offers, nts, cost, actual, idle)
     alt_cost = choice["alternative_cost"]
     useful_known = t.useful_gpu_hours
@@ -439,7 +473,10 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
         "actual_cost": actual,
         "idle_cost": idle,
         "failed_run_cost": failed_cost,
-        "waste_cost": failed_cost + idle,
+        "lost_work_cost": lost_cost,
+        "lost_gpu_hours": t.lost_gpu_hours,
+        "waste_cost": lost_cost + idle,
+        "waste_by_reason": waste_by_reason,
         "own_cost": choice.pop("own_cost"),
         "elastic_cost": choice.pop("elastic_cost"),
         "reserved_cost": choice.pop("reserved_cost"),
@@ -518,7 +555,8 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costing: _Cos
             "cost": c,
             "cost_if_elastic": _sum_opt(cost_el.get(k) for k in ks),
             "cost_if_own": _sum_opt(cost_own.get(k) for k in ks),
-            "waste_cost": sum((cost[k] for k in ks if k[3] in waste), ZERO),
+            "waste_cost": sum((sum(costing.lost(costing.offer(k[0], k[1]), groups[k]), ZERO)
+                               for k in ks if k[3] in waste), ZERO),
             "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
             "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
         })
@@ -556,5 +594,6 @@ def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costing: _C
             offer_kind=offer.kind.value, nodes=s.nodes, gpus_per_node=s.gpus_per_node, start=s.start, end=s.end,
             node_hours=nh, gpu_hours=f.gpu_hours, tokens=None if tokens is None else f.tokens, gpu_util_mean=util,
             util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
-            cost_own=costing.if_own(nt_id, f), split=s.split))
+            cost_own=costing.if_own(nt_id, f), split=s.split, lost_gpu_hours=f.lost_gpu_hours,
+            lost_work_cost=sum(costing.lost(offer, f), ZERO)))
     return out
