@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from ledger.cli import costs, db, demo, fleet, imports, metrics, pricing, reports, runs, settings
+from ledger.cli import costs, db, demo, fleet, imports, metrics, pricing, reports, runs, settings, track
 from ledger.cli.common import OneLineUsageErrors
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",
@@ -30,7 +30,7 @@ def _register_parts() -> None:
     app.add_typer(data_app, name="data")
 
 
-for _module in (db, demo, imports, runs, settings):
+for _module in (db, demo, imports, runs, track, settings):
     _module.register(app)
 _register_parts()
 for _module in (metrics, costs, reports, pricing, fleet):

@@ -21,7 +21,6 @@ After a grace period anything left in the session gets SIGKILL.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import shutil
@@ -38,19 +37,11 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.sources.signals import pdeathsig
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from ledger.store.types import utcnow
 
 LAUNCHERS = ("torchrun", "deepspeed", "slurm")
-
-
-def _pdeathsig(sig: int):
-    def set_it() -> None:  # runs in the child between fork and exec
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
-        except OSError:
-            pass
-    return set_it if sys.platform.startswith("linux") else None
 
 
 def _free_port() -> int:
@@ -169,7 +160,7 @@ def default_processes_per_node(cfg) -> int:
 
 def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     """Validate, register the run as queued, and build the launcher command (nothing started yet)."""
-    from trainer.tracking import new_run_id
+    from ledger.store.ids import new_run_id
 
     cfg, plan, gpn = _load_plan(req)
     nt = session.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
@@ -261,7 +252,7 @@ def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> i
     launched_at = utcnow()
     with open(log_path, "ab", buffering=0) as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 preexec_fn=_pdeathsig(signal.SIGKILL))
+                                 preexec_fn=pdeathsig(signal.SIGKILL))
         forwarded = []
 
         def forward(signum, frame):
@@ -397,7 +388,7 @@ def start(prepared: Prepared, db_url: str, detach: bool) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ledger.runs.launch", "supervise", prepared.run_id, str(prepared.log_path), "--", *prepared.command]
     return subprocess.Popen(cmd, env=prepared.env, start_new_session=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL if detach else None, stderr=subprocess.DEVNULL if detach else None,
-                            preexec_fn=None if detach else _pdeathsig(signal.SIGKILL))
+                            preexec_fn=None if detach else pdeathsig(signal.SIGKILL))
 
 
 def record_process(session: Session, run_id: str, pid: int) -> None:

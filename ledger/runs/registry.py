@@ -38,21 +38,26 @@ STALE_AFTER = timedelta(seconds=60)
 
 
 def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Optional[datetime] = None) -> int:
-    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat."""
+    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat (their lost work
+    runs from their last checkpoint to then), and the wrapper nodes whose heartbeat stopped as crashed."""
     now = now or utcnow()
     cutoff = now - stale_after
     stale = session.exec(
-        select(Run.id, Run.heartbeat_at, Run.started_at).where(
+        select(Run.id, Run.heartbeat_at, Run.started_at, Run.last_checkpoint_at).where(
             Run.status == RunStatus.running, Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)
     ).all()
-    for rid, hb, started in stale:
+    for rid, hb, started, ckpt in stale:
+        end = max(hb, started or hb)
+        lost_from, lost_until = rollup.run_lost_interval(RunStatus.crashed, started, end, hb, ckpt)
         session.exec(
             update(Run).where(Run.id == rid, Run.status == RunStatus.running)
-            .values(status=RunStatus.crashed, ended_at=max(hb, started or hb),
+            .values(status=RunStatus.crashed, ended_at=end, lost_from=lost_from, lost_until=lost_until,
                     error="heartbeat stopped; marked crashed at the last heartbeat")
         )
+    session.exec(update(RunNode).where(RunNode.status == "running", RunNode.heartbeat_at < cutoff)
+                 .values(status="crashed"))
     if stale:
-        rollup.touch(session, [rid for rid, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
+        rollup.touch(session, [rid for rid, _, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
     return len(stale)
 
 

@@ -267,11 +267,13 @@ def _apply_heartbeat(session: Session, rid: str, ev: dict[str, Any]) -> None:
 
 
 def _apply_samples(session: Session, rid: str, ev: dict[str, Any]) -> None:
+    if ev.get("attach"):
+        _registered(session, rid)
     _insert_samples(session, rid, ev["rows"])
 
 
 def _apply_nodes(session: Session, rid: str, ev: dict[str, Any]) -> None:
-    _registered(session, rid)
+    run = _registered(session, rid)
     for row in ev["rows"]:
         row = {k: (_ts(v) if k == "heartbeat_at" else v) for k, v in row.items()}
         existing = session.exec(select(RunNode).where(RunNode.run_id == rid, RunNode.hostname == row["hostname"])).first()
@@ -281,6 +283,20 @@ def _apply_nodes(session: Session, rid: str, ev: dict[str, Any]) -> None:
             for k, v in row.items():
                 setattr(existing[0], k, v)
     session.flush()
+    if run.nodes > 1 and "wrapper" in (run.config or {}):
+        _run_util_from_nodes(session, run)
+
+
+def _run_util_from_nodes(session: Session, run: Run) -> None:
+    """A multi-node run recorded by one wrapper per node: its GPU-Util is the mean of its nodes' means
+    (nodes have the same GPUs and the same span), its p95 the highest node p95 (an upper bound)."""
+    rows = session.exec(select(RunNode.gpu_util_mean, RunNode.gpu_util_p95, RunNode.util_source)
+                        .where(RunNode.run_id == run.id, RunNode.gpu_util_mean.is_not(None))).all()
+    if rows:
+        run.gpu_util_mean = sum(r[0] for r in rows) / len(rows)
+        p95s = [r[1] for r in rows if r[1] is not None]
+        run.gpu_util_p95 = max(p95s) if p95s else None
+        run.util_source = rows[0][2]
 
 
 def _apply_node_beat(session: Session, rid: str, ev: dict[str, Any]) -> None:
@@ -289,6 +305,8 @@ def _apply_node_beat(session: Session, rid: str, ev: dict[str, Any]) -> None:
     node = session.exec(select(RunNode).where(RunNode.run_id == rid, RunNode.hostname == ev["hostname"])).first()
     if node is not None and (node[0].heartbeat_at is None or node[0].heartbeat_at < ts):
         node[0].heartbeat_at = ts
+        if node[0].status == "crashed":  # reaped during an outage, but its wrapper was alive
+            node[0].status = "running"
 
 
 def _apply_checkpoint(session: Session, rid: str, ev: dict[str, Any]) -> None:

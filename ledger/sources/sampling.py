@@ -254,7 +254,16 @@ class UtilSampler(threading.Thread):
                 pass
 
     def stop(self) -> None:
+        """Stop sampling after one last read (the tail since the previous one: a run shorter than the
+        interval still gets its sample), and release the probe."""
         self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=self.interval_s + 5)
+        try:
+            if self._last_t is None or time.time() - self._last_t >= 0.1:
+                self.sample_once()
+        except Exception:
+            pass
         try:
             self.probe.close()
         except Exception:

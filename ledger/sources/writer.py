@@ -110,16 +110,19 @@ class LedgerWriter(threading.Thread):
                 raise
 
     def _drain(self) -> list[dict]:
+        """The queued events, then the liveness events when a heartbeat is due (after: a first beat must not
+        come before the registration queued with it)."""
         events = []
-        now = time.monotonic()
-        if self.beats is not None and self.error is None and now - self._last_beat >= self.heartbeat_s:
-            events += self.beats(utc_now().isoformat())
-            self._last_beat = now
         while True:
             try:
                 events.append(self.queue.get_nowait())
             except queue.Empty:
-                return events
+                break
+        now = time.monotonic()
+        if self.beats is not None and self.error is None and now - self._last_beat >= self.heartbeat_s:
+            events += self.beats(utc_now().isoformat())
+            self._last_beat = now
+        return events
 
     def _journal_failed(self, exc: BaseException, events: list[dict]) -> None:
         self._unjournaled += [{"run_id": self.run_id, **ev} for ev in events]
