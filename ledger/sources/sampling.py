@@ -286,6 +286,16 @@ class UtilSampler(threading.Thread):
                 "energy_kwh": energy}
 
 
+def sample_rows(summary: dict[str, Any], node: str) -> list[list]:
+    """A sampler summary as ledger samples ``[node, gpu, metric, ts, value]``: ``gpu_util`` per GPU
+    (NVML), or ``cpu_util`` of the process tree (gpu −1)."""
+    from datetime import datetime, timezone
+
+    metric = "cpu_util" if summary["source"] == "cpu" else "gpu_util"
+    return [[node, gpu, metric, datetime.fromtimestamp(t, timezone.utc).isoformat(), v]
+            for gpu, series in summary["per_gpu"].items() for t, v in series]
+
+
 def thin(series: list, max_points: int = MAX_SERIES_POINTS) -> list:
     """Every k-th point so that at most about ``max_points`` remain (the last one always kept)."""
     if len(series) <= max_points:

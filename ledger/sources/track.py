@@ -240,6 +240,8 @@ class TrackedRun:
                 self.exporter.close()
 
     def _end_fields(self, exc: Optional[BaseException]) -> dict:
+        from ledger.sources.sampling import sample_rows
+
         ended = utc_now().isoformat()
         if exc is None:
             status, code, error = "succeeded", 0, None
@@ -253,6 +255,7 @@ class TrackedRun:
             s = self.sampler.summary()
             out.update(gpu_util_mean=s["mean"], gpu_util_p95=s["p95"], util_source=s["source"],
                        peak_mem_bytes=s["mem_peak_bytes"])
+            self.writer.put({"type": "samples", "rows": sample_rows(s, socket.gethostname())})
             self.writer.put({"type": "nodes", "rows": [{
                 "hostname": socket.gethostname(), "node_rank": 0, "status": status, "heartbeat_at": ended,
                 "exit_code": code, "gpu_util_mean": s["mean"], "gpu_util_p95": s["p95"], "util_source": s["source"],

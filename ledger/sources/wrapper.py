@@ -43,7 +43,7 @@ from typing import Any, Optional
 from ledger.errors import LedgerInputError
 from ledger.sources import keeper
 from ledger.sources.exporter import Exporter
-from ledger.sources.sampling import CPU_GPU, UtilSampler, node_probe, process_tree, thin
+from ledger.sources.sampling import UtilSampler, node_probe, process_tree, sample_rows
 from ledger.sources.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
 from ledger.sources.writer import LedgerWriter, utc_now
 
@@ -353,7 +353,7 @@ class Wrapper:
             self.exporter = None
         status, exit_status, text = self._outcome(code, error)
         summary = self.sampler.summary()
-        self.writer.put({"type": "samples", "rows": self._series(summary)})
+        self.writer.put({"type": "samples", "rows": sample_rows(summary, self.topo.node_name)})
         processes = (len(self.workers.get("local_ranks", ())) or self.topo.processes_per_node
                      or (1 if self.topo.launcher == "python" else None))
         self.writer.put({"type": "nodes", "rows": [{
@@ -395,17 +395,6 @@ class Wrapper:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         tail = b"\n".join(self.stderr_tail).decode("utf-8", errors="replace").strip()
         return "failed", exit_status, (f"{how}" + (f"; stderr:\n{tail}" if tail else ""))[-4000:]
-
-    def _series(self, summary: dict) -> list[list]:
-        from datetime import datetime, timezone
-
-        metric = "cpu_util" if summary["source"] == "cpu" else "gpu_util"
-        rows = []
-        for gpu, series in summary["per_gpu"].items():
-            for t, v in thin(series):
-                rows.append([self.topo.node_name, gpu if gpu != CPU_GPU else -1, metric,
-                             datetime.fromtimestamp(t, timezone.utc).isoformat(), v])
-        return rows
 
 
 def run_wrapped(req: WrapRequest) -> int:
