@@ -62,7 +62,7 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
 def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """One run: its figures, its nodes, its cost per month and under every offer."""
-    from ledger.reports.present import key_values, table
+    from ledger.reports.present import fmt_cell, key_values, table
     from ledger.runs.registry import show_run
 
     with session(db) as s:
@@ -71,9 +71,17 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
     def text(d):
         parts = [key_values({k: v for k, v in d.items() if k not in ("config",)})]
         if d["nodes_detail"]:
-            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
+            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "status", "processes", "gpu_util_mean",
+                                                              "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
         parts += ["", "cost by month (actual):", table(d["cost_by_month"])]
         parts += ["", "cost under every offer:", table(d["cost_under_offers"])]
+        if d["resume_chain"]:
+            c = d["resume_chain"]
+            parts += ["", f"resume chain ({len(c['runs'])} runs, one job): {fmt_cell('cost', c['cost'])} cost, "
+                          f"{fmt_cell('lost_work_cost', c['lost_work_cost'])} lost work, "
+                          f"{fmt_cell('node_hours', c['node_hours'])} node-hours",
+                      table(c["runs"], ["id", "status", "resume_of", "started_at", "ended_at", "last_checkpoint_step",
+                                        "node_hours", "cost", "lost_work_cost"])]
         return "\n".join(parts)
 
     emit(data, as_json, text)
