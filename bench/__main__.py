@@ -26,7 +26,8 @@ from typing import Callable, Optional
 
 from bench import RESULTS_DIR, ROOT, Result, log
 
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "mfu")
+KEYS = ("tracking_overhead", "wrapper_overhead", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard",
+        "runs_list", "mfu")
 
 
 def _mfu(quick: bool) -> Result:
@@ -57,9 +58,11 @@ def _runner(key: str) -> Callable[[bool], Result]:
         return _mfu
     import importlib
 
-    module = {"tracking_overhead": "bench.overhead", "ingest_sqlite": "bench.ingest", "ingest_pg": "bench.ingest_pg",
-              "rollup": "bench.rollup", "dashboard": "bench.dashboard", "runs_list": "bench.runs_list"}[key]
-    return importlib.import_module(module).run
+    module, _, fn = {"tracking_overhead": "bench.overhead", "wrapper_overhead": "bench.capture:run_wrapper",
+                     "api_overhead": "bench.capture:run_api", "ingest_sqlite": "bench.ingest",
+                     "ingest_pg": "bench.ingest_pg", "rollup": "bench.rollup", "dashboard": "bench.dashboard",
+                     "runs_list": "bench.runs_list"}[key].partition(":")
+    return getattr(importlib.import_module(module), fn or "run")
 
 
 def calibrate() -> float:

@@ -87,7 +87,8 @@ class TrackedRun:
         self.attached = bool(self.env.get(ENV_WRAPPED))
         # under the wrapper, its run; else the given id, else $TRAINLEDGER_RUN_ID, else a new one at start
         wanted = self.env[ENV_WRAPPED] if self.attached else (run_id or self.env.get(ENV_RUN_ID))
-        self.run_id = validate_run_id(wanted, ENV_WRAPPED if self.attached else "run_id") if wanted else None
+        self._given_id = validate_run_id(wanted, ENV_WRAPPED if self.attached else "run_id") if wanted else None
+        self.run_id = self._given_id
         if resume_of is not None:
             validate_run_id(resume_of, "resume_of")
         self.opts = dict(project=project, name=name, user=user, node_type=node_type or self.env.get(
@@ -154,7 +155,7 @@ class TrackedRun:
         from ledger.sources.journal import default_journal_dir
         from ledger.store.ids import new_run_id
 
-        self.run_id = self.run_id or new_run_id()
+        self.run_id = self._given_id or new_run_id()  # a decorated function: a new run per call
         self.started_at = utc_now()
         jdir = Path(self.journal_dir or self.env.get("TRAINLEDGER_JOURNAL_DIR") or default_journal_dir())
         name = f"{self.run_id}.api-{os.getpid()}" if self.attached else self.run_id
