@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = ("tracking_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard", "runs_list", "mfu")
+KEYS = ("tracking_overhead", "wrapper_overhead", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard",
+        "runs_list", "mfu")
 
 
 @pytest.mark.slow

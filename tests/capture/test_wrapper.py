@@ -7,20 +7,29 @@ never by sleeping a fixed time.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from ledger.store.models import RunStatus
-from tests.capture.conftest import (HERE, REPO, all_runs, alive, job, nodes_of, run_id_of, run_row, run_wrapped,
-                                    samples_of, wrap_cmd)
+from tests.capture.conftest import (
+    HERE,
+    REPO,
+    alive,
+    all_runs,
+    job,
+    nodes_of,
+    run_id_of,
+    run_row,
+    run_wrapped,
+    samples_of,
+    wrap_cmd,
+)
 from tests.tracking.conftest import wait_for
 
 pytestmark = pytest.mark.slow
