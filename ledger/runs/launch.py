@@ -441,13 +441,15 @@ def _group_alive(pgid: int) -> bool:
 
 
 def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, Any]:
-    """Stop a launched run and its whole process group; returns what happened."""
+    """Stop a launched run and its whole process group (a ``trainledger run`` wrapper: SIGTERM to the wrapper,
+    which cancels its command, then SIGKILL to it after the grace period); returns what happened."""
     from ledger.runs.registry import get_run
 
     run = get_run(session, run_id)
     if run.status not in (RunStatus.queued, RunStatus.running):
         raise LedgerInputError(f"RUN_ID: run {run.id} is already {run.status.value}")
-    if run.pgid is None:
+    wrapped = run.pgid is None and run.pid is not None and "wrapper" in (run.config or {})  # `trainledger run`
+    if run.pgid is None and not wrapped:
         if run.status == RunStatus.queued:
             run.status, run.ended_at, run.error = RunStatus.cancelled, utcnow(), "cancelled before it started"
             run.started_at = run.started_at or run.ended_at
@@ -464,7 +466,10 @@ def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, An
         deadline = time.monotonic() + grace_s
         while _alive(run.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-    if _group_alive(run.pgid):
+    if wrapped and _alive(run.pid):  # its keeper SIGKILLs everything the command started
+        os.kill(run.pid, signal.SIGKILL)
+        killed = True
+    elif not wrapped and _group_alive(run.pgid):
         os.killpg(run.pgid, signal.SIGKILL)
         killed = True
         for _ in range(50):

@@ -9,21 +9,10 @@ import os
 import sys
 
 import torch
+from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from ledger.sources.integrations.hf import LedgerCallback
-
-SEQ, VOCAB, BATCH = 32, 128, 4
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 512
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        ids = torch.randint(0, VOCAB, (SEQ,), generator=g)
-        return {"input_ids": ids, "labels": ids.clone()}
 
 
 class FailAt(TrainerCallback):
@@ -48,8 +37,15 @@ def main() -> None:
     callbacks = [LedgerCallback(project=os.environ.get("TL_PROJECT", "hf"), name="hf-tiny-gpt2")]
     if fail:
         callbacks.append(FailAt(fail))
-    Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks).train()
+    Trainer(model=model, args=args, train_dataset=Tokens(labels=True), callbacks=callbacks).train()
 
 
 if __name__ == "__main__":
     main()
+    # as trainer/train.py does: gloo's native threads can hit std::terminate in interpreter teardown
+    # (exit -6) after a finished run; the callback has already ended the run
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

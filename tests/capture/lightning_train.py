@@ -10,20 +10,10 @@ import sys
 
 import lightning as L
 import torch
+from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ledger.sources.integrations.lightning import LedgerCallback
-
-SEQ, VOCAB, BATCH = 32, 128, 4
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 512
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return {"input_ids": torch.randint(0, VOCAB, (SEQ,), generator=g)}
 
 
 class TinyLlama(L.LightningModule):

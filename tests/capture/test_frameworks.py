@@ -18,7 +18,7 @@ from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_wrap
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
-SEQ, BATCH = 32, 4  # as in the scripts
+from tests.capture.tiny_tokens import BATCH, SEQ  # noqa: E402  (the scripts' batches)
 
 
 def _python(script: str, *args, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:

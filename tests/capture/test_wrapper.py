@@ -263,3 +263,17 @@ def test_nvml_samples_only_the_gpus_the_job_owns(ledger_url, capture_env, fake_n
     # energy = power × time between samples: 300 W for at most the run's duration
     duration_h = (run.ended_at - run.started_at).total_seconds() / 3600
     assert 0 < node.energy_kwh <= 0.3 * duration_h
+
+
+def test_runs_cancel_stops_a_wrapped_run(ledger_url, capture_env, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    p = subprocess.Popen(wrap_cmd(ledger_url, command=job("--started", started, "--on-term", term, "--sleep", 600)),
+                         env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    wait_for(lambda: started.exists() and all_runs(ledger_url), 60, "the job and its run")
+    run_id = all_runs(ledger_url)[0].id
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "cancel", run_id, "--db", ledger_url, "--json"],
+                         env=capture_env, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert json.loads(out.stdout) == {"run_id": run_id, "status": "cancelled", "signalled": True,
+                                      "killed_after_grace": False}
+    assert p.wait(timeout=60) == 7 and term.exists()  # the wrapper forwarded the SIGTERM; the job handled it
+    assert run_row(ledger_url, run_id).error == "cancelled by SIGTERM"
