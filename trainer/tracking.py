@@ -313,11 +313,15 @@ def add_tracking_args(parser) -> None:
 
 
 def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTracker"]:
-    """A :class:`LedgerTracker` when ``--track`` or ``$TRAINLEDGER_RUN_ID`` asks for one."""
+    """A :class:`LedgerTracker` when ``--track`` or ``$TRAINLEDGER_RUN_ID`` asks for one (a bad run id:
+    :class:`~ledger.errors.LedgerInputError`)."""
     if not (args.track or os.environ.get(ENV_RUN_ID)):
         return None
+    from ledger.store.ids import validate_run_id
+
+    given = args.run_id or os.environ.get(ENV_RUN_ID)
     opts = TrackingOptions(
-        run_id=args.run_id or os.environ.get(ENV_RUN_ID) or new_run_id(), db_url=args.db,
+        run_id=validate_run_id(given, "--run-id" if args.run_id else ENV_RUN_ID) if given else new_run_id(), db_url=args.db,
         journal_dir=Path(args.journal_dir) if args.journal_dir else None, name=args.name, node_type=args.node_type,
         offer=args.offer, project=args.project, user=args.user, sweep_id=args.sweep_id, launcher=args.launcher,
         config=config_dict, gpus_per_node=args.gpus_per_node, metrics_port=args.metrics_port,

@@ -9,12 +9,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-try:  # typer vendors click (typer._click) in recent versions
-    from typer._click import exceptions as _click_errors
-except ImportError:  # pragma: no cover - older typer on plain click
-    from click import exceptions as _click_errors
-
-from ledger.cli.common import DbOpt, command
+from ledger.cli.common import DbOpt, _click_errors, command
 from ledger.errors import LedgerInputError
 
 COMMAND_KEY = "trainledger.command"
@@ -88,6 +83,7 @@ def run_command(
     SIGINT/SIGTERM cancel the run (forwarded to the command, SIGKILL after --grace).
     """
     from ledger.sources.journal import default_journal_dir
+    from ledger.sources.sampling import nvml_gpu_count
     from ledger.sources.topology import Flags, resolve
     from ledger.sources.wrapper import WrapRequest, check_ledger, find_command, run_passive, run_wrapped
     from ledger.store.db import resolve_url
@@ -101,7 +97,7 @@ def run_command(
         validate_run_id(resume_of, "--resume-of")
     flags = Flags(run_id=run_id, nodes=nodes, node_rank=node_rank, gpus_per_node=gpus_per_node, node_name=node_name,
                   cluster=cluster, resume_of=resume_of)
-    topology = resolve(flags, os.environ, argv)
+    topology = resolve(flags, os.environ, argv, nvml_gpus=nvml_gpu_count(os.environ))
     if topology.passive:
         run_passive(argv, topology.passive, quiet)
     try:

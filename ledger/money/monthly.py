@@ -474,7 +474,6 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], costing: _Co
         "idle_cost": idle,
         "failed_run_cost": failed_cost,
         "lost_work_cost": lost_cost,
-        "lost_gpu_hours": t.lost_gpu_hours,
         "waste_cost": lost_cost + idle,
         "waste_by_reason": waste_by_reason,
         "own_cost": choice.pop("own_cost"),

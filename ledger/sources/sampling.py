@@ -194,6 +194,23 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def nvml_gpu_count(env: Mapping[str, str]) -> Optional[int]:
+    """GPUs on this node as NVML counts them, when the environment does not say which the job owns
+    (None: it says, or there is no NVML)."""
+    if owned_gpus(env) is not None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount()) or None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
 def node_probe(env: Mapping[str, str], processes: Callable[[], list[Any]]):
     """The probe of a job on one node: NVML for the GPUs it owns, else the CPU share of ``processes``.
 

@@ -214,9 +214,7 @@ class Wrapper:
             "hostname": self.topo.node_name, "node_rank": self.topo.node_rank, "status": "running",
             "heartbeat_at": self.started_at.isoformat(), "processes": self.topo.processes_per_node}]})
         self.writer.flush()
-        if self.writer._engine is not None:  # the keeper must not inherit open ledger connections
-            self.writer._engine.dispose()
-            self.writer._engine = None
+        self.writer.release()  # the keeper must not inherit open ledger connections
         self._install_signals()
         self.kept = keeper.spawn(self.req.command, self._child_env())
         self.writer.start()

@@ -78,6 +78,13 @@ class LedgerWriter(threading.Thread):
             return
         self.queue.put(event)
 
+    def release(self) -> None:
+        """Close this writer's ledger connections (before a fork, so that the child inherits none);
+        the next flush opens new ones."""
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
     def _engine_or_none(self):
         if self._engine is None:
             from ledger.store.db import make_engine

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.conftest import app_env  # noqa: F401  (fixture: the dashboard pointed at a ledger)
 from tests.tracking.conftest import shard_cache  # noqa: F401  (fixture: the trainer's data shards, shared)
 
 HERE = Path(__file__).resolve().parent
