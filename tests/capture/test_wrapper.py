@@ -120,9 +120,7 @@ def test_kill9_of_the_wrapper_leaves_no_orphan_and_reaps_as_crashed(ledger_url, 
     wait_for(lambda: not any(alive(pid) for pid in pids), 30, "no process of the job left")
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.running  # nobody wrote an end: the reaper will
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "reap", "--stale-after", "1", "--db", ledger_url,
-                          "--json"], env=capture_env, capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert json.loads(out.stdout) == {"reaped": 1}
+    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 60, "the reaper to find the stale heartbeat")
     run = run_row(ledger_url, run_id)
     assert (run.status, run.ended_at) == (RunStatus.crashed, run.heartbeat_at)
     assert (run.lost_from, run.lost_until) == (run.started_at, run.heartbeat_at)
@@ -222,8 +220,7 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     wait_for(checkpointed, 60, "the checkpoint and a later heartbeat")
     p.kill()
     p.wait(timeout=30)
-    subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "reap", "--stale-after", "1", "--db", ledger_url],
-                   env=capture_env, capture_output=True, cwd=REPO, timeout=120, check=True)
+    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 60, "the reaper to find the stale heartbeat")
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.crashed and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
     from sqlmodel import Session
@@ -277,3 +274,10 @@ def test_runs_cancel_stops_a_wrapped_run(ledger_url, capture_env, tmp_path):
                                       "killed_after_grace": False}
     assert p.wait(timeout=60) == 7 and term.exists()  # the wrapper forwarded the SIGTERM; the job handled it
     assert run_row(ledger_url, run_id).error == "cancelled by SIGTERM"
+
+
+def _reap(url: str, env: dict) -> int:
+    """``trainledger runs reap --stale-after 1``: how many runs it marked crashed."""
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "reap", "--stale-after", "1", "--db", url, "--json"],
+                         env=env, capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
+    return json.loads(out.stdout)["reaped"]
