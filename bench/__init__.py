@@ -2,9 +2,9 @@
 
 Every figure is a ratio measured in the same run against its baseline, with
 the absolute times beside it, and a pass/fail against the target of SPEC §11.
-One module per benchmark (``bench.overhead``, ``bench.ingest``, ``bench.ingest_pg``,
-``bench.rollup``, ``bench.dashboard``, ``bench.runs_list``, ``bench.plan``, ``bench.mfu``, and ``bench.slurm`` for
-the three sacct import figures); the
+One module per benchmark (``bench.overhead``, ``bench.capture`` (the run wrapper and the
+Python API), ``bench.ingest``, ``bench.ingest_pg``, ``bench.rollup``, ``bench.dashboard``, ``bench.runs_list``,
+``bench.plan``, ``bench.exporter``, ``bench.mfu``, and ``bench.slurm`` for the three sacct import figures); the
 synthetic ledgers come from ``bench.gen`` and are cached under ``bench/results/``.
 Progress goes to stderr; the table to stdout.
 """

@@ -10,7 +10,8 @@ Rooms, each importing only the rooms listed above it (the layering a test checks
   ``monthly`` report, ``compare``, ``pricing`` views, the month-end ``forecast``,
   ``budgets``, ``fx`` (the rate of a charge period) and ``carbon`` (CO2e);
 * ``sources/`` what feeds the ledger: CSV and Slurm import, Prometheus collect,
-  the run journal;
+  the run journal and writer, the run wrapper (``trainledger run``), the Python
+  API (``ledger.track``) and the framework callbacks (``sources/integrations``);
 * ``runs/``    the run lifecycle: ``launch``, ``sweep``, the ``registry`` (list,
   show, reap);
 * ``reports/`` the monthly export, the FOCUS export, the daily and weekly reports, presentation,
@@ -100,3 +101,14 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
     sys.meta_path.append(_MovedFinder())
+
+
+#: the Python API, loaded on first use (``import ledger`` stays light: no torch, no sampler, no writer)
+_LAZY = {"track": ("ledger.sources.track", "track"), "current_run": ("ledger.sources.track", "current_run")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'ledger' has no attribute {name!r}")

@@ -16,7 +16,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 # The CPU torch pin first: an unpinned torch would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[train,test]"
+"$VENV/bin/python" -m pip install -q -e ".[train,test,hf,lightning]"  # hf, lightning: tests/capture's real tiny runs
 
 # --- PostgreSQL at 127.0.0.1:5432 (tests create and drop their own databases) --
 apt_updated=""
@@ -73,6 +73,10 @@ if ! mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1; then
   fi
 fi
 mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null
+# --- a C compiler for tests/capture's NVML test double (libnvidia-ml.so.1 built from tests/capture/fake_nvml.c) --
+if ! command -v cc >/dev/null 2>&1; then
+  apt_install gcc libc6-dev
+fi
 
 # --- the suite -----------------------------------------------------------------
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -44,6 +44,9 @@ Schema (every key optional; defaults shown)::
     precision: auto            # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
     peak_tflops: null          # per-device dense peak for MFU; null: looked up by GPU name
     comm_timing: true          # time DeepSpeed communication calls for the comm share
+    checkpoint:
+      dir: null                # save DeepSpeed checkpoints here (tags step<N>); recorded in the ledger
+      every: 0                 # every N optimizer steps; 0 = never
     deepspeed: null            # extra DeepSpeed JSON keys merged over the generated config
 
 Unknown keys and wrong types raise :class:`ConfigError` with one line naming
@@ -146,6 +149,12 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    dir: Optional[str] = None
+    every: int = 0
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -157,6 +166,7 @@ class TrainConfig:
     precision: str = "auto"
     peak_tflops: Optional[float] = None
     comm_timing: bool = True
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     deepspeed: Optional[dict] = None
 
     def __post_init__(self) -> None:
@@ -182,6 +192,7 @@ class TrainConfig:
             ("parallel.gpus_per_node", par.gpus_per_node, 1, MAX_INT),
             ("data.seq_len", self.data.seq_len, 1, MAX_INT),
             ("data.shard_size", self.data.shard_size, 1, MAX_INT),
+            ("checkpoint.every", self.checkpoint.every, 0, MAX_INT),
             ("optimizer.warmup_steps", opt.warmup_steps, 0, MAX_INT),
             *((f"model.{k}", getattr(self.model, k), 1, MAX_INT)
               for k in SHAPE_KEYS),
@@ -218,6 +229,9 @@ class TrainConfig:
             )
         if self.data.corpus and self.data.shards:
             raise ConfigError("data.corpus and data.shards are both set: keep one")
+        if self.checkpoint.every and not self.checkpoint.dir:
+            raise ConfigError(f"checkpoint.every is {self.checkpoint.every} but checkpoint.dir is not set: "
+                              "give a directory to save checkpoints in")
 
     @property
     def shape(self) -> ModelShape:
@@ -229,7 +243,8 @@ class TrainConfig:
         return out
 
 
-_SECTIONS = {"model": ModelConfig, "data": DataConfig, "parallel": ParallelConfig, "optimizer": OptimizerConfig}
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "parallel": ParallelConfig, "optimizer": OptimizerConfig,
+             "checkpoint": CheckpointConfig}
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -47,6 +47,9 @@ class Callback:
     def on_step(self, step: int, metrics: dict) -> None:
         """After each optimizer step (0-based). ``metrics``: loss, lr, step_time_s, comm_time_s, tokens."""
 
+    def on_checkpoint(self, step: int, path: str) -> None:
+        """After a checkpoint of the first ``step`` steps was saved under ``path`` (``checkpoint.every``)."""
+
     def on_end(self, result: TrainResult) -> None:
         """Once, after the last step."""
 
@@ -333,10 +336,22 @@ class Trainer:
             metrics = {"loss": loss_value, "lr": lr, "step_time_s": elapsed,
                        "comm_time_s": comm if timer else None, "tokens": (step + 1) * tokens_per_step}
             self._emit("on_step", step, metrics)
+            self._maybe_checkpoint(engine, step + 1)
             if step % config.log_every == 0 or step == config.steps - 1:
                 self._log(f"step {step + 1}/{config.steps} loss {loss_value:.4f} lr {lr:.2e} "
                           f"{elapsed * 1000:.0f} ms {tokens_per_step / elapsed:,.0f} tok/s")
         return losses, step_times, comm_seconds
+
+    def _maybe_checkpoint(self, engine, done: int) -> None:
+        """Collective: every ``checkpoint.every`` steps, save the engine under ``checkpoint.dir/step<N>``
+        (DeepSpeed's own format, every rank its shard) and tell the callbacks."""
+        ckpt = self.config.checkpoint
+        if not ckpt.every or not ckpt.dir or done % ckpt.every:
+            return
+        tag = f"step{done}"
+        engine.save_checkpoint(ckpt.dir, tag=tag)
+        self._log(f"checkpoint {ckpt.dir}/{tag}")
+        self._emit("on_checkpoint", done, str(Path(ckpt.dir) / tag))
 
     def _train_step(self, engine, batches, plan: ParallelPlan, dp_group):
         """Collective: one optimizer step; the loss (on device) averaged over micro-batches and data-parallel ranks."""

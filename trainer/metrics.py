@@ -6,19 +6,10 @@ so the ledger can read results written by the trainer.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100) with linear interpolation between closest ranks (NumPy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+from ledger.sources.sampling import percentile  # noqa: F401  (the one implementation; re-exported)
 
 
 @dataclass

@@ -148,9 +148,14 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     # gradients are checked against data parallelism in tests/trainer/test_trainer_parallel_runs.py.
     warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
     warnings.filterwarnings("ignore", message=r"c10d::broadcast_: an autograd kernel was not registered")
+    from ledger.errors import LedgerInputError
     from trainer.tracking import tracker_from_args
 
-    tracker = tracker_from_args(args, cfg.to_dict())
+    try:
+        tracker = tracker_from_args(args, cfg.to_dict())
+    except LedgerInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if tracker is not None:
         callbacks = [*callbacks, tracker]
     try:

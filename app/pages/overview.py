@@ -48,7 +48,9 @@ c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_c
 c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True,
             help="Fleet node-hours no run used, at the idle rate.")
 c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True,
-            help="Cost of failed, crashed and cancelled runs + idle cost.")
+            help="Lost work (failed, crashed and cancelled runs since their last checkpoint, or since their start "
+                 "when they never checkpointed) + idle cost. By reason: "
+                 + ", ".join(f"{k.replace('_', ' ')} {ui.money('waste_cost', v)}" for k, v in s["waste_by_reason"].items()))
 c[3].metric(ui.to_date(f"If owned ({cur})", s), ui.money("own_cost", s["own_cost"]), border=True,
             help="The same usage on an owned fleet (the configured fleet, else sized to the peak).")
 c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost", s["elastic_cost"]), border=True,

@@ -51,8 +51,10 @@ else:
     st.caption(f"Runs {(page_no - 1) * PAGE_SIZE + 1}–{(page_no - 1) * PAGE_SIZE + len(rows)}, newest first"
                + (" · more on the next page" if more else "") + ". Node-hours are each run's whole duration.")
     st.dataframe(ui.frame(rows, ["id", "name", "project", "user", "status", "strategy", "node_type", "nodes",
-                                 "started_at", "node_hours", "tokens", "gpu_util_mean", "mfu", "final_loss"],
+                                 "started_at", "node_hours", "tokens", "gpu_util_mean", "mfu", "final_loss",
+                                 "lost_gpu_hours"],
                           {"node_type": "node type", "started_at": "started", "node_hours": "node-hours",
+                           "lost_gpu_hours": "lost GPU-h",
                            "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss"}),
                  hide_index=True)
 
@@ -82,6 +84,19 @@ st.caption(f"{md(d['status'])} · project {md(d['project'] or ui.DASH)} · user 
            + (f" · sweep {md(d['sweep_id'])}" if d.get("sweep_id") else ""))
 if d.get("error"):
     st.error(f"Error: {md(d['error'], 1000)}")
+if d.get("lost_work_cost") is not None:
+    since = "its start (it never checkpointed)"
+    if d["lost_since"] == "checkpoint":
+        step = d.get("last_checkpoint_step")
+        since = "its last checkpoint" + (f" (step {step})" if step is not None else "")
+    st.warning(f"Lost work: {ui.number('lost_gpu_hours', d['lost_gpu_hours'])} GPU-hours since {since}, "
+               f"{ui.money('lost_work_cost', d['lost_work_cost'])} {md(currency)}.")
+if d.get("resume_chain"):
+    ch = d["resume_chain"]
+    st.info(f"Part of a resume chain of {len(ch['runs'])} runs (one job): {ui.money('cost', ch['cost'])} {md(currency)} "
+            f"in all, of which {ui.money('lost_work_cost', ch['lost_work_cost'])} lost work.")
+    st.dataframe(ui.frame(ch["runs"], ["id", "status", "resume_of", "started_at", "last_checkpoint_step", "cost",
+                                       "lost_work_cost"]), hide_index=True)
 
 c = st.columns(7)
 c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,

@@ -29,6 +29,7 @@ from ledger.cli import (
     runs,
     settings,
     slurm,
+    track,
 )
 from ledger.cli.common import OneLineUsageErrors
 
@@ -48,7 +49,7 @@ def _register_parts() -> None:
     app.add_typer(data_app, name="data")
 
 
-for _module in (db, demo, imports, runs, settings):
+for _module in (db, demo, imports, runs, track, settings):
     _module.register(app)
 _register_parts()
 for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):

@@ -63,8 +63,9 @@ CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present 
 @command
 def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
               currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """One run: its figures, its nodes, its cost, energy and CO2e per month, and its cost under every offer."""
-    from ledger.reports.present import key_values, table
+    """One run: its figures, its nodes, its cost, lost work, energy and CO2e per month, its cost under every offer,
+    and its resume chain."""
+    from ledger.reports.present import fmt_cell, key_values, table
     from ledger.runs.registry import show_run
 
     with session(db) as s:
@@ -76,9 +77,17 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
             parts += ["", f"CO2e {d['co2e_kg']:,.3f} kg from {d['energy_kwh']:,.3f} kWh ({d['co2e_basis']} energy"
                       + (", assumed default grid intensity" if d["carbon_intensity_assumed"] else "") + ")"]
         if d["nodes_detail"]:
-            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
-        parts += ["", "cost, energy and CO2e by month (actual, at the prices in force then):", table(d["cost_by_month"])]
+            parts += ["", "nodes:", table(d["nodes_detail"], ["hostname", "node_rank", "status", "processes", "gpu_util_mean",
+                                                              "gpu_util_p95", "util_source", "energy_kwh", "straggler"])]
+        parts += ["", "cost, lost work, energy and CO2e by month (actual, at the prices in force then):", table(d["cost_by_month"])]
         parts += ["", "cost under every offer (list prices):", table(d["cost_under_offers"])]
+        if d["resume_chain"]:
+            c = d["resume_chain"]
+            parts += ["", f"resume chain ({len(c['runs'])} runs, one job): {fmt_cell('cost', c['cost'])} cost, "
+                          f"{fmt_cell('lost_work_cost', c['lost_work_cost'])} lost work, "
+                          f"{fmt_cell('node_hours', c['node_hours'])} node-hours",
+                      table(c["runs"], ["id", "status", "resume_of", "started_at", "ended_at", "last_checkpoint_step",
+                                        "node_hours", "cost", "lost_work_cost"])]
         return "\n".join(parts)
 
     emit(data, as_json, text)

@@ -16,7 +16,7 @@ duration, so that the slices of a run always add up to the run's total
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
-4. :func:`_summary`: the month's totals, ROI, waste and output per spend;
+4. :func:`_summary`: the month's totals, ROI, waste (lost work by reason, idle) and output per spend;
 5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
    same rates as the totals so that they add up to them.
 
@@ -117,6 +117,8 @@ class RunSlice:
     co2e_basis: Optional[str] = None  # measured | estimated | mixed | unknown
     charge: Optional["ChargeInfo"] = field(default=None, repr=False, compare=False)  # per charge period only
     intensities: list = field(default_factory=list, repr=False, compare=False)  # carbon.Intensity of each period
+    lost_gpu_hours: Decimal = ZERO  # lost work in this month (ledger.money.months.lost_interval)
+    lost_work_cost: Decimal = ZERO  # its cost at the run's own rates
 
     @property
     def waste(self) -> bool:
@@ -243,7 +245,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
-    summary = _summary(month, offers, nt_months, _group_costs(costings))
+    summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
     footprint = _carbon(m, costings)
@@ -623,6 +625,14 @@ class _Costing:
         self.footprints.append((c, self.intensity(node_type_id)))
         return c
 
+    def lost(self, offer: Offer, f: rollup.Facts) -> tuple[Decimal, Decimal]:
+        """Cost of lost work at the rates of its runs (elastic: their bill shared by time; fleets: by
+        node-hours): ``(runs that never checkpointed, runs since their last checkpoint)``. A run that
+        lost everything costs exactly what it cost."""
+        whole = self.cost(offer, f.lost(False)) if f.lost_node_us or f.lost_billed else ZERO
+        since = self.cost(offer, f.lost(True)) if f.lost_ckpt_node_us or f.lost_ckpt_billed else ZERO
+        return whole, since
+
 
 def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
     """Elastic rent of a set of slices = hourly rate × their billed node-hours under the offer's rule."""
@@ -662,7 +672,32 @@ def _total(facts: Iterable[rollup.Facts]) -> rollup.Facts:
     return out
 
 
-def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal]) -> dict[str, Any]:
+def _waste(offers: _Offers, costings: dict[datetime, _Costing],
+           periods: dict[datetime, dict]) -> tuple[Decimal, dict[str, Decimal]]:
+    """Lost work of the month and its reasons (idle is added by the summary).
+
+    lost work = Σ over failed, crashed and cancelled runs of the cost after their last
+    checkpoint (their whole cost when they never checkpointed), each charge period at its
+    own rates; waste = lost work + idle. By reason: ``failed``/``crashed``/``cancelled``
+    (runs that never checkpointed), ``lost_since_checkpoint`` (runs that did), ``idle``;
+    the reasons add up to the waste.
+    """
+    waste = {s.value for s in WASTE_STATUSES}
+    lost = ZERO
+    by = {"failed": ZERO, "crashed": ZERO, "cancelled": ZERO, "lost_since_checkpoint": ZERO}
+    for costing, facts in _period_parts(offers.detail, costings, periods):
+        for k, f in facts.items():
+            if k[3] not in waste:
+                continue
+            whole, since = costing.lost(costing.offer(k[0], k[1]), f)
+            lost += whole + since
+            by[k[3]] += whole
+            by["lost_since_checkpoint"] += since
+    return lost, by
+
+
+def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal],
+             lost: tuple[Decimal, dict[str, Decimal]]) -> dict[str, Any]:
     """The month's totals over every node type: usage, utilizations, actual cost and alternatives, waste, ROI."""
     t = _total(offers.groups.values())
     actual = sum((n.actual_cost for n in nts), ZERO)
@@ -670,6 +705,7 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
     capacity = sum((n.capacity_node_hours for n in nts), ZERO)
     waste = {s.value for s in WASTE_STATUSES}
     failed_cost = sum((cost[k] for k in offers.groups if k[3] in waste), ZERO)
+    lost_cost, waste_by_reason = lost[0], {**lost[1], "idle": idle}
     choice = _choice(offers, nts, cost, actual, idle)
     alt_cost = choice["alternative_cost"]
     useful_known = t.useful_gpu_hours
@@ -688,7 +724,9 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
         "actual_cost": actual,
         "idle_cost": idle,
         "failed_run_cost": failed_cost,
-        "waste_cost": failed_cost + idle,
+        "lost_work_cost": lost_cost,
+        "waste_cost": lost_cost + idle,
+        "waste_by_reason": waste_by_reason,
         "own_cost": choice.pop("own_cost"),
         "elastic_cost": choice.pop("elastic_cost"),
         "reserved_cost": choice.pop("reserved_cost"),
@@ -737,7 +775,7 @@ def _sum_opt(values) -> Optional[Decimal]:
 def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
               periods: dict[datetime, dict]) -> list[dict[str, Any]]:
     """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates."""
-    cost, cost_el, cost_own, co2 = _detail_costs(groups, costings, periods)
+    cost, cost_el, cost_own, co2, lost = _detail_costs(groups, costings, periods)
     names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
     by_project: dict[str, list[tuple]] = defaultdict(list)
     totals: dict[str, rollup.Facts] = defaultdict(rollup.Facts)
@@ -761,7 +799,7 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dic
             "cost": c,
             "cost_if_elastic": _sum_opt(cost_el.get(k) for k in ks),
             "cost_if_own": _sum_opt(cost_own.get(k) for k in ks),
-            "waste_cost": sum((cost[k] for k in ks if k[3] in waste), ZERO),
+            "waste_cost": sum((lost[k] for k in ks if k[3] in waste), ZERO),
             "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
             "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
             "co2e_kg": _sum_opt(co2.get(k) for k in ks),
@@ -769,18 +807,23 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dic
     return out
 
 
-def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
-                  periods: dict[datetime, dict]) -> tuple[dict, dict, dict, dict]:
-    """Each group's actual cost, cost if elastic, cost if owned and CO2e: Σ over its charge periods."""
+def _period_parts(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
+                  periods: dict[datetime, dict]) -> list[tuple[_Costing, dict[tuple, rollup.Facts]]]:
+    """The groups' facts in each charge period with that period's costing (one period: the groups themselves)."""
     if len(costings) == 1:
-        parts = [(next(iter(costings.values())), groups)]
-    else:
-        parts = [(c, {k: f for k, f in periods.get(ps, {}).items() if k in groups}) for ps, c in costings.items()]
+        return [(next(iter(costings.values())), groups)]
+    return [(c, {k: f for k, f in periods.get(ps, {}).items() if k in groups}) for ps, c in costings.items()]
+
+
+def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
+                  periods: dict[datetime, dict]) -> tuple[dict, dict, dict, dict, dict]:
+    """Each group's actual cost, cost if elastic, cost if owned, CO2e and lost work: Σ over its charge periods."""
     cost: dict[tuple, Decimal] = {}
     cost_el: dict[tuple, Optional[Decimal]] = {}
     cost_own: dict[tuple, Optional[Decimal]] = {}
     co2: dict[tuple, Optional[Decimal]] = {}
-    for costing, facts in parts:
+    lost: dict[tuple, Decimal] = defaultdict(lambda: ZERO)
+    for costing, facts in _period_parts(groups, costings, periods):
         for k, f in facts.items():
             offer = costing.offer(k[0], k[1])
             cost[k] = _add(cost.get(k), costing.cost(offer, f))
@@ -788,7 +831,8 @@ def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _C
             cost_own[k] = _add(cost_own.get(k), costing.if_own(offer.node_type_id, f), k in cost_own)
             footprint = costing.carbon(k[0], f)
             co2[k] = _add(co2.get(k), None if footprint.basis == "unknown" else footprint.co2e_kg, k in co2)
-    return cost, cost_el, cost_own, co2
+            lost[k] += sum(costing.lost(offer, f), ZERO)
+    return cost, cost_el, cost_own, co2, lost
 
 
 def _add(a: Optional[Decimal], b: Optional[Decimal], seen: bool = True) -> Optional[Decimal]:
@@ -835,6 +879,7 @@ def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costings: d
             util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
             cost_own=costing.if_own(nt_id, f), split=s.split, energy_kwh=footprint.energy_kwh,
             co2e_kg=None if footprint.basis == "unknown" else footprint.co2e_kg, co2e_basis=footprint.basis,
+            lost_gpu_hours=f.lost_gpu_hours, lost_work_cost=sum(costing.lost(offer, f), ZERO),
             intensities=[costing.intensity(s.node_type_id)])
         if per_period:
             quantity, unit = costing.unit(offer, f)
@@ -876,6 +921,8 @@ def _extend_line(line: RunSlice, part: RunSlice) -> None:
     line.cost += part.cost
     line.cost_elastic = _add(line.cost_elastic, part.cost_elastic)
     line.cost_own = _add(line.cost_own, part.cost_own)
+    line.lost_gpu_hours += part.lost_gpu_hours
+    line.lost_work_cost += part.lost_work_cost
     line.energy_kwh = _add(line.energy_kwh, part.energy_kwh)
     line.co2e_kg = _add(line.co2e_kg, part.co2e_kg)
     line.co2e_basis = _combine_co2e([line.co2e_basis, part.co2e_basis])

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 
 from ledger.errors import LedgerInputError
 from ledger.money.costs import ONE, ZERO, hours_between
-from ledger.store.models import RunStatus
+from ledger.store.models import WASTE_STATUSES, RunStatus
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -167,3 +167,25 @@ def month_period(month: str, tz: ZoneInfo, now: datetime) -> Period:
         days = (last - first).days + 1
     return Period(month, start, end, month_end, hours_between(start, end), hours_between(start, month_end),
                   days, days_in_month)
+
+
+_LOSING = frozenset(s.value for s in WASTE_STATUSES)
+
+
+def lost_interval(status: str, interval: Optional[tuple[datetime, datetime]],
+                  last_checkpoint_at: Optional[datetime]) -> Optional[tuple[datetime, datetime]]:
+    """Lost work: the part of a run's costed interval whose results were not saved.
+
+    A run that ends ``failed``, ``crashed`` or ``cancelled`` loses the work since
+    its last recorded checkpoint, or since its start when it never checkpointed:
+    lost = [last checkpoint (clamped to the interval), end]. A run that succeeded
+    or is still running loses nothing (None). The interval may be empty (a
+    checkpoint at the very end).
+    """
+    status = getattr(status, "value", status)
+    if interval is None or status not in _LOSING:
+        return None
+    start, end = interval
+    if last_checkpoint_at is None:
+        return start, end
+    return min(max(last_checkpoint_at, start), end), end

@@ -70,6 +70,7 @@ from ledger.money.costs import ZERO
 from ledger.money.months import (
     cached_month_bounds,
     date_start,
+    lost_interval,
     month_bounds,
     month_of,
     months_of,
@@ -111,7 +112,7 @@ _DEFER_PEAKS = "trainledger_rollup_defer_peaks"
 # --- facts --------------------------------------------------------------------
 
 INTS = ("slices", "node_us", "gpu_us", "tokens", "util_slices", "util_us", "util_w", "mfu_us", "mfu_w",
-        "kwh_slices", "kwh_node_us")
+        "kwh_slices", "kwh_node_us", "lost_node_us", "lost_gpu_us", "lost_ckpt_node_us", "lost_ckpt_gpu_us")
 
 
 class Facts:
@@ -119,22 +120,29 @@ class Facts:
 
     Integers (in :data:`INTS` order, kept in one list for fast sums): slices, node-µs,
     GPU-µs, tokens, slices with a measured GPU-Util, their GPU-µs, Σ round(GPU-Util ×
-    GPU-µs), the same two for MFU, measured slices and their node-µs. Then ``kwh``
-    (measured energy of the measured slices), ``billed`` (billing rule → billed
-    node-hours) and ``sources`` (GPU-Util source → slices).
+    GPU-µs), the same two for MFU, measured slices and their node-µs, and lost work
+    (:func:`ledger.money.months.lost_interval`): node-µs and GPU-µs lost by runs that
+    never checkpointed (``lost_*``: their whole slice) and by runs that did
+    (``lost_ckpt_*``: the part after the last checkpoint). Then ``kwh`` (measured
+    energy of the measured slices), ``billed`` (billing rule → billed node-hours),
+    ``sources`` (GPU-Util source → slices) and the billed node-hours of the lost
+    parts (``lost_billed``, ``lost_ckpt_billed``: the run's bill shared by time).
     """
 
-    __slots__ = ("n", "kwh", "billed", "sources")
+    __slots__ = ("n", "kwh", "billed", "sources", "lost_billed", "lost_ckpt_billed")
     INTS = INTS
 
     def __init__(self, n: Optional[list[int]] = None, kwh: Decimal = ZERO, billed: Optional[dict[str, Decimal]] = None,
-                 sources: Optional[dict[str, int]] = None, **ints: int):
+                 sources: Optional[dict[str, int]] = None, lost_billed: Optional[dict[str, Decimal]] = None,
+                 lost_ckpt_billed: Optional[dict[str, Decimal]] = None, **ints: int):
         self.n = n if n is not None else [0] * len(INTS)
         for k, v in ints.items():
             self.n[_IDX[k]] = v
         self.kwh = kwh
         self.billed = billed if billed is not None else {}
         self.sources = sources if sources is not None else {}
+        self.lost_billed = lost_billed if lost_billed is not None else {}
+        self.lost_ckpt_billed = lost_ckpt_billed if lost_ckpt_billed is not None else {}
 
     def add(self, other: "Facts", sign: int = 1) -> None:
         if sign == 1:
@@ -143,18 +151,20 @@ class Facts:
             self.n = [x - y for x, y in zip(self.n, other.n)]
         if other.kwh:
             self.kwh += sign * other.kwh
-        if other.billed:
-            b = self.billed
-            for r, v in other.billed.items():
-                b[r] = b.get(r, ZERO) + sign * v
+        for attr in ("billed", "lost_billed", "lost_ckpt_billed"):
+            theirs = getattr(other, attr)
+            if theirs:
+                b = getattr(self, attr)
+                for r, v in theirs.items():
+                    b[r] = b.get(r, ZERO) + sign * v
         if other.sources:
             c = self.sources
             for r, k in other.sources.items():
                 c[r] = c.get(r, 0) + sign * k
 
     def is_zero(self) -> bool:
-        return (not any(self.n) and self.kwh == 0 and all(v == 0 for v in self.billed.values())
-                and all(c == 0 for c in self.sources.values()))
+        return (not any(self.n) and self.kwh == 0 and all(c == 0 for c in self.sources.values())
+                and all(v == 0 for b in (self.billed, self.lost_billed, self.lost_ckpt_billed) for v in b.values()))
 
     @property
     def node_hours(self) -> Decimal:
@@ -172,29 +182,55 @@ class Facts:
     def unmeasured_node_hours(self) -> Decimal:
         return Decimal(self.node_us - self.kwh_node_us) / US_PER_HOUR
 
+    @property
+    def lost_gpu_hours(self) -> Decimal:
+        """GPU-hours of lost work, checkpointed or not."""
+        return Decimal(self.lost_gpu_us + self.lost_ckpt_gpu_us) / US_PER_HOUR
+
+    def lost(self, since_checkpoint: bool) -> "Facts":
+        """The lost part as facts to cost like any slice (node-µs, GPU-µs, billed node-hours): of the runs
+        that never checkpointed, or (``since_checkpoint``) of those that did."""
+        n = [0] * len(INTS)
+        if since_checkpoint:
+            n[_NODE_US], n[_GPU_US], billed = self.lost_ckpt_node_us, self.lost_ckpt_gpu_us, self.lost_ckpt_billed
+        else:
+            n[_NODE_US], n[_GPU_US], billed = self.lost_node_us, self.lost_gpu_us, self.lost_billed
+        return Facts(n, billed=billed)
+
     def values(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(zip(INTS, self.n))
         out["kwh"] = _dtext(self.kwh)
         out["billed"] = _billed_text(self.billed)
         out["util_sources"] = json.dumps({k: c for k, c in sorted(self.sources.items()) if c}, sort_keys=True)
+        out["lost_billed"] = _billed_text(self.lost_billed)
+        out["lost_ckpt_billed"] = _billed_text(self.lost_ckpt_billed)
         return out
 
     @classmethod
     def from_row(cls, row: Any) -> "Facts":
         m = row._mapping
-        return cls.from_parts([int(m[k] or 0) for k in INTS], m["kwh"], m["billed"], m["util_sources"])
+        return cls.from_parts([int(m[k] or 0) for k in INTS], *(m[k] for k in TEXTS))
 
     @classmethod
-    def from_parts(cls, ints: list[int], kwh: Optional[str], billed: Optional[str], sources: Optional[str]) -> "Facts":
-        return cls(ints, Decimal(kwh) if kwh and kwh != "0" else ZERO,
-                   {r: Decimal(v) for r, v in _json(billed).items()}, dict(_json(sources)))
+    def from_parts(cls, ints: list[int], kwh: Optional[str], billed: Optional[str], sources: Optional[str],
+                   lost_billed: Optional[str] = None, lost_ckpt_billed: Optional[str] = None) -> "Facts":
+        return cls(ints, Decimal(kwh) if kwh and kwh != "0" else ZERO, _decimals(billed), dict(_json(sources)),
+                   _decimals(lost_billed), _decimals(lost_ckpt_billed))
 
     def __repr__(self) -> str:
         return f"Facts({self.values()})"
 
 
+#: the text facts, in the order :meth:`Facts.from_parts` takes them
+TEXTS = ("kwh", "billed", "util_sources", "lost_billed", "lost_ckpt_billed")
+
+
 def _json(text_: Optional[str]) -> dict:
     return json.loads(text_) if text_ and text_ != "{}" else {}
+
+
+def _decimals(text_: Optional[str]) -> dict[str, Decimal]:
+    return {r: Decimal(v) for r, v in _json(text_).items()}
 
 
 def _int_property(i: int) -> property:
@@ -210,7 +246,7 @@ _IDX = {k: i for i, k in enumerate(INTS)}
 for _k, _i in _IDX.items():
     setattr(Facts, _k, _int_property(_i))
 (_SLICES, _NODE_US, _GPU_US, _TOKENS, _UTIL_SLICES, _UTIL_US, _UTIL_W, _MFU_US, _MFU_W, _KWH_SLICES,
- _KWH_NODE_US) = range(len(INTS))
+ _KWH_NODE_US, _LOST_NODE_US, _LOST_GPU_US, _LOST_CKPT_NODE_US, _LOST_CKPT_GPU_US) = range(len(INTS))
 
 
 def _dtext(d: Decimal) -> str:
@@ -271,10 +307,11 @@ class SliceFact:
 
 #: columns of ``run`` a slice is computed from (in this order)
 RUN_COLUMNS = (Run.id, Run.status, Run.node_type_id, Run.offer_id, Run.project_id, Run.nodes, Run.gpus_per_node,
-               Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens, Run.gpu_util_mean, Run.mfu, Run.util_source)
+               Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens, Run.gpu_util_mean, Run.mfu, Run.util_source,
+               Run.last_checkpoint_at)
 
 
-_RAW = {"status", "started_at", "ended_at", "heartbeat_at"}
+_RAW = {"status", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at"}
 #: the same, with timestamps and status read raw (no per-value type processing; see :func:`_run_row`)
 RAW_RUN_COLUMNS = tuple(type_coerce(c, String).label(c.key) if c.key in _RAW else c for c in RUN_COLUMNS)
 
@@ -290,7 +327,7 @@ def _utc(v: Any) -> Optional[datetime]:
 def _run_row(row: Any) -> tuple:
     """A row of :data:`RAW_RUN_COLUMNS` as :func:`slices_of_run` takes it (aware UTC timestamps)."""
     r = tuple(row)
-    return (*r[:7], _utc(r[7]), _utc(r[8]), _utc(r[9]), *r[10:])
+    return (*r[:7], _utc(r[7]), _utc(r[8]), _utc(r[9]), *r[10:14], _utc(r[14]))
 
 
 def _micros(a: datetime, b: datetime) -> int:
@@ -330,9 +367,9 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
     A live run is sliced only when ``now`` is given (its interval ends there).
     A run's slices add up to the run exactly: node-µs and GPU-µs are integers,
     tokens telescope with ``int``, and billed node-hours and kWh telescope on
-    a 1e-12 grid.
+    a 1e-12 grid. So does its lost work (:func:`_add_lost`).
     """
-    (rid, status, nt_id, offer_id, project_id, nodes, gpn, started, ended, hb, tokens, util, mfu_, usrc) = row
+    (rid, status, nt_id, offer_id, project_id, nodes, gpn, started, ended, hb, tokens, util, mfu_, usrc, ckpt) = row
     status_v = getattr(status, "value", status)
     if is_live(status_v, ended) and now is None:
         return []
@@ -342,6 +379,7 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
     s, e = interval
     total_h = costs.hours_between(s, e)
     billed_total = {r: Decimal(nodes) * costs.billed_hours(total_h, *_parse_rule(r)) for r in rules}
+    lost = lost_interval(status_v, interval, ckpt)
     util_d = Decimal(str(util)) if util is not None else None
     mfu_d = Decimal(str(mfu_)) if mfu_ is not None else None
 
@@ -374,6 +412,8 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
                     f.kwh = _q(run_kwh * sb) - _q(run_kwh * sa)
                     n[_KWH_SLICES], n[_KWH_NODE_US] = 1, n[_NODE_US]
                 f.billed = {r: _q(bt * sb) - _q(bt * sa) for r, bt in billed_total.items()}
+            if lost is not None:
+                _add_lost(f, (pa, pb), lost[0], share, billed_total, nodes, gpn, ckpt is not None)
             if usrc:
                 f.sources = {usrc: 1}
             out.append(SliceFact(rid, month, nt_id, offer_id, project_id, status_v, pa, pb, nodes, gpn, split, f, period))
@@ -385,13 +425,30 @@ def _piece_facts(a: datetime, b: datetime, nodes: int, gpn: int, util_d: Optiona
     """The time-weighted facts of one slice [a, b]: node-µs, GPU-µs, GPU-Util and MFU weights."""
     node_us = nodes * _micros(a, b)
     gpu_us = node_us * gpn
-    f = Facts([1, node_us, gpu_us, 0, 0, 0, 0, 0, 0, 0, 0])
+    f = Facts([1, node_us, gpu_us] + [0] * (len(INTS) - 3))
     n = f.n
     if util_d is not None:
         n[_UTIL_SLICES], n[_UTIL_US], n[_UTIL_W] = 1, gpu_us, int((util_d * gpu_us).to_integral_value())
     if mfu_d is not None and gpu_us:
         n[_MFU_US], n[_MFU_W] = gpu_us, int((mfu_d * gpu_us).to_integral_value())
     return f
+
+
+def _add_lost(f: Facts, slice_: tuple[datetime, datetime], lost_from: datetime, share: Any,
+              billed_total: dict[str, Decimal], nodes: int, gpn: int, checkpointed: bool) -> None:
+    """The lost part of one slice, ``[max(slice start, lost_from), slice end]``: its node-µs and GPU-µs,
+    and its billed node-hours = the run's bill × the lost part's share of the run's time, on the same
+    telescoping grid as the slice's bill (a run that lost everything has lost exactly its bill)."""
+    a, b = slice_
+    la = max(a, lost_from)
+    if la >= b:
+        return
+    node_us = nodes * _micros(la, b)
+    billed = {r: _q(bt * share(b)) - _q(bt * share(la)) for r, bt in billed_total.items()}
+    if checkpointed:
+        f.n[_LOST_CKPT_NODE_US], f.n[_LOST_CKPT_GPU_US], f.lost_ckpt_billed = node_us, node_us * gpn, billed
+    else:
+        f.n[_LOST_NODE_US], f.n[_LOST_GPU_US], f.lost_billed = node_us, node_us * gpn, billed
 
 
 # --- reading the catalog and runs ------------------------------------------------
@@ -559,8 +616,7 @@ def _compute(conn: Connection, run_ids: list[str], tz: ZoneInfo, rules: dict[int
 SLICE_COLUMNS = (RollupSlice.run_id, RollupSlice.month, RollupSlice.charge_from, RollupSlice.node_type_id, RollupSlice.offer_id,
                  RollupSlice.project_id, RollupSlice.status, RollupSlice.start_at, RollupSlice.end_at,
                  RollupSlice.nodes, RollupSlice.gpus_per_node, RollupSlice.split,
-                 *(getattr(RollupSlice, k) for k in Facts.INTS), RollupSlice.kwh, RollupSlice.billed,
-                 RollupSlice.util_sources)
+                 *(getattr(RollupSlice, k) for k in Facts.INTS), *(getattr(RollupSlice, k) for k in TEXTS))
 
 
 def _slice_from_row(r: Any) -> SliceFact:
@@ -825,11 +881,13 @@ def _lock(conn: Connection) -> None:
 def rebuild(conn: Connection, progress: Any = None) -> int:
     """Rebuild the whole rollup from the run rows (first use, time zone change, ``db rollup --rebuild``).
 
+    Stored lost intervals that a raw SQL write left behind are rewritten first.
     Returns the number of runs read. ``progress(done, total)`` is called per batch.
     """
     if isinstance(conn, SASession):
         conn = conn.connection()
     _lock(conn)
+    lost_mismatches(conn, fix=True)
     tz_name = _timezone(conn)
     tz = ZoneInfo(tz_name)
     rules = elastic_rules(conn)
@@ -890,6 +948,45 @@ def _set_marker(conn: Connection, tz_name: str) -> None:
     conn.execute(t.insert().values(key=MARKER, value=tz_name))
 
 
+# --- the lost interval stored on each run ---------------------------------------------
+
+def run_lost_interval(status: Any, started: Any, ended: Any, heartbeat: Any,
+                      last_checkpoint: Any) -> tuple[Optional[datetime], Optional[datetime]]:
+    """``(lost_from, lost_until)`` of a run from its row (:func:`ledger.money.months.lost_interval`); Nones
+    when it lost nothing."""
+    status_v = getattr(status, "value", status)
+    started, ended, heartbeat = _utc(started), _utc(ended), _utc(heartbeat)
+    iv = run_interval(started, ended, status_v, heartbeat, ended or heartbeat or started) if started else None
+    lost = lost_interval(status_v, iv, _utc(last_checkpoint))
+    return lost if lost is not None else (None, None)
+
+
+def keep_lost(run: Run) -> None:
+    """Set ``run.lost_from``/``lost_until`` from its other columns (called for every ORM write of a run)."""
+    lf, lu = run_lost_interval(run.status, run.started_at, run.ended_at, run.heartbeat_at, run.last_checkpoint_at)
+    if _utc(run.lost_from) != lf:
+        run.lost_from = lf
+    if _utc(run.lost_until) != lu:
+        run.lost_until = lu
+
+
+_LOST_COLUMNS = (Run.id, type_coerce(Run.status, String), Run.started_at, Run.ended_at, Run.heartbeat_at,
+                 Run.last_checkpoint_at, Run.lost_from, Run.lost_until)
+
+
+def lost_mismatches(conn: Connection, fix: bool = False) -> list[str]:
+    """Runs whose stored lost interval differs from the one their columns give (a raw SQL write);
+    ``fix`` rewrites them (``db rollup --rebuild``)."""
+    out = []
+    for rid, st, s, e, hb, ck, lf, lu in conn.execute(select(*_LOST_COLUMNS)):
+        want = run_lost_interval(st, s, e, hb, ck)
+        if (_utc(lf), _utc(lu)) != want:
+            out.append(f"run {rid}: stored lost interval {lf} → {lu} != recomputed {want[0]} → {want[1]}")
+            if fix:
+                conn.execute(update(Run).where(Run.id == rid).values(lost_from=want[0], lost_until=want[1]))
+    return out
+
+
 # --- session integration ------------------------------------------------------------
 
 def touch(session: SASession, run_ids: Iterable[str]) -> None:
@@ -904,6 +1001,8 @@ def _collect(session: SASession, flush_context: Any, instances: Any) -> None:
         if isinstance(obj, Run):
             pending = pending if pending is not None else session.info.setdefault(_PENDING, set())
             pending.add(obj.id)
+            if obj not in session.deleted:
+                keep_lost(obj)
         elif isinstance(obj, RunNode):
             pending = pending if pending is not None else session.info.setdefault(_PENDING, set())
             pending.add(obj.run_id)
@@ -1056,7 +1155,7 @@ def month_facts(session: SASession, month: str, tz: ZoneInfo, now: datetime) -> 
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
     periods: dict[datetime, dict[tuple, Facts]] = defaultdict(dict)
     cols = (mt.c.charge_from, mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status,
-            *(mt.c[k] for k in INTS), mt.c.kwh, mt.c.billed, mt.c.util_sources)
+            *(mt.c[k] for k in INTS), *(mt.c[k] for k in TEXTS))
     n = len(INTS)
     for r in conn.execute(select(*cols).where(mt.c.month == month)):
         periods[r[0]][(r[1], r[2] or None, r[3] or None, r[4])] = Facts.from_parts(list(r[5:5 + n]), *r[5 + n:])
@@ -1117,8 +1216,9 @@ def check(session: SASession, months: Optional[Iterable[str]] = None) -> list[st
                    for r in conn.execute(select(mt)) if wanted_months is None or r.month in wanted_months}
     have_peaks = {(r.month, r.node_type_id, r.offer_key): r.peak for r in conn.execute(select(pt))
                   if wanted_months is None or r.month in wanted_months}
-    problems = [] if _cuts_marker(conn) == cuts else [f"rollup:cuts: stored {_cuts_text(_cuts_marker(conn))} != "
-                                                      f"current {_cuts_text(cuts)}"]
+    problems = lost_mismatches(conn)
+    if _cuts_marker(conn) != cuts:
+        problems.append(f"rollup:cuts: stored {_cuts_text(_cuts_marker(conn))} != current {_cuts_text(cuts)}")
     for k in sorted(set(want_groups) | set(have_groups)):
         w, h = want_groups.get(k, Facts()), have_groups.get(k, Facts())
         if w.values() != h.values():

@@ -33,8 +33,8 @@ PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost
                    "cost_if_own", "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000", "co2e_kg"]
 RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
                "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
-               "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "energy_kwh", "co2e_kg",
-               "co2e_basis"]
+               "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "lost_gpu_hours",
+               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis"]
 NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
                      "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
                      "reserved_offer", "reserved_cost"]
@@ -83,8 +83,10 @@ def presented_report(rep: MonthlyReport) -> dict[str, Any]:
     run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle], s["own_cost"])
     # projects share what the run lines share: the rounded total less the rounded idle
     proj_cost = round_preserving_sum([p["cost"] for p in rep.projects], total=cents(s["actual_cost"]) - idle_r)
+    run_lost, _ = _rounded_column([r.lost_work_cost for r in rep.runs], [], s["lost_work_cost"])
     summary = jsonable(s)
     summary["idle_cost"] = str(idle_r)
+    summary["waste_by_reason"] = _reasons(s["waste_by_reason"], s["waste_cost"], idle_r)
     summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}
     projects = []
     for p, c in zip(rep.projects, proj_cost):
@@ -92,13 +94,31 @@ def presented_report(rep: MonthlyReport) -> dict[str, Any]:
         row["cost"] = str(c)
         projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
     runs = []
-    for r, c, ce, co in zip(rep.runs, run_cost, run_el, run_own):
+    for r, c, ce, co, lw in zip(rep.runs, run_cost, run_el, run_own, run_lost):
         row = jsonable(r)
         row.update(cost=str(c), cost_if_elastic=None if ce is None else str(ce),
-                   cost_if_own=None if co is None else str(co))
+                   cost_if_own=None if co is None else str(co), lost_work_cost=str(lw))
         runs.append({k: row.get(k) for k in RUN_COLUMNS})
     node_types = [{k: v for k, v in jsonable(n).items() if k in NODE_TYPE_COLUMNS} for n in rep.node_types]
     return {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}
+
+
+def _reasons(by: dict[str, Decimal], waste: Decimal, idle_r: Decimal) -> dict[str, str]:
+    """Waste by reason in cents that add up to the presented waste, idle as presented on its own."""
+    keys = [k for k in by if k != "idle"]
+    parts = round_preserving_sum([by[k] for k in keys], total=cents(waste) - idle_r)
+    return {**{k: str(v) for k, v in zip(keys, parts)}, "idle": str(idle_r)}
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The summary as (metric, value) rows; a breakdown (``waste_by_reason``) as ``waste_by_reason.failed`` …"""
+    out: list[tuple[str, Any]] = []
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            out += [(f"{k}.{sub}", x) for sub, x in v.items()]
+        else:
+            out.append((k, v))
+    return out
 
 
 def to_json(p: dict[str, Any]) -> str:
@@ -137,7 +157,7 @@ def to_csv(p: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = _LFWriter(buf)
     w.writerow(["metric", "value"])
-    for k, v in p["summary"].items():
+    for k, v in summary_rows(p["summary"]):
         w.writerow([k, _csv_value(v)])
     w.writerow([])
     w.writerow(PROJECT_COLUMNS)
@@ -190,7 +210,7 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
 
     ws = wb.active
     ws.title = "Summary"
-    sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in p["summary"].items()])
+    sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in summary_rows(p["summary"])])
     sheet(wb.create_sheet("Projects"), PROJECT_COLUMNS, [[(c, r[c]) for c in PROJECT_COLUMNS] for r in p["projects"]])
     sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in p["runs"]])
     raw = io.BytesIO()

@@ -17,7 +17,7 @@ from ledger.money.costs import cents
 MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost", "amount"}
 MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",
                   "cost_if_elastic", "cost_if_own", "_price", "_rate", "cheapest_saves_vs_dearest")
-MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_")
+MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_", "waste_by_reason")
 PCT_SUFFIXES = ("_pct",)
 RATIO_SUFFIXES = ("utilization", "roi", "mfu", "mfu_mean", "gpu_util_mean", "gpu_util_p95", "coverage",
                   "break_even_utilization", "break_even_utilization_power_adjusted", "comm_share")

@@ -21,7 +21,6 @@ After a grace period anything left in the session gets SIGKILL.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import shutil
@@ -38,21 +37,13 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
+from ledger.sources.signals import pdeathsig
 from ledger.store.files import write_output
 from ledger.store.ids import validate_run_id
 from ledger.store.models import NodeType, Offer, Run, RunStatus
 from ledger.store.types import utcnow
 
 LAUNCHERS = ("torchrun", "deepspeed", "slurm")
-
-
-def _pdeathsig(sig: int):
-    def set_it() -> None:  # runs in the child between fork and exec
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
-        except OSError:
-            pass
-    return set_it if sys.platform.startswith("linux") else None
 
 
 def _free_port() -> int:
@@ -205,7 +196,7 @@ def default_processes_per_node(cfg) -> int:
 
 def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     """Validate, register the run as queued, and build the launcher command (nothing started yet)."""
-    from trainer.tracking import new_run_id
+    from ledger.store.ids import new_run_id
 
     cfg, plan, gpn = _load_plan(req)
     nt = session.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
@@ -328,7 +319,7 @@ def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> i
     launched_at = utcnow()
     with open(log_path, "ab", buffering=0) as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 preexec_fn=_pdeathsig(signal.SIGKILL))
+                                 preexec_fn=pdeathsig(signal.SIGKILL))
         forwarded = []
 
         def forward(signum, frame):
@@ -464,7 +455,7 @@ def start(prepared: Prepared, db_url: str, detach: bool) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ledger.runs.launch", "supervise", prepared.run_id, str(prepared.log_path), "--", *prepared.command]
     return subprocess.Popen(cmd, env=prepared.env, start_new_session=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL if detach else None, stderr=subprocess.DEVNULL if detach else None,
-                            preexec_fn=None if detach else _pdeathsig(signal.SIGKILL))
+                            preexec_fn=None if detach else pdeathsig(signal.SIGKILL))
 
 
 def record_process(session: Session, run_id: str, pid: int) -> None:
@@ -517,13 +508,15 @@ def _group_alive(pgid: int) -> bool:
 
 
 def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, Any]:
-    """Stop a launched run and its whole process group; returns what happened."""
+    """Stop a launched run and its whole process group (a ``trainledger run`` wrapper: SIGTERM to the wrapper,
+    which cancels its command, then SIGKILL to it after the grace period); returns what happened."""
     from ledger.runs.registry import get_run
 
     run = get_run(session, run_id)
     if run.status not in (RunStatus.queued, RunStatus.running):
         raise LedgerInputError(f"RUN_ID: run {run.id} is already {run.status.value}")
-    if run.pgid is None:
+    wrapped = run.pgid is None and run.pid is not None and "wrapper" in (run.config or {})  # `trainledger run`
+    if run.pgid is None and not wrapped:
         if run.status == RunStatus.queued:
             run.status, run.ended_at, run.error = RunStatus.cancelled, utcnow(), "cancelled before it started"
             run.started_at = run.started_at or run.ended_at
@@ -540,7 +533,10 @@ def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, An
         deadline = time.monotonic() + grace_s
         while _alive(run.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-    if _group_alive(run.pgid):
+    if wrapped and _alive(run.pid):  # its keeper SIGKILLs everything the command started
+        os.kill(run.pid, signal.SIGKILL)
+        killed = True
+    elif not wrapped and _group_alive(run.pgid):
         os.killpg(run.pgid, signal.SIGKILL)
         killed = True
         for _ in range(50):

@@ -38,21 +38,26 @@ STALE_AFTER = timedelta(seconds=60)
 
 
 def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Optional[datetime] = None) -> int:
-    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat."""
+    """Mark running runs with a stopped heartbeat as crashed, ended at the last heartbeat (their lost work
+    runs from their last checkpoint to then), and the wrapper nodes whose heartbeat stopped as crashed."""
     now = now or utcnow()
     cutoff = now - stale_after
     stale = session.exec(
-        select(Run.id, Run.heartbeat_at, Run.started_at).where(
+        select(Run.id, Run.heartbeat_at, Run.started_at, Run.last_checkpoint_at).where(
             Run.status == RunStatus.running, Run.heartbeat_at.is_not(None), Run.heartbeat_at < cutoff)
     ).all()
-    for rid, hb, started in stale:
+    for rid, hb, started, ckpt in stale:
+        end = max(hb, started or hb)
+        lost_from, lost_until = rollup.run_lost_interval(RunStatus.crashed, started, end, hb, ckpt)
         session.exec(
             update(Run).where(Run.id == rid, Run.status == RunStatus.running)
-            .values(status=RunStatus.crashed, ended_at=max(hb, started or hb),
+            .values(status=RunStatus.crashed, ended_at=end, lost_from=lost_from, lost_until=lost_until,
                     error="heartbeat stopped; marked crashed at the last heartbeat")
         )
+    session.exec(update(RunNode).where(RunNode.status == "running", RunNode.heartbeat_at < cutoff)
+                 .values(status="crashed"))
     if stale:
-        rollup.touch(session, [rid for rid, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
+        rollup.touch(session, [rid for rid, _, _, _ in stale])  # a Core UPDATE: fold it into the monthly rollup
     return len(stale)
 
 
@@ -87,7 +92,8 @@ def _filters(session: Session, q, *, month: Optional[str], project: Optional[str
 def list_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
               user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
               sweep: Optional[str] = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration.
+    """Runs, newest first, filtered in SQL; node-hours are the run's whole duration, lost GPU-hours its
+    lost work (failed/crashed/cancelled: since its last checkpoint, else since its start).
 
     Only the page (``limit`` rows from ``offset``) is read: the newest-first order
     walks the ``started_at`` index, so the cost does not grow with the ledger.
@@ -95,7 +101,7 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     reap_stale(session)
     q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
                 Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
-                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id)
+                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id, Run.lost_from, Run.lost_until)
          .join(NodeType, NodeType.id == Run.node_type_id)
          .outerjoin(Project, Project.id == Run.project_id)
          .outerjoin(User, User.id == Run.user_id))
@@ -105,7 +111,7 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     tz = display_timezone(session)
     out = []
     for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
-         sweep_id) in session.exec(q).all():
+         sweep_id, lost_from, lost_until) in session.exec(q).all():
         st_v = getattr(st, "value", st)
         iv = run_interval(started, ended, st_v, hb, now)
         nh = costs.node_hours(nodes, costs.hours_between(*iv)) if iv else costs.ZERO
@@ -113,7 +119,9 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
                     "node_type": nt, "nodes": nodes, "gpus_per_node": gpn,
                     "started_at": started.astimezone(tz) if started else None,
                     "ended_at": ended.astimezone(tz) if ended else None, "node_hours": nh, "tokens": tokens, "gpu_util_mean": util, "mfu": mfu_,
-                    "final_loss": loss, "sweep_id": sweep_id})
+                    "final_loss": loss, "sweep_id": sweep_id,
+                    "lost_gpu_hours": (costs.gpu_hours(costs.node_hours(nodes, costs.hours_between(lost_from, lost_until)), gpn)
+                                       if lost_from is not None else None)})
     return out
 
 
@@ -177,31 +185,72 @@ def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list
     return out
 
 
+def _lines_by_run(session: Session, runs: list[Run], currency: Optional[str] = None) -> tuple[dict[str, list[dict[str, Any]]], list]:
+    """Each run's month lines of the monthly report (cost and lost work at the prices in force then, energy and
+    CO2e), per run id, and the carbon intensities applied. ``currency``: as ``report monthly --currency``."""
+    from ledger.money.months import months_between
+
+    tz = display_timezone(session)
+    now = utcnow()
+    months: set[str] = set()
+    for run in runs:
+        iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
+        if iv:
+            months.update(months_between(month_of(iv[0], tz), month_of(iv[1], tz)))
+    out: dict[str, list[dict[str, Any]]] = {run.id: [] for run in runs}
+    intensities: list = []
+    for month in sorted(months):
+        rep = monthly_report(session, month, lines={run.id for run in runs}, projects=False, currency=currency)
+        for sl in rep.runs:
+            out[sl.run_id].append({"month": month, "node_hours": sl.node_hours, "cost": sl.cost, "offer": sl.offer,
+                                   "lost_gpu_hours": sl.lost_gpu_hours, "lost_work_cost": sl.lost_work_cost,
+                                   "currency": rep.currency, "energy_kwh": sl.energy_kwh, "co2e_kg": sl.co2e_kg,
+                                   "co2e_basis": sl.co2e_basis})
+            intensities += [(sl.run_id, i) for i in sl.intensities]
+    return out, intensities
+
+
+def resume_chain(session: Session, run_id: str) -> list[Run]:
+    """The runs linked to ``run_id`` by ``resume_of`` (restarts from a checkpoint, requeues of a Slurm job),
+    first to last: its predecessors back to the first run, then the runs restarted from it, by start."""
+    run = get_run(session, run_id)
+    back = [run]
+    seen = {run.id}
+    while back[0].resume_of and back[0].resume_of not in seen:
+        prev = session.get(Run, back[0].resume_of)
+        if prev is None:
+            break
+        back.insert(0, prev)
+        seen.add(prev.id)
+    frontier, after = [run.id], []
+    while frontier:
+        nxt = session.exec(select(Run).where(Run.resume_of.in_(frontier)).order_by(Run.started_at, Run.id)).all()
+        nxt = [r for r in nxt if r.id not in seen]
+        seen.update(r.id for r in nxt)
+        after += nxt
+        frontier = [r.id for r in nxt]
+    return back + after
+
+
 def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """A run with its nodes, its cost, energy and CO2e per month (actual, at the prices in force then) and its
-    cost under every offer (at their list prices). ``currency``: as ``report monthly --currency``."""
+    """A run with its nodes, its cost, lost work, energy and CO2e per month (actual, at the prices in force then),
+    its cost under every offer (at their list prices), and its resume chain (the runs restarted from one another)
+    with their total cost and lost work. ``currency``: as ``report monthly --currency``."""
     reap_stale(session)
     run = get_run(session, run_id)
     nt = session.get(NodeType, run.node_type_id)
-    tz = display_timezone(session)
     now = utcnow()
     iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
     duration = costs.hours_between(*iv) if iv else costs.ZERO
     nh = costs.node_hours(run.nodes, duration)
     under = cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)
-    monthly: list[dict[str, Any]] = []
+    chain = resume_chain(session, run.id)
+    lines, applied = _lines_by_run(session, chain, currency)
+    monthly = lines[run.id]
     intensities: list = []
-    if iv:
-        from ledger.money.months import months_between
-
-        for month in months_between(month_of(iv[0], tz), month_of(iv[1], tz)):
-            rep = monthly_report(session, month, lines={run_id}, currency=currency)
-            for s in rep.runs:
-                if s.run_id == run.id:
-                    monthly.append({"month": month, "node_hours": s.node_hours, "cost": s.cost, "offer": s.offer,
-                                    "currency": rep.currency, "energy_kwh": s.energy_kwh, "co2e_kg": s.co2e_kg,
-                                    "co2e_basis": s.co2e_basis})
-                    intensities += [i for i in s.intensities if i not in intensities]
+    for rid, i in applied:
+        if rid == run.id and i not in intensities:
+            intensities.append(i)
     data = run.model_dump()
     data["status"] = run.status.value
     data["node_type"] = nt.name
@@ -211,6 +260,7 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> d
     data["node_hours"] = nh
     data["gpu_hours"] = costs.gpu_hours(nh, run.gpus_per_node)
     data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
+    data.update(_lost(run, monthly))
     data["cost_by_month"] = monthly
     data["cost_under_offers"] = under
     data["cost_per_1m_tokens"] = costs.cost_per_million_tokens(data["cost_actual"], run.tokens) if monthly else None
@@ -218,6 +268,7 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> d
     data.update(_run_carbon(monthly, intensities))
     data["nodes_detail"] = [n.model_dump(exclude={"id", "run_id"}) for n in
                             session.exec(select(RunNode).where(RunNode.run_id == run.id).order_by(RunNode.node_rank, RunNode.hostname)).all()]
+    data["resume_chain"] = _chain(chain, lines) if len(chain) > 1 else None
     return data
 
 
@@ -267,6 +318,30 @@ def model_card(session: Session, run_id: str, training_type: str = "pre-training
                              "cost": None if d["cost_actual"] is None else str(costs.cents(d["cost_actual"])),
                              "currency": d["currency"], "energy_kwh": float(d["energy_kwh"].quantize(Decimal("0.001"))),
                              "co2e_basis": d["co2e_basis"]}}
+
+
+def _lost(run: Run, monthly: list[dict[str, Any]]) -> dict[str, Any]:
+    """Lost work of a run (``ledger.money.months.lost_interval``): its span, GPU-hours and cost."""
+    lost = run.lost_from is not None
+    return {"lost_hours": costs.hours_between(run.lost_from, run.lost_until) if lost else None,
+            "lost_gpu_hours": sum((x["lost_gpu_hours"] for x in monthly), costs.ZERO) if lost else None,
+            "lost_work_cost": sum((x["lost_work_cost"] for x in monthly), costs.ZERO) if lost else None,
+            "lost_since": ("checkpoint" if run.last_checkpoint_at is not None else "start") if lost else None}
+
+
+def _chain(chain: list[Run], lines: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A resume chain read as one job: its runs, and their total node-hours, cost and lost work."""
+    rows = []
+    for r in chain:
+        ls = lines[r.id]
+        rows.append({"id": r.id, "status": r.status.value, "resume_of": r.resume_of, "started_at": r.started_at,
+                     "ended_at": r.ended_at, "last_checkpoint_step": r.last_checkpoint_step,
+                     "node_hours": sum((x["node_hours"] for x in ls), costs.ZERO),
+                     "cost": sum((x["cost"] for x in ls), costs.ZERO),
+                     "lost_work_cost": sum((x["lost_work_cost"] for x in ls), costs.ZERO)})
+    return {"runs": rows, "node_hours": sum((r["node_hours"] for r in rows), costs.ZERO),
+            "cost": sum((r["cost"] for r in rows), costs.ZERO),
+            "lost_work_cost": sum((r["lost_work_cost"] for r in rows), costs.ZERO)}
 
 
 # --- what the dashboard lists: months with runs, filter values, loss curves, live progress ----------

@@ -273,9 +273,16 @@ class Run(SQLModel, table=True):
     log_path: Optional[str] = Field(default=None, max_length=500)
     tokens_per_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)
     mem_kind: Optional[str] = Field(default=None, max_length=30)  # cuda_max_allocated | cpu_max_rss
-    # added in migration 0005 (Slurm): the run this one continues (a requeued Slurm job's earlier
-    # attempt, a resumed run), so a chain of attempts reads as one job
+    # added in migration 0004 (capture: the run wrapper, the Python API, lost work)
+    # the run this one continues (a resumed run, a requeued Slurm job's earlier attempt): a chain reads as one job
     resume_of: Optional[str] = Field(default=None, max_length=64, index=True)
+    last_checkpoint_at: Optional[datetime] = _ts()
+    last_checkpoint_step: Optional[int] = Field(default=None, sa_type=BigInteger)
+    last_checkpoint_path: Optional[str] = Field(default=None, max_length=500)
+    # lost work (ledger.money.months.lost_interval): a failed, crashed or cancelled run loses
+    # [last checkpoint (else start), end]; kept in step with the row by the rollup's session hook
+    lost_from: Optional[datetime] = _ts()
+    lost_until: Optional[datetime] = _ts()
 
 
 class SlurmMap(SQLModel, table=True):
@@ -319,6 +326,11 @@ class RunNode(SQLModel, table=True):
     nic_tx_bytes_per_s: Optional[float] = None
     step_time_share: Optional[float] = None
     straggler: bool = False
+    # added in migration 0004: nodes of `trainledger run` (one wrapper per node)
+    status: Optional[str] = Field(default=None, max_length=20)  # running | succeeded | failed | cancelled | crashed
+    heartbeat_at: Optional[datetime] = _ts()
+    exit_code: Optional[int] = None
+    processes: Optional[int] = None  # training processes on the node (torchrun's local world size)
 
 
 class MetricSample(SQLModel, table=True):
@@ -342,7 +354,10 @@ class MetricSample(SQLModel, table=True):
 
 class RollupFacts(SQLModel):
     """The additive facts of a set of run slices (``ledger.money.rollup.Facts``): integers, an exact
-    decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices)."""
+    decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices).
+
+    Lost work (migration 0004): ``lost_*`` of runs that ended failed/crashed/cancelled without a
+    checkpoint (the whole slice), ``lost_ckpt_*`` of those that checkpointed (the part after it)."""
 
     slices: int = 0
     node_us: int = Field(default=0, sa_type=BigInteger)
@@ -358,6 +373,12 @@ class RollupFacts(SQLModel):
     kwh_node_us: int = Field(default=0, sa_type=BigInteger)
     billed: str = Field(default="{}", max_length=2000)
     util_sources: str = Field(default="{}", max_length=200)
+    lost_node_us: int = Field(default=0, sa_type=BigInteger)
+    lost_gpu_us: int = Field(default=0, sa_type=BigInteger)
+    lost_ckpt_node_us: int = Field(default=0, sa_type=BigInteger)
+    lost_ckpt_gpu_us: int = Field(default=0, sa_type=BigInteger)
+    lost_billed: str = Field(default="{}", max_length=2000)
+    lost_ckpt_billed: str = Field(default="{}", max_length=2000)
 
 
 class RollupSlice(RollupFacts, table=True):

@@ -1,7 +1,7 @@
-"""slurm: the mapping of partitions, GPU types and node names to node types; run.resume_of
+"""slurm: the mapping of partitions, GPU types and node names to node types (run.resume_of comes with 0004)
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-03
 """
 import sqlalchemy as sa
@@ -9,7 +9,7 @@ import sqlmodel
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
@@ -33,16 +33,9 @@ def upgrade() -> None:
     with op.batch_alter_table("slurm_map", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_slurm_map_node_type_id"), ["node_type_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_slurm_map_offer_id"), ["offer_id"], unique=False)
-    # the same column (and index) as the run wrapper's migration adds for --resume-of: merged into one at integration
-    with op.batch_alter_table("run", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("resume_of", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True))
-        batch_op.create_index(batch_op.f("ix_run_resume_of"), ["resume_of"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("run", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_run_resume_of"))
-        batch_op.drop_column("resume_of")
     with op.batch_alter_table("slurm_map", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_slurm_map_offer_id"))
         batch_op.drop_index(batch_op.f("ix_slurm_map_node_type_id"))

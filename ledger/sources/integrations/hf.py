@@ -1,0 +1,93 @@
+"""Hugging Face ``transformers.Trainer`` → the ledger (``pip install 'trainledger[hf]'``).
+
+    from ledger.sources.integrations.hf import LedgerCallback
+
+    args = TrainingArguments(..., include_num_input_tokens_seen="all")   # tokens from the Trainer's own counter
+    Trainer(model, args, ..., callbacks=[LedgerCallback(project="llm", node_type="h100-8x")]).train()
+
+Tokens are the Trainer's ``state.num_input_tokens_seen`` (the global count, set
+with ``include_num_input_tokens_seen``; without it no token count is recorded),
+the loss and the other logged numbers come from ``on_log``, every ``on_save``
+is a checkpoint (``<output_dir>/checkpoint-<step>``), ``on_train_end`` ends the
+run. The callback runs on every rank; only rank 0 records. MFU needs
+``flops_per_token`` (default: Hugging Face's own estimate, 6 × the model's
+non-embedding parameters, the figure ``Trainer.floating_point_ops`` uses) and a
+GPU. A run that dies in the training loop (an exception, SIGTERM) is ended
+``failed``/``cancelled`` when the process exits; under ``trainledger run`` the
+wrapper records the status.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any, Optional
+
+from transformers import TrainerCallback
+
+from ledger.sources.track import TrackedRun
+
+#: logged keys that are not step figures (the running time and rate the Trainer adds to every log)
+_NOT_STEP = ("epoch", "loss", "train_runtime", "train_tokens_per_second", "train_samples_per_second",
+             "train_steps_per_second", "total_flos", "num_input_tokens_seen")
+
+
+class LedgerCallback(TrainerCallback):
+    """Records a ``transformers.Trainer`` run; keyword arguments are :func:`ledger.track`'s."""
+
+    def __init__(self, project: Optional[str] = None, flops_per_token: Optional[float] = None, **track_kwargs: Any):
+        self.project = project
+        self.flops_per_token = flops_per_token
+        self.track_kwargs = track_kwargs
+        self.run: Optional[TrackedRun] = None
+        self._error: Optional[BaseException] = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        fpt = self.flops_per_token
+        if fpt is None and model is not None and hasattr(model, "num_parameters"):
+            fpt = 6 * model.num_parameters(exclude_embeddings=True)
+        env = dict(os.environ)
+        env["RANK"] = str(args.process_index)
+        env["WORLD_SIZE"] = str(args.world_size)
+        self.run = TrackedRun(self.project, flops_per_token=fpt, env=env, **self.track_kwargs).start()
+        if self.run.active:
+            self._watch_exit()
+
+    def _tokens(self, state) -> Optional[int]:
+        return state.num_input_tokens_seen or None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.run is not None:
+            self.run.log(step=state.global_step, tokens_total=self._tokens(state))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.run is None or not logs or "train_loss" in logs:  # "train_loss": the end-of-training summary
+            return
+        numbers = {k: float(v) for k, v in logs.items()
+                   if k not in _NOT_STEP and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.run.log(step=state.global_step, tokens_total=self._tokens(state), loss=logs.get("loss"), **numbers)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.run is not None:
+            self.run.checkpoint(step=state.global_step,
+                                path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.run is not None:
+            self.run.finish(None)
+
+    def _watch_exit(self) -> None:
+        """The Trainer has no error hook: keep the exception that ends the process, and end the run with it."""
+        previous = sys.excepthook
+
+        def hook(exc_type, exc, tb):
+            self._error = exc
+            previous(exc_type, exc, tb)
+
+        sys.excepthook = hook
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        if self.run is not None and self.run.active:
+            self.run.finish(self._error or RuntimeError("the process exited before the Trainer's on_train_end"))

@@ -1,0 +1,238 @@
+"""The keeper: runs a wrapped command so that nothing it starts outlives it, even when its wrapper is killed.
+
+``trainledger run`` forks a small keeper process before it starts any thread.
+The keeper becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``: descendants
+orphaned by their parent, such as torchrun's workers, which run in sessions of
+their own, are re-parented to it) and starts the command from an argument list
+(never a shell) in a process group of its own, with SIGINT/SIGTERM at their
+defaults and ``PR_SET_PDEATHSIG`` so that the command dies with the keeper.
+
+* The wrapper talks to the keeper over a pipe. End of file on it means the
+  wrapper is gone (even after ``kill -9``): the keeper kills every descendant
+  with SIGKILL and exits, so no orphan is left.
+* ``K`` on the pipe (the wrapper's grace period after a cancel ran out): SIGKILL
+  every descendant.
+* When the command exits, descendants it left behind get SIGTERM, then SIGKILL
+  after :data:`LEFTOVER_GRACE_S`, and the keeper reports the exit status.
+
+Messages from the keeper, one per line: ``pid <command pid>``, then
+``exit <returncode>`` (negative: killed by that signal), or
+``error <errno> <message>`` when the command could not be started.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from ledger.sources.signals import become_subreaper, die_with_parent
+
+LEFTOVER_GRACE_S = 5.0
+
+
+@dataclass
+class Kept:
+    """The wrapper's end of a kept command."""
+
+    keeper_pid: int
+    control_fd: int  # write: "K" = kill the tree now; close = wrapper gone
+    status_fd: int  # read: the keeper's messages
+    stderr_fd: int  # read: the command's stderr
+
+    def kill_tree(self) -> None:
+        try:
+            os.write(self.control_fd, b"K")
+        except OSError:
+            pass
+
+
+def spawn(command: Sequence[str], env: Mapping[str, str]) -> Kept:
+    """Fork the keeper, which starts ``command``; call before starting any thread (fork copies one thread)."""
+    r_ctl, w_ctl = os.pipe()
+    r_st, w_st = os.pipe()
+    r_err, w_err = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the keeper: never returns into the caller's code
+        code = 70
+        try:
+            for fd in (w_ctl, r_st, r_err):
+                os.close(fd)
+            code = _keep(list(command), dict(env), r_ctl, w_st, w_err)
+        finally:
+            os._exit(code)
+    for fd in (r_ctl, w_st, w_err):
+        os.close(fd)
+    os.set_inheritable(w_ctl, False)
+    return Kept(pid, w_ctl, r_st, r_err)
+
+
+def _child_setup() -> None:
+    """In the command, between fork and exec: its own process group, default signals, die with the keeper."""
+    os.setpgid(0, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    die_with_parent(signal.SIGKILL)
+
+
+def _say(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode() + b"\n")
+    except OSError:  # the wrapper is gone; the control pipe tells us too
+        pass
+
+
+def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr_fd: int) -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the wrapper decides what a signal means; the command gets defaults
+    become_subreaper()
+    try:
+        proc = subprocess.Popen(command, env=env, stderr=stderr_fd, preexec_fn=_child_setup, close_fds=True)
+    except OSError as exc:
+        _say(status_fd, f"error {exc.errno or 0} {exc.strerror or exc}")
+        return 0
+    os.close(stderr_fd)
+    _say(status_fd, f"pid {proc.pid}")
+    wrapper_gone = _wait(proc, control_fd)
+    if wrapper_gone:
+        kill_descendants(signal.SIGKILL)
+        return 0
+    code = proc.returncode
+    stop_leftovers()
+    _say(status_fd, f"exit {code}")
+    return 0
+
+
+def _wait(proc: subprocess.Popen, control_fd: int) -> bool:
+    """Wait for the command to exit; True if the wrapper went away first (the tree has then been killed)."""
+    pidfd = _pidfd(proc.pid)
+    watch = [control_fd] + ([pidfd] if pidfd is not None else [])
+    while True:
+        ready, _, _ = select.select(watch, [], [], 0.5)
+        if control_fd in ready:
+            try:
+                data = os.read(control_fd, 64)
+            except OSError:
+                data = b""
+            if not data:
+                return True
+            if b"K" in data:
+                kill_descendants(signal.SIGKILL, keep=proc.pid)
+        if proc.poll() is not None:
+            return False
+
+
+def _pidfd(pid: int) -> Optional[int]:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _descendants() -> list:
+    """Live descendants of this process (zombies are dead: they only wait to be reaped)."""
+    import psutil
+
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _reap(keep: Optional[int] = None) -> None:
+    """Reap exited children, except ``keep`` (the command: ``Popen`` reads its exit status itself)."""
+    import psutil
+
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for p in children:
+        if p.pid == keep:
+            continue
+        try:
+            os.waitpid(p.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def kill_descendants(sig: int, keep: Optional[int] = None, timeout_s: float = 10.0) -> None:
+    """Send ``sig`` to every live descendant (reaping all but ``keep``) until none is left or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = _descendants()
+        if not procs:
+            _reap(keep)
+            return
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except Exception:
+                pass
+        time.sleep(0.05)
+        _reap(keep)
+        if time.monotonic() > deadline:
+            return
+
+
+def stop_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> None:
+    """Processes the command left behind: SIGTERM, then SIGKILL after ``grace_s``."""
+    _reap()
+    procs = _descendants()
+    if not procs:
+        return
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except Exception:
+            pass
+    deadline = time.monotonic() + grace_s
+    while _descendants() and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.1)
+    kill_descendants(signal.SIGKILL)
+
+
+def read_messages(kept: Kept, on_pid=None) -> tuple[Optional[int], Optional[int], Optional[str]]:
+    """Block until the keeper is done: ``(command pid, returncode, start error)``; ``on_pid`` is called as soon
+    as the command runs. Signals interrupt the wait only to run their handlers (PEP 475)."""
+    buf, pid, code, error = b"", None, None, None
+    while True:
+        try:
+            chunk = os.read(kept.status_fd, 4096)
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                continue
+            chunk = b""
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            kind, _, rest = line.decode(errors="replace").partition(" ")
+            if kind == "pid":
+                pid = int(rest)
+                if on_pid is not None:
+                    on_pid(pid)
+            elif kind == "exit":
+                code = int(rest)
+            elif kind == "error":
+                error = rest
+    try:
+        os.waitpid(kept.keeper_pid, 0)
+    except ChildProcessError:
+        pass
+    return pid, code, error

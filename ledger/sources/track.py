@@ -1,0 +1,378 @@
+"""``ledger.track``: record a run from inside your own training code.
+
+    import ledger
+
+    with ledger.track(project="llm", node_type="h100-8x", flops_per_token=6 * n_params) as run:
+        for step, batch in enumerate(loader):
+            loss = train_step(batch)
+            run.log(step=step, tokens=batch.numel(), loss=loss.item(), lr=sched.get_last_lr()[0])
+            if step % 1000 == 0:
+                save(model, f"ckpt/{step}")
+                run.checkpoint(step=step, path=f"ckpt/{step}")
+
+    @ledger.track(project="llm")           # as a decorator: ledger.current_run() inside
+    def main(): ...
+
+* **Under ``trainledger run``** (``TRAINLEDGER_WRAPPED`` in the environment) the API
+  attaches to the wrapper's run: it adds steps, tokens, loss, MFU and checkpoints,
+  while the wrapper owns the status, the nodes and the utilization.
+* **On its own** it registers the run, heartbeats, samples this process's device
+  (NVML for the GPUs it owns, else its CPU share, labelled ``cpu``) and ends the
+  run ``succeeded``, ``failed`` (an exception, with its text), ``cancelled``
+  (KeyboardInterrupt; SIGTERM too, where no one else handles it) or, if the
+  process is killed, ``crashed`` at its last heartbeat (``runs reap``).
+* **Rank ≠ 0** (``RANK`` in the environment) records nothing: ``log`` and
+  ``checkpoint`` return at once.
+
+``log`` never touches the database: it updates a few numbers and appends
+samples to a list; a background thread journals them (fsync'd) and applies
+them to the ledger (:mod:`ledger.sources.writer`). Its cost per call is measured
+in ``bench/`` (``python -m bench capture``).
+
+MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)
+(:func:`ledger.money.costs.mfu`, the same formula as the bundled trainer's).
+Pass ``flops_per_token`` (for a model of the bundled trainer's family:
+``trainer.shapes.flops_per_token(shape)``, the one function the trainer uses); the
+peak is ``peak_tflops`` or the node type's ``peak_bf16_tflops``. On CPU MFU is null.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ledger.sources.signals import RunCancelled, StopSignals
+from ledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
+
+ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
+ENV_WRAPPED = "TRAINLEDGER_WRAPPED"
+#: points kept per series before thinning (every k-th call, k doubling)
+MAX_POINTS = 1000
+_CURRENT: list["TrackedRun"] = []
+
+
+def current_run() -> Optional["TrackedRun"]:
+    """The innermost run opened by :func:`track` in this process (None outside one)."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def _rank(env) -> int:
+    try:
+        return int(env.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
+
+
+class TrackedRun:
+    """A run recorded from the training code. Use it as a context manager or a decorator (see the module)."""
+
+    def __init__(self, project: Optional[str] = None, *, name: Optional[str] = None, user: Optional[str] = None,
+                 node_type: Optional[str] = None, offer: Optional[str] = None, tags: Optional[dict] = None,
+                 run_id: Optional[str] = None, resume_of: Optional[str] = None, db: Optional[str] = None,
+                 journal_dir: Optional[str | Path] = None, flops_per_token: Optional[float] = None,
+                 peak_tflops: Optional[float] = None, gpus: Optional[int] = None, metrics_port: Optional[int] = None,
+                 flush_s: Optional[float] = None, heartbeat_s: Optional[float] = None,
+                 ledger_wait_s: Optional[float] = None, env: Optional[dict] = None):
+        from ledger.store.ids import validate_run_id
+
+        self.env = dict(os.environ if env is None else env)
+        self.rank = _rank(self.env)
+        self.attached = bool(self.env.get(ENV_WRAPPED))
+        # under the wrapper, its run; else the given id, else $TRAINLEDGER_RUN_ID, else a new one at start
+        wanted = self.env[ENV_WRAPPED] if self.attached else (run_id or self.env.get(ENV_RUN_ID))
+        self._given_id = validate_run_id(wanted, ENV_WRAPPED if self.attached else "run_id") if wanted else None
+        self.run_id = self._given_id
+        if resume_of is not None:
+            validate_run_id(resume_of, "resume_of")
+        self.opts = dict(project=project, name=name, user=user, node_type=node_type or self.env.get(
+            "TRAINLEDGER_NODE_TYPE") or "rtx4090-8x", offer=offer, tags=dict(tags or {}), resume_of=resume_of)
+        self.db = db or self.env.get("TRAINLEDGER_DB_URL")
+        self.journal_dir = journal_dir
+        self.flops_per_token = flops_per_token
+        self.peak_tflops = peak_tflops
+        self.gpus = gpus
+        self.metrics_port = metrics_port
+        self.flush_s = flush_s if flush_s is not None else float(self.env.get("TRAINLEDGER_FLUSH_S", 2.0))
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else float(self.env.get("TRAINLEDGER_HEARTBEAT_S", 5.0))
+        self.ledger_wait_s = ledger_wait_s if ledger_wait_s is not None else float(
+            self.env.get("TRAINLEDGER_LEDGER_WAIT_S", 30.0))
+        self._reset()
+
+    def _reset(self) -> None:
+        self.writer: Optional[LedgerWriter] = None
+        self.sampler = None
+        self.exporter = None
+        self.signals: Optional[StopSignals] = None
+        self.started_at: Optional[datetime] = None
+        self.step: Optional[int] = None
+        self.tokens = 0
+        self.loss: Optional[float] = None
+        self._t_first = self._t_last = None
+        self._tokens_first = 0
+        self._step_first: Optional[int] = None
+        self._intervals: list[float] = []  # seconds per step between log calls
+        self._pending: list[list[Any]] = []
+        self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
+        self._open = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this process records anything (rank 0 of an open run)."""
+        return self._open and self.rank == 0
+
+    # -- opening and closing --
+    def __enter__(self) -> "TrackedRun":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.finish(exc)
+        return False
+
+    def __call__(self, fn: Callable) -> Callable:
+        """Use as a decorator: every call of ``fn`` is one run (``ledger.current_run()`` inside)."""
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return wrapped
+
+    def start(self) -> "TrackedRun":
+        if self._open:
+            raise RuntimeError("this run is already open; use a new ledger.track(...) for another run")
+        self._reset()
+        self._open = True
+        _CURRENT.append(self)
+        if self.rank != 0:
+            return self
+        from ledger.sources.journal import default_journal_dir
+        from ledger.store.ids import new_run_id
+
+        self.run_id = self._given_id or new_run_id()  # a decorated function: a new run per call
+        self.started_at = utc_now()
+        jdir = Path(self.journal_dir or self.env.get("TRAINLEDGER_JOURNAL_DIR") or default_journal_dir())
+        name = f"{self.run_id}.api-{os.getpid()}" if self.attached else self.run_id
+        self.writer = LedgerWriter(self.db, jdir, self.run_id, self.flush_s, self.heartbeat_s,
+                                   beats=None if self.attached else run_heartbeat, journal_name=name)
+        self.writer.on_error = lambda: None  # log() raises the journal's error in the training step
+        self._peak = self._lookup_peak()
+        if not self.attached:
+            self._register()
+        self.writer.flush()
+        self.writer.start()
+        if self.metrics_port is not None:
+            from ledger.sources.exporter import Exporter
+
+            self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
+                                     self.sampler.source if self.sampler else "cpu")
+        return self
+
+    def _register(self) -> None:
+        from ledger.sources.sampling import UtilSampler, node_probe, process_tree
+
+        o, now = self.opts, self.started_at.isoformat()
+        world = int(self.env.get("WORLD_SIZE", "1") or 1)
+        local = int(self.env.get("LOCAL_WORLD_SIZE", world) or world)
+        self.sampler = UtilSampler(node_probe(self.env, process_tree(os.getpid())))
+        self.sampler.start()
+        self.signals = StopSignals(lambda: self.writer.error or RuntimeError("run journal failed"), polite=True)
+        self.signals.install()
+        self.writer.put({"type": "run", "fields": {
+            "name": o["name"] or os.path.basename(sys.argv[0] or "python")[:200], "status": "running",
+            "node_type": o["node_type"], "offer": o["offer"], "project": o["project"],
+            "user": o["user"] or self.env.get("USER") or None, "launcher": "api", "nodes": max(1, world // local),
+            "gpus_per_node": self.gpus or local, "world_size": world, "resume_of": o["resume_of"],
+            "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
+            "hostname": socket.gethostname(), "pid": os.getpid(), "config": {"api": {"argv": sys.argv[:50]},
+                                                                              "tags": o["tags"]}}})
+
+    def _lookup_peak(self) -> Optional[float]:
+        """Peak dense TFLOP/s per GPU for MFU: ``peak_tflops``, else the node type's; None on CPU."""
+        if self.flops_per_token is None or not _on_gpu(self.env):
+            return None
+        if self.peak_tflops:
+            return float(self.peak_tflops)
+        try:
+            from sqlmodel import Session, select
+
+            from ledger.store.db import make_engine
+            from ledger.store.models import NodeType
+
+            engine = make_engine(self.db)
+            try:
+                with Session(engine) as s:
+                    return s.exec(select(NodeType.peak_bf16_tflops)
+                                  .where(NodeType.name == self.opts["node_type"])).first()
+            finally:
+                engine.dispose()
+        except Exception:  # unreachable ledger: MFU stays unknown, never guessed
+            return None
+
+    def finish(self, exc: Optional[BaseException] = None) -> None:
+        """End the run: succeeded, or failed/cancelled by ``exc`` (attached: only the figures; the wrapper
+        owns the status)."""
+        if not self._open:
+            return
+        self._open = False
+        if self in _CURRENT:
+            _CURRENT.remove(self)
+        if self.rank != 0 or self.writer is None:
+            return
+        if self.signals is not None:
+            self.signals.finishing = True
+        self._hand_over()
+        fields = self._figures()
+        if not self.attached:
+            fields.update(self._end_fields(exc))
+        self.writer.put({"type": "run", "attach": self.attached, "fields": fields})
+        try:
+            self.writer.close(self.ledger_wait_s)
+        finally:
+            if self.signals is not None:
+                self.signals.restore()
+            if self.exporter is not None:
+                self.exporter.close()
+
+    def _end_fields(self, exc: Optional[BaseException]) -> dict:
+        from ledger.sources.sampling import sample_rows
+
+        ended = utc_now().isoformat()
+        if exc is None:
+            status, code, error = "succeeded", 0, None
+        elif isinstance(exc, (KeyboardInterrupt, RunCancelled)):
+            status, code, error = "cancelled", 130, f"cancelled ({type(exc).__name__}: {exc})".strip()
+        else:
+            status, code, error = "failed", 1, f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000]
+        out = {"status": status, "ended_at": ended, "heartbeat_at": ended, "exit_code": code, "error": error}
+        if self.sampler is not None:
+            self.sampler.stop()
+            s = self.sampler.summary()
+            out.update(gpu_util_mean=s["mean"], gpu_util_p95=s["p95"], util_source=s["source"],
+                       peak_mem_bytes=s["mem_peak_bytes"])
+            self.writer.put({"type": "samples", "rows": sample_rows(s, socket.gethostname())})
+            self.writer.put({"type": "nodes", "rows": [{
+                "hostname": socket.gethostname(), "node_rank": 0, "status": status, "heartbeat_at": ended,
+                "exit_code": code, "gpu_util_mean": s["mean"], "gpu_util_p95": s["p95"], "util_source": s["source"],
+                "mem_peak_bytes": s["mem_peak_bytes"], "energy_kwh": s["energy_kwh"]}]})
+        return out
+
+    # -- during the run --
+    def log(self, step: Optional[int] = None, tokens: Optional[int] = None, loss: Optional[float] = None, *,
+            tokens_total: Optional[int] = None, **metrics: float) -> None:
+        """One training step's figures: ``tokens`` processed by it (added to the run's total) or
+        ``tokens_total`` (a cumulative count, e.g. a framework's own counter), ``loss`` and any other
+        numbers (``lr=…``). Never touches the database."""
+        if not self._open or self.rank != 0:
+            return
+        if self.writer.error is not None:
+            raise self.writer.error
+        now = time.monotonic()
+        self.tokens = int(tokens_total) if tokens_total is not None else self.tokens + int(tokens or 0)
+        prev_step = self.step
+        self.step = step if step is not None else (0 if prev_step is None else prev_step + 1)
+        if loss is not None:
+            self.loss = float(loss)
+        if self._t_first is None:
+            self._t_first, self._tokens_first, self._step_first = now, self.tokens, self.step
+        elif prev_step is not None and self.step > prev_step:
+            self._intervals.append((now - self._t_last) / (self.step - prev_step))
+        self._t_last = now
+        if self.exporter is not None:
+            self.exporter.on_step({"loss": loss, "step_time_s": self._intervals[-1] if self._intervals else None},
+                                  tokens)
+        self._sample(loss, metrics)
+        if now - self._handed >= self.flush_s or len(self._pending) >= 3000:
+            self._hand_over()
+            self._handed = now
+
+    def _sample(self, loss: Optional[float], metrics: dict) -> None:
+        self._calls += 1
+        if self._calls % self._every:
+            return
+        ts = datetime.now(timezone.utc).isoformat()
+        pending = self._pending
+        if loss is not None:
+            pending.append(["", -1, "loss", ts, float(loss)])
+        pending.append(["", -1, "tokens", ts, float(self.tokens)])
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)):
+                pending.append(["", -1, str(k)[:100], ts, float(v)])
+        self._points += 1
+        if self._points >= MAX_POINTS:  # a long run keeps ~1,000 points per doubling of its length, not one per step
+            self._every, self._points = self._every * 2, 0
+
+    def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None) -> None:
+        """A checkpoint was saved: if the run dies, its lost work starts here."""
+        if not self._open or self.rank != 0:
+            return
+        self.writer.put({"type": "checkpoint", "ts": utc_now().isoformat(),
+                         "step": step if step is not None else self.step, "path": str(path) if path else None})
+
+    def _hand_over(self) -> None:
+        if self._pending and self.writer is not None:
+            self.writer.put({"type": "samples", "attach": self.attached, "rows": self._pending})
+            self._pending = []
+
+    def _figures(self) -> dict:
+        """Steps, tokens, throughput, step-time statistics, MFU and the last loss."""
+        out: dict[str, Any] = {}
+        if self.step is not None:  # 0-based steps (a loop index) or 1-based (a framework's global step)
+            out["steps"] = self.step + 1 if self._step_first == 0 else self.step
+        if self.tokens:
+            out["tokens"] = self.tokens
+        if self.loss is not None:
+            out["final_loss"] = self.loss
+        if self._intervals:
+            ordered = sorted(self._intervals)
+            out["step_time_median_s"] = statistics.median(ordered)
+            out["step_time_p95_s"] = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+        span = (self._t_last - self._t_first) if self._t_first is not None else 0
+        if span > 0 and self.tokens > self._tokens_first:
+            tps = (self.tokens - self._tokens_first) / span
+            out["tokens_per_s"] = tps
+            if self._peak and self.flops_per_token:
+                from ledger.money.costs import mfu
+
+                world = int(self.env.get("WORLD_SIZE", "1") or 1)
+                out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)
+        return out
+
+
+def _on_gpu(env) -> bool:
+    """Whether this process trains on a GPU: torch says so if it is loaded, else NVML sees one it owns."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            return bool(torch.cuda.is_available())
+        except Exception:
+            return False
+    from ledger.sources.sampling import owned_gpus
+
+    if owned_gpus(env) == []:
+        return False
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+def track(project: Optional[str] = None, **kwargs: Any) -> TrackedRun:
+    """A run recorded from your code: ``with ledger.track(project=...) as run:`` or ``@ledger.track(...)``.
+
+    Keyword arguments: ``name``, ``user``, ``node_type``, ``offer``, ``tags`` (dict),
+    ``run_id``, ``resume_of`` (the run this one restarts from a checkpoint of),
+    ``db`` (ledger URL; else ``$TRAINLEDGER_DB_URL``), ``journal_dir``,
+    ``flops_per_token`` and ``peak_tflops`` (MFU), ``gpus`` (GPUs the run uses, for
+    MFU; default ``WORLD_SIZE``), ``metrics_port`` (Prometheus).
+    """
+    return TrackedRun(project, **kwargs)

@@ -1,0 +1,51 @@
+"""A real tiny Hugging Face Trainer run (GPT-2 built from a config object: nothing downloaded), recorded
+by ``ledger.sources.integrations.hf.LedgerCallback``. Used by tests/capture/test_frameworks.py, alone
+and under ``torchrun --nproc-per-node 2``.
+
+    python tests/capture/hf_train.py OUTPUT_DIR STEPS [SAVE_STEPS] [FAIL_AT_STEP]
+"""
+
+import os
+import sys
+
+import torch
+from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+from ledger.sources.integrations.hf import LedgerCallback
+
+
+class FailAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise RuntimeError(f"injected failure at step {self.step}")
+
+
+def main() -> None:
+    out, steps = sys.argv[1], int(sys.argv[2])
+    save = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    fail = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=VOCAB, n_positions=SEQ))
+    args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, use_cpu=True,
+                             report_to=[], logging_steps=1, save_strategy="steps" if save else "no",
+                             save_steps=save or 500, include_num_input_tokens_seen="all", disable_tqdm=True,
+                             dataloader_num_workers=0, learning_rate=1e-3)
+    callbacks = [LedgerCallback(project=os.environ.get("TL_PROJECT", "hf"), name="hf-tiny-gpt2")]
+    if fail:
+        callbacks.append(FailAt(fail))
+    Trainer(model=model, args=args, train_dataset=Tokens(labels=True), callbacks=callbacks).train()
+
+
+if __name__ == "__main__":
+    main()
+    # as trainer/train.py does: gloo's native threads can hit std::terminate in interpreter teardown
+    # (exit -6) after a finished run; the callback has already ended the run
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
