@@ -212,6 +212,8 @@ PG_ENTRY_TYPES = sorted(["TABLE", "TABLE DATA", "SEQUENCE", "SEQUENCE OWNED BY",
                          "SEARCHPATH"], key=len, reverse=True)
 _PG_ENTRY = re.compile(r"^\d+; \d+ \d+ (?P<rest>.+)$")
 _PG_DEFAULT = re.compile(r"SET DEFAULT nextval\('public\.[A-Za-z0-9_]+'::regclass\);$")
+#: a constant column default (the rollup's zero facts, migration 0004): a literal, no function call
+_PG_CONST_DEFAULT = re.compile(r"^\s*[a-z_]+ [a-z ]+(\(\d+\))? DEFAULT (-?\d+|'[^'\\()]*'::[a-z ]+(\(\d+\))?)( NOT NULL)?,?$")
 
 
 def _ledger_names() -> tuple[set[str], set[str]]:
@@ -276,6 +278,6 @@ def _check_pg_backup(file: Path) -> None:
         raise LedgerInputError(f"FILE: {file} is a pg_dump archive, but not of a trainledger ledger (no run table)")
     schema = subprocess.run([tool, "--schema-only", "--file", "-", str(file)], capture_output=True, text=True)
     for line in schema.stdout.splitlines():
-        if " DEFAULT " in line and not _PG_DEFAULT.search(line):
+        if " DEFAULT " in line and not (_PG_DEFAULT.search(line) or _PG_CONST_DEFAULT.match(line)):
             raise LedgerInputError(f"FILE: {file} sets a column default that is not a sequence ({line.strip()[:80]!r}); "
                                    "not restored")
