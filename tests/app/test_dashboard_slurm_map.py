@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from app.auth import make_entry
 from ledger.cli import app as cli_app
 from ledger.store.db import make_engine
-from tests.app.helpers import make_app
+from tests.app.helpers import make_app, plain, set_role, sign_in
 
 FAST = 1_000  # PBKDF2 iterations in tests
 
@@ -63,7 +63,7 @@ def test_a_lead_adds_and_removes_rules_as_the_cli_sees_them(ledger):
     assert [(r["id"], r["partition"], r["gpu_type"], r["node_type"], r["offer"], r["by_node"]) for r in rules] == [
         (1, "gpu-a100", "a100", "a100-8x", None, True), (2, "rtx", "", "rtx4090-8x", "rtx4090-rent", False)]
     at = _settings(make_app())
-    shown = at.dataframe[-1].value
+    shown = next(d.value for d in at.dataframe if "node type" in d.value.columns and "id" in d.value.columns)
     assert list(shown["id"]) == [1, 2] and list(shown["node type"]) == ["a100-8x", "rtx4090-8x"]
     at.selectbox(key="slurm_map_remove_id").set_value(1)
     next(b for b in at.button if b.label == "Remove rule").click().run()
@@ -73,22 +73,27 @@ def test_a_lead_adds_and_removes_rules_as_the_cli_sees_them(ledger):
 
 def test_a_bad_rule_is_one_line_and_writes_nothing(ledger):
     at = _add(_settings(make_app()), node_type="a100-8x")  # no partition, GPU type or nodes
-    assert [e.value for e in at.error] == ["slurm map: give at least one of --partition, --gpu-type or --nodes"]
+    assert [plain(e.value) for e in at.error] == ["slurm map: give at least one of --partition, --gpu-type or --nodes"]
     at = _add(_settings(make_app()), partition="a b", node_type="a100-8x")
-    assert [e.value for e in at.error] == ["--partition: 'a b' may not contain spaces, commas, '|' or control characters"]
+    assert [plain(e.value) for e in at.error] == ["--partition: 'a b' may not contain spaces, commas, '|' or control characters"]
     assert _rules(ledger) == []
 
 
 def test_a_viewer_cannot_change_the_mapping(ledger, tmp_path, monkeypatch):
     users = tmp_path / "users.toml"
-    users.write_text(make_entry("bob", "viewer", "bob-pw", iterations=FAST))
+    users.write_text(make_entry("bob", "viewer", "bob-pw", iterations=FAST) + make_entry("ann", "lead", "ann-pw", iterations=FAST))
     monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users))
     at = make_app()
-    at.run()
-    at.text_input(key="login_user").input("bob")
-    at.text_input(key="login_password").input("bob-pw")
-    at.button[0].click().run()
+    sign_in(at, "bob", "bob-pw")
     at.switch_page("pages/settings.py").run()
-    _add(at, partition="gpu", node_type="a100-8x")
-    assert any(e.value == "Only leads can edit the Slurm mapping: bob is a viewer. Nothing was saved." for e in at.error)
+    assert at.selectbox(key="slurm_map_node_type").disabled and at.text_input(key="slurm_map_partition").disabled
+    assert next(b for b in at.button if b.label == "Save rule").disabled
+    # a lead whose role is taken away between showing the form and saving it: nothing is saved, the form turns read-only
+    at = make_app()
+    sign_in(at, "ann", "ann-pw")
+    at.switch_page("pages/settings.py").run()
+    at.text_input(key="slurm_map_partition").input("gpu")
+    set_role(users, "ann", "viewer")
+    next(b for b in at.button if b.label == "Save rule").click().run()
+    assert not at.success and next(b for b in at.button if b.label == "Save rule").disabled
     assert _rules(ledger) == []
