@@ -56,6 +56,11 @@ class Attempt:
     retry_after_s: int = 0
 
 
+def whole_seconds(wait: float) -> int:
+    """Seconds to wait, rounded up, after dropping float noise: (now + 600) - now may be 600.0000000001."""
+    return math.ceil(round(wait, 3))
+
+
 def attempt(users: dict[str, UserEntry], name: str, password: str, client: str,
             throttle: Throttle = THROTTLE) -> Attempt:
     """Check a sign-in under the throttle: locked keys are refused before any password work."""
@@ -63,14 +68,14 @@ def attempt(users: dict[str, UserEntry], name: str, password: str, client: str,
     keys = [("user", name.lower()), ("client", client)]
     wait = throttle.wait_s(keys)
     if wait > 0:
-        seconds = math.ceil(wait)
+        seconds = whole_seconds(wait)
         log.warning("sign-in refused: user %r from %s is locked out for %d more s", name, client, seconds)
         return Attempt(None, 429, f"Too many failed sign-ins: try again in {seconds} s.", seconds)
     with _VERIFY:
         entry = authenticate(users, name, password or "")
     if entry is None:
         locked, counts = throttle.failure(keys)
-        seconds = math.ceil(locked)
+        seconds = whole_seconds(locked)
         log.warning("sign-in failed: user %r from %s (%d failures of the user, %d of the client)%s", name, client,
                     counts[keys[0]], counts[keys[1]], f"; locked out for {seconds} s" if seconds else "")
         return Attempt(None, 401, "Wrong user or password." + (f" Too many failures: wait {seconds} s." if seconds else ""),
