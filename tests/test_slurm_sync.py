@@ -192,11 +192,13 @@ def test_a_requeued_wrapped_job_is_one_chain_across_syncs(cli, engine, tmp_path)
     assert set(runs) == {"slurm-7301", "slurm-7301-r1"}
     assert (runs["slurm-7301"].status, runs["slurm-7301"].tokens) == (RunStatus.cancelled, 1000)  # tracked, merged
     assert (runs["slurm-7301-r1"].status, runs["slurm-7301-r1"].resume_of) == (RunStatus.queued, "slurm-7301")
-    # attempt 1 starts: its wrapper takes over the queued run; a later window holds only its record
+    # attempt 1 starts: its wrapper takes over the queued run; its record ends after a window that has no record
+    # of the job, so the live attempt is asked for by job id and comes alone
     _wrapper_registers(engine, again.run_id, again.resume_of, t(1, 2, 5), 2000)
-    fake.set(record("7301", "COMPLETED", "2026-11-07T01:02:00", "2026-11-07T03:02:00", "7200"))
+    fake.set("", jobs=record("7301", "COMPLETED", "2026-11-07T01:02:00", "2026-11-07T03:02:00", "7200"))
     two = _json(_sync(cli, fake, "--tz", "UTC", "--until", "2026-11-07T04:00:00", "--json"))
-    assert (two["imported"], two["updated"]) == (0, 1)
+    assert (two["imported"], two["updated"], two["rechecked_jobs"]) == (0, 1, 1)
+    assert fake.calls()[-1]["argv"][-2:] == ["--jobs", "7301"]
     runs = _runs(engine)
     assert set(runs) == {"slurm-7301", "slurm-7301-r1"}
     a0, a1 = runs["slurm-7301"], runs["slurm-7301-r1"]
