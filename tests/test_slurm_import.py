@@ -78,9 +78,9 @@ def test_mixed_file_imports_every_costable_job_and_skips_the_rest(cli, engine, t
         "more GPUs per node than the node type has": (1, ["7113"]),
     }
     runs = _runs(engine)
-    attempt = "slurm-7110.r20261107T000000"
+    attempt, final = "slurm-7110", "slurm-7110-r1"  # numbered as Slurm counts restarts (the wrapper's ids)
     assert set(runs) == {"slurm-7101", "slurm-7102", "slurm-7103_1", "slurm-7103_2", "slurm-7103_3", "slurm-7104.0",
-                         "slurm-7106", "slurm-7108", "slurm-7110", attempt, "slurm-7112"}
+                         "slurm-7106", "slurm-7108", attempt, final, "slurm-7112"}
     status = {rid: r.status for rid, r in runs.items()}
     assert status["slurm-7102"] == status["slurm-7108"] == RunStatus.failed  # FAILED 3:0, SPECIAL_EXIT 42:0
     assert (runs["slurm-7102"].exit_code, runs["slurm-7108"].exit_code) == (3, 42)
@@ -90,8 +90,8 @@ def test_mixed_file_imports_every_costable_job_and_skips_the_rest(cli, engine, t
     # the requeued job reads as one chain: the attempt that ran first, then the record that completed
     assert (status[attempt], runs[attempt].started_at, runs[attempt].ended_at) == (
         RunStatus.cancelled, datetime(2026, 11, 7, 0, 0, tzinfo=UTC), datetime(2026, 11, 7, 1, 0, tzinfo=UTC))
-    assert runs["slurm-7110"].resume_of == attempt and runs[attempt].resume_of is None
-    assert runs["slurm-7110"].status == RunStatus.succeeded
+    assert runs[final].resume_of == attempt and runs[attempt].resume_of is None
+    assert runs[final].status == RunStatus.succeeded
     # steps are not runs, and their GPU usage is their job's: (90 % × 27,000 s + 78 % × 9,000 s) / 36,000 s
     p = runs["slurm-7101"]
     assert (p.nodes, p.gpus_per_node, p.world_size, p.util_source) == (4, 8, 32, "slurm")
@@ -114,7 +114,7 @@ def test_mixed_file_imports_every_costable_job_and_skips_the_rest(cli, engine, t
         "slurm-7104.0": "40.00",      # 2 h × 20
         "slurm-7108": "4.93",         # 30 min, billed 1 h
         attempt: "4.93",              # the hour the requeued attempt ran
-        "slurm-7110": "9.87",         # 2 h = 9.863..., the cent the rtx runs' rounding left over (they sum to 64.11)
+        final: "9.87",                # 2 h = 9.863..., the cent the rtx runs' rounding left over (they sum to 64.11)
         "slurm-7112": "20.00",
     }
 

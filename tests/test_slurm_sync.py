@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timezone
+from decimal import Decimal
 
 from sqlmodel import Session, select
 
@@ -148,3 +149,75 @@ def test_the_deploy_examples_run_a_sync(cli, engine, tmp_path):
         r = cli(*argv[1:], "--sacct", fake.path, "--since", "2026-11-01T00:00:00", "--json")
         assert r.exit_code == 0, r.output + r.stderr
     assert set(_runs(engine)) == {"slurm-30"}
+
+
+def _wrapper_registers(engine, run_id: str, resume_of, started: datetime, tokens: int) -> None:
+    """What `srun trainledger run -- ...` writes when the attempt starts (its journal's start event, applied
+    by the same code), then the tokens the command logged through ledger.track."""
+    from ledger.sources.journal import apply_events
+
+    fields = {"name": "pretrain", "status": "running", "node_type": "rtx4090-8x", "offer": "rtx4090-rent",
+              "launcher": "torchrun", "nodes": 1, "gpus_per_node": 8, "resume_of": resume_of,
+              "started_at": started.isoformat(), "heartbeat_at": started.isoformat(), "ended_at": None,
+              "config": {"wrapper": {"run_id_from": "slurm"}, "tags": {}}}
+    with Session(engine) as s:
+        apply_events(s, [{"type": "run", "run_id": run_id, "fields": fields}])
+        s.get(Run, run_id).tokens = tokens
+        s.commit()
+
+
+def test_a_requeued_wrapped_job_is_one_chain_across_syncs(cli, engine, tmp_path):
+    """Attempt N of a requeued job is `slurm-<job>-rN` for the wrapper (SLURM_RESTART_COUNT) and for the sync,
+    also when a window holds only the later attempt's record: one run per attempt, each costed once."""
+    from ledger.money.costs import cents, elastic_run_cost, hours_between
+    from ledger.sources.topology import Flags, resolve
+    from ledger.store.models import Offer
+
+    fake = FakeSacct(tmp_path)
+    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x", "--offer",
+               "rtx4090-rent").exit_code == 0
+    env = {"SLURM_JOB_ID": "7301", "SLURM_CLUSTER_NAME": "gpu1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0"}
+    first = resolve(Flags(), env, ["torchrun", "train.py"])
+    again = resolve(Flags(), {**env, "SLURM_RESTART_COUNT": "1"}, ["torchrun", "train.py"])
+    assert (first.run_id, again.run_id, again.resume_of) == ("slurm-7301", "slurm-7301-r1", "slurm-7301")
+    t = lambda h, m=0, s=0: datetime(2026, 11, 7, h, m, s, tzinfo=UTC)  # noqa: E731
+    _wrapper_registers(engine, first.run_id, first.resume_of, t(0, 0, 20), 1000)
+    # the requeue: attempt 0 REQUEUED, the job pending again
+    fake.set(record("7301", "REQUEUED", "2026-11-07T00:00:00", "2026-11-07T01:00:00", "3600")
+             + record("7301", "PENDING", "Unknown", "Unknown"))
+    args = ("--tz", "UTC", "--since", "2026-11-06T00:00:00", "--until", "2026-11-07T01:01:00", "--json")
+    one = _json(_sync(cli, fake, *args))
+    assert (one["imported"], one["updated"]) == (1, 1)
+    runs = _runs(engine)
+    assert set(runs) == {"slurm-7301", "slurm-7301-r1"}
+    assert (runs["slurm-7301"].status, runs["slurm-7301"].tokens) == (RunStatus.cancelled, 1000)  # tracked, merged
+    assert (runs["slurm-7301-r1"].status, runs["slurm-7301-r1"].resume_of) == (RunStatus.queued, "slurm-7301")
+    # attempt 1 starts: its wrapper takes over the queued run; its record ends after a window that has no record
+    # of the job, so the live attempt is asked for by job id and comes alone
+    _wrapper_registers(engine, again.run_id, again.resume_of, t(1, 2, 5), 2000)
+    fake.set("", jobs=record("7301", "COMPLETED", "2026-11-07T01:02:00", "2026-11-07T03:02:00", "7200"))
+    two = _json(_sync(cli, fake, "--tz", "UTC", "--until", "2026-11-07T04:00:00", "--json"))
+    assert (two["imported"], two["updated"], two["rechecked_jobs"]) == (0, 1, 1)
+    assert fake.calls()[-1]["argv"][-2:] == ["--jobs", "7301"]
+    runs = _runs(engine)
+    assert set(runs) == {"slurm-7301", "slurm-7301-r1"}
+    a0, a1 = runs["slurm-7301"], runs["slurm-7301-r1"]
+    assert (a0.started_at, a0.ended_at, a0.resume_of, a0.tokens) == (t(0), t(1), None, 1000)
+    assert (a1.started_at, a1.ended_at, a1.resume_of) == (t(1, 2), t(3, 2), "slurm-7301")
+    assert (a1.status, a1.launcher, a1.name, a1.tokens) == (RunStatus.succeeded, "torchrun", "pretrain", 2000)
+    # each attempt's allocation billed once, at the offer's rate
+    with Session(engine) as s:
+        offer = s.exec(select(Offer).where(Offer.name == "rtx4090-rent")).one()
+        want = {r.id: cents(elastic_run_cost(offer, 1, hours_between(r.started_at, r.ended_at))) for r in (a0, a1)}
+    rep = _json(cli("report", "monthly", "--month", "2026-11", "--format", "json"))
+    assert {r["run_id"]: Decimal(r["cost"]) for r in rep["runs"]} == want
+    # the same records again (overlapping windows, both attempts or the last alone) change nothing
+    for window in (record("7301", "REQUEUED", "2026-11-07T00:00:00", "2026-11-07T01:00:00", "3600")
+                   + record("7301", "COMPLETED", "2026-11-07T01:02:00", "2026-11-07T03:02:00", "7200"),
+                   record("7301", "COMPLETED", "2026-11-07T01:02:00", "2026-11-07T03:02:00", "7200")):
+        fake.set(window)
+        same = _json(_sync(cli, fake, "--tz", "UTC", "--since", "2026-11-06T00:00:00", "--until", "2026-11-08T00:00:00",
+                           "--json"))
+        assert (same["imported"], same["updated"]) == (0, 0)
+    assert {rid: (r.started_at, r.ended_at, r.resume_of) for rid, r in _runs(engine).items()} == {
+        "slurm-7301": (t(0), t(1), None), "slurm-7301-r1": (t(1, 2), t(3, 2), "slurm-7301")}

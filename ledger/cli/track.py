@@ -66,7 +66,7 @@ def run_command(
     node_rank: Annotated[Optional[int], typer.Option(help="This node's rank, 0 owns the run (default: detected).", min=0, max=99999)] = None,
     gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node to record (default: the job's GPUs; on CPU its processes per node).", min=1, max=1024)] = None,
     node_name: Annotated[Optional[str], typer.Option(help="This node's name (default: $SLURMD_NODENAME, else the host name).")] = None,
-    cluster: Annotated[Optional[str], typer.Option(help="Slurm cluster name for the run id (default: $SLURM_CLUSTER_NAME).")] = None,
+    cluster: Annotated[Optional[str], typer.Option(help="Slurm cluster name for the run id slurm-CLUSTER-JOBID: the --cluster that `slurm sync` is given (default: none, slurm-JOBID).")] = None,
     grace: Annotated[float, typer.Option(help="Seconds between forwarding SIGTERM/SIGINT and SIGKILL.", min=0, max=86400)] = 30.0,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve this node's Prometheus metrics on PORT (0 picks a free one).", min=0, max=65535)] = None,
     metrics_addr: Annotated[str, typer.Option(help="Address of the metrics endpoint.")] = "127.0.0.1",

@@ -220,6 +220,7 @@ class Context:
     offers: dict[str, tuple[int, int]]  # name → (offer id, node type id)
     rules: list[Rule]
     display_tz: ZoneInfo
+    engine: Optional[Engine] = None  # the ledger, for what a parser must look up after the parse (requeued jobs)
 
     def node_type(self, value: Optional[str], where: str, flag: Optional[str] = None) -> NodeTypeInfo:
         value = value or flag
@@ -244,7 +245,7 @@ def load_context(engine: Engine) -> Context:
     with session_scope(engine) as s:
         nts = {n.name: NodeTypeInfo(n.id, n.name, n.gpu_model, n.gpus_per_node) for n in s.scalars(select(NodeType))}
         offers = {o.name: (o.id, o.node_type_id) for o in s.scalars(select(Offer))}
-        return Context(nts, offers, load_rules(s), display_timezone(s))
+        return Context(nts, offers, load_rules(s), display_timezone(s), engine)
 
 
 @dataclass

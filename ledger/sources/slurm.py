@@ -13,9 +13,14 @@ docs/SLURM.md for the state families, the mapping rules and the sync.
 States map by family (:data:`STATES`): COMPLETED → succeeded; FAILED,
 TIMEOUT, OUT_OF_MEMORY, DEADLINE, SPECIAL_EXIT → failed; NODE_FAIL,
 BOOT_FAIL → crashed; CANCELLED, PREEMPTED, REVOKED → cancelled; REQUEUED →
-cancelled, as an earlier *attempt* of the job (id ``<run id>.r<start UTC>``)
-that the job's later record continues (``resume_of``); RUNNING and its kin
-→ running (finished by a later sync); PENDING and its kin are not runs yet.
+cancelled, as an earlier *attempt* of the job that the job's later record
+continues (``resume_of``); RUNNING and its kin → running (finished by a later
+sync); PENDING and its kin are not runs yet. A requeued job's attempts are
+numbered as Slurm counts its restarts (``SLURM_RESTART_COUNT``): ``slurm-<jobid>``
+ran first, ``slurm-<jobid>-r<N>`` after the N-th requeue — the ids the run
+wrapper gives them inside the job, so a wrapped attempt and its record are one
+run. An attempt keeps its id for good; the number of a job's first record in an
+input follows the attempts the ledger already holds (:func:`ledger_attempts`).
 
 Job-level GPU-Util: ``gres/gpuutil`` (percent) and ``gres/gpumem`` of
 ``TRESUsageInAve``/``TRESUsageInMax`` (Slurm 23.02+ with GPU accounting),
@@ -67,7 +72,7 @@ from ledger.sources.importer import (
     write_spill,
 )
 from ledger.store.db import session_scope
-from ledger.store.ids import slurm_run_id, validate_run_id
+from ledger.store.ids import previous_attempt, slurm_attempt_id, slurm_attempt_of, slurm_run_id, validate_run_id
 from ledger.store.models import Run, RunStatus, Setting
 from ledger.store.types import utcnow
 
@@ -122,7 +127,7 @@ HINTS = {
     DST: "run sacct with TZ=UTC (slurm sync --tz UTC) or pass --dst earliest|latest",
     REPEATED: "the same record twice (e.g. overlapping exports): counted once",
 }
-ATTEMPT_RE = re.compile(r"\.r\d{8}T\d{6}$")
+ATTEMPT_RE = re.compile(r"\.r\d{8}T\d{6}$")  # the key of a requeued record until finish() numbers it
 ALIAS_PREFIX = "trainledger-"  # the job name `trainledger launch --launcher slurm` gives its sbatch jobs
 SIZE = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
@@ -503,34 +508,40 @@ class SacctParser:
 
     # -- after the last record
     def finish(self) -> None:
-        """Link requeued attempts into chains, give steps' GPU usage to their jobs."""
+        """Give steps' GPU usage to their jobs, then number requeued jobs' attempts into chains."""
         self.spill.flush()
         db = self.spill.db
-        jobs = [r[0] for r in db.execute("SELECT DISTINCT job FROM attempts ORDER BY job").fetchall()]
-        for job in jobs:
-            self._chain(job)
         steps = db.execute("SELECT job, start, elapsed, util, mem FROM steps ORDER BY job").fetchall()
         for job, group in itertools.groupby(steps, key=lambda r: r[0]):
             self._step_usage(job, [r[1:] for r in group])
+        known = ledger_attempts(self.ctx.engine, self.opts.cluster) if self.ctx.engine is not None else {}
+        jobs = {r[0] for r in db.execute("SELECT DISTINCT job FROM attempts")}
+        jobs |= {job for job in known if self.spill.get(job) is not None}
+        for job in sorted(jobs):
+            self._chain(job, known.get(job, {}))
 
-    def _chain(self, job: str) -> None:
+    def _chain(self, job: str, known: dict[int, Optional[datetime]]) -> None:
+        """The job's records in this input, in start order, as attempts ``job``, ``job-r1``, ... (Slurm's
+        restart count, the ids the run wrapper gives them), each ``resume_of`` the one before. The first
+        record's number follows the attempts the ledger already holds that started before it."""
         db = self.spill.db
         attempts = [r[0] for r in db.execute("SELECT id FROM attempts WHERE job = ? ORDER BY start", (job,))]
         rows = [(rid, *self.spill.get(rid)) for rid in attempts]
         final = self.spill.get(job)
         if final is None:
             pend = db.execute("SELECT line, row FROM pending WHERE id = ?", (job,)).fetchone()
-            if pend is not None:
+            if pend is not None and rows:
                 final = (pend[0], self._placeholder(job, rows[-1][2], pickle.loads(pend[1])))
                 self.receipt.unskip(PENDING)
         if final is not None:
             rows.append((job, *final))
-        previous = None
-        for rid, line, row in rows:
-            if row.get("resume_of") != previous:
-                row["resume_of"] = previous
-                self.spill.put(rid, line, row)
-            previous = rid
+        first = first_attempt(known, rows[0][2]["started_at"])
+        for key, _, _ in rows:
+            self.spill.delete(key)
+        for n, (_, line, row) in enumerate(rows, start=first):
+            row["id"] = row["_job"] = slurm_attempt_id(job, n)
+            row["resume_of"] = previous_attempt(job, n)
+            self.spill.put(row["id"], line, row)
 
     def _placeholder(self, rid: str, last: dict[str, Any], pend: dict[str, Any]) -> dict[str, Any]:
         """The pending continuation of a requeued job: a queued run (no start, nothing to cost yet)."""
@@ -567,6 +578,37 @@ def _valid_id(text: str) -> bool:
         return True
     except LedgerInputError:
         return False
+
+
+#: how much earlier than a record an attempt in the ledger must have started to be an earlier attempt
+#: (a run the wrapper registered starts inside its allocation: later than sacct's Start, up to clock skew)
+ATTEMPT_SKEW = timedelta(seconds=2)
+
+
+def first_attempt(known: dict[int, Optional[datetime]], start: Optional[datetime]) -> int:
+    """The restart number of a job's earliest record in an input: one past the last attempt the ledger
+    holds that started before it (0 when none did)."""
+    before = [n for n, t in known.items() if t is not None and start is not None and t < start - ATTEMPT_SKEW]
+    return max(before) + 1 if before else 0
+
+
+def ledger_attempts(engine: Engine, cluster: str) -> dict[str, dict[int, Optional[datetime]]]:
+    """The attempts the ledger holds of every requeued Slurm job (one with a ``<job's run id>-r<N>`` run):
+    job run id → {restart number: start}."""
+    prefix = slurm_run_id("0", cluster)[:-1]
+    pattern = re.compile(re.escape(prefix) + r"\d+(?:_\d+)?(?:\.\d+)?")
+    like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%-r%"
+    out: dict[str, dict[int, Optional[datetime]]] = {}
+    with session_scope(engine) as s:
+        for rid, started in s.execute(select(Run.id, Run.started_at).where(Run.id.like(like, escape="\\"))):
+            base, n = slurm_attempt_of(rid)
+            if n > 0 and pattern.fullmatch(base):
+                out.setdefault(base, {})[n] = started
+        bases = sorted(out)
+        for i in range(0, len(bases), 500):
+            for rid, started in s.execute(select(Run.id, Run.started_at).where(Run.id.in_(bases[i:i + 500]))):
+                out[rid][0] = started
+    return out
 
 
 def _by_elapsed(start: datetime, end: datetime, zone: ZoneInfo, elapsed: int, a: Optional[datetime],
@@ -674,8 +716,8 @@ def _live_jobs(session: Session, cluster: str) -> list[str]:
         slurm = (config or {}).get("slurm") if isinstance(config, dict) else None
         job = str(slurm.get("job_id")) if slurm and slurm.get("job_id") else None
         if job is None and rid.startswith(prefix):
-            job = rid[len(prefix):]
-        if job and re.fullmatch(r"\d+(?:_\d+)?(?:[.+]\d+)?", job) and not ATTEMPT_RE.search(rid):
+            job = slurm_attempt_of(rid)[0][len(prefix):]  # a requeued job's attempt: slurm-7-r1 is job 7
+        if job and re.fullmatch(r"\d+(?:_\d+)?(?:[.+]\d+)?", job):
             out.append(job.replace(".", "+"))
     return sorted(set(out))
 

@@ -16,9 +16,11 @@
 
 A flag that contradicts the environment or the command (``--nodes 2`` inside a
 one-node Slurm allocation) is an error, as is a multi-node run without a shared
-run id. The run id of a Slurm job is :func:`ledger.store.ids.slurm_run_id`, the id
-``slurm sync`` gives the job's accounting record; a requeued job (``SLURM_RESTART_COUNT``
-N > 0) is ``<that id>-r<N>``, recorded as a restart of ``-r<N−1>`` (or of the first run).
+run id. The run id of a Slurm job is :func:`ledger.store.ids.slurm_run_id` (with the
+cluster only from ``--cluster``, as ``slurm sync --cluster``), the id ``slurm sync`` gives
+the job's accounting record; a requeued job (``SLURM_RESTART_COUNT`` N > 0) is
+``<that id>-r<N>`` (:func:`ledger.store.ids.slurm_attempt_id`, the id the sync gives that
+attempt's record too), recorded as a restart of ``-r<N−1>`` (or of the first run).
 
 One wrapper per node records the node. A wrapper started for a second task of
 the same node (``SLURM_LOCALID`` or ``LOCAL_RANK`` > 0) or inside another
@@ -35,7 +37,7 @@ from typing import Mapping, Optional, Sequence
 
 from ledger.errors import LedgerInputError
 from ledger.sources.sampling import owned_gpus
-from ledger.store.ids import new_run_id, slurm_run_id, validate_run_id
+from ledger.store.ids import new_run_id, previous_attempt, slurm_attempt_id, slurm_run_id, validate_run_id
 
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"  # set in the command's environment: the run id it is wrapped in
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
@@ -243,12 +245,11 @@ def _run_id(flags: Flags, env: Mapping[str, str], slurm: dict, elastic: dict, cm
     if env.get(ENV_RUN_ID) and not env.get(ENV_WRAPPED):
         return validate_run_id(env[ENV_RUN_ID], ENV_RUN_ID), "env", None
     if slurm:
-        base = slurm_run_id(slurm["job_id"], flags.cluster or slurm["cluster"])
-        n = slurm["restarts"]
-        if n > 0:  # a requeued job: a new run that restarts the previous attempt
-            prev = base if n == 1 else f"{base}-r{n - 1}"
-            return validate_run_id(f"{base}-r{n}", "SLURM_JOB_ID"), "slurm", prev
-        return base, "slurm", None
+        # the id `slurm sync` gives the job: the cluster only when told (--cluster, as for the sync), never
+        # from $SLURM_CLUSTER_NAME, which every job has and a sync without --cluster does not use
+        base = slurm_run_id(slurm["job_id"], flags.cluster or "")
+        n = slurm["restarts"]  # a requeued job: each attempt a run of its own, restarting the one before
+        return slurm_attempt_id(base, n), "slurm", previous_attempt(base, n)
     rdzv = elastic.get("rendezvous_id") or cmd.rendezvous_id
     if rdzv and nodes > 1:
         return validate_run_id(f"torchrun-{rdzv}", "torchrun --rdzv-id (as run id torchrun-<id>)"), "torchrun", None

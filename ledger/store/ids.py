@@ -7,13 +7,18 @@ limited to ``[A-Za-z0-9_.-]``, at most :data:`MAX_RUN_ID` characters, and never
 
 A Slurm job is the same run whichever way it reaches the ledger (``slurm sync``
 of its sacct record, or ``srun trainledger run -- ...`` inside the job): its id is
-:func:`slurm_run_id` of the job id and the cluster name.
+:func:`slurm_run_id` of the job id and the cluster name (given to both with
+``--cluster``, else none). A requeued job runs again under the same job id; each
+attempt is a run of its own, numbered by Slurm's restart count
+(:func:`slurm_attempt_id`): ``slurm-7`` ran first, ``slurm-7-r1`` after the first
+requeue, each ``resume_of`` the one before.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from typing import Optional
 
 from ledger.errors import LedgerInputError
 
@@ -46,3 +51,25 @@ def slurm_run_id(job_id: str, cluster: str = "") -> str:
     """
     job = str(job_id).strip().replace("+", ".")
     return validate_run_id(f"slurm-{cluster + '-' if cluster else ''}{job}", "JobID (with --cluster)")
+
+
+ATTEMPT_SUFFIX = re.compile(r"-r(\d+)$")
+
+
+def slurm_attempt_id(base: str, restart: int) -> str:
+    """The run of a Slurm job's attempt ``restart`` (``SLURM_RESTART_COUNT``, 0 for the first run): ``base``
+    (the job's :func:`slurm_run_id`) for the first, ``<base>-r<N>`` for the N-th restart."""
+    if restart < 0:
+        raise LedgerInputError(f"SLURM_RESTART_COUNT: must be 0 or more, got {restart}")
+    return base if restart == 0 else validate_run_id(f"{base}-r{restart}", "JobID (requeued attempt)")
+
+
+def slurm_attempt_of(run_id: str) -> tuple[str, int]:
+    """``(base, restart)`` of a Slurm job's run id: ``slurm-7-r2`` → ("slurm-7", 2), ``slurm-7`` → ("slurm-7", 0)."""
+    m = ATTEMPT_SUFFIX.search(run_id)
+    return (run_id[:m.start()], int(m.group(1))) if m else (run_id, 0)
+
+
+def previous_attempt(base: str, restart: int) -> Optional[str]:
+    """The attempt a requeued attempt restarts (its ``resume_of``); None for the first."""
+    return slurm_attempt_id(base, restart - 1) if restart > 0 else None

@@ -8,7 +8,7 @@ from ledger.errors import LedgerInputError
 from ledger.sources.sampling import owned_gpus
 from ledger.sources.topology import Flags, parse_command, resolve
 from ledger.sources.wrapper import default_name, redact_command
-from ledger.store.ids import slurm_run_id
+from ledger.store.ids import slurm_attempt_id, slurm_run_id
 
 TORCHRUN = ["torchrun", "--nnodes=2", "--nproc_per_node", "4", "--node-rank", "1", "--rdzv-id", "job42",
             "train.py", "--nnodes", "9"]
@@ -33,14 +33,17 @@ def test_slurm_gives_the_run_id_that_slurm_sync_gives_and_requeues_chain():
     env = {"SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "gpu", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
            "SLURM_GPUS_ON_NODE": "8", "SLURMD_NODENAME": "n7"}
     t = resolve(Flags(), env, ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "x.py"])
+    # $SLURM_CLUSTER_NAME is in every job's environment, but `slurm sync` names the job by its cluster only
+    # when given --cluster: so does the wrapper
     assert (t.run_id, t.run_id_from, t.nodes, t.node_rank, t.gpus_per_node, t.node_name) == (
-        slurm_run_id("4242", "gpu"), "slurm", 2, 1, 8, "n7")
+        slurm_run_id("4242"), "slurm", 2, 1, 8, "n7")
     assert not t.owns_run and t.resume_of is None and t.passive is None
     assert resolve(Flags(cluster="other"), env, ["python", "x.py"]).run_id == slurm_run_id("4242", "other")
     first = resolve(Flags(), {**env, "SLURM_RESTART_COUNT": "1"}, ["python", "x.py"])
-    second = resolve(Flags(), {**env, "SLURM_RESTART_COUNT": "2"}, ["python", "x.py"])
-    assert (first.run_id, first.resume_of) == (slurm_run_id("4242", "gpu") + "-r1", slurm_run_id("4242", "gpu"))
-    assert (second.run_id, second.resume_of) == (slurm_run_id("4242", "gpu") + "-r2", first.run_id)
+    second = resolve(Flags(cluster="gpu"), {**env, "SLURM_RESTART_COUNT": "2"}, ["python", "x.py"])
+    assert (first.run_id, first.resume_of) == (slurm_attempt_id(slurm_run_id("4242"), 1), slurm_run_id("4242"))
+    assert (first.run_id, second.run_id) == ("slurm-4242-r1", "slurm-gpu-4242-r2")
+    assert second.resume_of == slurm_attempt_id(slurm_run_id("4242", "gpu"), 1) == "slurm-gpu-4242-r1"
     assert resolve(Flags(), {**env, "SLURM_LOCALID": "1"}, ["python", "x.py"]).passive.startswith("task 1")
 
 

@@ -23,7 +23,7 @@ def slurm():
         if os.environ.get("CI"):
             raise AssertionError(message)
         pytest.skip(message)
-    cluster = SlurmCluster(cpus=8, gpus=2).start()
+    cluster = SlurmCluster(cpus=12, gpus=2).start()  # every job of test_slurm_live.py at once
     try:
         yield cluster
     finally:

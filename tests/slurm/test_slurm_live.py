@@ -2,10 +2,13 @@
 
 All jobs are submitted at once when the module starts (they run side by side while the tests wait):
 completed (on the ``batch`` partition with a typed GPU), failed with exit 3, cancelled with scancel,
-timed out (``--time=1``), requeued with ``scontrol requeue``, one still running at the first sync, one
-that a tracked run (as the run wrapper registers it) already has under the job's run id, and the sbatch
-script of ``trainledger launch --launcher slurm``. Every duration is checked against the ``ElapsedRaw``
-that sacct reports for the job, read separately.
+timed out (``--time=1``), requeued with ``scontrol requeue``, one still running at the first sync, the
+sbatch script of ``trainledger launch --launcher slurm``, and three that run the real run wrapper
+(``srun python -m ledger.cli run ... -- python -c TRAIN``, tokens through ``ledger.track``): one the
+wrapper registers before the first sync sees it running, one whose batch script waits until after
+that sync (so the sync creates the run and the wrapper takes it over), and one requeued while its
+wrapper runs (attempts ``slurm-<job>`` and ``slurm-<job>-r1`` for both). Every duration is checked
+against the ``ElapsedRaw`` that sacct reports for the job, read separately.
 
 Mapping: ``debug`` → rtx4090-8x on rtx4090-rent, by node (the jobs here hold whole nodes, and some no
 GPU); ``batch`` with GPU type ``fake`` → a100-8x on a100-rent (20 per node-hour, per started hour).
@@ -20,13 +23,14 @@ import sys
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from sqlmodel import Session, select
 from typer.testing import CliRunner
 
 from ledger.store.db import make_engine
-from ledger.store.ids import slurm_run_id
+from ledger.store.ids import slurm_attempt_id, slurm_run_id
 from ledger.store.models import Run, RunStatus
 from tests.helpers import node_type
 
@@ -37,6 +41,20 @@ A100_OFFER = ('[[offer]]\nname = "a100-rent"\nnode_type = "a100-8x"\nkind = "ren
               'price_per_node_hour = "20"\nbilling_granularity_hours = "1"\nminimum_hours = "1"\n')
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
 WAIT_S = 420  # generous: the machine is shared
+SRUN = Path(__file__).with_name("srun.sh")
+#: the wrapped command: tokens through the Python API (the first attempt of a job logs TOKENS, a restart
+#: N × more), then it waits for the release file, except in a requeued attempt
+TRAIN = """import os, sys, time
+import ledger
+tokens, release = int(sys.argv[1]), sys.argv[2]
+restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+with ledger.track() as run:
+    run.log(step=0, tokens=tokens * (1 + restart))
+deadline = time.monotonic() + 600
+while restart == 0 and not os.path.exists(release) and time.monotonic() < deadline:
+    time.sleep(0.1)
+"""
+TOKENS = {"wrapped": 4242, "late": 1717, "wrq": 999}
 
 
 def cli(url: str, slurm, *args: str) -> dict:
@@ -89,7 +107,24 @@ def ledger(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def jobs(slurm, ledger, tmp_path_factory) -> dict[str, str]:
+def release(tmp_path_factory) -> Path:
+    """The file the wrapped commands (and the late job's batch script) wait for: made after the first sync."""
+    return tmp_path_factory.mktemp("release") / "go"
+
+
+def _wrapped(slurm, url: str, name: str, release: Path, journal: Path, *, wait: bool = False) -> str:
+    """A job whose batch script runs `srun <python> -m ledger.cli run ... -- <python> -c TRAIN` (argument lists
+    throughout: sbatch passes the script its arguments as they are)."""
+    env = f"--export=ALL,TRAINLEDGER_JOURNAL_DIR={journal},TRAINLEDGER_FLUSH_S=0.5,TRAINLEDGER_HEARTBEAT_S=1"
+    wrapper = [sys.executable, "-m", "ledger.cli", "run", "--project", "wrapped", "--name", f"{name}-run",
+               "--node-type", "rtx4090-8x", "--offer", "rtx4090-rent", "--grace", "1", "--db", url, "--",
+               sys.executable, "-c", TRAIN, str(TOKENS[name]), str(release)]
+    first = ["--wait-for", str(release)] if wait else []
+    return slurm.sbatch("-p", "debug", "-J", name, env, str(SRUN), *first, *wrapper)
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm, ledger, release, tmp_path_factory) -> dict[str, str]:
     """Every job of the module, submitted now; the mapping in the ledger."""
     offer = tmp_path_factory.mktemp("offer") / "a100.toml"
     offer.write_text(A100_OFFER)
@@ -106,18 +141,26 @@ def jobs(slurm, ledger, tmp_path_factory) -> dict[str, str]:
         "fail3": slurm.sbatch("-p", "debug", "-J", "fail3", "--wrap", "exit 3"),
         "cancel": slurm.sbatch("-p", "debug", "-J", "cancel", "--wrap", "sleep 600"),
         "long": slurm.sbatch("-p", "debug", "-J", "long", "--wrap", "sleep 45"),
-        "wrapped": slurm.sbatch("-p", "debug", "-J", "wrapped", "--hold", "--wrap", "sleep 3"),
     }
-    # as the run wrapper (`srun trainledger run -- ...` in the job) registers the job's run: same id
-    engine = make_engine(ledger)
-    with Session(engine) as s:
-        nt = node_type(s, "rtx4090-8x")
-        s.add(Run(id=slurm_run_id(j["wrapped"]), name="wrapped-run", launcher="wrapper", node_type_id=nt.id, nodes=1,
-                  gpus_per_node=8, status=RunStatus.queued, tokens=4242, steps=7))
-        s.commit()
-    engine.dispose()
-    slurm.run("scontrol", "release", j["wrapped"])
+    journal = tmp_path_factory.mktemp("journal")
+    j["wrapped"] = _wrapped(slurm, ledger, "wrapped", release, journal)
+    j["late"] = _wrapped(slurm, ledger, "late", release, journal, wait=True)
+    j["wrq"] = _wrapped(slurm, ledger, "wrq", release.with_name("never"), journal)
     return j
+
+
+def wrapper_run(slurm, url: str, run_id: str, tokens: int) -> Run:
+    """Poll the ledger until the wrapper in the job has registered ``run_id`` and the tokens its command logged."""
+    def probe() -> Optional[Run]:
+        run = runs(url).get(run_id)
+        return run if run is not None and "wrapper" in (run.config or {}) and run.tokens == tokens else None
+
+    return slurm.wait_for(f"the wrapper's run {run_id} with {tokens} tokens", probe, timeout=WAIT_S)
+
+
+def job_output(slurm, job: str) -> str:
+    path = slurm.dir / f"job-{job}.out"
+    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no output)"
 
 
 def _launch(slurm, url: str, base: Path) -> dict:
@@ -135,24 +178,38 @@ def _launch(slurm, url: str, base: Path) -> dict:
     return d
 
 
-def test_a_running_job_appears_as_running(slurm, ledger, jobs):
-    for name in ("long", "cancel", "rq"):
+def test_a_running_job_appears_as_running(slurm, ledger, jobs, release):
+    for name in ("long", "cancel", "rq", "wrapped", "late", "wrq"):
         wait_state(slurm, jobs[name], {"RUNNING"})
+    for name in ("wrapped", "wrq"):  # their wrappers registered the jobs' runs, and the commands logged tokens
+        wrapper_run(slurm, ledger, slurm_run_id(jobs[name]), TOKENS[name])
     slurm.requeue(jobs["rq"])
+    slurm.requeue(jobs["wrq"])
     slurm.run("scancel", jobs["cancel"])
     first = sync(ledger, slurm)
     assert first["imported"] >= 1 and first["window"]["end"] == first["watermark"]
-    run = runs(ledger)[slurm_run_id(jobs["long"])]
+    got = runs(ledger)
+    run = got[slurm_run_id(jobs["long"])]
     sacct = acct(slurm, jobs["long"])[-1]
     assert (run.status, run.ended_at, run.heartbeat_at, run.nodes) == (RunStatus.running, None, None, 1)
     assert run.started_at == datetime.fromisoformat(sacct["Start"] + "+00:00")
+    # the wrapper's run, still running: the sync gave it the allocation's start and kept what the wrapper recorded
+    wrapped = got[slurm_run_id(jobs["wrapped"])]
+    start = datetime.fromisoformat(acct(slurm, jobs["wrapped"])[-1]["Start"] + "+00:00")
+    assert (wrapped.status, wrapped.started_at, wrapped.ended_at) == (RunStatus.running, start, None)
+    assert (wrapped.launcher, wrapped.name, wrapped.tokens) == ("python", "wrapped-run", TOKENS["wrapped"])
+    assert wrapped.config["slurm"]["job_id"] == jobs["wrapped"] and "wrapper" in wrapped.config
+    # the late job's batch script has not started its wrapper yet: the sync records the job from sacct
+    late = got[slurm_run_id(jobs["late"])]
+    assert (late.status, late.launcher, late.config["source"]) == (RunStatus.running, "slurm", "sacct")
+    release.touch()
 
 
 def test_finished_jobs_have_status_nodes_and_duration(slurm, ledger, jobs):
     want = {"ok": "COMPLETED", "fail3": "FAILED", "cancel": "CANCELLED", "timeout": "TIMEOUT", "rq": "COMPLETED",
-            "long": "COMPLETED", "wrapped": "COMPLETED"}
+            "long": "COMPLETED", "wrapped": "COMPLETED", "late": "COMPLETED", "wrq": "COMPLETED"}
     for name, final in want.items():
-        assert wait_state(slurm, jobs[name], FINAL) == final, name
+        assert wait_state(slurm, jobs[name], FINAL) == final, (name, job_output(slurm, jobs[name]))
     receipt = sync(ledger, slurm)
     assert receipt["updated"] >= 1  # the running job, now finished
     got = runs(ledger)
@@ -190,24 +247,53 @@ def test_a_requeued_job_reads_as_one_chain(slurm, ledger, jobs):
     records = acct(slurm, job)
     assert [x["State"] for x in records] == ["REQUEUED", "COMPLETED"]
     got = runs(ledger)
-    final = got[slurm_run_id(job)]
-    attempts = [x for rid, x in got.items() if rid.startswith(slurm_run_id(job) + ".r")]
-    assert len(attempts) == 1
-    attempt = attempts[0]
+    base = slurm_run_id(job)
+    assert sorted(rid for rid in got if rid.startswith(base)) == [base, base + "-r1"]  # Slurm's restart count
+    attempt, final = got[base], got[slurm_attempt_id(base, 1)]
     assert final.resume_of == attempt.id and attempt.resume_of is None
     assert (attempt.status, attempt.error, final.status) == (RunStatus.cancelled, "Slurm: REQUEUED", RunStatus.succeeded)
     assert [seconds(attempt), seconds(final)] == [int(x["ElapsedRaw"]) for x in records]
     assert attempt.ended_at <= final.started_at
 
 
-def test_a_tracked_run_is_updated_not_counted_twice(slurm, ledger, jobs):
+@pytest.mark.parametrize("name", ["wrapped", "late"])
+def test_a_wrapped_job_is_one_run_whichever_came_first(slurm, ledger, jobs, name):
+    """`srun trainledger run -- ...` in the job and its sacct record: one run, the wrapper's name and tokens,
+    the allocation's status, nodes and times (wrapper first, or the sync while the job ran)."""
     got = runs(ledger)
-    run = got[slurm_run_id(jobs["wrapped"])]
-    record = acct(slurm, jobs["wrapped"])[-1]
-    assert (run.launcher, run.name, run.tokens, run.steps) == ("wrapper", "wrapped-run", 4242, 7)
-    assert (run.status, run.nodes, seconds(run)) == (RunStatus.succeeded, 1, int(record["ElapsedRaw"]))
-    base = slurm_run_id(jobs["wrapped"])
-    assert [rid for rid in got if rid == base or rid.startswith(base + ".")] == [run.id]
+    base = slurm_run_id(jobs[name])
+    run = got[base]
+    record = acct(slurm, jobs[name])[-1]
+    assert (run.launcher, run.name, run.tokens, run.steps) == ("python", f"{name}-run", TOKENS[name], 1)
+    assert (run.status, run.exit_code, run.nodes) == (RunStatus.succeeded, 0, 1)
+    assert (run.started_at, run.ended_at) == (datetime.fromisoformat(record["Start"] + "+00:00"),
+                                              datetime.fromisoformat(record["End"] + "+00:00"))
+    assert seconds(run) == int(record["ElapsedRaw"])
+    assert "source" not in run.config and run.config["slurm"]["job_id"] == jobs[name]
+    assert [rid for rid in got if rid.startswith(base)] == [base]  # never a second run for the job
+
+
+def test_a_requeued_wrapped_job_is_one_chain_each_attempt_once(slurm, ledger, jobs):
+    """The wrapper names the attempts slurm-<job> and slurm-<job>-r1 (SLURM_RESTART_COUNT); so does the sync."""
+    job = jobs["wrq"]
+    records = acct(slurm, job)
+    assert [x["State"] for x in records] == ["REQUEUED", "COMPLETED"]
+    got = runs(ledger)
+    base = slurm_run_id(job)
+    assert sorted(rid for rid in got if rid.startswith(base)) == [base, base + "-r1"]
+    first, again = got[base], got[slurm_attempt_id(base, 1)]
+    assert (first.resume_of, again.resume_of) == (None, base)
+    assert (first.launcher, first.tokens, first.status) == ("python", TOKENS["wrq"], RunStatus.cancelled)
+    assert (again.launcher, again.tokens, again.status) == ("python", 2 * TOKENS["wrq"], RunStatus.succeeded)
+    for run, record in zip((first, again), records):
+        assert (run.started_at, seconds(run)) == (datetime.fromisoformat(record["Start"] + "+00:00"),
+                                                  int(record["ElapsedRaw"]))
+    assert first.ended_at <= again.started_at
+    # each attempt costed once, for the time it ran
+    month = first.started_at.strftime("%Y-%m")
+    report = json.loads(cli(ledger, slurm, "report", "monthly", "--month", month, "--format", "json"))
+    billed = [x for x in report["runs"] if x["run_id"].startswith(base)]
+    assert sorted(x["run_id"] for x in billed) == [base, base + "-r1"]
 
 
 def test_launch_slurm_end_to_end(slurm, ledger, jobs):
