@@ -189,3 +189,11 @@ def test_one_client_trying_many_names_is_locked_as_a_client(site):
     assert statuses == [401] * 11
     assert post(port, "bob", "bob-pw", "127.0.0.6")[0] == 429  # the client is locked, whoever it claims to be
     assert post(port, "bob", "bob-pw", "127.0.0.7")[0] == 303
+
+
+def test_the_wait_shown_is_whole_seconds_without_float_noise():
+    from app.signin import whole_seconds
+
+    now = 1048173.1128487753  # a monotonic clock reading: (now + 600) - now is not exactly 600 in floats
+    assert (now + 600) - now != 600 and whole_seconds((now + 600) - now) == 600
+    assert (whole_seconds(599.2), whole_seconds(0.0004), whole_seconds(0.01)) == (600, 0, 1)
