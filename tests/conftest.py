@@ -8,6 +8,7 @@ set ``TRAINLEDGER_SKIP_PG=1`` only on a laptop without PostgreSQL.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -110,3 +111,46 @@ def fake_popen(monkeypatch):
     FakePopen.calls = []
     monkeypatch.setattr(subprocess, "Popen", FakePopen)
     return FakePopen.calls
+
+
+# --- one test run, several processes (pytest-xdist: tests/run.sh runs the suite on -n workers) ---------
+
+#: Folders whose tests share an expensive session fixture (a Prometheus, a Slurm cluster, the strategy runs) or a
+#: tally: each goes to one worker whole. Every other test file goes to one worker whole (its module fixtures
+#: are set up once).
+ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(Path(__file__).parent)
+        group = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in ONE_WORKER_FOLDERS else rel.as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_sessionfinish(session):
+    from tests import summaries
+
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counters to the controller
+        session.config.workeroutput["trainledger_summaries"] = json.dumps(summaries.exported(), default=str)
+
+
+_WORKER_PARTS: dict[str, list] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    for name, part in json.loads(getattr(node, "workeroutput", {}).get("trainledger_summaries", "{}")).items():
+        _WORKER_PARTS.setdefault(name, []).append(part)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    from tests import summaries
+
+    if hasattr(config, "workeroutput"):
+        return
+    parts = _WORKER_PARTS or {name: [part] for name, part in summaries.exported().items()}
+    for line in summaries.lines(parts):
+        terminalreporter.write_line(line)

@@ -79,4 +79,6 @@ if ! command -v cc >/dev/null 2>&1; then
 fi
 
 # --- the suite -----------------------------------------------------------------
-exec "$VENV/bin/python" -m pytest -q "$@"
+# pytest-xdist: independent test files on several workers (tests/conftest.py keeps a file, and the folders that
+# share a session fixture, on one worker); most tests wait on processes, so 3 workers fill 2 cores
+exec "$VENV/bin/python" -m pytest -q -n "${TRAINLEDGER_TEST_WORKERS:-3}" --dist loadgroup "$@"

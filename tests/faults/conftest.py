@@ -18,10 +18,8 @@ anything journaled must be in the ledger.
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -29,53 +27,14 @@ from typing import Optional
 
 import pytest
 
+from tests import summaries
+from tests.faults.tally import SUMMARY, Case, Tally  # noqa: F401  (SUMMARY, Case: imported by the tests)
 from tests.tracking.conftest import REPO, journal_samples, pg_cluster, shard_cache  # noqa: F401  (fixtures)
 
-SUMMARY = REPO / "test-artifacts" / "faults-summary.json"
 STEP_METRICS = ("loss", "step_seconds", "tokens")
 #: zero2.yaml / dp.yaml: global batch 16 × seq len 128 (tiny)
 TOKENS_PER_STEP = 16 * 128
 ENDED = {"succeeded", "failed", "cancelled", "crashed"}
-
-
-@dataclass
-class Case:
-    name: str
-    faults: int
-    runs: int
-    runs_lost: int = 0
-    samples: int = 0
-    samples_lost: int = 0
-    samples_doubled: int = 0
-    notes: dict = field(default_factory=dict)
-
-
-class Tally:
-    def __init__(self) -> None:
-        self.cases: list[Case] = []
-        self._lock = threading.Lock()
-
-    def record(self, name: str, faults: int, audits: list[dict], runs_lost: int = 0, runs: Optional[int] = None,
-               **notes) -> Case:
-        """One test's figures: ``audits`` are :func:`audit_samples` results (one per run, unless ``runs``)."""
-        case = Case(name, faults, len(audits) if runs is None else runs, runs_lost, sum(a["samples"] for a in audits),
-                    sum(a["lost"] for a in audits), sum(a["doubled"] for a in audits), notes)
-        with self._lock:
-            self.cases.append(case)
-        return case
-
-    def summary(self) -> dict:
-        total = {k: sum(getattr(c, k) for c in self.cases) for k in ("faults", "runs", "runs_lost", "samples",
-                                                                      "samples_lost", "samples_doubled")}
-        return {
-            "faults_injected": total["faults"], "runs": total["runs"], "runs_lost": total["runs_lost"],
-            "samples_checked": total["samples"], "samples_lost": total["samples_lost"],
-            "samples_doubled": total["samples_doubled"],
-            "line": (f"{total['faults']} faults injected, {total['runs_lost']} runs lost, "
-                     f"{total['samples_lost']} samples lost, {total['samples_doubled']} doubled "
-                     f"({total['runs']} runs, {total['samples']} samples checked)"),
-            "cases": [asdict(c) for c in self.cases],
-        }
 
 
 _TALLY: Optional[Tally] = None
@@ -83,16 +42,13 @@ _TALLY: Optional[Tally] = None
 
 @pytest.fixture(scope="session")
 def fault_tally():
+    """This process's tally; tests/summaries.py merges the tallies of every xdist worker and writes SUMMARY."""
     global _TALLY
     _TALLY = Tally()
     yield _TALLY
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    SUMMARY.write_text(json.dumps(_TALLY.summary(), indent=2, default=str) + "\n")
 
 
-def pytest_terminal_summary(terminalreporter):
-    if _TALLY is not None and _TALLY.cases:
-        terminalreporter.write_line(f"faults: {_TALLY.summary()['line']} -> {SUMMARY.relative_to(REPO)}")
+summaries.register("faults", lambda: [asdict(c) for c in _TALLY.cases] if _TALLY is not None else [])
 
 
 # --- audits ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
+from tests import summaries
 from tests.app.conftest import app_env, run_env, shard_cache  # noqa: F401  (the dashboard fixtures, here too)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,11 +155,7 @@ def sqlite_ledger(sqlite_url, monkeypatch):
     get_engine.cache_clear()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if STATS["inputs"]:
-        terminalreporter.write_line(
-            f"hostile inputs: {STATS['inputs']} CLI invocations, tracebacks {STATS['tracebacks']}, "
-            f"partial writes {STATS['partial_writes']}")
+summaries.register("hostile", lambda: dict(STATS))  # the line: tests/summaries.py, over every xdist worker
 
 
 
