@@ -121,13 +121,21 @@ def fake_popen(monkeypatch):
 ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         rel = Path(str(item.fspath)).relative_to(Path(__file__).parent)
         group = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in ONE_WORKER_FOLDERS else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+        if config.getvalue("loadgroup") and hasattr(item, "_id"):
+            # pytest >= 9 keeps the node id in ``_id``: xdist 3.8's own hook still sets ``_nodeid``, which no
+            # longer takes, and every test would be scheduled alone. Add the ``@group`` suffix it means to add.
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+        else:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_sessionfinish(session):
