@@ -128,7 +128,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         rel = Path(str(item.fspath)).relative_to(Path(__file__).parent)
         group = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in ONE_WORKER_FOLDERS else rel.as_posix()
-        if config.getvalue("loadgroup") and hasattr(item, "_id"):
+        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
             # pytest >= 9 keeps the node id in ``_id``: xdist 3.8's own hook still sets ``_nodeid``, which no
             # longer takes, and every test would be scheduled alone. Add the ``@group`` suffix it means to add.
             from _pytest.nodeid import NodeId

@@ -28,7 +28,8 @@ def toml_value(v) -> str:
     if isinstance(v, (int, date)):
         return v.isoformat() if isinstance(v, date) else str(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # control characters as \\u escapes, valid TOML
+        # control characters as \\u escapes, valid TOML; JSON leaves DEL (U+007F) raw, which TOML refuses
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(v)
