@@ -72,6 +72,15 @@ if projects:
 else:
     st.caption("No project used the cluster this month.")
 
+st.subheader("Spend by project, with idle")
+lines = data.spend_by_project(url, month, currency)
+st.caption(f"Projects + idle = spend {ui.money('actual_cost', s['actual_cost'])} {cur}.")
+left, right = st.columns([1, 2])
+left.dataframe(ui.frame(lines, ["line", "cost"], {"line": "project", "cost": f"spend ({cur})"}), hide_index=True,
+               key="roi_spend_by_project")
+right.bar_chart(pd.DataFrame([{"project": x["line"], "spend": float(x["cost"])} for x in lines]),
+                x="project", y="spend", y_label=cur, height=250, horizontal=True)
+
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
 money_rows, roi_rows, waste_rows = [], [], []
