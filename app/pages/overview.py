@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, figures, ui
 from ledger.money import costs
 from ledger.money.capacity import warning_text
 from ledger.money.waste import RUN_REASONS
@@ -126,15 +126,8 @@ def waste_section() -> None:
 
 def spend_section() -> None:
     """Spend by project with idle as its own line: the lines add up to the month's spend."""
-    lines = data.spend_by_project(url, month, currency)
     st.subheader(f"Spend by project, {month}")
-    st.caption(f"Projects + idle = spend {ui.money('actual_cost', s['actual_cost'])} {cur} "
-               "(fleet node-hours no run used are idle, no project's).")
-    left, right = st.columns([1, 2])
-    left.dataframe(ui.frame(lines, ["line", "cost"], {"line": "project", "cost": f"spend ({cur})"}), hide_index=True,
-                   key="spend_by_project")
-    right.bar_chart(pd.DataFrame([{"project": x["line"], "spend": float(x["cost"])} for x in lines]),
-                    x="project", y="spend", y_label=cur, height=250, horizontal=True)
+    figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "spend_by_project")
 
 
 capacity_section()

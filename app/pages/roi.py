@@ -11,7 +11,7 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, figures, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 
@@ -73,13 +73,7 @@ else:
     st.caption("No project used the cluster this month.")
 
 st.subheader("Spend by project, with idle")
-lines = data.spend_by_project(url, month, currency)
-st.caption(f"Projects + idle = spend {ui.money('actual_cost', s['actual_cost'])} {cur}.")
-left, right = st.columns([1, 2])
-left.dataframe(ui.frame(lines, ["line", "cost"], {"line": "project", "cost": f"spend ({cur})"}), hide_index=True,
-               key="roi_spend_by_project")
-right.bar_chart(pd.DataFrame([{"project": x["line"], "spend": float(x["cost"])} for x in lines]),
-                x="project", y="spend", y_label=cur, height=250, horizontal=True)
+figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "roi_spend_by_project")
 
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
