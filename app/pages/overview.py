@@ -115,7 +115,8 @@ def waste_section() -> None:
     st.subheader(f"Waste by reason, {month}")
     st.caption(f"Waste {ui.money('waste_cost', s['waste_cost'])} {cur} = the reasons below. Lost work is counted from a "
                "failed, crashed or cancelled run's last checkpoint (from its start when it never checkpointed: then "
-               "under its status). Click a reason for its runs.")
+               "under its status). Click a reason for its runs. Stragglers are flagged per run (Runs → run detail) but "
+               "the wait they cause is not priced, so it is not a line here.")
     cols = st.columns(len(reasons))
     for col, (key, value) in zip(cols, reasons.items()):
         col.metric(REASON_LABELS.get(key, key), ui.money("waste_cost", value), border=True)
