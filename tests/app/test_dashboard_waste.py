@@ -166,3 +166,35 @@ def test_run_detail_says_which_offer_and_why_the_what_ifs_differ(demo_url, app_e
     why = dict(zip(under["offer"], under["why it differs from the actual cost"]))
     assert why["rtx4090-own"].startswith("owned: the run's node-hours × the full-use rate")
     assert why["rtx4090-rent"] == "rented: price per node-hour × billed node-hours; actual: billed node-hours × hourly rate"
+
+
+def test_cpu_run_detail_labels_and_readable_charts(sqlite_url, app_env):
+    """A CPU run's per-node column says CPU utilization, not GPU-Util; the per-node chart is >= 250 px high and
+    the loss chart's time axis is formatted as dates; a run without a user shows blank in the table."""
+    import json
+
+    from ledger.store.models import MetricSample, RunNode
+    from tests.helpers import add_run
+
+    t0 = datetime(2026, 11, 10, tzinfo=timezone.utc)
+    engine = make_engine(sqlite_url)
+    with session_scope(engine) as s:
+        run = add_run(s, "cpu-1", t0, 2, nodes=2, offer_name="rtx4090-rent")
+        run.util_source, run.gpu_util_mean, run.user_id = "cpu", 0.9, None
+        for rank in range(2):
+            s.add(RunNode(run_id="cpu-1", hostname=f"host{rank}", node_rank=rank, gpu_util_mean=0.9 - rank / 10,
+                          util_source="cpu"))
+        for i in range(5):
+            s.add(MetricSample(run_id="cpu-1", metric="loss", ts=t0 + timedelta(minutes=10 * i), value=3.0 - i / 10))
+    engine.dispose()
+    app_env(sqlite_url)
+    at = run_page(make_app(run="cpu-1"), "runs")
+    assert list(_table(at)["user"]) == [""]
+    nodes = next(d.value for d in at.dataframe if "hostname" in d.value.columns)
+    assert "CPU utilization (process, CPU-only run)" in nodes.columns and "GPU-Util (NVML/DCGM busy share)" not in nodes.columns
+    assert "CPU util p95" in nodes.columns
+    charts = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    util = next(c for c in charts if "CPU util %" in json.dumps(c))
+    assert util.get("height", 0) >= 250
+    loss = charts[-1]
+    assert loss["encoding"]["x"]["type"] == "temporal" and loss["encoding"]["x"]["axis"]["format"] == "%b %d %H:%M"
