@@ -1,5 +1,10 @@
 """Runs: filtered, paginated list (``ledger.runs.registry.list_runs``) and one run's detail (``ledger.runs.registry.show_run``).
 
+With a month chosen, each run's cost, GPU-hours, cost per 1M tokens and waste in that month are the monthly
+report's per-run lines (``app.data.month_run_lines``, in cents as the export); "Most expensive" and "Most
+wasted" rank the month's runs by them, and ``?waste=REASON&month=YYYY-MM`` (the Overview's links) keeps the
+runs whose lost work counts under that reason (``ledger.money.waste``).
+
 The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
 per month (actual) and under every offer, per-node utilization with straggler
 flags, plus the loss curve (MetricSample ``loss``).
