@@ -32,7 +32,7 @@ from ledger.money.months import month_of, months_between, parse_month
 from ledger.money.pricing import list_pricing, offers_with_node_types
 from ledger.money.pricing import node_types as pricing_node_types
 from ledger.reports import weekly as ledger_strategies
-from ledger.reports.export import presented_report, render
+from ledger.reports.export import presented_report
 from ledger.runs import registry
 from ledger.runs import sweep as ledger_sweep
 from ledger.store import prices
@@ -137,8 +137,12 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None) -> bytes:
-    """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes."""
-    return render(presented(url, month, lines=True, currency=currency), fmt)
+    """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes
+    (with its data-quality warnings, when there are any)."""
+    from ledger.reports.quality import render_report, with_warnings
+
+    return render_report(with_warnings(presented(url, month, lines=True, currency=currency),
+                                       capacity_warnings(url, month)), fmt)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -309,3 +313,34 @@ def intensities(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return list_intensities(s)
 
+
+
+# --- waste, spend by project, capacity (issue #18) -------------------------------------
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
+    """The month's presented run lines (``trainledger report monthly``'s per-run rows, in cents) with each
+    line's ``waste_reason`` (``ledger.money.waste.run_reasons``; None when the run is no waste)."""
+    from ledger.money.waste import run_reasons
+
+    lines = presented(url, month, lines=True, currency=currency)["runs"]
+    with read_session(url) as s:
+        reasons = run_reasons(s, lines)
+    return [{**r, "waste_reason": reasons.get(r["run_id"])} for r in lines]
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def spend_by_project(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
+    """``ledger.money.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
+    from ledger.money.spend import spend_by_project as lines
+
+    return lines(report(url, month, currency=currency))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def capacity_warnings(url: str, month: str) -> list[dict[str, Any]]:
+    """``ledger.money.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
+    from ledger.money.capacity import capacity_warnings as warnings
+
+    with read_session(url) as s:
+        return warnings(s, month, now=now())

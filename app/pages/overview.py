@@ -15,8 +15,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, figures, ui
 from ledger.money import costs
+from ledger.money.capacity import warning_text
+from ledger.money.waste import RUN_REASONS
 from ledger.reports.present import fmt_cell
 
 access.page_gate()
@@ -96,6 +98,43 @@ if p["node_types"]:
                            "peak_nodes": "peak nodes", "actual_cost": "spend", "idle_cost": "idle",
                            "own_cost": "if owned", "elastic_cost": "if rented elastic",
                            "reserved_cost": "if reserved"}), hide_index=True)
+
+REASON_LABELS = {"failed": "failed runs", "crashed": "crashed runs", "cancelled": "cancelled runs",
+                 "lost_since_checkpoint": "lost work since the last checkpoint", "idle": "idle fleet"}
+
+
+def capacity_section() -> None:
+    """A data-quality warning per node type whose runs used more nodes at once than its fleet holds."""
+    for w in data.capacity_warnings(url, month):
+        st.warning(f"Data quality: {ui.md(warning_text(w))}.")
+
+
+def waste_section() -> None:
+    """Waste by reason (the monthly report's, in cents: they add up to the waste), each run reason linked to its runs."""
+    reasons = s["waste_by_reason"]
+    st.subheader(f"Waste by reason, {month}")
+    st.caption(f"Waste {ui.money('waste_cost', s['waste_cost'])} {cur} = the reasons below. Lost work is counted from a "
+               "failed, crashed or cancelled run's last checkpoint (from its start when it never checkpointed: then "
+               "under its status). Click a reason for its runs. Stragglers are flagged per run (Runs → run detail) but "
+               "the wait they cause is not priced, so it is not a line here.")
+    cols = st.columns(len(reasons))
+    for col, (key, value) in zip(cols, reasons.items()):
+        col.metric(REASON_LABELS.get(key, key), ui.money("waste_cost", value), border=True)
+        if key in RUN_REASONS:
+            col.page_link("pages/runs.py", label=f"runs: {REASON_LABELS.get(key, key)}", icon=":material/list:",
+                          query_params={"waste": key, "month": month})
+
+
+def spend_section() -> None:
+    """Spend by project with idle as its own line: the lines add up to the month's spend."""
+    st.subheader(f"Spend by project, {month}")
+    figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "spend_by_project")
+
+
+capacity_section()
+if has_runs or rep.node_types:
+    spend_section()
+    waste_section()
 
 
 STATE = {"ok": "ok", "at_risk": "at risk", "over": "over"}

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, figures, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 
@@ -71,6 +71,9 @@ if projects:
     ui.show_chart(ui.grouped_bars(pd.DataFrame(bars), "project", "cost", "series", y_title=cur, height=220))
 else:
     st.caption("No project used the cluster this month.")
+
+st.subheader("Spend by project, with idle")
+figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "roi_spend_by_project")
 
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")

@@ -30,7 +30,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
 
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
     from ledger.money.monthly import monthly_report
-    from ledger.reports.export import presented_report, render
+    from ledger.reports.export import presented_report
     from ledger.reports.present import key_values
     from ledger.store.files import check_output, write_output
 
@@ -40,14 +40,23 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
     if output is not None:
         check_output(output, force=force)  # before any work
+    from ledger.money.capacity import capacity_warnings, warning_text
+    from ledger.reports.quality import render_report, with_warnings
+
     with session(db) as s:
         p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency))
-    data = render(p, fmt)
+        warnings = capacity_warnings(s, month, now=clock(now))
+    p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
+    data = render_report(p, fmt)
     if output is None:
+        for w in warnings:
+            typer.echo(f"warning: {warning_text(w)}", err=True)
         sys.stdout.write(data.decode("utf-8"))
         return
     write_output(output, data, force=force)  # whole or not at all; never through a planted link
-    emit(p["summary"], as_json, lambda d: key_values(d) + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
+    summary = {**p["summary"], "data_quality": p["data_quality"]} if warnings else p["summary"]
+    emit(summary, as_json, lambda d: key_values(p["summary"]) + "".join(f"\nwarning: {warning_text(w)}" for w in warnings)
+         + f"\n\nwrote {output} ({fmt}, {len(p['runs'])} run lines)")
 
 
 @app.command("focus")

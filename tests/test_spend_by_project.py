@@ -1,0 +1,59 @@
+"""Spend by project with idle as its own line (ledger.money.spend), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from ledger.money.costs import cents, round_preserving_sum
+from ledger.money.monthly import monthly_report
+from ledger.money.spend import IDLE, NO_PROJECT, spend_by_project, total
+from ledger.reports.export import presented_report
+from ledger.store.models import RunStatus
+from tests.helpers import add_fleet, add_run
+
+D = Decimal
+NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)  # 30 days = 720 h
+FIXED = D(120000) / 36 + D("6.67")  # rtx4090-own: fixed cost per node-month (as tests/test_accounting.py)
+BUSY = FIXED / 720 + D("4.0") * D("0.5")  # per busy node-hour: fixed + load 4.0 kW × 0.5 per kWh
+IDLE_RATE = FIXED / 720 + D("0.8") * D("0.5")  # per idle node-hour: fixed + idle 0.8 kW × 0.5
+RENT = D(3600) / 730  # rtx4090-rent per node-hour, billed per started hour
+
+
+def _ledger(session) -> None:
+    """Two projects and a run without one on an owned fleet of 8 nodes (idle the rest), one project also renting."""
+    add_fleet(session, 8)
+    add_run(session, "a1", NOV + timedelta(days=2), 100, nodes=8, project="alpha")
+    add_run(session, "b1", NOV + timedelta(days=9), 10, nodes=2, status=RunStatus.failed, project="beta")
+    add_run(session, "b2", NOV + timedelta(days=12), 2.5, nodes=2, project="beta", offer_name="rtx4090-rent")
+    orphan = add_run(session, "n1", NOV + timedelta(days=20), 5, nodes=1)
+    orphan.project_id = None
+    session.flush()
+
+
+def test_project_lines_and_idle_add_up_to_the_spend(session):
+    _ledger(session)
+    rep = monthly_report(session, "2026-11")
+    lines = spend_by_project(rep)
+    assert [x["line"] for x in lines] == [NO_PROJECT, "alpha", "beta", IDLE]
+    # from the inputs: 825 busy node-hours of 5,760 on the fleet, 2 × 3 billed hours rented
+    exact = {NO_PROJECT: 5 * BUSY, "alpha": 800 * BUSY, "beta": 20 * BUSY + 6 * RENT}
+    idle = cents((5760 - 825) * IDLE_RATE)
+    spend = cents(FIXED * 8 + (D(825) * 4 + D(4935) * D("0.8")) * D("0.5") + 6 * RENT)
+    assert cents(rep.summary["actual_cost"]) == spend
+    assert lines[-1]["cost"] == idle
+    shares = round_preserving_sum(list(exact.values()), total=spend - idle)
+    assert {x["line"]: x["cost"] for x in lines[:-1]} == dict(zip(exact, shares))
+    assert total(lines) == spend  # to the cent, exactly
+    # the export's project lines are the same figures
+    p = presented_report(rep)
+    assert [D(x["cost"]) for x in p["projects"]] == [x["cost"] for x in lines[:-1]]
+    assert D(p["summary"]["idle_cost"]) == idle
+
+
+def test_a_month_with_only_a_fleet_is_all_idle(session):
+    add_fleet(session, 2)
+    rep = monthly_report(session, "2026-11")
+    lines = spend_by_project(rep)
+    assert lines == [{"line": IDLE, "cost": cents(2 * 720 * IDLE_RATE)}]
+    assert total(lines) == cents(rep.summary["actual_cost"])
