@@ -138,7 +138,8 @@ def sweep_view() -> None:
     if table:
         st.dataframe(pd.DataFrame(table), hide_index=True)
         st.caption("Sorted by the cheapest cost per 1M tokens: a node-hour's price under each offer × nodes ÷ tokens "
-                   f"per hour. {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
+                   "per hour (a reserved offer: its monthly price ÷ 730 h, a reservation kept busy; a whole job is "
+                   f"billed by whole months, see Planner). {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
                    "busy share is the process CPU utilization and MFU is n/a.")
         cpu_note(rows)
         chart = [{"strategy": r["strategy"] if [x["strategy"] for x in rows].count(r["strategy"]) == 1
