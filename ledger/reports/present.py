@@ -159,12 +159,22 @@ def label(key: str) -> str:
     return words[:1].upper() + words[1:]
 
 
+def human(key: str, value: Any) -> str:
+    """A figure as the dashboard shows it: ratios as percentages ("59.99%"), counts with thousands separators
+    ("648,213,506,897"), everything else as :func:`fmt_cell`."""
+    if kind_of(key) == "ratio" and isinstance(value, (float, Decimal)):
+        return f"{float(present(key, value)) * 100:.2f}%"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return fmt_cell(key, value)
+
+
 def labelled_rows(d: dict[str, Any], currency: str | None = None) -> list[dict[str, str]]:
     """A summary as (figure, value) rows for a table: human labels (money ones with ``currency``), the table's
     rounding; a list is joined, a dict (waste by reason) is one row per entry."""
     def row(key: str, name: str, value: Any) -> dict[str, str]:
         unit = f" ({currency})" if currency and kind_of(key) == "money" else ""
-        text = "; ".join(str(x) for x in value) if isinstance(value, list) else fmt_cell(key, value)
+        text = "; ".join(str(x) for x in value) if isinstance(value, list) else human(key, value)
         return {"figure": name + unit, "value": text}
 
     rows = []

@@ -96,7 +96,9 @@ def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
                       ("time_utilization", ui.TIME_UTIL), ("gpu_util_mean", ui.GPU_UTIL), ("mfu_mean", ui.MFU),
                       ("gpu_hours", "GPU-hours")):
         assert name == label(key) + (f" ({cur})" if kind_of(key) == "money" else "")
-        assert summary[name] == fmt_cell(key, s[key]), key
+        shown = ui.pct(s[key]) if kind_of(key) == "ratio" else fmt_cell(key, s[key])  # as Overview shows them
+        assert summary[name] == shown, key
+    assert summary["Tokens"] == f"{s['tokens']:,}" and summary["Runs"] == str(s["runs"])
     for reason, amount in s["waste_by_reason"].items():
         assert summary[f"Waste by reason: {reason.replace('_', ' ')} ({cur})"] == fmt_cell("waste_by_reason", amount)
     projects = at.dataframe[0].value
