@@ -51,10 +51,10 @@ PAGE_CSS = """<style>
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *,
 [data-testid="stMetricDelta"], [data-testid="stMetricDelta"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
-  overflow-wrap: anywhere; height: auto !important;
+  overflow-wrap: break-word; height: auto !important;
 }
-[data-testid="stMetricValue"] { font-size: clamp(1.25rem, 1.9vw, 2.25rem); line-height: 1.2; }
-[data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal; overflow-wrap: anywhere; }
+[data-testid="stMetricValue"] { font-size: clamp(1.25rem, 1.7vw, 2.25rem); line-height: 1.2; }
+[data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal; overflow-wrap: break-word; }
 </style>"""
 
 MONTH_STATE = "_month"  # the selected month, kept across pages

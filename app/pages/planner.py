@@ -17,8 +17,9 @@ from app import access, data, planner, ui
 from ledger.errors import LedgerInputError
 from trainer.shapes import SHAPES, param_count
 
-RANKING = ["rank", "offer", "node_type", "nodes", "plan", "total_gib", "tokens_per_s", "days", "cost",
-           "cost_per_1m_tokens", "bottleneck", "comm_share", "mfu"]
+# what decides first (offer, size, time, cost), so it is in view at 1280 px; the model's details after
+RANKING = ["rank", "offer", "nodes", "days", "cost", "cost_per_1m_tokens", "plan", "node_type", "total_gib",
+           "tokens_per_s", "bottleneck", "comm_share", "mfu"]
 LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s", "cost_per_1m_tokens": "cost per 1M tokens",
           "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type", "offer_kind": "kind",
           "reserved_months": "months reserved"}
@@ -77,15 +78,17 @@ st.caption(f"{counts['candidates']:,} candidate plans ({counts['plans_evaluated'
 plans = result["plans"]
 if plans:
     best = plans[0]
-    m = st.columns(5)
+    m = [*st.columns(3), *st.columns(3)]  # two rows of three: a cost of millions is read whole at 1280 px
     m[0].metric("Cheapest plan" if rank_by == "cost" else "Fastest plan", f"{best['nodes']} × {ui.md(best['node_type'])}",
                 border=True, help=ui.md(best["plan"]))
-    m[1].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
-    m[2].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True,
+    m[1].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True,
                 help=f"Under {ui.md(best['offer'])}. {ui.RESERVED_RULE}")
+    m[2].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
     m[3].metric("Predicted throughput", f"{ui.compact(best['tokens_per_s'])} tokens/s", border=True,
                 help=f"{best['tokens_per_s']:,.0f} tokens/s for {ui.compact(tokens_b * 1e9)} tokens.")
     m[4].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
+    m[5].metric("Cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
+                border=True)
     st.dataframe(ui.frame(plans, RANKING, LABELS), hide_index=True)
     parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans
                           for part, key in (("model states", "model_states_gib"), ("activations", "activations_gib"),

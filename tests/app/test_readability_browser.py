@@ -3,7 +3,7 @@
 `trainledger dashboard` serves the dashboard tests' demo ledger; headless Chromium (one browser session per width)
 opens each page's URL and looks, in the DOM, for text wider than its box (scrollWidth > clientWidth) among metric
 values and labels, table cells and Markdown text. Streamlit's dataframes are drawn on a canvas: for those, the
-columns a page is about (Strategies' cost per 1M tokens) must be among the columns the grid shows without
+columns a page is about (Strategies' cost per 1M tokens, the Planner's offer, size, time and cost) must be among the columns the grid shows without
 scrolling (its accessibility table lists only those). A screenshot of every page at both widths goes to
 test-artifacts/screenshots/.
 """
@@ -26,6 +26,8 @@ WIDTHS = (1280, 1920)
 PAGES = [("overview", "Overview"), ("runs", "Runs"), ("runs?run=demo-0003", "Run detail"), ("rent-vs-own", "Rent vs own"),
          ("roi", "Monthly ROI"), ("strategies", "Strategies"), ("planner", "Planner"), ("launch", "Launch"),
          ("export", "Export"), ("settings", "Settings")]
+#: the Planner ranking's columns that decide (app/pages/planner.py names them)
+PLANNER_KEY_COLUMNS = ["offer", "nodes", "days", "cost", "cost per 1M tokens"]
 #: text that must be read whole (code blocks scroll by design and are left out)
 TEXT = ", ".join(f'[data-testid="{t}"]' for t in ("stMetricValue", "stMetricLabel")) + ", " + ", ".join(
     f'[data-testid="stTable"] {c}' for c in ("td", "th")) + ", " + ", ".join(
@@ -77,7 +79,7 @@ def test_no_value_is_cut_off(served, width):
     from playwright.sync_api import expect, sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    key_columns = _key_columns(served.url)
+    key_columns = {"strategies": _key_columns(served.url), "planner": PLANNER_KEY_COLUMNS}
     cut: dict[str, list] = {}
     with sync_playwright() as p:
         browser = chromium(p)
@@ -89,18 +91,22 @@ def test_no_value_is_cut_off(served, width):
                 page.goto(f"{served.base}/{link}{sep}month={MONTH}")
                 expect(page.get_by_role("heading", name=heading, exact=True).first).to_be_visible()
                 settle(page)
+                expect(page.get_by_test_id("stSpinner")).to_have_count(0)  # a cached read still computing (Planner)
+                settle(page)
+                if link == "planner":  # its last section is drawn when the script has run to the end
+                    expect(page.get_by_role("heading", name="The seven strategies on one cluster (predicted)")).to_be_visible()
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 name = link.replace("?", "-").replace("=", "-")
                 page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
                 found = page.evaluate(CUT_OFF_JS, TEXT)
                 if found:
                     cut[link] = found
-                if link == "strategies":
+                if link in key_columns:  # the page's first table: its key columns in view without scrolling
                     page.wait_for_function("() => document.querySelector("
                                            "'[data-testid=\"stDataFrame\"] [role=\"columnheader\"]')")  # drawn
                     grid = page.evaluate(GRID_COLUMNS_JS, 0)
                     shown = grid["heads"][:-1] if grid["scrolls"] else grid["heads"]  # the last may be cut by the edge
-                    assert set(key_columns) <= set(shown), (width, grid)
+                    assert set(key_columns[link]) <= set(shown), (width, link, grid)
         finally:
             browser.close()
     assert not cut, cut
