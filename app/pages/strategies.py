@@ -148,7 +148,7 @@ def sweep_view() -> None:
         if chart:
             st.markdown("**Cost per 1M tokens**")
             ui.show_chart(ui.grouped_bars(pd.DataFrame(chart), "strategy", "cost", "offer",
-                                          y_title=f"{ui.md(comparison['currency'] or '')} per 1M tokens".strip()))
+                                          y_title=f"{comparison['currency'] or ''} per 1M tokens".strip()))
     else:
         ui.empty(f"No run of sweep {md(sweep_id)} finished with a measured throughput yet.")
     ended = [x for x in comparison["not_measured"] if x["status"] not in ("queued", "running")]  # running: above

@@ -11,23 +11,13 @@ from decimal import Decimal
 
 D = Decimal
 
-from sqlmodel import Session
-
 from ledger.money.compare import compare_node_type
 from ledger.money.monthly import monthly_report
 from ledger.reports.present import fmt_cell
 from ledger.runs.registry import show_run
-from ledger.store.db import make_engine
-from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page
+from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
-
-def _with(url, fn):
-    engine = make_engine(url)
-    try:
-        with Session(engine) as s:
-            return fn(s)
-    finally:
-        engine.dispose()
+_with = with_session
 
 
 def test_the_currency_selector_changes_every_page(demo_url, app_env):

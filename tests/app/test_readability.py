@@ -11,7 +11,6 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from sqlmodel import Session
 
 from app import ui
 from ledger.money.monthly import monthly_report
@@ -19,16 +18,7 @@ from ledger.reports.export import presented_report
 from ledger.reports.present import fmt_cell, kind_of, label
 from ledger.reports.weekly import strategy_comparison
 from ledger.store.db import make_engine, session_scope
-from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, plain, run_page
-
-
-def _with(url: str, fn):
-    engine = make_engine(url)
-    try:
-        with Session(engine) as s:
-            return fn(s)
-    finally:
-        engine.dispose()
+from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, plain, run_page, with_session
 
 
 @pytest.mark.parametrize("value, scale, suffix", [(20_131_350_411, 10**9, "B"), (1_234_567, 10**6, "M"),
@@ -47,7 +37,7 @@ def test_compact_small_and_edge_values():
 def test_strategies_leads_with_cost_per_1m_tokens(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(sweep=SWEEP), "strategies")
-    expected = _with(demo_url, lambda s: strategy_comparison(s, sweep_id=SWEEP))
+    expected = with_session(demo_url, lambda s: strategy_comparison(s, sweep_id=SWEEP))
     offers = sorted({o for r in expected["rows"] for o in r["cost_per_1m_tokens"]})
     currency = expected["currency"]
     table = at.dataframe[0].value
@@ -86,7 +76,7 @@ def test_strategies_says_when_cpu_runs_are_priced_as_gpu_nodes(sqlite_url, app_e
 def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(), "export")
-    s = presented_report(_with(demo_url, lambda x: monthly_report(x, MONTH, lines=True)))["summary"]
+    s = presented_report(with_session(demo_url, lambda x: monthly_report(x, MONTH, lines=True)))["summary"]
     cur = s["currency"]
     summary = at.table[0].value["value"]
     assert not [name for name in summary.index if "_" in name]  # no snake_case key is shown
@@ -102,7 +92,7 @@ def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
     for reason, amount in s["waste_by_reason"].items():
         assert summary[f"Waste by reason: {reason.replace('_', ' ')} ({cur})"] == fmt_cell("waste_by_reason", amount)
     projects = at.dataframe[0].value
-    assert list(projects.columns) == [label(k) for k in _with(demo_url, lambda x: presented_report(
+    assert list(projects.columns) == [label(k) for k in with_session(demo_url, lambda x: presented_report(
         monthly_report(x, MONTH, lines=True)))["projects"][0]]
 
 

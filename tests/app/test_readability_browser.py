@@ -11,17 +11,16 @@ test-artifacts/screenshots/.
 from __future__ import annotations
 
 import pytest
-from sqlmodel import Session
 
 from ledger.reports.weekly import strategy_comparison
-from ledger.store.db import make_engine
-from tests.app.helpers import MONTH, REPO, build_ledger
-from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
+from tests.app.helpers import MONTH, REPO, with_session
+from tests.app.served import WAIT_MS, chromium, serve_demo, settle
 
 pytestmark = pytest.mark.slow
 
 SHOTS = REPO / "test-artifacts" / "screenshots"
 WIDTHS = (1280, 1920)
+HEIGHT = 1000  # px of the window while the checks run
 #: (deep link, heading): every page, and a run's detail (the page with the most metric cards)
 PAGES = [("overview", "Overview"), ("runs", "Runs"), ("runs?run=demo-0003", "Run detail"), ("rent-vs-own", "Rent vs own"),
          ("roi", "Monthly ROI"), ("strategies", "Strategies"), ("planner", "Planner"), ("launch", "Launch"),
@@ -55,21 +54,13 @@ GRID_COLUMNS_JS = """(i) => {
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    need_chromium()
-    tmp = tmp_path_factory.mktemp("readability")
-    url = build_ledger(f"sqlite:///{tmp / 'ledger.db'}")
-    with serve(tmp, url) as s:
+    with serve_demo(tmp_path_factory, "readability") as s:
         yield s
 
 
 def _key_columns(url: str) -> list[str]:
     """Strategies' columns that must be seen first: the cost per 1M tokens under each offer (the page's own names)."""
-    engine = make_engine(url)
-    try:
-        with Session(engine) as s:
-            c = strategy_comparison(s)
-    finally:
-        engine.dispose()
+    c = with_session(url, strategy_comparison)
     return ["strategy"] + [f"per 1M tokens, {o} ({c['currency']})"
                            for o in sorted({o for r in c["rows"] for o in r["cost_per_1m_tokens"]})]
 
@@ -84,7 +75,7 @@ def test_no_value_is_cut_off(served, width):
     with sync_playwright() as p:
         browser = chromium(p)
         try:
-            page = browser.new_page(viewport={"width": width, "height": 1000})
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
             page.set_default_timeout(WAIT_MS)
             for link, heading in PAGES:
                 sep = "&" if "?" in link else "?"
@@ -96,8 +87,6 @@ def test_no_value_is_cut_off(served, width):
                 if link == "planner":  # its last section is drawn when the script has run to the end
                     expect(page.get_by_role("heading", name="The seven strategies on one cluster (predicted)")).to_be_visible()
                 expect(page.get_by_test_id("stException")).to_have_count(0)
-                name = link.replace("?", "-").replace("=", "-")
-                page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
                 found = page.evaluate(CUT_OFF_JS, TEXT)
                 if found:
                     cut[link] = found
@@ -107,6 +96,16 @@ def test_no_value_is_cut_off(served, width):
                     grid = page.evaluate(GRID_COLUMNS_JS, 0)
                     shown = grid["heads"][:-1] if grid["scrolls"] else grid["heads"]  # the last may be cut by the edge
                     assert set(key_columns[link]) <= set(shown), (width, link, grid)
+                _screenshot(page, SHOTS / f"{link.replace('?', '-').replace('=', '-')}-{width}.png", width)
         finally:
             browser.close()
     assert not cut, cut
+
+
+def _screenshot(page, path, width: int) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so the window is made as tall as that block first."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": width, "height": max(HEIGHT, height)})
+    settle(page)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": width, "height": HEIGHT})
