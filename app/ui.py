@@ -274,6 +274,7 @@ def currency_picker(url: str) -> str:
 
 MIN_CHART_HEIGHT = 250  # px: no chart is drawn lower
 AXIS_FORMAT = ",~f"  # thousands separators, no trailing zeros: "25,920", "0.12"
+LEGEND_LABEL_LIMIT = 600  # px: "rtx4090-reserved (rent_reserved)" whole, never "rtx4090-reserved (rent_r…"
 
 
 def grouped_bars(df: pd.DataFrame, x: str, y: str, color: str, *, y_title: str, height: int = 280) -> alt.Chart:
@@ -281,7 +282,7 @@ def grouped_bars(df: pd.DataFrame, x: str, y: str, color: str, *, y_title: str, 
     return (alt.Chart(df).mark_bar()
             .encode(x=alt.X(f"{x}:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=200)),
                     xOffset=f"{color}:N", y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=AXIS_FORMAT)),
-                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=LEGEND_LABEL_LIMIT)),
                     tooltip=[x, color, alt.Tooltip(f"{y}:Q", format=",.2f")])
             .properties(height=max(height, MIN_CHART_HEIGHT)))
 
@@ -291,7 +292,7 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str, *, x_title: str, y_title
     return (alt.Chart(df).mark_line(point=len(df) < 60)
             .encode(x=alt.X(f"{x}:{x_type}", title=x_title, axis=alt.Axis(labelAngle=0)),
                     y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=AXIS_FORMAT)),
-                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=LEGEND_LABEL_LIMIT)),
                     tooltip=[alt.Tooltip(f"{x}:{x_type}"), color, alt.Tooltip(f"{y}:Q", format=y_format)])
             .properties(height=max(height, MIN_CHART_HEIGHT)))
 

@@ -50,6 +50,7 @@ def test_strategies_leads_with_cost_per_1m_tokens(demo_url, app_env):
     chart = json.loads(at.get("vega_lite_chart")[0].proto.spec)
     assert chart["encoding"]["y"]["title"] == f"{currency} per 1M tokens"
     assert chart["encoding"]["y"]["axis"]["format"] == ui.AXIS_FORMAT
+    assert chart["encoding"]["color"]["legend"]["labelLimit"] == ui.LEGEND_LABEL_LIMIT  # offer names whole
     assert not any("ran on CPU only" in c.value for c in at.caption)  # these runs had GPUs
 
 
