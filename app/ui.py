@@ -39,6 +39,24 @@ TIME_UTIL_HELP = "Share of the fleet's node-hours spent in runs. Not GPU-Util, n
 GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weighted by GPU-hours). Not MFU."
 MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
 
+#: how reserved capacity is priced everywhere (Planner, Rent vs own, the monthly report and its export):
+#: ``ledger.money.costs.reserved_month_cost`` / ``reserved_term_cost``
+RESERVED_RULE = ("Reserved capacity is billed by whole committed months: nodes × monthly price for every month "
+                 "begun (⌈hours ÷ 730⌉, at least one), used or not, as the monthly report bills it.")
+
+#: page CSS (app/main.py injects it once for every page): metric values and labels wrap instead of being cut
+#: off with an ellipsis, so "20,131,350,411.92" is read whole at 1280 px
+PAGE_CSS = """<style>
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] *,
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *,
+[data-testid="stMetricDelta"], [data-testid="stMetricDelta"] * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: break-word; height: auto !important;
+}
+[data-testid="stMetricValue"] { font-size: clamp(1.25rem, 1.7vw, 2.25rem); line-height: 1.2; }
+[data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal; overflow-wrap: break-word; }
+</style>"""
+
 MONTH_STATE = "_month"  # the selected month, kept across pages
 MD_LIMIT = 300  # characters of one value shown in Markdown
 WORD_JOINER = "\u2060"
@@ -118,6 +136,23 @@ def mfu_text(value: Any, util_sources: Iterable[Optional[str]] = (), has_runs: b
 
 def gpu_util_label(util_source: Optional[str]) -> str:
     return CPU_UTIL if util_source == "cpu" else GPU_UTIL
+
+
+_COMPACT = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k"))
+
+
+def compact(value: Any) -> str:
+    """A large count for a metric card: 20,131,350,411 → "20.1 B", 1,234,567 → "1.2 M", 12,345 → "12.3 k".
+
+    Not for money (money keeps its cents, :func:`money`); below 1,000 the number as it is ("950", "12.5").
+    """
+    if value is None:
+        return DASH
+    v = float(value)
+    for size, suffix in _COMPACT:
+        if abs(v) >= size * 0.99995:  # 999,960 rounds to "1.0 M", never "1000.0 k"
+            return f"{v / size:,.1f} {suffix}"
+    return f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
 
 
 def gib(n_bytes: Any) -> str:
@@ -237,22 +272,29 @@ def currency_picker(url: str) -> str:
 
 # --- charts ------------------------------------------------------------------------
 
+MIN_CHART_HEIGHT = 250  # px: no chart is drawn lower
+AXIS_FORMAT = ",~f"  # thousands separators, no trailing zeros: "25,920", "0.12"
+LEGEND_LABEL_LIMIT = 600  # px: "rtx4090-reserved (rent_reserved)" whole, never "rtx4090-reserved (rent_r…"
+
+
 def grouped_bars(df: pd.DataFrame, x: str, y: str, color: str, *, y_title: str, height: int = 280) -> alt.Chart:
+    """Bars per ``x``, one per ``color``; ``y_title`` names the unit (the currency on a money axis)."""
     return (alt.Chart(df).mark_bar()
             .encode(x=alt.X(f"{x}:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=200)),
-                    xOffset=f"{color}:N", y=alt.Y(f"{y}:Q", title=y_title),
-                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+                    xOffset=f"{color}:N", y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=AXIS_FORMAT)),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=LEGEND_LABEL_LIMIT)),
                     tooltip=[x, color, alt.Tooltip(f"{y}:Q", format=",.2f")])
-            .properties(height=height))
+            .properties(height=max(height, MIN_CHART_HEIGHT)))
 
 
 def lines(df: pd.DataFrame, x: str, y: str, color: str, *, x_title: str, y_title: str, x_type: str = "Q",
           y_format: str = ",.2f", height: int = 300) -> alt.Chart:
     return (alt.Chart(df).mark_line(point=len(df) < 60)
-            .encode(x=alt.X(f"{x}:{x_type}", title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y(f"{y}:Q", title=y_title),
-                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom")),
+            .encode(x=alt.X(f"{x}:{x_type}", title=x_title, axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=AXIS_FORMAT)),
+                    color=alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=LEGEND_LABEL_LIMIT)),
                     tooltip=[alt.Tooltip(f"{x}:{x_type}"), color, alt.Tooltip(f"{y}:Q", format=y_format)])
-            .properties(height=height))
+            .properties(height=max(height, MIN_CHART_HEIGHT)))
 
 
 def show_chart(chart: alt.Chart) -> None:

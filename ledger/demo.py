@@ -47,6 +47,41 @@ SEED = 20261202
 DEMO_MODEL = {"model_shape": "1.3b", "params": 1_313_000_000, "n_layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}
 FLOPS_PER_TOKEN = 6 * DEMO_MODEL["params"] + 12 * 24 * 16 * (2048 // 16) * 2048
 
+# --- the demo's magnitudes, and where they come from ---------------------------------------------------------
+# Power: an RTX 4090 has a 450 W board power limit (NVIDIA's specification); under sustained training a card draws
+#   most of it, scaling with how busy it is. The host (2 CPUs, RAM, NICs, fans, PSU losses) adds ~0.4-0.6 kW.
+#   So a node of 8 draws 8 × 450 W × (35% + 65% × GPU-Util) + 0.5 kW: ~3.2-4.1 kW at 60-100% GPU-Util, the
+#   3-4 kW an 8x4090 server is specified and measured at under load (the preset's nominal 4.0 kW per node).
+# Peak: 165.2 dense BF16 TFLOPS per 4090 with FP32 accumulate (NVIDIA Ada Lovelace architecture whitepaper), the
+#   node type's peak_bf16_tflops. Tokens/s = MFU × peak × GPUs ÷ FLOPs per token (PaLM's 6N + 12·L·H·Q·T).
+# MFU: well-run LLM training reaches ~30-45% (PaLM 540B: 46.2%, Chowdhery et al. 2022; Megatron-LM 3D parallel:
+#   ~40-52% of peak, Narayanan et al. 2021; MosaicML/Databricks report 35-45% on A100). PCIe cards without NVLink on
+#   25 GbE lose some to communication: pretraining 33-41%, fine-tuning (ZeRO-2, 2 nodes) 28-36%.
+# GPU-Util: NVML's busy share counts a kernel running, not FLOPs, so it sits far above MFU in steady training
+#   (85-95% for pretraining, a little lower with ZeRO-2's gradient traffic and short fine-tunes).
+# Failures: ~12% of pretraining and ~15% of fine-tuning runs fail or are cancelled after a few hours (out of
+#   memory, NCCL timeouts, a lost node: Meta's OPT-175B logbook and the Llama 3 paper's 419 interruptions in
+#   54 days on 16k GPUs show failures are routine at scale; a small cluster sees fewer, per run).
+# Capacity: the owned fleet has FLEET_NODES nodes; pretraining uses all 8, fine-tunes 2 each (at most 3 side by
+#   side, on distinct nodes), and a block starts only after the previous one ended, so no instant uses more
+#   nodes than the fleet has.
+FLEET_NODES = 8
+GPU_POWER_KW = 0.45
+GPU_IDLE_SHARE = 0.35  # of board power drawn at 0% busy share while a job holds the card
+HOST_POWER_KW = 0.5
+PRETRAIN = {"nodes": 8, "strategy": "3d", "dp": 8, "tp": 2, "pp": 4, "zero_stage": 1, "mfu": (0.33, 0.41),
+            "util": (0.86, 0.95), "comm": (0.12, 0.30)}
+FINETUNE = {"nodes": 2, "strategy": "zero2", "dp": 16, "tp": 1, "pp": 1, "zero_stage": 2, "mfu": (0.28, 0.36),
+            "util": (0.78, 0.90), "comm": (0.05, 0.12)}
+MICRO_BATCH, GRAD_ACCUM = 4, 8
+FAILURES = ("CUDA out of memory on rank {rank} (demo)", "NCCL watchdog timeout on rank {rank} (demo)",
+            "node demo-node{node:02d} lost: ECC uncorrectable error (demo)")
+
+
+def node_power_kw(gpus: int, gpu_util: float) -> float:
+    """A node's mean draw (kW) at a GPU busy share: GPUs × 450 W × (35% + 65% × util) + the host's 0.5 kW."""
+    return HOST_POWER_KW + gpus * GPU_POWER_KW * (GPU_IDLE_SHARE + (1 - GPU_IDLE_SHARE) * gpu_util)
+
 
 def _add_months(month: str, delta: int) -> str:
     y, m = map(int, month.split("-"))
@@ -88,6 +123,7 @@ class _Demo:
     projects: dict[str, Project]
     users: dict[str, User]
     runs: list[Run] = field(default_factory=list)
+    hosts: dict[str, list[int]] = field(default_factory=dict)  # run id -> the fleet nodes (demo-nodeNN) it ran on
 
     @classmethod
     def start(cls, session: Session, first_month: str, now: datetime) -> "_Demo":
@@ -97,7 +133,7 @@ class _Demo:
         own = session.exec(select(Offer).where(Offer.name == "rtx4090-own")).one()
         start, _ = month_bounds(first_month, timezone.utc)
         session.add(Setting(key="demo", value="true"))
-        session.add(Fleet(name="demo-cluster", offer_id=own.id, node_count=8, valid_from=start.date()))
+        session.add(Fleet(name="demo-cluster", offer_id=own.id, node_count=FLEET_NODES, valid_from=start.date()))
         projects = {n: Project(name=n) for n in ("demo-pretrain", "demo-finetune")}
         users = {n: User(name=n, role=r) for n, r in (("alice", "lead"), ("bob", "viewer"), ("chen", "viewer"))}
         session.add_all([*projects.values(), *users.values()])
@@ -105,7 +141,11 @@ class _Demo:
         return cls(session, rng, now, nt, own, projects, users)
 
     def walk(self, first_month: str, end_month: str) -> None:
-        """Walk the six months: pretraining blocks, fine-tunes between, an idle fortnight in month 3."""
+        """Walk the six months: pretraining blocks, fine-tunes between, an idle fortnight in month 3.
+
+        A block (one pretraining run on all nodes, or 1-3 fine-tunes on 2 nodes each) starts only after the
+        previous block's last run ended, so the fleet is never over-used.
+        """
         rng, tz = self.rng, timezone.utc
         t = month_bounds(first_month, tz)[0] + timedelta(hours=9)
         idle_from = month_bounds(_add_months(first_month, 2), tz)[0] + timedelta(days=7)
@@ -123,17 +163,20 @@ class _Demo:
                 status = RunStatus.succeeded if rng.random() > 0.12 else rng.choice([RunStatus.failed, RunStatus.cancelled])
                 if status != RunStatus.succeeded:
                     hours = rng.uniform(2, 12)
-                self.add("pretrain", t, hours, status, "alice")
+                self.add("pretrain", t, hours, status, "alice", list(range(PRETRAIN["nodes"])))
                 t += timedelta(hours=hours + rng.uniform(2, 20))
             else:
-                for _ in range(rng.randint(1, 3)):  # fine-tunes on 2 nodes, often side by side
+                block_end = t
+                for j in range(rng.randint(1, 3)):  # fine-tunes on 2 nodes each, often side by side
                     hours = rng.uniform(3, 14)
                     status = RunStatus.succeeded if rng.random() > 0.15 else rng.choice([RunStatus.failed, RunStatus.cancelled])
-                    self.add("finetune", t + timedelta(hours=rng.uniform(0, 3)), hours, status, users_cycle[i % 3])
-                t += timedelta(hours=rng.uniform(12, 40))
+                    t0 = t + timedelta(hours=rng.uniform(0, 3))
+                    self.add("finetune", t0, hours, status, users_cycle[i % 3], [2 * j, 2 * j + 1])
+                    block_end = max(block_end, t0 + timedelta(hours=hours))
+                t = max(t + timedelta(hours=rng.uniform(12, 40)), block_end + timedelta(hours=rng.uniform(1, 6)))
 
-    def add(self, kind: str, t0: datetime, hours: float, status: RunStatus, user: str) -> Optional[Run]:
-        """One pretraining (8 nodes, 3d) or fine-tuning (2 nodes, zero2) run; cut at now, none after it."""
+    def add(self, kind: str, t0: datetime, hours: float, status: RunStatus, user: str, hosts: list[int]) -> Optional[Run]:
+        """One pretraining (8 nodes, 3d) or fine-tuning (2 nodes, zero2) run on fleet nodes ``hosts``; cut at now, none after it."""
         rng, nt = self.rng, self.nt
         t1 = t0 + timedelta(hours=hours)
         if t0 >= self.now:
@@ -142,43 +185,50 @@ class _Demo:
             t1 = self.now
             hours = (t1 - t0).total_seconds() / 3600
         n = len(self.runs) + 1
-        if kind == "pretrain":
-            nodes, strategy, dp, tp, pp, zs, util, mfu = 8, "3d", 8, 2, 4, 1, rng.uniform(0.84, 0.93), rng.uniform(0.30, 0.38)
-        else:
-            nodes, strategy, dp, tp, pp, zs, util, mfu = 2, "zero2", 16, 1, 1, 2, rng.uniform(0.62, 0.78), rng.uniform(0.22, 0.30)
+        spec = PRETRAIN if kind == "pretrain" else FINETUNE
+        nodes = spec["nodes"]
+        util, mfu = rng.uniform(*spec["util"]), rng.uniform(*spec["mfu"])
         gpus = nodes * nt.gpus_per_node
         tps = mfu * nt.peak_bf16_tflops * 1e12 * gpus / FLOPS_PER_TOKEN
-        steps = int(hours * 3600 / (8.0 if kind == "pretrain" else 2.5))
+        tokens_per_step = spec["dp"] * MICRO_BATCH * GRAD_ACCUM * DEMO_MODEL["seq_len"]
+        step_s = tokens_per_step / tps
+        tokens = int(tps * hours * 3600)
         loss = (2.1 if kind == "pretrain" else 1.6) + rng.uniform(0, 0.3) if status == RunStatus.succeeded else None
+        error = None
+        if status == RunStatus.failed:
+            error = rng.choice(FAILURES).format(rank=rng.randrange(gpus), node=rng.choice(hosts))
         run = Run(id=f"demo-{n:04d}", name=f"{kind}-{t0:%m%d}-{n:03d}", project_id=self.projects[f"demo-{kind}"].id,
                   user_id=self.users[user].id, launcher="deepspeed", node_type_id=nt.id, offer_id=self.own.id, nodes=nodes,
-                  gpus_per_node=nt.gpus_per_node, world_size=gpus, strategy=strategy, dp=dp, tp=tp, pp=pp,
-                  zero_stage=zs, micro_batch=4, grad_accum=8, **DEMO_MODEL, config={"demo": True},
-                  status=status, created_at=t0, started_at=t0, ended_at=t1, heartbeat_at=t1, steps=steps,
-                  tokens=int(tps * hours * 3600), step_time_median_s=8.0 if kind == "pretrain" else 2.5,
-                  step_time_p95_s=8.6 if kind == "pretrain" else 2.9, tokens_per_s=tps, mfu=mfu,
-                  gpu_util_mean=util, gpu_util_p95=min(0.99, util + 0.05), util_source="nvml",
-                  peak_mem_bytes=int(rng.uniform(19, 23) * 2**30), comm_share=rng.uniform(0.12, 0.3) if kind == "pretrain" else rng.uniform(0.05, 0.12),
+                  gpus_per_node=nt.gpus_per_node, world_size=gpus, strategy=spec["strategy"], dp=spec["dp"],
+                  tp=spec["tp"], pp=spec["pp"], zero_stage=spec["zero_stage"], micro_batch=MICRO_BATCH,
+                  grad_accum=GRAD_ACCUM, **DEMO_MODEL, config={"demo": True},
+                  status=status, created_at=t0, started_at=t0, ended_at=t1, heartbeat_at=t1,
+                  steps=tokens // tokens_per_step, tokens=tokens, step_time_median_s=step_s, step_time_p95_s=step_s * 1.08,
+                  tokens_per_s=tps, mfu=mfu, gpu_util_mean=util, gpu_util_p95=min(0.99, util + 0.04), util_source="nvml",
+                  peak_mem_bytes=int(rng.uniform(19, 23) * 2**30), comm_share=rng.uniform(*spec["comm"]),
                   final_loss=loss, exit_code=0 if status == RunStatus.succeeded else (1 if status == RunStatus.failed else None),
-                  error="CUDA out of memory on rank 37 (demo)" if status == RunStatus.failed else None)
+                  error=error)
         self.runs.append(run)
+        self.hosts[run.id] = hosts
         return run
 
     def add_nodes_and_losses(self) -> int:
-        """Per-node figures of the pretraining runs and loss curves of the succeeded ones; returns the samples added."""
+        """Per-node figures of every run (busy share, energy at :func:`node_power_kw`) and loss curves of the
+        succeeded pretraining runs; returns the samples added."""
         rng, samples = self.rng, 0
         for run in self.runs:
-            if run.strategy != "3d":
-                continue
-            straggler_rank = 5 if run.id.endswith("3") else None
-            for r in range(run.nodes):
+            pretrain = run.strategy == PRETRAIN["strategy"]
+            straggler_rank = 5 if pretrain and run.id.endswith("3") else None
+            hours = float(costs.hours_between(run.started_at, run.ended_at))
+            for r, host in enumerate(self.hosts[run.id]):
                 util = run.gpu_util_mean - (0.25 if r == straggler_rank else rng.uniform(-0.02, 0.02))
-                self.session.add(RunNode(run_id=run.id, hostname=f"demo-node{r:02d}", node_rank=r, gpu_util_mean=util,
-                                         gpu_util_p95=min(0.99, util + 0.05), util_source="nvml",
+                util = min(0.99, util)
+                self.session.add(RunNode(run_id=run.id, hostname=f"demo-node{host:02d}", node_rank=r, gpu_util_mean=util,
+                                         gpu_util_p95=min(0.99, util + 0.04), util_source="nvml",
                                          mem_peak_bytes=run.peak_mem_bytes, step_time_share=1 / run.nodes,
-                                         energy_kwh=float(costs.hours_between(run.started_at, run.ended_at)) * (2.6 + 1.2 * util),
+                                         energy_kwh=hours * node_power_kw(run.gpus_per_node, util),
                                          straggler=r == straggler_rank))
-            if run.status == RunStatus.succeeded:
+            if pretrain and run.status == RunStatus.succeeded:
                 span = (run.ended_at - run.started_at) / 40
                 for k in range(40):
                     loss = run.final_loss + 6.0 * math.exp(-k / 6) + rng.uniform(-0.03, 0.03)

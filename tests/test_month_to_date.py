@@ -150,8 +150,12 @@ def test_cli_says_to_date(cli, ledger_url):
 
 def test_demo_on_day_3(tmp_path):
     """The issue's case: the demo ledger on 2026-12-03 charges the owned fleet for 3 days' worth, not 31."""
+    from sqlmodel import select
+
     from ledger.demo import generate_demo
+    from ledger.money import costs
     from ledger.store.db import make_engine, session_scope
+    from ledger.store.models import Run
 
     now = datetime(2026, 12, 3, 7, 7, 30, tzinfo=UTC)
     engine = make_engine(f"sqlite:///{tmp_path / 'demo.db'}")
@@ -162,8 +166,14 @@ def test_demo_on_day_3(tmp_path):
         s_ = rep.summary
         assert s_["period"] == "to date (3 of 31 days)"
         assert s_["capacity_node_hours"] == 8 * Decimal("55.125")  # not 8 × 744 = 5,952
-        assert s_["node_hours"] == 441 and s_["time_utilization"] == 1  # the cluster ran all 3 days
-        assert Decimal(0) <= s_["idle_cost"] < Decimal("0.005")
+        # the runs' node-hours within the 55.125 elapsed hours, over the fleet's capacity for those hours only
+        start = datetime(2026, 12, 1, tzinfo=UTC)
+        used = sum((r.nodes * costs.hours_between(max(r.started_at, start), min(r.ended_at, now))
+                    for r in s.exec(select(Run)).all() if r.ended_at > start), Decimal(0))
+        assert abs(s_["node_hours"] - used) < Decimal("1e-9")  # Decimal sums in another order
+        assert abs(s_["time_utilization"] - used / s_["capacity_node_hours"]) < Decimal("1e-9")
+        assert s_["time_utilization"] > Decimal("0.5")  # not 441 ÷ 5,952 node-hours of the whole month
+        assert (s_["idle_cost"] > 0) == (used < s_["capacity_node_hours"])
         # the own fleet's 3 days cost about 8 × 55.125 h × (4,800 ÷ 730) (full load); renting them ~25% less
         assert Decimal("2700") < s_["actual_cost"] < Decimal("2900")
         assert Decimal("-0.26") < s_["roi"] < Decimal("-0.20")

@@ -6,10 +6,11 @@ exactly what ``trainledger report monthly --month M --format FMT`` writes.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from app import access, data, ui
-from ledger.reports.present import key_values
+from ledger.reports.present import label, labelled_rows
 
 FORMATS = {"csv": ("CSV", "text/csv"),
            "xlsx": ("XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
@@ -27,9 +28,9 @@ st.caption(f"The monthly report for {ui.period_text(month, p['summary'])}: a sum
 ui.to_date_note(month, p["summary"])
 
 c = st.columns(len(FORMATS))
-for col, (fmt, (label, mime)) in zip(c, FORMATS.items()):
+for col, (fmt, (title, mime)) in zip(c, FORMATS.items()):
     name = f"trainledger-{month}{'-to-date' if p['summary'].get('is_partial') else ''}.{fmt}"
-    col.download_button(f"Download {label}", data.export_bytes(url, month, fmt, currency), file_name=name,
+    col.download_button(f"Download {title}", data.export_bytes(url, month, fmt, currency), file_name=name,
                         mime=mime, key=f"export_{fmt}", type="primary" if fmt == "csv" else "secondary",
                         icon=":material/download:", on_click="ignore")
 st.caption(f"Same bytes as `trainledger report monthly --month {month} --currency {currency} --format csv` "
@@ -37,18 +38,21 @@ st.caption(f"Same bytes as `trainledger report monthly --month {month} --currenc
            + (f", run at the same time (`--now {p['summary']['period_end']}`)" if p["summary"].get("is_partial") else "")
            + f"; the FOCUS dataset of the month: `trainledger report focus --month {month} --currency {currency} -o {month}.csv`.")
 
-st.subheader("Summary")
+st.subheader("Summary", help=ui.RESERVED_RULE)
+st.caption("The summary block of the export, with the dashboard's labels (the file keeps its column keys). "
+           + ui.md(ui.RESERVED_RULE))
 if p["summary"].get("fx_rates"):
     st.caption("Converted at: " + "; ".join(p["summary"]["fx_rates"]))
 st.caption("Carbon intensity: " + "; ".join(p["summary"]["carbon_intensities"]))
-st.code(key_values(p["summary"]), language=None)
+summary = {k: v for k, v in p["summary"].items() if k not in ("fx_rates", "carbon_intensities")}  # the captions above
+st.table(pd.DataFrame(labelled_rows(summary, summary.get("currency"))).set_index("figure"))
 st.subheader(f"Projects ({len(p['projects'])})")
 if p["projects"]:
-    st.dataframe(ui.frame(p["projects"], list(p["projects"][0])), hide_index=True)
+    st.dataframe(ui.frame(p["projects"], list(p["projects"][0]), {k: label(k) for k in p["projects"][0]}), hide_index=True)
 else:
     st.caption("No project used the cluster this month.")
 st.subheader(f"Runs ({len(p['runs'])} lines)")
 if p["runs"]:
-    st.dataframe(ui.frame(p["runs"], list(p["runs"][0])), hide_index=True)
+    st.dataframe(ui.frame(p["runs"], list(p["runs"][0]), {k: label(k) for k in p["runs"][0]}), hide_index=True)
 else:
     st.caption("No run in this month.")

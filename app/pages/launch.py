@@ -144,7 +144,7 @@ def progress() -> None:
     elif p["error"]:
         st.error(f"Run {ui.md(p['id'])} {ui.md(p['status'])}: {ui.md(p['error'], 1000)}")
     if p["loss"]:
-        st.line_chart(pd.DataFrame(p["loss"]), x="ts", y="value", x_label="time (UTC)", y_label="loss", height=240)
+        st.line_chart(pd.DataFrame(p["loss"]), x="ts", y="value", x_label="time (UTC)", y_label="loss", height=ui.MIN_CHART_HEIGHT)
     elif p["active"]:
         st.caption("The loss curve appears as rank 0 hands its samples to the ledger (in batches, and at the end); "
                    "the step and loss above follow the run's log.")

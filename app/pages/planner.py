@@ -17,10 +17,13 @@ from app import access, data, planner, ui
 from ledger.errors import LedgerInputError
 from trainer.shapes import SHAPES, param_count
 
-RANKING = ["rank", "offer", "node_type", "nodes", "plan", "total_gib", "tokens_per_s", "days", "cost",
-           "cost_per_1m_tokens", "bottleneck", "comm_share", "mfu"]
+# what decides first (offer, size, time, cost), so it is in view at 1280 px; the model's details after
+RANKING = ["rank", "offer", "nodes", "days", "cost", "cost_per_1m_tokens", "plan", "node_type", "total_gib",
+           "tokens_per_s", "bottleneck", "comm_share", "mfu"]
 LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s", "cost_per_1m_tokens": "cost per 1M tokens",
-          "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type"}
+          "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type", "offer_kind": "kind",
+          "reserved_months": "months reserved"}
+PER_OFFER = ["offer", "offer_kind", "rank", "nodes", "plan", "days", "reserved_months", "cost", "cost_per_1m_tokens"]
 STRATEGY_COLS = ["strategy", "fits", "plan", "total_gib", "days", "comm_share", "cost_per_1m_tokens", "offer",
                  "bottleneck", "reason"]
 
@@ -41,7 +44,7 @@ tokens_b = c[1].number_input("Tokens (billions)", 0.001, 1_000_000.0, 2000.0, ke
                              help="Llama 2 was trained on 2T tokens; Chinchilla-optimal is ~20 per parameter.")
 rank_by = c[2].selectbox("Rank by", ["cost", "time"], key="plan_rank_by")
 top = int(c[3].number_input("Plans to list", 1, 100, 10, key="plan_top"))
-st.caption(f"{shape.name}: {param_count(shape):,} parameters · {shape.arch} · L={shape.n_layers} d={shape.d_model} "
+st.caption(f"{shape.name}: {param_count(shape):,} ({ui.compact(param_count(shape))}) parameters · {shape.arch} · L={shape.n_layers} d={shape.d_model} "
            f"H={shape.n_heads} KV={shape.n_kv_heads} · {shape.seq_len} tokens per sequence.")
 nts = [n.name for n in data.node_types(url)]
 with_offers = sorted({name for _, name in data.offers(url)})
@@ -67,7 +70,7 @@ except LedgerInputError as exc:
     st.stop()
 
 # --- ranking ----------------------------------------------------------------------------
-st.subheader("Ranking (predicted)")
+st.subheader("Ranking (predicted)", help=ui.RESERVED_RULE)
 counts = result["counts"]
 st.caption(f"{counts['candidates']:,} candidate plans ({counts['plans_evaluated']:,} layouts × offers), "
            f"{counts['kept']:,} fit and pass the trainer's plan validation; ranked by {rank_by}. "
@@ -75,12 +78,17 @@ st.caption(f"{counts['candidates']:,} candidate plans ({counts['plans_evaluated'
 plans = result["plans"]
 if plans:
     best = plans[0]
-    m = st.columns(4)
+    m = [*st.columns(3), *st.columns(3)]  # two rows of three: a cost of millions is read whole at 1280 px
     m[0].metric("Cheapest plan" if rank_by == "cost" else "Fastest plan", f"{best['nodes']} × {ui.md(best['node_type'])}",
                 border=True, help=ui.md(best["plan"]))
-    m[1].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
-    m[2].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True)
-    m[3].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
+    m[1].metric("Predicted cost", f"{ui.money('cost', best['cost'])} {best['currency']}", border=True,
+                help=f"Under {ui.md(best['offer'])}. {ui.RESERVED_RULE}")
+    m[2].metric("Predicted time", f"{best['days']:,.1f} days", border=True)
+    m[3].metric("Predicted throughput", f"{ui.compact(best['tokens_per_s'])} tokens/s", border=True,
+                help=f"{best['tokens_per_s']:,.0f} tokens/s for {ui.compact(tokens_b * 1e9)} tokens.")
+    m[4].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
+    m[5].metric("Cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
+                border=True)
     st.dataframe(ui.frame(plans, RANKING, LABELS), hide_index=True)
     parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans
                           for part, key in (("model states", "model_states_gib"), ("activations", "activations_gib"),
@@ -93,6 +101,11 @@ if plans:
     ui.show_chart((bars + limit).properties(height=300))
 else:
     st.error("No plan fits: see why below. Add nodes, a node type with more memory, or a smaller model.")
+if result["best_per_offer"]:
+    st.markdown("**Best plan under each offer (predicted)**", help=ui.RESERVED_RULE)
+    st.dataframe(ui.frame(result["best_per_offer"], PER_OFFER, LABELS), hide_index=True)
+    st.caption(ui.md(ui.RESERVED_RULE) + " Elastic rent bills the node-hours used (per its granularity); owning "
+               "prices the node-hours at the fleet's full-use rate.")
 for h in result["hardware"]:
     st.caption(f"{ui.md(h['node_type'])}: compute efficiency {h['efficiency']:.0%} ({ui.md(h['efficiency_source'])}); "
                f"links {ui.md(h['links'])} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "

@@ -134,8 +134,13 @@ else:
                   if r["break_even_utilization_power_adjusted"] is not None else ".") + payback)
 
 # --- break-even chart ------------------------------------------------------------------
-st.subheader("Monthly cost of one node vs utilization")
+st.subheader("Monthly cost of one node vs utilization", help=ui.RESERVED_RULE)
 others = [o for o in by_nt[node_type] if o.name not in (own_o.name, rent_o.name)]
+reserved = [o for o in others if o.kind.value == "rent_reserved"]
+if reserved:
+    st.caption("Reserved: " + "; ".join(f"{ui.md(o.name)} {fmt_cell('cost', costs.reserved_term_cost(o, 1, costs.HOURS_PER_MONTH))} "
+                                        f"{cur} per node-month, at any utilization" for o in reserved)
+               + ". " + ui.md(ui.RESERVED_RULE))
 curve = pd.DataFrame(rentown.cost_curve([own_a, rent_a, *others]))
 chart = ui.lines(curve, "utilization", "cost", "offer", x_title=ui.TIME_UTIL, y_title=f"{cur} per node-month")
 rules = [{"utilization": u_float, "what": "selected"}]
@@ -152,7 +157,11 @@ nodes = st.number_input("Nodes", min_value=1, value=int(fleet_nodes), step=1, ke
 cum = pd.DataFrame(rentown.cumulative_costs(own_a, rent_a, u, int(nodes)))
 ui.show_chart(ui.lines(cum, "month", "cost", "option", x_title="months", y_title=cur))
 st.caption(f"Buying pays the capex up front, then power and operations at {ui.pct(u)} utilization; renting pays "
-           "only the used node-hours. Residual value"
+           "only the used node-hours"
+           + "".join(f"; reserving {int(nodes)} nodes of {ui.md(o.name)} costs "
+                     f"{fmt_cell('cost', costs.reserved_term_cost(o, int(nodes), costs.HOURS_PER_MONTH))} {cur} a month"
+                     for o in reserved)
+           + ". Residual value"
            + (f" ({fmt_cell('residual_value', own_a.residual_value)} {cur} per node)" if own_a.residual_value else "")
            + " is not credited.")
 

@@ -45,6 +45,7 @@ sweep_id = st.selectbox("Sweep", ids, index=ids.index(wanted) if wanted in ids e
                         format_func=lambda i: f"{i} · {info[i]['runs']} run{'' if info[i]['runs'] == 1 else 's'}"
                         + (f" · {info[i]['started_at']:%Y-%m-%d %H:%M}" if info[i]["started_at"] else ""))
 live = data.sweep_progress(url, sweep_id)["state"] in LIVE
+currency = {o.name: o.currency for o, _ in data.offers(url, chosen)}  # offer -> its currency (after conversion)
 
 
 def show_progress(p: dict) -> None:
@@ -82,6 +83,24 @@ def show_progress(p: dict) -> None:
         st.caption(f"Sweep finished: {text}.")
 
 
+def cost_column(offer: str) -> str:
+    """The table's column of an offer's cost per 1M tokens: "per 1M tokens, rtx4090-rent (CNY)"."""
+    return f"per 1M tokens, {offer} ({currency.get(offer, '')})"
+
+
+def cpu_note(rows: list[dict]) -> None:
+    """Says so when CPU-only runs are priced as the GPU nodes they were recorded on (a tiny CPU model as a full node)."""
+    cpu = [r for r in rows if r["util_source"] == "cpu"]
+    if not cpu:
+        return
+    gpus = {n.name: n.gpus_per_node for n in data.node_types(url)}
+    kinds = sorted({(r["node_type"], r["nodes"]) for r in cpu})
+    st.caption(f"{len(cpu)} of {len(rows)} runs ran on CPU only, but are priced as the GPU nodes they were recorded on: "
+               + ", ".join(f"{n} × {md(nt)} ({gpus.get(nt, '?')} GPUs each)" for nt, n in kinds)
+               + ". Their cost per 1M tokens is what that throughput would cost on whole GPU nodes (a tiny CPU model priced "
+               "as full GPU nodes): useful to compare the strategies with each other, not as a price to expect.")
+
+
 @st.fragment(run_every=REFRESH_S if live else None)
 def sweep_view() -> None:
     p = data.sweep_progress(url, sweep_id)
@@ -95,38 +114,41 @@ def sweep_view() -> None:
     comparison = data.strategy_comparison(url, sweep_id, p["version"], chosen)
     rows = comparison["rows"]
     offers = sorted({o for r in rows for o in r["cost_per_1m_tokens"]})
-    currency = {o.name: o.currency for o, _ in data.offers(url, chosen)}
 
+    # the point of the page first (cost per 1M tokens under each offer, tokens/s), so it is seen without scrolling
+    # at 1280 px; the layout and the measures behind it after
     table = []
     for r in rows:
-        plan = r["strategy"] + (f" (dp {r['dp']}, tp {r['tp']}, pp {r['pp']}, ZeRO-{r['zero_stage']})"
-                                if r["dp"] is not None else "")
-        row = {"": "★ cheapest" if r["cheapest"] else "", "strategy": plan, "run": r["run_id"], "nodes": r["nodes"],
-               "time per epoch": (fmt_cell("time_per_epoch_hours", r["time_per_epoch_hours"]) + " h")
-               if r["time_per_epoch_hours"] is not None else ui.DASH,
-               "tokens/s": f"{r['tokens_per_s']:,.0f}",
-               "memory per GPU": ui.gib(r["peak_mem_per_gpu_bytes"])
-               + (f" ({MEM_KIND.get(r['mem_kind'], r['mem_kind'])})" if r["mem_kind"] and r["peak_mem_per_gpu_bytes"] else ""),
-               "comm share": ui.pct(r["comm_share"]),
-               ui.gpu_util_label(r["util_source"]): ui.pct(r["gpu_util_mean"]),
-               ui.MFU: ui.mfu_text(r["mfu"], [r["util_source"]])}
+        row = {"": "★ cheapest" if r["cheapest"] else "", "strategy": r["strategy"]}
+        for o in offers:
+            row[cost_column(o)] = fmt_cell("cost_per_1m_tokens", r["cost_per_1m_tokens"].get(o))
+        row.update({"tokens/s": f"{r['tokens_per_s']:,.0f}", "nodes": r["nodes"],
+                    "layout": f"dp {r['dp']}, tp {r['tp']}, pp {r['pp']}, ZeRO-{r['zero_stage']}" if r["dp"] is not None else ui.DASH,
+                    "time per epoch": (fmt_cell("time_per_epoch_hours", r["time_per_epoch_hours"]) + " h")
+                    if r["time_per_epoch_hours"] is not None else ui.DASH,
+                    "memory per GPU": ui.gib(r["peak_mem_per_gpu_bytes"])
+                    + (f" ({MEM_KIND.get(r['mem_kind'], r['mem_kind'])})" if r["mem_kind"] and r["peak_mem_per_gpu_bytes"] else ""),
+                    "comm share": ui.pct(r["comm_share"]),
+                    ui.gpu_util_label(r["util_source"]): ui.pct(r["gpu_util_mean"]),
+                    ui.MFU: ui.mfu_text(r["mfu"], [r["util_source"]]), "run": r["run_id"]})
         if ui.gpu_util_label(r["util_source"]) != ui.GPU_UTIL:
             row.setdefault(ui.GPU_UTIL, ui.DASH)
-        for o in offers:
-            row[f"per 1M tokens, {o} ({currency.get(o, '')})"] = fmt_cell("cost_per_1m_tokens", r["cost_per_1m_tokens"].get(o))
         table.append(row)
 
     if table:
         st.dataframe(pd.DataFrame(table), hide_index=True)
         st.caption("Sorted by the cheapest cost per 1M tokens: a node-hour's price under each offer × nodes ÷ tokens "
-                   f"per hour. {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
+                   "per hour (a reserved offer: its monthly price ÷ 730 h, a reservation kept busy; a whole job is "
+                   f"billed by whole months, see Planner). {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
                    "busy share is the process CPU utilization and MFU is n/a.")
+        cpu_note(rows)
         chart = [{"strategy": r["strategy"] if [x["strategy"] for x in rows].count(r["strategy"]) == 1
                   else f"{r['strategy']} · {r['run_id']}", "offer": o, "cost": float(cents(v))}
                  for r in rows for o, v in r["cost_per_1m_tokens"].items() if v is not None]
         if chart:
             st.markdown("**Cost per 1M tokens**")
-            ui.show_chart(ui.grouped_bars(pd.DataFrame(chart), "strategy", "cost", "offer", y_title="per 1M tokens"))
+            ui.show_chart(ui.grouped_bars(pd.DataFrame(chart), "strategy", "cost", "offer",
+                                          y_title=f"{comparison['currency'] or ''} per 1M tokens".strip()))
     else:
         ui.empty(f"No run of sweep {md(sweep_id)} finished with a measured throughput yet.")
     ended = [x for x in comparison["not_measured"] if x["status"] not in ("queued", "running")]  # running: above

@@ -125,3 +125,62 @@ def _is_num(s: str) -> bool:
 def key_values(d: dict[str, Any]) -> str:
     width = max(len(k) for k in d) if d else 0
     return "\n".join(f"{k.ljust(width)}  {fmt_cell(k, v)}" for k, v in d.items() if not isinstance(v, (dict, list)))
+
+
+#: human labels for the report's keys, in the dashboard's wording (Overview, ROI, Rent vs own); a key not
+#: here is shown by :func:`label` as its words ("node_hours" → "node hours")
+LABELS = {
+    "month": "Month", "timezone": "Time zone", "currency": "Currency", "period": "Period",
+    "period_end": "Counted to", "elapsed_hours": "Hours elapsed", "month_hours": "Hours in the month",
+    "is_partial": "Month to date", "runs": "Runs", "node_hours": "Node-hours", "gpu_hours": "GPU-hours",
+    "tokens": "Tokens", "capacity_node_hours": "Capacity (node-hours)",
+    "time_utilization": "Time utilization",
+    "gpu_util_mean": "GPU-Util (NVML/DCGM busy share)", "gpu_util_coverage": "GPU-Util coverage (share of GPU-hours)",
+    "gpu_util_sources": "GPU-Util sources", "mfu_mean": "MFU",
+    "actual_cost": "Spend", "idle_cost": "Idle cost", "failed_run_cost": "Failed runs",
+    "lost_work_cost": "Lost work", "waste_cost": "Waste", "waste_by_reason": "Waste by reason",
+    "own_cost": "If owned", "elastic_cost": "If rented elastic", "reserved_cost": "If rented reserved",
+    "cheapest_option": "Cheapest option", "chosen_option": "Chosen option", "alternative_option": "Alternative",
+    "alternative_cost": "Alternative's cost", "savings_vs_alternative": "Savings vs the alternative",
+    "roi": "ROI", "tokens_per_1000": "Tokens per 1,000 spent", "useful_gpu_hours_per_1000": "Useful GPU-hours per 1,000 spent",
+    "cost_per_1m_tokens": "Cost per 1M tokens", "power_basis": "Power basis",
+    "measured_energy_kwh": "Energy measured (kWh, exact)", "energy_kwh": "Energy (kWh)",
+    "energy_measured_kwh": "Energy measured (kWh)", "energy_estimated_kwh": "Energy estimated (kWh)",
+    "co2e_kg": "CO2e (kg)", "co2e_basis": "CO2e basis", "carbon_intensity_assumed": "Carbon intensity assumed",
+    "carbon_intensities": "Carbon intensity", "fx_rates": "Exchange rates",
+}
+
+
+def label(key: str) -> str:
+    """The human label of a report key: :data:`LABELS`, else its words ("peak_nodes" → "Peak nodes")."""
+    if key in LABELS:
+        return LABELS[key]
+    words = key.replace("_", " ").strip()
+    return words[:1].upper() + words[1:]
+
+
+def human(key: str, value: Any) -> str:
+    """A figure as the dashboard shows it: ratios as percentages ("59.99%"), counts with thousands separators
+    ("648,213,506,897"), everything else as :func:`fmt_cell`."""
+    if kind_of(key) == "ratio" and isinstance(value, (float, Decimal)):
+        return f"{float(present(key, value)) * 100:.2f}%"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return fmt_cell(key, value)
+
+
+def labelled_rows(d: dict[str, Any], currency: str | None = None) -> list[dict[str, str]]:
+    """A summary as (figure, value) rows for a table: human labels (money ones with ``currency``), the table's
+    rounding; a list is joined, a dict (waste by reason) is one row per entry."""
+    def row(key: str, name: str, value: Any) -> dict[str, str]:
+        unit = f" ({currency})" if currency and kind_of(key) == "money" else ""
+        text = "; ".join(str(x) for x in value) if isinstance(value, list) else human(key, value)
+        return {"figure": name + unit, "value": text}
+
+    rows = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            rows.extend(row(k, f"{label(k)}: {sub.replace('_', ' ')}", x) for sub, x in v.items())
+        else:
+            rows.append(row(k, label(k), v))
+    return rows

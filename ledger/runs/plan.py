@@ -6,7 +6,9 @@ planning model (``trainer.plan``: plan validation, memory per GPU, step
 time), priced with the offer (``ledger.money.costs.planned_run_cost``), checked
 against the deadline and budget, and ranked by total cost (or by time).
 Plans that fail are counted by reason, with examples, so the Planner page can
-say why a plan is not on the list.
+say why a plan is not on the list; each offer's best plan is kept too
+(``best_per_offer``), so a reserved offer's whole-month price is seen even when
+it ranks far down.
 
 Time: hours = tokens ÷ tokens/s ÷ 3600, tokens/s = tokens per step ÷ step time.
 Cost, by offer kind: rent_elastic nodes × billed hours × hourly rate;
@@ -311,6 +313,12 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
     kept.sort(key=lambda k: (k[0], k[1]))
     plans = [{"rank": i, **_plan_row(shape, req.tokens, nt, hw, o, ev, hours, cost)}
              for i, (_, _, nt, hw, o, ev, hours, cost) in enumerate(kept[: req.top], 1)]
+    per_offer: dict[str, dict[str, Any]] = {}
+    for i, (_, _, nt, hw, o, ev, hours, cost) in enumerate(kept, 1):  # each offer's best, however far down the ranking
+        if o.name not in per_offer:
+            reserved = getattr(o.kind, "value", o.kind) == "rent_reserved"
+            per_offer[o.name] = {"rank": i, **_plan_row(shape, req.tokens, nt, hw, o, ev, hours, cost),
+                                 "reserved_months": costs.reserved_months(hours) if reserved else None}
     return {
         "model": {**shape.to_dict(), "params": param_count(shape), "flops_per_token": flops_per_token(shape)},
         "tokens": req.tokens, "global_batch": req.global_batch(shape),
@@ -318,7 +326,7 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
         "deadline_days": req.deadline_days, "budget": req.budget,
         "currency": kept[0][4].currency if kept else None,
         "counts": {**counts, "kept": len(kept), "discarded": dict(sorted(tally.counts.items()))},
-        "hardware": hw_rows, "plans": plans,
+        "hardware": hw_rows, "plans": plans, "best_per_offer": sorted(per_offer.values(), key=lambda r: r["rank"]),
         "discarded": tally.listing(),
         "predicted": "every figure is the planning model's prediction (docs/PLANNER.md), not a measurement",
     }

@@ -67,6 +67,20 @@ def build_ledger(url: str) -> str:
     return url
 
 
+def with_session(url: str, fn):
+    """``fn(session)`` on a fresh engine for ``url``, disposed afterwards (a test reading the ledger a page shows)."""
+    from sqlmodel import Session
+
+    from ledger.store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with Session(engine) as s:
+            return fn(s)
+    finally:
+        engine.dispose()
+
+
 def make_app(month: str = MONTH, **query):
     """AppTest on app/main.py with ?month=MONTH (and other query parameters)."""
     from streamlit.testing.v1 import AppTest

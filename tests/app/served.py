@@ -120,3 +120,14 @@ def settle(page) -> None:
     """Wait until Streamlit has finished the script run and drawn its widgets (no status widget, no skeletons)."""
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
                            " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
+
+
+@contextlib.contextmanager
+def serve_demo(tmp_path_factory, name: str) -> Iterator[Served]:
+    """The dashboard tests' demo ledger (tests/app/helpers.py ``build_ledger``) served by :func:`serve`."""
+    from tests.app.helpers import build_ledger
+
+    need_chromium()
+    tmp = tmp_path_factory.mktemp(name)
+    with serve(tmp, build_ledger(f"sqlite:///{tmp / 'ledger.db'}")) as s:
+        yield s

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from app import ui
+from ledger.money.monthly import monthly_report
+from ledger.reports.export import presented_report
+from ledger.reports.present import fmt_cell
 from tests.app.conftest import RUN_ENV
+from tests.app.helpers import with_session
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
 from tests.app.test_dashboard_browser import ARTIFACTS
 from tests.app.test_dashboard_month_to_date import DAY3, LABEL, MONTH, build_day3
@@ -39,6 +44,7 @@ def test_day_3_in_the_browser(day3_dashboard):
     from playwright.sync_api import expect, sync_playwright
 
     base, url = day3_dashboard
+    s = presented_report(with_session(url, lambda x: monthly_report(x, MONTH, now=DAY3)))["summary"]
     ARTIFACTS.mkdir(exist_ok=True)
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as p:
@@ -47,9 +53,9 @@ def test_day_3_in_the_browser(day3_dashboard):
             page = browser.new_page(accept_downloads=True, viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(WAIT_MS)
             page.goto(base)  # no ?month=: the current month by the dashboard's clock
-            expect(_metric(page, "Spend, to date (CNY)")).to_have_text("2,787.12")
+            expect(_metric(page, "Spend, to date (CNY)")).to_have_text(fmt_cell("actual_cost", s["actual_cost"]))
             expect(page.get_by_text(f"{MONTH} {LABEL}").first).to_be_visible()
-            expect(_metric(page, "Time utilization, to date")).to_have_text("100.00%")
+            expect(_metric(page, "Time utilization, to date")).to_have_text(ui.pct(s["time_utilization"]))
             expect(page.get_by_text("Month-end forecast, 2026-12")).to_be_visible()
             expect(page.get_by_text("Team budget: at risk")).to_be_visible()
             budgets = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("demo-pretrain"))
@@ -61,7 +67,7 @@ def test_day_3_in_the_browser(day3_dashboard):
 
             nav = page.get_by_test_id("stSidebarNav")
             nav.get_by_role("link", name="Monthly ROI", exact=True).click()
-            expect(_metric(page, "ROI, to date")).to_have_text("-21.64%")
+            expect(_metric(page, "ROI, to date")).to_have_text(ui.pct(s["roi"]))
             expect(page.get_by_text(f"{MONTH} {LABEL}").first).to_be_visible()
             nav.get_by_role("link", name="Rent vs own", exact=True).click()
             expect(page.get_by_text("Starts at 2026-11's time utilization").first).to_be_visible()

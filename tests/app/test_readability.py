@@ -1,0 +1,116 @@
+"""Issue #18 item 4 under AppTest: the figures that matter first, human labels, compact counts, readable charts.
+
+Strategies leads with the cost per 1M tokens under each offer (equal to ``strategy_comparison`` to the cent) and
+says when CPU-only runs are priced as GPU nodes; the Export summary is labelled in the dashboard's words; every
+chart on these pages is at least 250 px high with thousands separators, and money axes name the currency.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from app import ui
+from ledger.money.monthly import monthly_report
+from ledger.reports.export import presented_report
+from ledger.reports.present import fmt_cell, kind_of, label
+from ledger.reports.weekly import strategy_comparison
+from ledger.store.db import make_engine, session_scope
+from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, plain, run_page, with_session
+
+
+@pytest.mark.parametrize("value, scale, suffix", [(20_131_350_411, 10**9, "B"), (1_234_567, 10**6, "M"),
+                                                  (12_345, 10**3, "k"), (3.2e12, 10**12, "T")])
+def test_compact_counts(value, scale, suffix):
+    assert ui.compact(value) == f"{value / scale:,.1f} {suffix}"
+
+
+def test_compact_small_and_edge_values():
+    assert ui.compact(None) == ui.DASH
+    assert ui.compact(950) == "950" and ui.compact(12.5) == "12.5"
+    assert ui.compact(999_960) == "1.0 M"  # rounds up into the next unit, never "1,000.0 k"
+    assert ui.compact(-1_500) == "-1.5 k"
+
+
+def test_strategies_leads_with_cost_per_1m_tokens(demo_url, app_env):
+    app_env(demo_url)
+    at = run_page(make_app(sweep=SWEEP), "strategies")
+    expected = with_session(demo_url, lambda s: strategy_comparison(s, sweep_id=SWEEP))
+    offers = sorted({o for r in expected["rows"] for o in r["cost_per_1m_tokens"]})
+    currency = expected["currency"]
+    table = at.dataframe[0].value
+    cost_cols = [f"per 1M tokens, {o} ({currency})" for o in offers]
+    assert list(table.columns[:2 + len(offers)]) == ["", "strategy", *cost_cols]  # seen first, without scrolling
+    for o, col in zip(offers, cost_cols):
+        assert list(table[col]) == [fmt_cell("cost_per_1m_tokens", r["cost_per_1m_tokens"][o]) for r in expected["rows"]]
+    assert list(table["strategy"]) == [r["strategy"] for r in expected["rows"]]
+    assert list(table["layout"]) == [f"dp {r['dp']}, tp {r['tp']}, pp {r['pp']}, ZeRO-{r['zero_stage']}" for r in expected["rows"]]
+    chart = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert chart["encoding"]["y"]["title"] == f"{currency} per 1M tokens"
+    assert chart["encoding"]["y"]["axis"]["format"] == ui.AXIS_FORMAT
+    assert chart["encoding"]["color"]["legend"]["labelLimit"] == ui.LEGEND_LABEL_LIMIT  # offer names whole
+    assert not any("ran on CPU only" in c.value for c in at.caption)  # these runs had GPUs
+
+
+def test_strategies_says_when_cpu_runs_are_priced_as_gpu_nodes(sqlite_url, app_env):
+    from tests.helpers import add_run
+
+    build_ledger(sqlite_url)
+    engine = make_engine(sqlite_url)
+    with session_scope(engine) as s:
+        for i, strategy in enumerate(("dp", "zero2")):
+            r = add_run(s, f"cpu-{strategy}", datetime(2026, 11, 28, 8 + i, tzinfo=timezone.utc), 0.1, nodes=1,
+                        offer_name="rtx4090-rent", project="cpu", user="dana", tokens=360_000)
+            r.strategy, r.sweep_id, r.util_source, r.gpu_util_mean, r.mfu = strategy, "sweep-cpu", "cpu", 0.95, None
+            r.tokens_per_s = 1000.0 * (i + 1)
+    engine.dispose()
+    app_env(sqlite_url)
+    at = run_page(make_app(sweep="sweep-cpu"), "strategies")
+    note = next(plain(c.value) for c in at.caption if "ran on CPU only" in c.value)
+    assert note.startswith("2 of 2 runs ran on CPU only, but are priced as the GPU nodes they were recorded on: "
+                           "1 × rtx4090-8x (8 GPUs each).")
+    assert list(at.dataframe[0].value["MFU"]) == ["n/a (CPU)", "n/a (CPU)"]
+
+
+def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
+    app_env(demo_url)
+    at = run_page(make_app(), "export")
+    s = presented_report(with_session(demo_url, lambda x: monthly_report(x, MONTH, lines=True)))["summary"]
+    cur = s["currency"]
+    summary = at.table[0].value["value"]
+    assert not [name for name in summary.index if "_" in name]  # no snake_case key is shown
+    for key, name in (("actual_cost", f"Spend ({cur})"), ("idle_cost", f"Idle cost ({cur})"),
+                      ("waste_cost", f"Waste ({cur})"), ("own_cost", f"If owned ({cur})"),
+                      ("elastic_cost", f"If rented elastic ({cur})"), ("reserved_cost", f"If rented reserved ({cur})"),
+                      ("time_utilization", ui.TIME_UTIL), ("gpu_util_mean", ui.GPU_UTIL), ("mfu_mean", ui.MFU),
+                      ("gpu_hours", "GPU-hours")):
+        assert name == label(key) + (f" ({cur})" if kind_of(key) == "money" else "")
+        shown = ui.pct(s[key]) if kind_of(key) == "ratio" else fmt_cell(key, s[key])  # as Overview shows them
+        assert summary[name] == shown, key
+    assert summary["Tokens"] == f"{s['tokens']:,}" and summary["Runs"] == str(s["runs"])
+    for reason, amount in s["waste_by_reason"].items():
+        assert summary[f"Waste by reason: {reason.replace('_', ' ')} ({cur})"] == fmt_cell("waste_by_reason", amount)
+    projects = at.dataframe[0].value
+    assert list(projects.columns) == [label(k) for k in with_session(demo_url, lambda x: presented_report(
+        monthly_report(x, MONTH, lines=True)))["projects"][0]]
+
+
+def _heights(spec) -> list[int]:
+    if isinstance(spec, dict):
+        return ([spec["height"]] if isinstance(spec.get("height"), int) else []) + [h for v in spec.values() for h in _heights(v)]
+    if isinstance(spec, list):
+        return [h for v in spec for h in _heights(v)]
+    return []
+
+
+@pytest.mark.parametrize("page", ["strategies", "planner", "rent_vs_own"])
+def test_charts_are_at_least_250_px_high(page, demo_url, app_env):
+    app_env(demo_url)
+    at = run_page(make_app(sweep=SWEEP), page)
+    charts = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    assert charts
+    for chart in charts:
+        heights = _heights(chart)
+        assert heights and min(heights) >= ui.MIN_CHART_HEIGHT, heights
