@@ -150,17 +150,3 @@ def set_role(users_file, user: str, role: str) -> None:
                                   for name, u in users.items()))
     st_ = users_file.stat()
     os.utime(users_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))  # a new mtime: re-read at once
-
-
-def read_ledger(url: str, fn):
-    """``fn(session)`` on a fresh engine for ``url``, disposed after: what another process would read."""
-    from sqlmodel import Session
-
-    from ledger.store.db import make_engine
-
-    engine = make_engine(url)
-    try:
-        with Session(engine) as s:
-            return fn(s)
-    finally:
-        engine.dispose()

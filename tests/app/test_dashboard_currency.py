@@ -11,23 +11,13 @@ from decimal import Decimal
 
 D = Decimal
 
-<<<<<<< HEAD
-
-=======
->>>>>>> h18b
 from ledger.money.compare import compare_node_type
 from ledger.money.monthly import monthly_report
 from ledger.reports.present import fmt_cell
 from ledger.runs.registry import show_run
-<<<<<<< HEAD
-from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, read_ledger, run_page
-
-_with = read_ledger
-=======
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
 _with = with_session
->>>>>>> h18b
 
 
 def test_the_currency_selector_changes_every_page(demo_url, app_env):

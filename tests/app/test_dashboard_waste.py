@@ -16,7 +16,7 @@ from ledger.money.spend import spend_by_project
 from ledger.reports.export import presented_report
 from ledger.store.db import make_engine, session_scope
 from ledger.store.models import Run
-from tests.app.helpers import MONTH, make_app, metrics, plain, read_ledger, run_page
+from tests.app.helpers import MONTH, make_app, metrics, plain, with_session, run_page
 
 D = Decimal
 REASONS = {"failed runs": "failed", "crashed runs": "crashed", "cancelled runs": "cancelled",
@@ -24,7 +24,7 @@ REASONS = {"failed runs": "failed", "crashed runs": "crashed", "cancelled runs":
 
 
 def _presented(url: str) -> dict:
-    return presented_report(read_ledger(url, lambda s: monthly_report(s, MONTH)))
+    return presented_report(with_session(url, lambda s: monthly_report(s, MONTH)))
 
 
 def _table(at, first_column: str = "id"):
@@ -78,7 +78,7 @@ def test_waste_link_filters_the_runs_of_that_reason(demo_url, app_env, reason):
     app_env(demo_url)
     at = run_page(make_app(waste=reason), "runs")
     lines = _presented(demo_url)["runs"]
-    checkpointed = set(read_ledger(demo_url, lambda s: s.exec(select(Run.id).where(col(Run.last_checkpoint_at).is_not(None))).all()))
+    checkpointed = set(with_session(demo_url, lambda s: s.exec(select(Run.id).where(col(Run.last_checkpoint_at).is_not(None))).all()))
     expected = {r["run_id"] for r in lines if r["status"] in ("failed", "crashed", "cancelled")
                 and (r["run_id"] in checkpointed) == (reason == "lost_since_checkpoint")
                 and (reason == "lost_since_checkpoint" or r["status"] == reason)}
@@ -122,7 +122,7 @@ def test_spend_by_project_and_idle_add_up_to_the_spend(demo_url, app_env, page):
     app_env(demo_url)
     at = run_page(make_app(), page)
     table = next(d.value for d in at.dataframe if list(d.value.columns) == ["project", "spend (CNY)"])
-    rep = read_ledger(demo_url, lambda s: monthly_report(s, MONTH))
+    rep = with_session(demo_url, lambda s: monthly_report(s, MONTH))
     lines = spend_by_project(rep)
     shown = {p: D(c.replace(",", "")) for p, c in zip(table["project"], table["spend (CNY)"])}
     assert shown == {x["line"]: x["cost"] for x in lines}
@@ -133,7 +133,7 @@ def test_spend_by_project_and_idle_add_up_to_the_spend(demo_url, app_env, page):
 def test_overview_flags_capacity_over_use_with_its_runs(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(), "overview")
-    found = read_ledger(demo_url, lambda s: capacity_warnings(s, MONTH))
+    found = with_session(demo_url, lambda s: capacity_warnings(s, MONTH))
     assert found  # the demo has two runs that overlap on its 8-node fleet
     shown = [plain(w.value) for w in at.warning if "Data quality" in w.value]
     assert shown == [f"Data quality: {warning_text(w)}." for w in found]
@@ -152,7 +152,7 @@ def test_no_capacity_warning_within_capacity(sqlite_url, app_env):
     engine.dispose()
     app_env(sqlite_url)
     at = run_page(make_app(), "overview")
-    assert read_ledger(sqlite_url, lambda s: capacity_warnings(s, MONTH)) == []
+    assert with_session(sqlite_url, lambda s: capacity_warnings(s, MONTH)) == []
     assert not [w for w in at.warning if "Data quality" in w.value]
 
 
