@@ -16,7 +16,7 @@ from ledger.money.spend import spend_by_project
 from ledger.reports.export import presented_report
 from ledger.store.db import make_engine, session_scope
 from ledger.store.models import Run
-from tests.app.helpers import MONTH, make_app, metrics, plain, with_session, run_page
+from tests.app.helpers import MONTH, make_app, metrics, plain, run_page, with_session
 
 D = Decimal
 REASONS = {"failed runs": "failed", "crashed runs": "crashed", "cancelled runs": "cancelled",
