@@ -121,7 +121,7 @@ def waste_section() -> None:
     for col, (key, value) in zip(cols, reasons.items()):
         col.metric(REASON_LABELS.get(key, key), ui.money("waste_cost", value), border=True)
         if key in RUN_REASONS:
-            col.page_link("pages/runs.py", label=f"runs: {REASON_LABELS.get(key, key)}", icon=":material/list:",
+            col.page_link("pages/runs.py", label="its runs", icon=":material/list:",  # short: fits a narrow card
                           query_params={"waste": key, "month": month})
 
 
