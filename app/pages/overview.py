@@ -273,4 +273,4 @@ with right:
     else:
         st.caption("No utilization recorded in these months.")
 st.markdown("**GPU-hours per month**")
-st.bar_chart(pd.DataFrame(hour_rows), x="month", y="GPU-hours", height=220)
+st.bar_chart(pd.DataFrame(hour_rows), x="month", y="GPU-hours", y_label="GPU-hours", height=280)

@@ -68,7 +68,7 @@ if projects:
                            "useful_gpu_hours_per_1000": f"useful GPU-h per 1,000 {cur}"}), hide_index=True)
     bars = [{"project": r["project"] or "(none)", "series": label, "cost": float(Decimal(r[key]))}
             for r in projects for label, key in (("spend", "cost"), ("waste", "waste_cost"))]
-    ui.show_chart(ui.grouped_bars(pd.DataFrame(bars), "project", "cost", "series", y_title=cur, height=220))
+    ui.show_chart(ui.grouped_bars(pd.DataFrame(bars), "project", "cost", "series", y_title=cur, height=280))
 else:
     st.caption("No project used the cluster this month.")
 
@@ -100,4 +100,4 @@ with right:
         ui.show_chart(ui.lines(pd.DataFrame(roi_rows), "month", "percent", "measure", x_title=None, y_title="%",
                                x_type="N", y_format=".2f"))
 st.markdown(f"**Waste ({cur})**: failed, crashed and cancelled runs + idle")
-st.bar_chart(pd.DataFrame(waste_rows), x="month", y=["failed runs", "idle"], y_label=cur, height=220)
+st.bar_chart(pd.DataFrame(waste_rows), x="month", y=["failed runs", "idle"], y_label=cur, height=280)

@@ -105,7 +105,7 @@ def _heights(spec) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("page", ["strategies", "planner", "rent_vs_own"])
+@pytest.mark.parametrize("page", ["strategies", "planner", "rent_vs_own", "overview", "roi"])
 def test_charts_are_at_least_250_px_high(page, demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(sweep=SWEEP), page)
