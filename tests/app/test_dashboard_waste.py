@@ -132,18 +132,24 @@ def test_spend_by_project_and_idle_add_up_to_the_spend(demo_url, app_env, page):
     assert sum(shown.values(), D(0)) == costs.cents(rep.summary["actual_cost"]) == D(metrics(at)["Spend (CNY)"].replace(",", ""))
 
 
-def test_overview_flags_capacity_over_use_with_its_runs(sqlite_url, app_env):
+def _overview_of_fleet_and(url: str, app_env, second: str, after_h: float, nodes: int):
+    """The Overview of a ledger with an 8-node fleet, an 8-node run of 10 h from t0, and ``second`` starting
+    ``after_h`` hours after t0 on ``nodes`` nodes."""
     from tests.helpers import add_fleet, add_run
 
     t0 = datetime(2026, 11, 10, tzinfo=timezone.utc)
-    engine = make_engine(sqlite_url)
+    engine = make_engine(url)
     with session_scope(engine) as s:
         add_fleet(s, 8)
         add_run(s, "full", t0, 10, nodes=8)
-        add_run(s, "early", t0 + timedelta(hours=9), 5, nodes=2)  # starts an hour before "full" ends: 10 of 8
+        add_run(s, second, t0 + timedelta(hours=after_h), 5, nodes=nodes)
     engine.dispose()
-    app_env(sqlite_url)
-    at = run_page(make_app(), "overview")
+    app_env(url)
+    return run_page(make_app(), "overview")
+
+
+def test_overview_flags_capacity_over_use_with_its_runs(sqlite_url, app_env):
+    at = _overview_of_fleet_and(sqlite_url, app_env, "early", 9, 2)  # an hour before "full" ends: 10 of 8 nodes
     found = with_session(sqlite_url, lambda s: capacity_warnings(s, MONTH))
     assert [(w["peak_nodes"], w["fleet_nodes"], sorted(w["runs"])) for w in found] == [(10, 8, ["early", "full"])]
     shown = [plain(w.value) for w in at.warning if "Data quality" in w.value]
@@ -152,17 +158,7 @@ def test_overview_flags_capacity_over_use_with_its_runs(sqlite_url, app_env):
 
 
 def test_no_capacity_warning_within_capacity(sqlite_url, app_env):
-    from tests.helpers import add_fleet, add_run
-
-    t0 = datetime(2026, 11, 10, tzinfo=timezone.utc)
-    engine = make_engine(sqlite_url)
-    with session_scope(engine) as s:
-        add_fleet(s, 8)
-        add_run(s, "full", t0, 10, nodes=8)
-        add_run(s, "next", t0 + timedelta(hours=10), 5, nodes=8)  # starts the instant "full" ends
-    engine.dispose()
-    app_env(sqlite_url)
-    at = run_page(make_app(), "overview")
+    at = _overview_of_fleet_and(sqlite_url, app_env, "next", 10, 8)  # starts the instant "full" ends
     assert with_session(sqlite_url, lambda s: capacity_warnings(s, MONTH)) == []
     assert not [w for w in at.warning if "Data quality" in w.value]
 
