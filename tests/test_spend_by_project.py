@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from ledger.money.costs import cents, round_preserving_sum
 from ledger.money.monthly import monthly_report
-from ledger.money.spend import IDLE, NO_PROJECT, spend_by_project, total
+from ledger.money.spend import IDLE, NO_PROJECT, spend_by_project
 from ledger.reports.export import presented_report
 from ledger.store.models import RunStatus
 from tests.helpers import add_fleet, add_run
@@ -44,7 +44,7 @@ def test_project_lines_and_idle_add_up_to_the_spend(session):
     assert lines[-1]["cost"] == idle
     shares = round_preserving_sum(list(exact.values()), total=spend - idle)
     assert {x["line"]: x["cost"] for x in lines[:-1]} == dict(zip(exact, shares))
-    assert total(lines) == spend  # to the cent, exactly
+    assert sum(x["cost"] for x in lines) == spend  # to the cent, exactly
     # the export's project lines are the same figures
     p = presented_report(rep)
     assert [D(x["cost"]) for x in p["projects"]] == [x["cost"] for x in lines[:-1]]
@@ -56,4 +56,4 @@ def test_a_month_with_only_a_fleet_is_all_idle(session):
     rep = monthly_report(session, "2026-11")
     lines = spend_by_project(rep)
     assert lines == [{"line": IDLE, "cost": cents(2 * 720 * IDLE_RATE)}]
-    assert total(lines) == cents(rep.summary["actual_cost"])
+    assert sum(x["cost"] for x in lines) == cents(rep.summary["actual_cost"])

@@ -21,7 +21,8 @@ def costed_under(offers: list[str], kind: Optional[str], recorded: bool) -> str:
     why = ("the offer recorded on the run" if recorded else
            "the node type's default offer: the run records none, so it draws on the node type's owned or reserved "
            "fleet when one is held that month, else elastic rent")
-    return f"Costed under {names}: {why}. {BASIS.get(kind, '').capitalize()}."
+    basis = BASIS.get(kind, "")
+    return f"Costed under {names}: {why}. {basis[:1].upper() + basis[1:]}."
 
 
 WHAT_IF = {

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
-from ledger.money.costs import ZERO, cents, round_preserving_sum
+from ledger.money.costs import cents, round_preserving_sum
 from ledger.money.monthly import MonthlyReport
 
 NO_PROJECT = "(no project)"
@@ -25,6 +24,3 @@ def spend_by_project(rep: MonthlyReport) -> list[dict[str, Any]]:
     lines = [{"line": n, "cost": c} for n, c in zip(names, shares)]
     return lines + [{"line": IDLE, "cost": idle}]
 
-
-def total(lines: list[dict[str, Any]]) -> Decimal:
-    return sum((x["cost"] for x in lines), ZERO)
