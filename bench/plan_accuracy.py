@@ -1,6 +1,7 @@
 """Predicted vs measured: the planning model against a real CPU sweep on this machine (docs/PLANNER.md).
 
     python -m bench.plan_accuracy [--model llama-small] [--steps 6] [--json FILE]
+    python -m bench.plan_accuracy --from-raw bench/plan_accuracy_raw.json      # refit, no sweep
 
 1. ``bench/comm_probe.py`` under torchrun (2 processes): gloo's α and β on this
    machine, and the resident baseline of a trainer process (torch, DeepSpeed,
@@ -14,7 +15,12 @@
    (step time × (1 − comm share)); the rate per process scaled by
    min(1, cores ÷ processes) (3d runs 4 processes on this 2-core machine);
    links α, β from step 1; memory in fp32 with the baseline RSS as the reserve.
-4. The same sweep with ``--baseline-model`` (llama-tiny: ~0.2 M parameters):
+4. Calibrated (docs/PLANNER.md, "Calibration"): leave-one-strategy-out, the
+   factors fitted by ``ledger.runs.calibrate.fit`` on the other 6 strategies'
+   runs predict the 7th. The raw measurements are saved to
+   ``bench/results/plan_accuracy_raw.json``; ``--from-raw FILE`` refits from such
+   a file without running anything (``bench/plan_accuracy_raw.json``: the sweep of 2026-12-04).
+5. The same sweep with ``--baseline-model`` (llama-tiny: ~0.2 M parameters):
    its runs hold the framework's own memory per strategy (DeepSpeed's engine,
    buffers, the data pipeline), so memory *above* that run isolates what the
    model adds — the part the planner's states + activations predict.
@@ -102,6 +108,69 @@ def predict_sweep(url: str, sweep_id: str, probe: dict, cores: int, reserve: dic
     return rows
 
 
+RAW_FIELDS = ("id", "strategy", "nodes", "gpus_per_node", "world_size", "dp", "tp", "pp", "zero_stage", "micro_batch",
+              "grad_accum", "config", "status", "step_time_median_s", "comm_share", "peak_mem_bytes", "mem_kind",
+              "mfu", "steps")
+
+
+def raw_runs(url: str, sweep_id: str) -> list[dict]:
+    """The sweep's runs as measured (the fields a calibration needs), to refit without re-running."""
+    from sqlmodel import select
+
+    from ledger.store.db import make_engine, session_scope
+    from ledger.store.models import Run
+
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        runs = s.exec(select(Run).where(Run.sweep_id == sweep_id).order_by(Run.created_at)).all()
+        out = [{k: getattr(getattr(r, k), "value", getattr(r, k)) for k in RAW_FIELDS} for r in runs]
+    engine.dispose()
+    return out
+
+
+def leave_one_out(raw: list[dict]) -> list[dict]:
+    """Leave-one-strategy-out: for each strategy, calibrate (``ledger.runs.calibrate.fit``) on the other
+    strategies' runs and predict this one's step time and peak memory."""
+    from ledger.runs import calibrate as cal
+
+    def model(r):
+        return cal.run_model(r, cal.cpu_hardware(r["gpus_per_node"]), "cpu")
+
+    rows = []
+    for r in raw:
+        train = [x for x in raw if x["strategy"] != r["strategy"]]
+        f = cal.fit([model(x) for x in train], [x["step_time_median_s"] for x in train],
+                    [x["peak_mem_bytes"] for x in train])
+        step, mem = cal.predicted(model(r), f)
+        rows.append({"strategy": r["strategy"], "world_size": r["world_size"], "dp": r["dp"], "tp": r["tp"],
+                     "pp": r["pp"], "zero_stage": r["zero_stage"], "factors": f.as_dict(),
+                     "measured_step_time_s": r["step_time_median_s"], "predicted_step_time_s": step,
+                     "step_time_error": (step - r["step_time_median_s"]) / r["step_time_median_s"],
+                     "measured_memory_bytes": r["peak_mem_bytes"], "predicted_memory_bytes": mem,
+                     "memory_error": (mem - r["peak_mem_bytes"]) / r["peak_mem_bytes"]})
+    return rows
+
+
+def loo_markdown(rows: list[dict]) -> str:
+    """The leave-one-strategy-out table and its mean absolute errors."""
+    lines = ["| left out | processes | dp×tp×pp | ZeRO | step measured | predicted | error | peak RSS measured | "
+             "predicted | error | factors fitted on the other 6 (compute, intra comm, bubble, memory, fixed) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = r["factors"]
+        lines.append(
+            f"| {r['strategy']} | {r['world_size']} | {r['dp']}×{r['tp']}×{r['pp']} | {r['zero_stage']} | "
+            f"{r['measured_step_time_s']:.3f} s | {r['predicted_step_time_s']:.3f} s | {r['step_time_error']:+.0%} | "
+            f"{r['measured_memory_bytes'] / 2**20:,.0f} MiB | {r['predicted_memory_bytes'] / 2**20:,.0f} MiB | "
+            f"{r['memory_error']:+.0%} | {f['compute']:.3f}, {f['intra_comm']:.2f}, {f['bubble']:.3f}, "
+            f"{f['memory']:.3f}, {f['memory_fixed']:.3f} |")
+    mae_t = statistics.fmean(abs(r["step_time_error"]) for r in rows)
+    mae_m = statistics.fmean(abs(r["memory_error"]) for r in rows)
+    lines.append(f"\nLeave-one-strategy-out mean absolute error over {len(rows)} strategies: step time {mae_t:.1%} "
+                 f"(target <= 15%); peak memory {mae_m:.1%} (target <= 10%).")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict], tiny: dict[str, dict]) -> str:
     """The table: step time, peak RSS (reserve = the process baseline), and the memory above the tiny model's run."""
     head = ("| strategy | processes | dp×tp×pp | ZeRO | step measured | predicted | error | comm share measured | "
@@ -134,7 +203,13 @@ def main(argv=None) -> int:
                     "framework's own memory per strategy")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--json", type=Path, default=RESULTS_DIR / "plan_accuracy.json")
+    ap.add_argument("--from-raw", type=Path, help="refit from a saved sweep's measurements "
+                    "(bench/plan_accuracy_raw.json) instead of running the sweeps")
     a = ap.parse_args(argv)
+    if a.from_raw:
+        text = loo_markdown(leave_one_out(json.loads(a.from_raw.read_text())["sweep"]))
+        print(text)
+        return 0
     with tempfile.TemporaryDirectory(prefix="tl-plan-acc-") as t:
         tmp = Path(t)
         env = {**os.environ, "TRAINLEDGER_JOURNAL_DIR": str(tmp / "journal"), "XDG_DATA_HOME": str(tmp / "xdg"),
@@ -149,9 +224,11 @@ def main(argv=None) -> int:
         log(f"plan_accuracy: sweeping {a.baseline_model} (the framework's own memory per strategy) …")
         tiny_id = _sweep(tmp, env, url, a.baseline_model, a.steps)
         cores = os.cpu_count() or 1
+        raw = {"sweep": raw_runs(url, sweep_id), "baseline_sweep": raw_runs(url, tiny_id)}
+        (RESULTS_DIR / "plan_accuracy_raw.json").write_text(json.dumps(raw, indent=1, default=str))
         rows = predict_sweep(url, sweep_id, probe, cores)
         tiny = {r["strategy"]: r for r in predict_sweep(url, tiny_id, probe, cores)}
-    text = markdown(rows, tiny)
+    text = markdown(rows, tiny) + "\n\n" + loo_markdown(leave_one_out(raw["sweep"]))
     print(text)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"model": a.model, "baseline_model": a.baseline_model, "steps": a.steps,

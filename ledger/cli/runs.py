@@ -68,11 +68,15 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
     from ledger.reports.present import fmt_cell, key_values, table
     from ledger.runs.registry import show_run
 
+    from ledger.runs.predictions import planned_vs_measured_of, text_lines
+
     with session(db) as s:
         data = show_run(s, run_id, currency)
+        data["planned_vs_measured"] = planned_vs_measured_of(s, data["id"])
 
     def text(d):
-        parts = [key_values({k: v for k, v in d.items() if k not in ("config",)})]
+        parts = [key_values({k: v for k, v in d.items() if k not in ("config", "planned_vs_measured")})]
+        parts += [""] + text_lines(d["planned_vs_measured"])
         if d["co2e_kg"] is not None:
             parts += ["", f"CO2e {d['co2e_kg']:,.3f} kg from {d['energy_kwh']:,.3f} kWh ({d['co2e_basis']} energy"
                       + (", assumed default grid intensity" if d["carbon_intensity_assumed"] else "") + ")"]
@@ -251,12 +255,23 @@ def sweep(config: ConfigArg,
                         on_start=lambda i, n, strat, run_id: typer.echo(f"[{i}/{n}] {strat}: run {run_id}", err=True))
     with session(db) as s:
         table_data = strategy_comparison(s, sweep_id=outcome.sweep_id)
-    emit({"sweep_id": outcome.sweep_id, "runs": outcome.runs, "comparison": table_data}, as_json,
+    emit({"sweep_id": outcome.sweep_id, "runs": outcome.runs, "comparison": table_data,
+          "calibration": outcome.calibration}, as_json,
          lambda d: f"sweep {d['sweep_id']}: " + ", ".join(f"{r['strategy']}={'ok' if r['exit_code'] == 0 else 'exit ' + str(r['exit_code'])}" for r in d["runs"])
-         + f"\nsee `trainledger report weekly --sweep {d['sweep_id']}`")
+         + f"\nsee `trainledger report weekly --sweep {d['sweep_id']}`" + calibration_line(d["calibration"]))
     if outcome.stopped_by:
         typer.echo(f"sweep stopped by {outcome.stopped_by} after {len(outcome.runs)} of {len(req.strategies)} strategies", err=True)
         raise typer.Exit(130)
+
+
+def calibration_line(c: Optional[dict]) -> str:
+    """The sweep's calibration in one line (``trainledger plan calibrate`` for the factors)."""
+    if not c:
+        return ""
+    if not c["calibrations"]:
+        return f"\nnot calibrated: {c['reason']}"
+    return "".join(f"\nplanner {x['label']} for {x['node_type']} ({x['device']}): see `trainledger plan calibrate "
+                   f"--help`" for x in c["calibrations"])
 
 
 def register(root: typer.Typer) -> None:

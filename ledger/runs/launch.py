@@ -229,6 +229,9 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
         sweep_id=req.sweep_id, config={"path": str(req.config), "train": cfg.to_dict()}, status=RunStatus.queued,
         hostname=socket.gethostname(), log_path=str(log_path)))
     session.flush()
+    from ledger.runs.predictions import store_prediction
+
+    store_prediction(session, session.get(Run, run_id), req.steps)  # planned vs measured (docs/PLANNER.md)
     train_args = ["--config", str(req.config.resolve()), "--track", "--run-id", run_id,
                   "--node-type", nt.name, "--launcher", req.launcher, "--name", name,
                   "--gpus-per-node", str(gpn)]

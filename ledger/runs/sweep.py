@@ -146,6 +146,7 @@ class SweepOutcome:
     sweep_id: str
     runs: list[dict[str, Any]]  # strategy, run_id, exit_code; in the order they ran
     stopped_by: Optional[str] = None  # the signal that stopped the sweep early
+    calibration: Optional[dict[str, Any]] = None  # the calibration fitted to the sweep's runs (or why none)
 
 
 def _pid_start(pid: int) -> Optional[str]:
@@ -269,7 +270,22 @@ def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int
             signal.signal(sig, handler)
         if outcome.stopped_by:
             _mark_stopped(url, req.sweep_id, outcome.stopped_by)
+    if not outcome.stopped_by:
+        outcome.calibration = calibrate_sweep(url, req.sweep_id)
     return outcome
+
+
+def calibrate_sweep(url: str, sweep_id: str) -> dict[str, Any]:
+    """A finished sweep calibrates the planner (``ledger.runs.calibrate``): its calibrations, or why none."""
+    from ledger.runs.calibrate import calibrate
+    from ledger.store.db import get_engine, session_scope
+
+    try:
+        with session_scope(get_engine(url)) as s:
+            return {"calibrations": [{k: v for k, v in c.items() if k != "runs"}
+                                     for c in calibrate(s, sweep_id=sweep_id)]}
+    except LedgerInputError as exc:
+        return {"calibrations": [], "reason": str(exc)}
 
 
 def _close_stopped(url: str, run_id: str, why: str) -> None:

@@ -470,3 +470,38 @@ class DashboardSession(SQLModel, table=True):
     password_fp: str = Field(max_length=64)  # SHA-256 hex of the user's password_hash entry at sign-in
     created_at: datetime = Field(sa_type=UTCDateTime)
     expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
+
+
+# --- the planner's calibration (ledger/runs/calibrate.py; migration 0014) -------------------------
+
+class PlanCalibration(SQLModel, table=True):
+    """The planning model's factors fitted to measured runs of one node type (``trainledger plan calibrate``).
+
+    ``device``: ``gpu`` or ``cpu`` (runs that measured CPU memory are CPU trials booked to the node type and
+    calibrate its CPU profile, never its GPUs). ``provenance``: the runs used, each run's residuals, the
+    ranges they give and which factors the runs could fit.
+    """
+
+    __tablename__ = "plan_calibration"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    device: str = Field(default="gpu", max_length=10)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    sweep_id: Optional[str] = Field(default=None, max_length=64)
+    n_runs: int = 0
+    factors: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    provenance: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class RunPrediction(SQLModel, table=True):
+    """What the planner predicted for a run when it was launched: step time, memory per GPU, and their ranges."""
+
+    __tablename__ = "run_prediction"
+
+    run_id: str = Field(primary_key=True, foreign_key="run.id", max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    calibration_id: Optional[int] = Field(default=None, foreign_key="plan_calibration.id")
+    step_time_s: Optional[float] = None
+    memory_bytes: Optional[float] = None
+    detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
