@@ -11,8 +11,10 @@ from ledger.cli.common import DbOpt, JsonOpt, command, decimal_option, emit, gro
 
 app = group("Plan a training run: which cluster, strategy and offer trains a model on T tokens most cheaply.")
 
-PLAN_COLUMNS = ["rank", "offer", "nodes", "plan", "total_gib", "tokens_per_s", "days", "cost", "cost_per_1m_tokens",
-                "bottleneck"]
+PLAN_COLUMNS = ["rank", "offer", "nodes", "plan", "memory", "step", "tokens_per_s", "days", "cost",
+                "cost_per_1m_tokens", "bottleneck", "calibration"]
+CALIBRATION_COLUMNS = ["id", "node_type", "device", "n_runs", "sweep_id", "compute", "intra_comm", "inter_comm",
+                       "bubble", "memory", "memory_fixed", "step_range", "memory_range"]
 TRIAL_COLUMNS = ["name", "from_plan", "nodes", "gpus_per_node", "n_layers", "predicted_step_time_s",
                  "predicted_memory_gib", "status", "measured_step_time_s", "measured_memory_gib"]
 
@@ -25,7 +27,8 @@ def _text(d: dict[str, Any]) -> str:
     lines = [f"{m['name']} ({m['params']:,} parameters), {d['tokens']:,.0f} tokens, "
              f"{d['tokens_per_step']:,} tokens per step (global batch {d['global_batch']}); ranked by {d['rank_by']}.",
              "PREDICTED by the planning model (docs/PLANNER.md), not measured.", ""]
-    rows = [dict(p, plan=f"{p['plan']} ({p['node_type']})") for p in d["plans"]]
+    rows = [dict(p, plan=f"{p['plan']} ({p['node_type']})", memory=_ranged(p["total_gib"], p["memory_range_gib"], "GiB"),
+                 step=_ranged(p["step_time_s"], p["step_time_range_s"], "s")) for p in d["plans"]]
     lines.append(table(rows, PLAN_COLUMNS) if rows else "No plan fits: see the reasons below.")
     discarded = ", ".join(f"{n:,} {k}" for k, n in c["discarded"].items()) or "none"
     lines += ["", f"{c['candidates']:,} candidate plans ({c['plans_evaluated']:,} layouts × offers): "
@@ -44,6 +47,43 @@ def _text(d: dict[str, Any]) -> str:
         if t.get("configs_dir") and not t.get("ran"):
             lines.append(f"configs in {t['configs_dir']}; run them with --trial --run")
     return "\n".join(lines)
+
+
+def _ranged(value: float, span: Optional[list[float]], unit: str) -> str:
+    """``1.23 s [1.10–1.40]``: a prediction with the calibration's range (none when uncalibrated)."""
+    text = f"{value:,.3g} {unit}"
+    return text + (f" [{span[0]:,.3g}–{span[1]:,.3g}]" if span else "")
+
+
+def _pct_span(span: Optional[list[float]]) -> str:
+    return f"{span[0]:+.0%}..{span[1]:+.0%}" if span else "-"
+
+
+def _calibration_text(d: dict[str, Any]) -> str:
+    from ledger.reports.present import table
+
+    rows = [{**c, **{k: f"{v:.3g}" + ("" if c["fitted"].get(k) else " (not fitted)") for k, v in c["factors"].items()},
+             "step_range": _pct_span(c["step_range"]), "memory_range": _pct_span(c["memory_range"])}
+            for c in d["calibrations"]]
+    return ("Factors of the planning model fitted to measured runs (1 = the model as written; ranges: measured ÷ "
+            "fitted − 1 over the runs used).\n" + table(rows, CALIBRATION_COLUMNS))
+
+
+@app.command("calibrate")
+@command
+def calibrate(
+    node_type: Annotated[Optional[str], typer.Option("--node-type", help="Calibrate only this node type (default: every node type with measured runs).")] = None,
+    from_sweep: Annotated[Optional[str], typer.Option("--from-sweep", help="Fit only the runs of this sweep.")] = None,
+    db: DbOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Fit the planning model's factors (compute, intra-/inter-node communication, pipeline bubble, memory)
+    to the ledger's succeeded runs with a known plan, per node type, by least squares; store each calibration
+    with the runs used and their residuals. `plan recommend` then uses the newest one (docs/PLANNER.md)."""
+    from ledger.runs.calibrate import calibrate as fit_and_store
+
+    with session(db) as s:
+        data = {"calibrations": fit_and_store(s, node_type=node_type, sweep_id=from_sweep)}
+    emit(data, as_json, _calibration_text)
 
 
 @app.command("recommend")

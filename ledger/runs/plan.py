@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -181,10 +181,49 @@ def hardware(session: Session, nt: NodeType) -> tuple[Hardware, str]:
     return hw, links
 
 
+def planning_hardware(session: Session, nt: NodeType) -> tuple[Hardware, str]:
+    """The node type as ``plan recommend`` plans on it: with its newest GPU calibration (``ledger.runs.calibrate``;
+    factors on the default efficiency, its residual ranges) when there is one, else :func:`hardware` as is."""
+    from ledger.runs.calibrate import latest, model_hardware, summary
+
+    cal = latest(session, nt.id, "gpu")
+    if cal is None:
+        return hardware(session, nt)
+    hw = model_hardware(session, nt, "gpu", nt.gpus_per_node)
+    info = {k: v for k, v in summary(session, cal).items() if k != "runs"}
+    _, links = hardware(session, nt)
+    return replace(hw, efficiency_source=info["label"], calibration=info), links
+
+
+def calibration_factors(hw: Hardware):
+    """The calibration's factors for ``trainer.plan.search.evaluate`` (None: uncalibrated)."""
+    from trainer.plan.factors import Factors
+
+    return Factors(**hw.calibration["factors"]) if hw.calibration else None
+
+
+def calibration_columns(hw: Hardware, step_s: float, memory_bytes: float) -> dict[str, Any]:
+    """Per plan: how it was predicted and the range of its step time and memory from the residuals."""
+    from ledger.runs.calibrate import with_range
+
+    c = hw.calibration
+    if not c:
+        return {"calibration": "uncalibrated", "step_time_range_s": None, "memory_range_gib": None}
+    mem = with_range(memory_bytes / GIB, c["memory_range"])
+    return {"calibration": c["label"], "step_time_range_s": with_range(step_s, c["step_range"]),
+            "memory_range_gib": mem}
+
+
+def _calibrations(hw_rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {h["node_type"]: h["calibration"] for h in hw_rows}
+
+
 def hardware_summary(hw: Hardware, links: str, offers: list[str]) -> dict[str, Any]:
     return {"node_type": hw.name, "offers": offers, "gpus_per_node": hw.gpus_per_node,
             "gpu_memory_gib": hw.gpu_memory_bytes / GIB, "peak_bf16_tflops": hw.peak_tflops,
-            "efficiency": hw.efficiency, "efficiency_source": hw.efficiency_source,
+            "efficiency": (hw.calibration or {}).get("calibrated_efficiency") or hw.efficiency,
+            "efficiency_source": hw.efficiency_source,
+            "calibration": hw.calibration["label"] if hw.calibration else "uncalibrated",
             "intra_node_gbytes_per_s": hw.intra.bytes_per_s / 1e9, "inter_node_gbits_per_s": hw.inter.bytes_per_s * 8 / 1e9,
             "links": links}
 
@@ -264,7 +303,7 @@ def _plan_row(shape: ModelShape, tokens: float, nt: NodeType, hw: Hardware, o: O
         "cost": cost, "cost_per_1m_tokens": costs.cost_per_million_tokens(cost, int(tokens)),
         "bottleneck": t.bottleneck, "comm_share": t.comm_share, "bubble_share": t.bubble_s / t.total_s,
         "mfu": costs.mfu(tps, flops_per_token(shape), hw.peak_tflops, gpus),
-        "efficiency": hw.efficiency,
+        "efficiency": hw.efficiency, **calibration_columns(hw, t.total_s, mem.total),
     }
 
 
@@ -272,10 +311,11 @@ def _search_node_type(shape: ModelShape, req: RecommendRequest, nt: NodeType, hw
                       tally: _Tally, kept: list[tuple], counts: dict[str, int]) -> None:
     """Evaluate every candidate on this node type; price the ones that fit under every offer."""
     deadline_h = req.deadline_days * 24 if req.deadline_days is not None else None
+    factors = calibration_factors(hw)
     for nodes in req.nodes:
         for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), req.strategies,
                             req.micro_batches, req.recompute):
-            ev = evaluate(shape, c, hw)
+            ev = evaluate(shape, c, hw, factors=factors)
             counts["plans_evaluated"] += 1
             counts["candidates"] += len(offers)
             if not ev.kept:
@@ -307,7 +347,7 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
     counts = {"candidates": 0, "plans_evaluated": 0}
     hw_rows = []
     for nt, offers in _select_offers(session, req):
-        hw, links = hardware(session, nt)
+        hw, links = planning_hardware(session, nt)
         hw_rows.append(hardware_summary(hw, links, [o.name for o in offers]))
         _search_node_type(shape, req, nt, hw, offers, tally, kept, counts)
     kept.sort(key=lambda k: (k[0], k[1]))
@@ -327,7 +367,7 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
         "currency": kept[0][4].currency if kept else None,
         "counts": {**counts, "kept": len(kept), "discarded": dict(sorted(tally.counts.items()))},
         "hardware": hw_rows, "plans": plans, "best_per_offer": sorted(per_offer.values(), key=lambda r: r["rank"]),
-        "discarded": tally.listing(),
+        "discarded": tally.listing(), "calibrations": _calibrations(hw_rows),
         "predicted": "every figure is the planning model's prediction (docs/PLANNER.md), not a measurement",
     }
 
@@ -381,8 +421,6 @@ def _trial_config(row: dict[str, Any], shape: ModelShape, dp: int, tp: int, pp: 
 def _trial_entry(session: Session, row: dict[str, Any], shape: ModelShape, nodes: int, steps: int,
                  index: int) -> tuple[Optional[dict[str, Any]], str]:
     """The first trial layout of ``row`` that fits on the trial cluster, with its predictions; or the reason none does."""
-    from dataclasses import replace
-
     from trainer.plan.search import Candidate
 
     nt = session.exec(select(NodeType).where(NodeType.name == row["node_type"])).one()
@@ -474,12 +512,12 @@ def strategy_table(session: Session, model: str | ModelShape, tokens: float, nod
                            node_types=[node_type], nodes=[nodes], batch_tokens=batch_tokens)
     shape = model if isinstance(model, ModelShape) else req.shape()
     ((nt, offers),) = _select_offers(session, req)
-    hw, links = hardware(session, nt)
+    hw, links = planning_hardware(session, nt)
     rows = []
     for strategy in STRATEGIES:
         best = None
         for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), [strategy]):
-            ev = evaluate(shape, c, hw, time_if_too_big=True)
+            ev = evaluate(shape, c, hw, time_if_too_big=True, factors=calibration_factors(hw))
             if ev.memory is None or ev.time is None:
                 continue
             key = (not ev.kept, ev.memory.total if not ev.kept else ev.time.total_s)

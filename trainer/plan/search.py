@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 from trainer.parallel import STRATEGY_ZERO_STAGE, ParallelPlan, PlanError
+from trainer.plan.factors import Factors, calibrated_memory, calibrated_time
 from trainer.plan.memory import GIB, RECOMPUTE, MemoryEstimate, memory_per_gpu
 from trainer.plan.timing import Hardware, StepTime, step_time
 from trainer.shapes import ModelShape
@@ -127,8 +128,8 @@ def candidates(shape: ModelShape, nodes: int, gpus_per_node: int, global_batch: 
 
 
 def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf16",
-             time_if_too_big: bool = False) -> Evaluated:
-    """Validate, size and time one candidate on ``hw``.
+             time_if_too_big: bool = False, factors: Optional[Factors] = None) -> Evaluated:
+    """Validate, size and time one candidate on ``hw`` (scaled by a calibration's ``factors`` when given).
 
     A plan that does not fit is discarded with its memory; with
     ``time_if_too_big`` its step time is estimated anyway (what it would take
@@ -143,11 +144,15 @@ def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf
         return Evaluated(c, None, None, f"invalid plan: {exc}", tokens)
     mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
                          micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
+    if factors is not None:
+        mem = calibrated_memory(mem, factors)
     too_big = mem.total > hw.gpu_memory_bytes
     if too_big and not time_if_too_big:
         return Evaluated(c, mem, None, _oom(mem, hw), tokens)
     t = step_time(shape, hw, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
                   micro_batches=c.grad_accum, stage_params=mem.params, recompute=c.recompute, precision=precision)
+    if factors is not None and t is not None:
+        t = calibrated_time(t, hw, c.dp, c.tp, c.pp, factors)
     if too_big:
         return Evaluated(c, mem, t, _oom(mem, hw), tokens)
     if t is None:

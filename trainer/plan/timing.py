@@ -52,7 +52,7 @@ overheads are not modelled; they are inside the calibrated efficiency.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from trainer.plan.memory import element_bytes
@@ -104,6 +104,7 @@ class Hardware:
     intra: Link
     inter: Link
     efficiency_source: str = "default"
+    calibration: Optional[dict] = field(default=None, compare=False, hash=False)  # ledger.runs.calibrate summary
 
 
 def all_reduce_s(nbytes: float, n: int, link: Link) -> float:
