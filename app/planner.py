@@ -50,3 +50,14 @@ def cli_command(model: str, tokens: float, node_types: Optional[tuple[str, ...]]
     if currency:
         parts.append(f"--currency {currency}")
     return " ".join(parts)
+
+
+def span_text(span: Optional[list[float]]) -> str:
+    """``1.10–1.40`` for a calibrated range; ``uncalibrated`` without one."""
+    return f"{span[0]:,.3g}–{span[1]:,.3g}" if span else "uncalibrated"
+
+
+def with_ranges(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranked plans with their calibrated ranges as text columns (the figures are ``ledger.runs.plan``'s)."""
+    return [dict(p, step_range=span_text(p["step_time_range_s"]), memory_range=span_text(p["memory_range_gib"]))
+            for p in plans]

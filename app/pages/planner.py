@@ -19,10 +19,11 @@ from trainer.shapes import SHAPES, param_count
 
 # what decides first (offer, size, time, cost), so it is in view at 1280 px; the model's details after
 RANKING = ["rank", "offer", "nodes", "days", "cost", "cost_per_1m_tokens", "plan", "node_type", "total_gib",
-           "tokens_per_s", "bottleneck", "comm_share", "mfu"]
+           "memory_range", "step_time_s", "step_range", "calibration", "tokens_per_s", "bottleneck", "comm_share", "mfu"]
 LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s", "cost_per_1m_tokens": "cost per 1M tokens",
           "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type", "offer_kind": "kind",
-          "reserved_months": "months reserved"}
+          "reserved_months": "months reserved", "step_time_s": "step time (s)",
+          "step_range": "step time range (s)", "memory_range": "memory range (GiB)"}
 PER_OFFER = ["offer", "offer_kind", "rank", "nodes", "plan", "days", "reserved_months", "cost", "cost_per_1m_tokens"]
 STRATEGY_COLS = ["strategy", "fits", "plan", "total_gib", "days", "comm_share", "cost_per_1m_tokens", "offer",
                  "bottleneck", "reason"]
@@ -89,7 +90,7 @@ if plans:
     m[4].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
     m[5].metric("Cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
                 border=True)
-    st.dataframe(ui.frame(plans, RANKING, LABELS), hide_index=True)
+    st.dataframe(ui.frame(planner.with_ranges(plans), RANKING, LABELS), hide_index=True)
     parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans
                           for part, key in (("model states", "model_states_gib"), ("activations", "activations_gib"),
                                             ("allowance", "allowance_gib"))])
@@ -107,7 +108,8 @@ if result["best_per_offer"]:
     st.caption(ui.md(ui.RESERVED_RULE) + " Elastic rent bills the node-hours used (per its granularity); owning "
                "prices the node-hours at the fleet's full-use rate.")
 for h in result["hardware"]:
-    st.caption(f"{ui.md(h['node_type'])}: compute efficiency {h['efficiency']:.0%} ({ui.md(h['efficiency_source'])}); "
+    st.caption(f"{ui.md(h['node_type'])}: **{ui.md(h['calibration'])}** (`trainledger plan calibrate`); "
+               f"compute efficiency {h['efficiency']:.0%} ({ui.md(h['efficiency_source'])}); "
                f"links {ui.md(h['links'])} ({h['intra_node_gbytes_per_s']:g} GB/s in a node, "
                f"{h['inter_node_gbits_per_s']:g} Gb/s between nodes).")
 

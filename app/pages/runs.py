@@ -19,7 +19,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money import costs, explain
 from ledger.money.waste import check_reason
@@ -216,6 +216,8 @@ with right:
                      hide_index=True)
     else:
         st.caption("Not started: nothing costed yet.")
+
+predictions.show(url, d["id"])  # planned vs measured (docs/PLANNER.md)
 
 st.markdown("**Per node**")
 nodes = d["nodes_detail"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money.costs import cents
 from ledger.reports.present import fmt_cell
@@ -142,6 +142,7 @@ def sweep_view() -> None:
                    f"billed by whole months, see Planner). {ui.GPU_UTIL} and {ui.MFU} are different measures (see Overview); on a CPU-only run the "
                    "busy share is the process CPU utilization and MFU is n/a.")
         cpu_note(rows)
+        predictions.sweep_table(url, [(r["strategy"], r["run_id"]) for r in rows])
         chart = [{"strategy": r["strategy"] if [x["strategy"] for x in rows].count(r["strategy"]) == 1
                   else f"{r['strategy']} · {r['run_id']}", "offer": o, "cost": float(cents(v))}
                  for r in rows for o, v in r["cost_per_1m_tokens"].items() if v is not None]

@@ -66,9 +66,8 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
     """One run: its figures, its nodes, its cost, lost work, energy and CO2e per month, its cost under every offer,
     and its resume chain."""
     from ledger.reports.present import fmt_cell, key_values, table
-    from ledger.runs.registry import show_run
-
     from ledger.runs.predictions import planned_vs_measured_of, text_lines
+    from ledger.runs.registry import show_run
 
     with session(db) as s:
         data = show_run(s, run_id, currency)

@@ -74,7 +74,7 @@ def cpu_hardware(processes_per_node: int, cores: Optional[int] = None) -> Hardwa
 def model_hardware(session: Session, nt: NodeType, device: str, gpus_per_node: int) -> Hardware:
     """The hardware a calibration's factors scale: the node type's catalog figures with the *default*
     compute efficiency (so a factor means the same at fit and at use), or the CPU profile."""
-    from ledger.runs.plan import hardware
+    from ledger.runs.hardware import hardware
 
     if device == "cpu":
         return cpu_hardware(gpus_per_node)

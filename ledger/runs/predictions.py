@@ -40,7 +40,7 @@ def predict_for_run(session: Session, run: Run, device: str) -> dict[str, Any]:
     nt = session.get(NodeType, run.node_type_id)
     cal = cal_mod.latest(session, nt.id, device)
     if cal is None and device == "gpu":  # uncalibrated: the planner's own efficiency (measured MFU median or default)
-        from ledger.runs.plan import hardware
+        from ledger.runs.hardware import hardware
 
         hw = hardware(session, nt)[0]
     else:
@@ -56,10 +56,12 @@ def predict_for_run(session: Session, run: Run, device: str) -> dict[str, Any]:
             "why_no_time": None if step is not None else f"no peak TFLOPs known for {nt.name}"}
 
 
-def store_prediction(session: Session, run: Run, steps: Optional[int] = None) -> Optional[RunPrediction]:
-    """Store the prediction of a run being launched (never raises for a prediction that cannot be made)."""
+def store_prediction(session: Session, run: Run, steps: Optional[int] = None,
+                     device: Optional[str] = None) -> Optional[RunPrediction]:
+    """Store the prediction of a run being launched (never raises for a prediction that cannot be made);
+    ``device`` defaults to where this machine trains (``calibrate.launch_device``)."""
     try:
-        p = predict_for_run(session, run, cal_mod.launch_device())
+        p = predict_for_run(session, run, device or cal_mod.launch_device())
     except (LedgerInputError, ValueError, KeyError) as exc:
         p = {"error": f"no prediction: {exc}"}
     if steps is not None:
