@@ -141,3 +141,17 @@ def test_cpu_runs_calibrate_the_cpu_profile_not_the_gpus(session):
     (c,) = cal.calibrate(session)
     assert c["device"] == "cpu" and cal.latest(session, nt.id, "gpu") is None
     assert cal.latest(session, nt.id, "cpu").id == c["id"]
+
+
+def test_a_finished_sweep_calibrates_from_its_runs(ledger_url, session):
+    from ledger.runs.sweep import calibrate_sweep
+
+    _history(session)
+    session.commit()
+    out = calibrate_sweep(ledger_url, "sweep-gen")
+    (c,) = out["calibrations"]
+    assert c["sweep_id"] == "sweep-gen" and c["n_runs"] == len(PLANS) and "runs" not in c
+    assert c["factors"]["compute"] == pytest.approx(1.25, rel=1e-6)
+    none = calibrate_sweep(ledger_url, "sweep-other")
+    assert none == {"calibrations": [], "reason": "--from-sweep: no run in sweep 'sweep-other'; see `trainledger "
+                                                  "sweep --help` or `trainledger runs list`"}
