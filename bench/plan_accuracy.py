@@ -128,6 +128,23 @@ def raw_runs(url: str, sweep_id: str) -> list[dict]:
     return out
 
 
+def _cells(r: dict) -> str:
+    """A row's first cells: strategy, processes, layout, ZeRO, step time measured, predicted, error."""
+    return (f"| {r['strategy']} | {r['world_size']} | {r['dp']}×{r['tp']}×{r['pp']} | {r['zero_stage']} | "
+            f"{r['measured_step_time_s']:.3f} s | {r['predicted_step_time_s']:.3f} s | {r['step_time_error']:+.0%} | ")
+
+
+def _memory_cells(r: dict) -> str:
+    return (f"{r['measured_memory_bytes'] / 2**20:,.0f} MiB | {r['predicted_memory_bytes'] / 2**20:,.0f} MiB | "
+            f"{r['memory_error']:+.0%} | ")
+
+
+def _mae(rows: list[dict]) -> tuple[float, float]:
+    """Mean absolute relative error of step time and of memory."""
+    return (statistics.fmean(abs(r["step_time_error"]) for r in rows),
+            statistics.fmean(abs(r["memory_error"]) for r in rows))
+
+
 def leave_one_out(raw: list[dict]) -> list[dict]:
     """Leave-one-strategy-out: for each strategy, calibrate (``ledger.runs.calibrate.fit``) on the other
     strategies' runs and predict this one's step time and peak memory."""
@@ -159,13 +176,9 @@ def loo_markdown(rows: list[dict]) -> str:
     for r in rows:
         f = r["factors"]
         lines.append(
-            f"| {r['strategy']} | {r['world_size']} | {r['dp']}×{r['tp']}×{r['pp']} | {r['zero_stage']} | "
-            f"{r['measured_step_time_s']:.3f} s | {r['predicted_step_time_s']:.3f} s | {r['step_time_error']:+.0%} | "
-            f"{r['measured_memory_bytes'] / 2**20:,.0f} MiB | {r['predicted_memory_bytes'] / 2**20:,.0f} MiB | "
-            f"{r['memory_error']:+.0%} | {f['compute']:.3f}, {f['intra_comm']:.2f}, {f['bubble']:.3f}, "
+            f"{_cells(r)}{_memory_cells(r)}{f['compute']:.3f}, {f['intra_comm']:.2f}, {f['bubble']:.3f}, "
             f"{f['memory']:.3f}, {f['memory_fixed']:.3f} |")
-    mae_t = statistics.fmean(abs(r["step_time_error"]) for r in rows)
-    mae_m = statistics.fmean(abs(r["memory_error"]) for r in rows)
+    mae_t, mae_m = _mae(rows)
     lines.append(f"\nLeave-one-strategy-out mean absolute error over {len(rows)} strategies: step time {mae_t:.1%} "
                  f"(target <= 15%); peak memory {mae_m:.1%} (target <= 10%).")
     return "\n".join(lines)
@@ -184,13 +197,9 @@ def markdown(rows: list[dict], tiny: dict[str, dict]) -> str:
         inc_err = (inc_pred - inc_meas) / inc_meas
         inc_errors.append(abs(inc_err))
         lines.append(
-            f"| {r['strategy']} | {r['world_size']} | {r['dp']}×{r['tp']}×{r['pp']} | {r['zero_stage']} | "
-            f"{r['measured_step_time_s']:.3f} s | {r['predicted_step_time_s']:.3f} s | {r['step_time_error']:+.0%} | "
-            f"{r['measured_comm_share']:.0%} | {r['predicted_comm_share']:.0%} | "
-            f"{r['measured_memory_bytes'] / 2**20:,.0f} MiB | {r['predicted_memory_bytes'] / 2**20:,.0f} MiB | "
-            f"{r['memory_error']:+.0%} | {inc_meas / 2**20:,.0f} MiB | {inc_pred / 2**20:,.0f} MiB | {inc_err:+.0%} |")
-    mae_t = statistics.fmean(abs(r["step_time_error"]) for r in rows)
-    mae_m = statistics.fmean(abs(r["memory_error"]) for r in rows)
+            f"{_cells(r)}{r['measured_comm_share']:.0%} | {r['predicted_comm_share']:.0%} | {_memory_cells(r)}"
+            f"{inc_meas / 2**20:,.0f} MiB | {inc_pred / 2**20:,.0f} MiB | {inc_err:+.0%} |")
+    mae_t, mae_m = _mae(rows)
     lines.append(f"\nMean absolute error over {len(rows)} runs: step time {mae_t:.0%}; peak memory {mae_m:.0%}; "
                  f"memory above the tiny model's run {statistics.fmean(inc_errors):.0%}.")
     return "\n".join(lines)

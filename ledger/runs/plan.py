@@ -17,12 +17,9 @@ node is paid for the whole month, used or not, as in the monthly report);
 own node-hours × full-use rate (depreciation + operations per 730 h + load
 power). Cost per 1M tokens = cost ÷ tokens × 10⁶.
 
-Compute efficiency per node type: the median, over the ledger's succeeded
-runs on it with a measured MFU, of MFU ÷ (1 − communication share) — the
-share of peak the compute reached with communication taken out — else the
-documented default for the GPU (``trainer.plan.timing.DEFAULT_EFFICIENCY``).
-Link speeds: the node type's catalog fields; where missing, the conservative
-:data:`ASSUMED_LINKS` (PCIe via host memory, 25 Gb/s Ethernet), said in the output.
+The node type's efficiency and links: ``ledger.runs.hardware``. With a stored
+calibration (``ledger.runs.calibrate``) every plan's time and memory are the
+calibrated ones, with the residuals' range; otherwise "uncalibrated".
 
 :func:`trial_sweep` turns the best plans into a pre-scale trial: each plan
 shrunk to a small cluster with the same per-GPU layers, micro-batch, tensor
@@ -474,11 +471,11 @@ def strategy_table(session: Session, model: str | ModelShape, tokens: float, nod
     shape = model if isinstance(model, ModelShape) else req.shape()
     ((nt, offers),) = _select_offers(session, req)
     hw, links = planning_hardware(session, nt)
-    rows = []
+    rows, factors = [], calibration_factors(hw)
     for strategy in STRATEGIES:
         best = None
         for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), [strategy]):
-            ev = evaluate(shape, c, hw, time_if_too_big=True, factors=calibration_factors(hw))
+            ev = evaluate(shape, c, hw, time_if_too_big=True, factors=factors)
             if ev.memory is None or ev.time is None:
                 continue
             key = (not ev.kept, ev.memory.total if not ev.kept else ev.time.total_s)
