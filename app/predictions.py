@@ -57,8 +57,13 @@ def show(url: str, run_id: str) -> None:
 def sweep_table(url: str, runs: list[tuple[str, str]]) -> None:
     """The Strategies page's planned vs measured: one row per (strategy, run id)."""
     rows = []
+    found = {run_id: planned_vs_measured(url, run_id) for _, run_id in runs}
+    if not any(p["rows"] for p in found.values()):
+        st.caption("Planned vs measured: no prediction stored for these runs (`trainledger launch` and "
+                   "`trainledger sweep` store one for every run they start).")
+        return
     for strategy, run_id in runs:
-        pvm = planned_vs_measured(url, run_id)
+        pvm = found[run_id]
         by = {r["quantity"].split(" (")[0]: r for r in pvm["rows"]}
         row = {"strategy": strategy, "run": run_id, "prediction": pvm["note"]}
         for key, label in (("step time", "step time (s)"), ("memory per GPU", "memory per GPU (GiB)"), ("cost", "cost")):
