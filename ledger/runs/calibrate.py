@@ -202,13 +202,14 @@ def _measured_runs(session: Session, node_type: Optional[str], sweep_id: Optiona
             raise LedgerInputError(f"--from-sweep: no run in sweep {sweep_id!r}; see `trainledger sweep --help` "
                                    f"or `trainledger runs list`")
         q = q.where(Run.sweep_id == sweep_id)
-    rows = session.exec(q.order_by(Run.created_at, Run.id)).all()
+    rows = [(r, name) for r, name in session.exec(q.order_by(Run.created_at, Run.id)).all()
+            if isinstance(r.config, dict) and r.config.get("train")]  # a known plan: the trainer's own config
     if not rows:
         where = " ".join(x for x in (f"on {node_type}" if node_type else "",
                                      f"in sweep {sweep_id}" if sweep_id else "") if x)
         raise LedgerInputError(f"no measured run to fit{' ' + where if where else ''}: a calibration needs succeeded "
                                f"runs with a plan (run `trainledger sweep` or `trainledger launch` first)")
-    return [(r, name) for r, name in rows]
+    return rows
 
 
 def calibrate(session: Session, node_type: Optional[str] = None, sweep_id: Optional[str] = None) -> list[dict[str, Any]]:
