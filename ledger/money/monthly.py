@@ -50,7 +50,7 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.money import carbon, costs, rollup
+from ledger.money import carbon, costs, counts, rollup
 from ledger.money.catalog import (
     Catalog,
     Versions,
@@ -197,7 +197,9 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
+    runs = counts.runs_per_group(session, month, m.facts.live)
     summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
+    summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
     footprint = _carbon(m, costings)
@@ -206,7 +208,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     fx_rates = m.fx.rates_used(m.tz)
     if fx_rates:  # money was converted: say at which rates
         summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
-    project_rows = _projects(session, offers.detail, costings, m.facts.periods) if projects else []
+    project_rows = _projects(session, offers.detail, costings, m.facts.periods, runs) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
                          node_types=nt_months, projects=project_rows, runs=runs, fx_rates=fx_rates, carbon=footprint,
@@ -618,8 +620,9 @@ def _sum_opt(values) -> Optional[Decimal]:
 
 
 def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
-              periods: dict[datetime, dict]) -> list[dict[str, Any]]:
-    """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates."""
+              periods: dict[datetime, dict], runs: dict[GroupKey, int]) -> list[dict[str, Any]]:
+    """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates
+    (``runs``: distinct runs per group, :func:`ledger.money.counts.runs_per_group`)."""
     cost, cost_el, cost_own, co2, lost = _detail_costs(groups, costings, periods)
     names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
     by_project: dict[str, list[tuple]] = defaultdict(list)
@@ -637,7 +640,7 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dic
         useful = t.useful_gpu_hours
         out.append({
             "project": project,
-            "runs": t.slices,
+            "runs": counts.count(runs, ks),
             "node_hours": t.node_hours,
             "gpu_hours": t.gpu_hours,
             "tokens": t.tokens,
