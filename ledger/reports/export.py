@@ -137,7 +137,7 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
-class _LFWriter:
+class LFWriter:
     """``csv.writer`` with LF line ends that still quotes a field holding a CR: csv quotes only the
     characters of its line terminator, and a bare CR in a name would split the row for a reader."""
 
@@ -155,7 +155,7 @@ class _LFWriter:
 def to_csv(p: dict[str, Any]) -> str:
     """Three blocks separated by a blank line: summary (metric,value), projects, runs."""
     buf = io.StringIO()
-    w = _LFWriter(buf)
+    w = LFWriter(buf)
     w.writerow(["metric", "value"])
     for k, v in summary_rows(p["summary"]):
         w.writerow([k, _csv_value(v)])
