@@ -45,11 +45,12 @@ from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from ledger.money.costs import ZERO
+from ledger.money.fx import convert_offer, load_rates
 from ledger.money.monthly import MonthlyReport, monthly_report
 from ledger.money.months import Period, date_start, month_of, month_period, run_interval, time_share
 from ledger.money.rollup import sweep_peak
 from ledger.store.models import Fleet, Offer, OfferKind, Project, Run, RunStatus
-from ledger.store.settings import display_timezone
+from ledger.store.settings import display_timezone, presentation_currency
 from ledger.store.types import utcnow
 
 DEFAULT_WINDOW_DAYS = 7
@@ -110,20 +111,24 @@ class _Ledger:
 
 def forecast(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
              window_days: int = DEFAULT_WINDOW_DAYS, project: Optional[str] = None,
-             report: Optional[MonthlyReport] = None) -> dict[str, Any]:
+             report: Optional[MonthlyReport] = None, currency: Optional[str] = None) -> dict[str, Any]:
     """Month-end spend, idle, GPU-hours and each project's cost of ``month`` (default: the current
     month) as expected at ``now``, with a p10-p90 range; the method in ``method``.
 
-    ``report``: the month's ``monthly_report(..., now=now, lines=False)`` when the caller has it.
+    ``report``: the month's ``monthly_report(..., now=now, lines=False, currency=currency)`` when the caller
+    has it. ``currency``: money in it (default: the Settings currency once set, else the offers'): to date as
+    the monthly report converts it (each charge period at its rate), the rest of the month at the rate in
+    force at ``now``.
     """
     now = now or utcnow()
     tz = display_timezone(session)
     month = month or month_of(now, tz)
     _check(session, window_days, project)
     period = month_period(month, tz, now)
-    rep = report if report is not None else monthly_report(session, month, now=now, lines=False)
+    rep = report if report is not None else monthly_report(session, month, now=now, lines=False, currency=currency)
     to_date = _to_date(rep)
-    led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end)
+    led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end,
+                       presentation_currency(session, currency))
     if period.is_partial:
         proj = _project(led, period, window_days, to_date)
     else:  # ended: the actual month
@@ -147,9 +152,14 @@ def _to_date(rep: MonthlyReport) -> Figures:
     return out
 
 
-def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime) -> _Ledger:
-    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and bills."""
+def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime,
+                 target: Optional[str] = None) -> _Ledger:
+    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and
+    bills; the offers' money in ``target`` at the rate in force at ``now`` (None: their own currency)."""
     cat = load_catalog(session)
+    if target:
+        book = load_rates(session, tz)
+        cat = Catalog(cat.node_types, {oid: convert_offer(o, book, target, now) for oid, o in cat.offers.items()})
     fleets = fleets_by_offer(session, min(since, now), max(until, now), tz)
     names = dict(session.exec(select(Project.id, Project.name)).all())
     rows = session.exec(
