@@ -120,14 +120,15 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
+def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own: Optional[str] = None) -> list[dict[str, Any]]:
     """For trend charts, per month: the presented summary, and the report without its run lines
-    (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which)."""
+    (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which);
+    ``own``: the own offer its "if owned" figures are costed with (``report monthly --own``)."""
     out = []
     with read_session(url) as s:
         for m in months:
             try:
-                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency)
+                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency, own=own)
             except LedgerInputError as exc:
                 out.append({"month": m, "summary": None, "report": None, "missing": str(exc).splitlines()[0]})
                 continue
@@ -146,17 +147,17 @@ def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def forecast(url: str, month: str) -> dict[str, Any]:
-    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M`` prints."""
+def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
     with read_session(url) as s:
-        return ledger_forecast(s, month, now=now())
+        return ledger_forecast(s, month, now=now(), currency=currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def budget_status(url: str, month: str) -> dict[str, Any]:
-    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M`` prints."""
+def budget_status(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
     with read_session(url) as s:
-        return ledger_budget_status(s, month, now=now(), fc=forecast(url, month))
+        return ledger_budget_status(s, month, now=now(), fc=forecast(url, month, currency), currency=currency)
 
 
 def last_full_month(url: str, month: str) -> Optional[str]:
