@@ -181,7 +181,7 @@ def runs(url: str, *, month: Optional[str], project: Optional[str], user: Option
 @st.cache_data(ttl=TTL, show_spinner=False)
 def run_detail(url: str, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
     with read_session(url) as s:
-        return registry.show_run(s, run_id, currency)
+        return registry.show_run(s, run_id, currency, now=now())
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -61,6 +61,7 @@ class RunSlice:
     intensities: list = field(default_factory=list, repr=False, compare=False)  # carbon.Intensity of each period
     lost_gpu_hours: Decimal = ZERO  # lost work in this month (ledger.money.months.lost_interval)
     lost_work_cost: Decimal = ZERO  # its cost at the run's own rates
+    finality: str = "final"  # final | provisional (:func:`cost_finality`, docs/MONEY.md)
 
     @property
     def waste(self) -> bool:
@@ -226,6 +227,7 @@ def _lines(session: Session, m: Any, run_ids: Optional[set[str]], costings: dict
             co2e_kg=None if footprint.basis == "unknown" else footprint.co2e_kg, co2e_basis=footprint.basis,
             lost_gpu_hours=f.lost_gpu_hours, lost_work_cost=sum(costing.lost(offer, f), ZERO),
             intensities=[costing.intensity(s.node_type_id)])
+        line.finality = cost_finality(offer.kind, s.status, m.period.is_partial)
         if per_period:
             quantity, unit = costing.unit(offer, f)
             line.charge = ChargeInfo(s.charge_from, costing.period_end.get(s.node_type_id, m.end), quantity, unit, offer,
@@ -256,3 +258,22 @@ def _extend_line(line: RunSlice, part: RunSlice) -> None:
     line.co2e_kg = _add(line.co2e_kg, part.co2e_kg)
     line.co2e_basis = _combine_co2e([line.co2e_basis, part.co2e_basis])
     line.intensities += [i for i in part.intensities if i not in line.intensities]
+    if part.finality == PROVISIONAL:
+        line.finality = PROVISIONAL
+
+
+PROVISIONAL, FINAL = "provisional", "final"
+
+
+def cost_finality(offer_kind: Any, status: str, month_is_partial: bool) -> str:
+    """Whether a run's cost in a month can still change: the rule of docs/MONEY.md ("Final or provisional").
+
+    A running run's cost is provisional (it grows). A finished run's cost is final when it ends on
+    elastic rent (its bill is its own), and provisional until its month closes when it is drawn from
+    an owned or reserved fleet: the fleet's month is shared by the node-hours used in it, so later
+    runs of the month change every run's share.
+    """
+    if status == "running":
+        return PROVISIONAL
+    kind = getattr(offer_kind, "value", offer_kind)
+    return PROVISIONAL if month_is_partial and kind != OfferKind.rent_elastic.value else FINAL

@@ -34,7 +34,7 @@ PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost
 RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
                "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
                "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "lost_gpu_hours",
-               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis"]
+               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis", "finality"]
 NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
                      "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
                      "reserved_offer", "reserved_cost"]

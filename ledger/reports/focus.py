@@ -59,7 +59,7 @@ FOCUS_COLUMNS = [
 FOCUS_13_COLUMNS = ["x_HostProviderName", "x_ServiceProviderName"]
 EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nodes", "x_GpuHours", "x_Tokens", "x_MFU",
                      "x_GpuUtil", "x_EnergyKWh", "x_CO2eKg", "x_CO2eBasis", "x_OfferKind", "x_PriceVersion",
-                     "x_OfferCurrency", "x_FxRate"]
+                     "x_OfferCurrency", "x_FxRate", "x_CostFinality"]
 COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
                    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
@@ -139,7 +139,7 @@ def _run_row(line: RunSlice, period: dict[str, Any]) -> dict[str, Any]:
         SubAccountName=line.project or None, Tags=_tags(line),
         x_RunId=line.run_id, x_RunName=line.name, x_RunStatus=line.status, x_NodeType=line.node_type, x_Nodes=line.nodes,
         x_GpuHours=line.gpu_hours, x_Tokens=line.tokens, x_MFU=line.mfu, x_GpuUtil=line.gpu_util_mean,
-        x_EnergyKWh=line.energy_kwh, x_CO2eKg=line.co2e_kg, x_CO2eBasis=line.co2e_basis)
+        x_EnergyKWh=line.energy_kwh, x_CO2eKg=line.co2e_kg, x_CO2eBasis=line.co2e_basis, x_CostFinality=line.finality)
     if fleet:
         row.update(_commitment(ch.offer, ch.fleets), CommitmentDiscountStatus="Used",
                    CommitmentDiscountQuantity=line.node_hours)
