@@ -56,6 +56,7 @@ from sqlmodel import Session
 
 from ledger.errors import LedgerInputError
 from ledger.money import rollup
+from ledger.sources.admission import admit
 from ledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from ledger.store.db import session_scope
 from ledger.store.ids import validate_run_id
@@ -464,7 +465,7 @@ def _csv_row(rec: dict[str, str], where: str, ctx: Context, opts: ImportOptions,
     nt = ctx.node_type(rec.get("node_type"), where, opts.node_type)
     nodes = to_int(rec["nodes"], where, "nodes", 1, MAX_NODES)
     gpn = to_int(rec["gpus_per_node"], where, "gpus_per_node", 1) if rec.get("gpus_per_node") else nt.gpus_per_node
-    start, end = _csv_times(rec, where, tz, opts.dst)
+    start, end = _csv_times(rec, where, tz, "refuse" if opts.dst == "report" else opts.dst)  # our CSV: refused
     if gpn > nt.gpus_per_node:
         raise LedgerInputError(f"{where}: gpus_per_node: {gpn} exceeds the {nt.gpus_per_node} GPUs of node type {nt.name}; "
                                "fix the row or pass another --node-type")
@@ -744,6 +745,7 @@ def import_lines(engine: Engine, lines: Iterable[str], name: str, parse: Parser,
     receipt = Receipt(source=name, format=fmt, strict=opts.strict)
     with Spill(name) as spill:
         parse(lines, name, ctx, opts, spill, receipt)
+        admit(spill, receipt, ctx, name, fmt, utcnow())
         write_spill(engine, spill, receipt, also)
     return receipt
 
