@@ -320,11 +320,16 @@ def intensities(url: str) -> list[dict[str, Any]]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """The month's presented run lines (``trainledger report monthly``'s per-run rows, in cents) with each
-    line's ``waste_reason`` (``ledger.money.waste.run_reasons``; None when the run is no waste)."""
+    """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's ``waste_reason``
+    (``ledger.money.waste.run_reasons``; None when the run is no waste). Money outside an export is each
+    figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read the same."""
+    from ledger.money.costs import cents
     from ledger.money.waste import run_reasons
 
-    lines = presented(url, month, lines=True, currency=currency)["runs"]
+    exact = {r.run_id: r for r in report(url, month, True, currency).runs}
+    lines = [{**r, "cost": str(cents(exact[r["run_id"]].cost)),
+              "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost))}
+             for r in presented(url, month, lines=True, currency=currency)["runs"]]
     with read_session(url) as s:
         reasons = run_reasons(s, lines)
     return [{**r, "waste_reason": reasons.get(r["run_id"])} for r in lines]
