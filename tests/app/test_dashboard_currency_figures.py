@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from ledger.money.budgets import budget_status, set_budget
+from ledger.money.costs import cents
 from ledger.money.forecast import forecast
 from ledger.money.monthly import monthly_report
 from ledger.reports.export import presented_report
@@ -87,18 +88,27 @@ def test_rent_vs_own_sizing_runs_roi_planner_export_in_usd(demo_url, app_env):
     roi = metrics(run_page(make_app(currency=USD), "roi"))
     s = p["summary"]
     assert roi["Spend (USD)"] == fmt_cell("actual_cost", s["actual_cost"])
+    alternative = next(k for k in roi if k.startswith("Alternative: "))
+    assert alternative.endswith("(USD)") and roi[alternative] == fmt_cell("alternative_cost", s["alternative_cost"])
+    assert roi["Savings vs the alternative (USD)"] == fmt_cell("savings_vs_alternative", s["savings_vs_alternative"])
     assert roi["Waste (USD)"] == fmt_cell("waste_cost", s["waste_cost"])
     assert roi["of which idle (USD)"] == fmt_cell("idle_cost", s["idle_cost"])
+    assert not [k for k in roi if "CNY" in k]  # nothing labelled with the ledger's own currency
     runs = run_page(make_app(currency=USD), "runs")
     table = next(df.value for df in runs.dataframe if "cost (USD)" in df.value.columns)
-    lines = {r["run_id"]: r for r in p["runs"]}
-    shown = dict(zip(table["id"], table["cost (USD)"]))
+    exact = {r.run_id: r.cost for r in with_session(demo_url, lambda s: monthly_report(s, MONTH, currency=USD, lines=True)).runs}
+    shown = dict(zip(table["id"], table["cost (USD)"]))  # each half-up on its own (docs/MONEY.md, Rounding)
     assert len(shown) >= 5 and {rid: Decimal(str(v)) for rid, v in shown.items()} == {
-        rid: Decimal(str(lines[rid]["cost"])) for rid in shown}
+        rid: cents(exact[rid]) for rid in shown}
     export = run_page(make_app(currency=USD), "export")
     summary = export.table[0].value
     assert summary.loc["Currency", "value"] == USD
     assert summary.loc[summary.index.str.startswith("Spend")]["value"].tolist() == [
         fmt_cell("actual_cost", s["actual_cost"])], summary.index.tolist()
+    assert summary.loc[summary.index.str.startswith("Idle cost")]["value"].tolist() == [
+        fmt_cell("idle_cost", s["idle_cost"])], summary.index.tolist()
     plan = metrics(run_page(make_app(currency=USD), "planner"))["Predicted cost"]
-    assert plan.endswith(" USD")
+    cny_plan = metrics(run_page(make_app(currency="CNY"), "planner"))["Predicted cost"]
+    as_number = lambda text: Decimal(text.split()[0].replace(",", ""))  # noqa: E731
+    # the same plan at the list prices converted at today's rate (CNY→USD 0.1401 from November)
+    assert plan.endswith(" USD") and abs(as_number(plan) - as_number(cny_plan) * Decimal("0.1401")) <= Decimal("0.01")
