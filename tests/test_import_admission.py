@@ -95,3 +95,31 @@ def test_absurd_intensities_rates_and_prices_are_refused_naming_the_field(cli, e
                      'electricity_price_per_kwh = "0.5"\noperations_per_node_month = "100"\n')
     r = cli("pricing", "import", offer)
     assert r.exit_code == 2 and "offer 'watts': power_kw_load: Input should be less than or equal to 100" in r.stderr
+
+
+def test_a_recorded_run_no_offer_can_cost_is_shown_unpriced_and_blocks_nothing(cli, engine, tmp_path):
+    """A run already in the ledger on a node type with no offer (a tracked run on h100-8x, which the presets
+    price nowhere): the month's report, FOCUS, the forecast, budgets and `runs show` of other runs work, and
+    the report says how many runs it could not price and where."""
+    from datetime import datetime, timezone
+
+    from tests.helpers import add_run
+
+    utc = timezone.utc
+    with Session(engine) as s:
+        add_run(s, "priced", datetime(2025, 11, 3, tzinfo=utc), 10, nodes=1, offer_name="rtx4090-rent")
+        add_run(s, "unpriced", datetime(2025, 11, 4, tzinfo=utc), 10, nodes=1, offer_name=None, node_type_name="h100-8x")
+        s.commit()
+    rep = cli("report", "monthly", "--month", "2025-11", "--format", "json")
+    assert rep.exit_code == 0, rep.output
+    d = json.loads(rep.output)
+    assert (d["summary"]["runs"], d["summary"]["unpriced_runs"], d["summary"]["unpriced_node_types"]) == (1, 1, ["h100-8x"])
+    assert [r["run_id"] for r in d["runs"]] == ["priced"] and d["summary"]["actual_cost"] == "49.32"
+    assert "unpriced_runs,1\nunpriced_node_types,h100-8x\n" in cli("report", "monthly", "--month", "2025-11").output
+    assert cli("runs", "show", "priced", "--json").exit_code == 0
+    r = cli("report", "focus", "--month", "2025-11", "-o", tmp_path / "focus.csv")
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "focus.csv").read_text()
+    assert "trainledger/runs/priced" in text and "trainledger/runs/unpriced" not in text
+    assert cli("budget", "set", "100000").exit_code == 0
+    assert cli("budget", "check", "--month", "2025-11", "--now", "2025-11-10T00:00:00+00:00").exit_code == 0

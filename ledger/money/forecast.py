@@ -180,9 +180,8 @@ def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime,
             continue
         running += status_v == RunStatus.running.value and ended is None
         offer = (cat.offers.get(offer_id) if offer_id else None) or default_offer(cat, nt_id, fleets)
-        if offer is None:
-            raise LedgerInputError(f"node type {cat.node_types[nt_id].name}: runs have no offer to cost them; "
-                                   "add one with `trainledger pricing import`")
+        if offer is None:  # unpriced (the monthly report counts it as such): nothing to project
+            continue
         bill = costs.elastic_run_cost(offer, nodes, costs.hours_between(s, e)) if offer.kind == OfferKind.rent_elastic else ZERO
         runs.append((names.get(pid, "") if pid else "", offer, nodes, gpn, s, e, bill))
         intervals[offer.id].append((max(s, since), min(e, until), nodes))

@@ -212,6 +212,8 @@ def _lines(session: Session, m: Any, run_ids: Optional[set[str]], costings: dict
     for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id, s.start)):
         _, name, strategy, usrc, util, mfu_, tokens, _, project, user = info[s.run_id]
         costing = costings[s.charge_from]
+        if (s.node_type_id, s.offer_id) not in costing.by_recorded:  # unpriced: no offer can cost it
+            continue
         offer = costing.offer(s.node_type_id, s.offer_id)
         f = s.facts
         nh = f.node_hours

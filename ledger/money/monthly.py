@@ -200,6 +200,9 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     runs = counts.runs_per_group(session, month, m.facts.live)
     summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
     summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
+    if offers.unpriced:  # visible, and blocking nothing else
+        summary["unpriced_runs"] = counts.count(runs, offers.unpriced)
+        summary["unpriced_node_types"] = sorted({m.cat.node_types[k[0]].name for k in offers.unpriced})
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
     footprint = _carbon(m, costings)
@@ -283,29 +286,36 @@ class _Offers:
     resolved: dict[GroupKey, Offer]  # group → the offer it is costed under
     by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
     by_node_type: dict[int, list[GroupKey]]  # node type of the offer used → its groups
+    unpriced: dict[GroupKey, rollup.Facts] = field(default_factory=dict)  # groups no offer can cost
 
 
 def _resolve_offers(m: _Month) -> _Offers:
-    """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent)."""
+    """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent).
+
+    A group no offer can cost (its node type has none; an import refuses such runs, a tracked run may still
+    be one) is left out of the costing and kept in ``unpriced``: the month's other runs are reported, and the
+    summary says how many runs are unpriced and on which node types."""
     detail = {k: f for k, f in m.facts.groups.items() if f.slices}
-    groups = _without_project(detail)
     resolved: dict[GroupKey, Offer] = {}
     by_recorded: dict[tuple[int, Optional[int]], Offer] = {}
-    for key in groups:
+    unpriced: dict[GroupKey, rollup.Facts] = {}
+    for key in list(detail):
         if key[:2] not in by_recorded:
             nt_id, offer_id = key[0], key[1]
             offer = (m.cat.offers.get(offer_id) if offer_id else None) or default_offer(m.cat, nt_id, m.fleets)
             if offer is None:
-                raise LedgerInputError(f"node type {m.cat.node_types[nt_id].name}: runs in {m.name} have no offer to "
-                                       "cost them; add one with `trainledger pricing import`")
+                unpriced[key] = detail.pop(key)
+                continue
             by_recorded[key[:2]] = offer
+    groups = _without_project(detail)
+    for key in groups:
         resolved[key] = by_recorded[key[:2]]
     by_nt: dict[int, list[GroupKey]] = defaultdict(list)
     for key, offer in resolved.items():
         by_nt[offer.node_type_id].append(key)
     for off_id in m.fleets:  # fleets with no runs still cost money
         by_nt.setdefault(m.cat.offers[off_id].node_type_id, [])
-    return _Offers(detail, groups, resolved, by_recorded, by_nt)
+    return _Offers(detail, groups, resolved, by_recorded, by_nt, unpriced)
 
 
 def _without_project(detail: dict[GroupKey, rollup.Facts]) -> dict[GroupKey, rollup.Facts]:
@@ -364,7 +374,7 @@ def _period_view(m: _Month, offers: _Offers, start: datetime) -> tuple[Catalog, 
     detail = {k: facts.get(k) or rollup.Facts() for k in offers.detail}
     resolved = {k: cat.offers[o.id] for k, o in offers.resolved.items()}
     by_recorded = {k: cat.offers[o.id] for k, o in offers.by_recorded.items()}
-    op = _Offers(detail, _without_project(detail), resolved, by_recorded, offers.by_node_type)
+    op = _Offers(detail, _without_project(detail), resolved, by_recorded, offers.by_node_type, offers.unpriced)
     return cat, op, _Costing(by_recorded, {}, {}, {}, start, m.intensities, cat)
 
 
