@@ -120,14 +120,15 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
+def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own: Optional[str] = None) -> list[dict[str, Any]]:
     """For trend charts, per month: the presented summary, and the report without its run lines
-    (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which)."""
+    (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which);
+    ``own``: the own offer its "if owned" figures are costed with (``report monthly --own``)."""
     out = []
     with read_session(url) as s:
         for m in months:
             try:
-                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency)
+                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency, own=own)
             except LedgerInputError as exc:
                 out.append({"month": m, "summary": None, "report": None, "missing": str(exc).splitlines()[0]})
                 continue
@@ -146,17 +147,17 @@ def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def forecast(url: str, month: str) -> dict[str, Any]:
-    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M`` prints."""
+def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
     with read_session(url) as s:
-        return ledger_forecast(s, month, now=now())
+        return ledger_forecast(s, month, now=now(), currency=currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def budget_status(url: str, month: str) -> dict[str, Any]:
-    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M`` prints."""
+def budget_status(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
     with read_session(url) as s:
-        return ledger_budget_status(s, month, now=now(), fc=forecast(url, month))
+        return ledger_budget_status(s, month, now=now(), fc=forecast(url, month, currency), currency=currency)
 
 
 def last_full_month(url: str, month: str) -> Optional[str]:
@@ -180,7 +181,7 @@ def runs(url: str, *, month: Optional[str], project: Optional[str], user: Option
 @st.cache_data(ttl=TTL, show_spinner=False)
 def run_detail(url: str, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
     with read_session(url) as s:
-        return registry.show_run(s, run_id, currency)
+        return registry.show_run(s, run_id, currency, now=now())
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -319,11 +320,16 @@ def intensities(url: str) -> list[dict[str, Any]]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """The month's presented run lines (``trainledger report monthly``'s per-run rows, in cents) with each
-    line's ``waste_reason`` (``ledger.money.waste.run_reasons``; None when the run is no waste)."""
+    """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's ``waste_reason``
+    (``ledger.money.waste.run_reasons``; None when the run is no waste). Money outside an export is each
+    figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read the same."""
+    from ledger.money.costs import cents
     from ledger.money.waste import run_reasons
 
-    lines = presented(url, month, lines=True, currency=currency)["runs"]
+    exact = {r.run_id: r for r in report(url, month, True, currency).runs}
+    lines = [{**r, "cost": str(cents(exact[r["run_id"]].cost)),
+              "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost))}
+             for r in presented(url, month, lines=True, currency=currency)["runs"]]
     with read_session(url) as s:
         reasons = run_reasons(s, lines)
     return [{**r, "waste_reason": reasons.get(r["run_id"])} for r in lines]

@@ -15,7 +15,8 @@ def spend_by_project(url: str, month: str, currency: Optional[str], cur: str, sp
     The lines add up to the month's spend (``spend``, as presented) to the cent."""
     lines = data.spend_by_project(url, month, currency)
     st.caption(f"Projects + idle = spend {ui.money('actual_cost', spend)} {cur} "
-               "(fleet node-hours no run used are idle, no project's).")
+               "(fleet node-hours no run used are idle, no project's; each line half-up to the cent, the cents "
+               "they leave as a rounding line).")
     left, right = st.columns([1, 2])
     left.dataframe(ui.frame(lines, ["line", "cost"], {"line": "project", "cost": f"spend ({cur})"}), hide_index=True,
                    key=key)

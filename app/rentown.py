@@ -88,41 +88,50 @@ def cumulative_costs(own, rent, utilization: Decimal, nodes: int, months: int = 
     return rows
 
 
-def peak_sizing(reports: list[MonthlyReport], node_type: str, own) -> dict[str, Any]:
-    """Real usage over the given months: own enough nodes for the peak vs rent elastic.
+def peak_sizing(reports: list[MonthlyReport], node_type: str, own=None) -> dict[str, Any]:
+    """Real usage over the given months: own the fleet vs rent elastic, month by month.
 
-    The owned fleet is sized once, to the largest number of nodes in use at the
-    same time in any of the months; each month it costs
-    ``costs.fleet_month(own, peak × hours, node-hours, hours in month)`` (idle included),
-    over the hours of the month elapsed in the report (all of them once it has ended),
-    so that a month to date compares owning and renting over the same days.
-    Renting elastic costs what ``monthly_report`` billed for the same runs.
+    ``own`` None (the ledger's prices): each month's owned cost is the monthly report's "if owned"
+    figure for the node type (``monthly_report(own=...)``: the fleet held, else that month's peak,
+    each charge period at its price and exchange rate, measured power where it was collected), the
+    same number the monthly report shows. ``own`` an edited offer (assumptions on the page): the fleet
+    is sized once, to the largest number of nodes in use at the same time in any of the months, and
+    costed ``costs.fleet_month(own, peak × hours, node-hours, hours in month)`` (idle included, nominal
+    power, the entered prices) over the hours elapsed in the report. Renting elastic costs what
+    ``monthly_report`` billed for the same runs (each charge period at its rate).
     """
-    peak = 0
-    per_month = []
-    for rep in reports:
-        nt = next((n for n in rep.node_types if n.node_type == node_type), None)
-        per_month.append((rep, nt))
-        if nt is not None:
-            peak = max(peak, nt.peak_nodes)
+    per_month = [(rep, next((n for n in rep.node_types if n.node_type == node_type), None)) for rep in reports]
+    peak = max((nt.peak_nodes for _, nt in per_month if nt is not None), default=0)
     rows = []
-    own_total = rent_total = costs.ZERO
-    rent_known = True
+    own_total, own_known, rent_total, rent_known = costs.ZERO, True, costs.ZERO, True
     for rep, nt in per_month:
-        ms, me = month_bounds(rep.month, ZoneInfo(rep.timezone))
-        month_hours = costs.hours_between(ms, me)
-        hours = rep.period.hours if rep.period is not None else month_hours  # to date while the month runs
         node_hours = nt.node_hours if nt else costs.ZERO
-        own_cost = costs.fleet_month(own, Decimal(peak) * hours, [node_hours] if node_hours else [], month_hours).total
+        if own is None:
+            own_cost, own_nodes = (nt.own_cost, nt.own_nodes) if nt else (costs.ZERO, 0)
+        else:
+            own_cost, own_nodes = _edited_own_cost(rep, own, peak, node_hours), peak
         elastic = nt.elastic_cost if nt else costs.ZERO
-        if elastic is None:
-            rent_known = False
-        own_total += own_cost
+        own_known, rent_known = own_known and own_cost is not None, rent_known and elastic is not None
+        own_total += own_cost or costs.ZERO
         rent_total += elastic or costs.ZERO
         label = f"{rep.month} {rep.period.label}" if rep.is_partial else rep.month
+        capacity = Decimal(own_nodes or 0) * (rep.period.hours if rep.period is not None else _month_hours(rep))
         rows.append({"month": label, "node_hours": node_hours, "peak_nodes": nt.peak_nodes if nt else 0,
-                     "own_for_peak_cost": own_cost, "elastic_cost": elastic,
-                     "time_utilization": costs.time_utilization(node_hours, Decimal(peak) * hours) if peak else None})
+                     "own_nodes": own_nodes, "own_for_peak_cost": own_cost, "elastic_cost": elastic,
+                     "time_utilization": costs.time_utilization(node_hours, capacity) if capacity else None})
     elastic_offers = sorted({nt.elastic_offer for _, nt in per_month if nt is not None and nt.elastic_offer})
-    return {"node_type": node_type, "peak_nodes": peak, "months": rows, "own_for_peak_cost": own_total,
+    return {"node_type": node_type, "peak_nodes": peak, "months": rows,
+            "own_for_peak_cost": own_total if own_known else None,
             "elastic_cost": rent_total if rent_known else None, "elastic_offers": elastic_offers}
+
+
+def _month_hours(rep: MonthlyReport) -> Decimal:
+    ms, me = month_bounds(rep.month, ZoneInfo(rep.timezone))
+    return costs.hours_between(ms, me)
+
+
+def _edited_own_cost(rep: MonthlyReport, own, peak: int, node_hours: Decimal) -> Decimal:
+    """An edited own offer on ``peak`` nodes over the report's elapsed hours (nominal power)."""
+    month_hours = _month_hours(rep)
+    hours = rep.period.hours if rep.period is not None else month_hours  # to date while the month runs
+    return costs.fleet_month(own, Decimal(peak) * hours, [node_hours] if node_hours else [], month_hours).total

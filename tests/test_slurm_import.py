@@ -189,13 +189,14 @@ def _sacct_one(tmp_path, start: str, end: str, elapsed: str = "") -> Path:
     return f
 
 
-def test_sacct_time_in_a_dst_gap_is_refused_unless_dst_says_how(cli, engine, tmp_path):
+def test_sacct_time_in_a_dst_gap_is_skipped_and_counted_refused_with_strict_unless_dst_says_how(cli, engine, tmp_path):
     _ok(cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x"))
     f = _sacct_one(tmp_path, "2026-03-08T02:30:00", "2026-03-08T04:00:00")  # 02:30 does not exist in New York
-    r = cli("import", f, "--tz", "America/New_York")
-    assert r.exit_code == 2 and r.stderr.strip() == (
-        "error: dst.txt:2: Start: 2026-03-08T02:30:00 does not exist in America/New_York (the clocks moved forward); "
-        "give the time with its offset or pass --dst earliest|latest")
+    receipt = _ok(cli("import", f, "--tz", "America/New_York", "--json"))  # tolerant: skipped with a counted reason
+    assert receipt["imported"] == 0 and _skipped(receipt) == {"local time skipped or repeated by a DST change": (1, ["42"])}
+    r = cli("import", f, "--tz", "America/New_York", "--strict")
+    assert r.exit_code == 2 and r.stderr.startswith(
+        "error: dst.txt:2: Start: local time skipped or repeated by a DST change; run sacct with TZ=UTC")
     assert _runs(engine) == {}
     _ok(cli("import", f, "--tz", "America/New_York", "--dst", "earliest"))
     run = _runs(engine)["slurm-42"]
@@ -212,8 +213,10 @@ def test_sacct_time_in_a_dst_overlap_is_settled_by_elapsed_or_refused(cli, engin
     run = _runs(engine)["slurm-42"]
     assert (run.started_at, run.ended_at) == (datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 1, 8, 0, tzinfo=UTC))
     g = _sacct_one(tmp_path, "2026-11-01T01:30:00", "2026-11-01T03:00:00", elapsed="")
-    r = cli("import", g, "--tz", "America/New_York")
-    assert r.exit_code == 2 and "dst.txt:2: Start: 2026-11-01T01:30:00 happened twice in America/New_York" in r.stderr
+    r = cli("import", g, "--tz", "America/New_York", "--strict")
+    assert r.exit_code == 2 and "dst.txt:2: Start: local time skipped or repeated by a DST change" in r.stderr
+    r = cli("import", g, "--tz", "America/New_York", "--dst", "latest")  # said how: no longer ambiguous
+    assert r.exit_code == 0, r.output
 
 
 def test_csv_naive_time_in_a_dst_gap_is_refused_naming_the_row(cli, engine, tmp_path):

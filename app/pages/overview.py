@@ -142,7 +142,7 @@ STATE = {"ok": "ok", "at_risk": "at risk", "over": "over"}
 
 def forecast_section() -> None:
     """The month-end forecast of a month that has not ended: expected figures, p10-p90, the method."""
-    f = data.forecast(url, month)
+    f = data.forecast(url, month, currency)
     st.subheader(f"Month-end forecast, {month}")
     c = st.columns(3)
     for col, key, label in ((c[0], "spend", f"Spend at month end ({cur})"), (c[1], "idle_cost", f"Idle cost at month end ({cur})"),
@@ -150,10 +150,10 @@ def forecast_section() -> None:
         kind = "cost" if key != "gpu_hours" else "gpu_hours"
         col.metric(label, fmt_cell(kind, f[key]["expected"]), border=True,
                    help=f"p10 {fmt_cell(kind, f[key]['p10'])}, p90 {fmt_cell(kind, f[key]['p90'])}; "
-                        f"to date {fmt_cell(kind, f[key]['to_date'])}. `trainledger forecast --month {month}`.")
+                        f"to date {fmt_cell(kind, f[key]['to_date'])}. `trainledger forecast --month {month} --currency {cur}`.")
     st.caption(f"Expected, with p10–p90 {fmt_cell('cost', f['spend']['p10'])} to {fmt_cell('cost', f['spend']['p90'])} {cur} "
                f"for the spend. {f['method']['text']}")
-    team = next((b for b in data.budget_status(url, month)["budgets"] if not b["project"]), None)
+    team = next((b for b in data.budget_status(url, month, currency)["budgets"] if not b["project"]), None)
     ui.show_chart(spend_path_chart(f, team["amount"] if team else None))
 
 
@@ -182,13 +182,13 @@ def spend_path_chart(f: dict, budget) -> alt.Chart:
 
 def budget_section() -> None:
     """Each budget of the month (team and projects) and the per-project table: to date, forecast, budget, state."""
-    b = data.budget_status(url, month)
+    b = data.budget_status(url, month, currency)
     st.subheader(f"Budgets, {month}")
     if not b["budgets"]:
         st.caption(f"No budget applies to {month}. Set one with `trainledger budget set AMOUNT [--project P] "
                    "[--month YYYY-MM]`; `trainledger budget check` exits 1 when one is at risk or over (for cron).")
         return
-    f = data.forecast(url, month)
+    f = data.forecast(url, month, currency)
     by_project = {x["project"]: x for x in b["budgets"]}
     team = by_project.get("")
     if team is not None:
@@ -216,7 +216,7 @@ def budget_section() -> None:
                            "budget_cost": "budget", "crossed_on": "over since / crosses on"}),
                  hide_index=True, key="budget_table")
     st.caption("at risk: the month-end forecast is above the budget; over: spent to date above it. "
-               f"The same as `trainledger budget check --month {month}`.")
+               f"The same as `trainledger budget check --month {month} --currency {cur}`.")
 
 
 if s.get("is_partial"):

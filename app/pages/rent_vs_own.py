@@ -168,36 +168,45 @@ st.caption(f"Buying pays the capex up front, then power and operations at {ui.pc
 # --- fleet sizing from real usage ----------------------------------------------------------
 st.subheader("Fleet sizing from real usage")
 months = data.trend_months(url, month)
-sizing = rentown.peak_sizing([t["report"] for t in data.trend(url, tuple(months), currency) if t["report"] is not None],
-                            node_type, own_a)
+trend = data.trend(url, tuple(months), currency, own_o.name)
+sizing = rentown.peak_sizing([t["report"] for t in trend if t["report"] is not None], node_type,
+                             own_a if overrides_own else None)
 if not sizing["peak_nodes"]:
     ui.empty(f"No {ui.md(node_type)} runs from {months[0]} to {months[-1]}: nothing to size.")
     st.stop()
 rows = sizing["months"]
 rent_label = f"rent elastic ({', '.join(sizing['elastic_offers'])})" if sizing["elastic_offers"] else "rent elastic"
-st.caption(f"The owned fleet is sized once, to the most nodes in use at the same time ({sizing['peak_nodes']}), "
-           f"and costed with {ui.md(own_a.name)}{' (edited)' if overrides_own else ''}, idle included; renting elastic is what "
-           "the monthly report bills for the same runs, under the node type's default elastic offer.")
-st.dataframe(ui.frame(rows, ["month", "node_hours", "peak_nodes", "time_utilization", "own_for_peak_cost", "elastic_cost"],
-                      {"node_hours": "node-hours", "peak_nodes": "peak nodes",
-                       "time_utilization": f"{ui.TIME_UTIL} of {sizing['peak_nodes']} nodes",
-                       "own_for_peak_cost": f"own {sizing['peak_nodes']} nodes", "elastic_cost": rent_label}),
-             hide_index=True)
+own_label = f"own {sizing['peak_nodes']} nodes" if overrides_own else f"if owned ({own_o.name})"  # a column label: plain
+if overrides_own:
+    st.caption(f"The owned fleet is sized once, to the most nodes in use at the same time ({sizing['peak_nodes']}), "
+               f"and costed with {ui.md(own_a.name)} (edited: the prices entered above, nominal power), idle included; "
+               "renting elastic is what the monthly report bills for the same runs, each month at its exchange rate.")
+else:
+    st.caption(f"Owning: the monthly report's \"if owned\" cost under {ui.md(own_o.name)} (the fleet held, else the "
+               "month's peak; idle included, measured power where collected); renting elastic: what the monthly report "
+               f"bills for the same runs. Both in {cur}, each charge period at its own exchange rate "
+               f"(`trainledger report monthly --own {ui.md(own_o.name)} --currency {cur}`).")
+st.dataframe(ui.frame(rows, ["month", "node_hours", "peak_nodes", "own_nodes", "time_utilization", "own_for_peak_cost",
+                             "elastic_cost"],
+                      {"node_hours": "node-hours", "peak_nodes": "peak nodes", "own_nodes": "nodes owned",
+                       "time_utilization": f"{ui.TIME_UTIL} of the nodes owned",
+                       "own_for_peak_cost": own_label, "elastic_cost": rent_label}),
+             hide_index=True, key="rvo_sizing")
 bars = [{"month": m["month"], "option": label, "cost": float(m[key])}
-        for m in rows for label, key in ((f"own {sizing['peak_nodes']} nodes (peak)", "own_for_peak_cost"),
+        for m in rows for label, key in ((own_label, "own_for_peak_cost"),
                                          (rent_label, "elastic_cost")) if m[key] is not None]
 ui.show_chart(ui.grouped_bars(pd.DataFrame(bars), "month", "cost", "option", y_title=cur))
 own_total, rent_total = sizing["own_for_peak_cost"], sizing["elastic_cost"]
-if rent_total is not None:
+if rent_total is not None and own_total is not None:
     cheaper, saving, pct_ = costs.savings(own_total, rent_total)
     span = f"{months[0]} to {months[-1]}"
     if cheaper == "b":
-        st.markdown(f"Owning enough nodes for the peak ({sizing['peak_nodes']}) would have cost "
+        st.markdown(f"Owning ({ui.md(own_label)}) would have cost "
                     f"**{fmt_cell('cost', own_total)} {cur}** from {span}; renting elastic "
                     f"**{fmt_cell('cost', rent_total)} {cur}**: **renting saves {fmt_cell('savings', saving)} {cur} "
                     f"({fmt_cell('savings_pct', pct_)})**.")
     else:
-        st.markdown(f"Owning enough nodes for the peak ({sizing['peak_nodes']}) would have cost "
+        st.markdown(f"Owning ({ui.md(own_label)}) would have cost "
                     f"**{fmt_cell('cost', own_total)} {cur}** from {span}; renting elastic "
                     f"**{fmt_cell('cost', rent_total)} {cur}**: **owning saves {fmt_cell('savings', saving)} {cur} "
                     f"({fmt_cell('savings_pct', pct_)})**.")

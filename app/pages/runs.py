@@ -68,13 +68,19 @@ def waste_param() -> Optional[str]:
         return None
 
 
+PROVISIONAL_HELP = ("Provisional: drawn from an owned or reserved fleet in a month that has not closed, so its share "
+                    "of the fleet's month changes as later runs use it (final at the month's end); elastic runs are "
+                    "final when they end. docs/MONEY.md, \"Final or provisional\".")
+
+
 def month_figures(line: Optional[dict]) -> dict:
     """A run's figures in the month, from the monthly report's run line (cents, as the export)."""
     if line is None:
-        return {"gpu_hours_month": None, "cost": None, "cost_per_1m_tokens": None, "waste_cost": None, "waste_reason": ""}
+        return {"gpu_hours_month": None, "cost": None, "cost_per_1m_tokens": None, "waste_cost": None, "waste_reason": "",
+                "finality": ""}
     cost = Decimal(line["cost"])
     per_1m = costs.cost_per_million_tokens(cost, line["tokens"]) if line["tokens"] else None
-    return {"gpu_hours_month": line["gpu_hours"], "cost": cost,
+    return {"gpu_hours_month": line["gpu_hours"], "cost": cost, "finality": line["finality"],
             "cost_per_1m_tokens": costs.cents(per_1m) if per_1m is not None else None,
             "waste_cost": Decimal(line["lost_work_cost"]) if line["waste_reason"] else None,
             "waste_reason": (line["waste_reason"] or "").replace("_", " ")}
@@ -91,6 +97,7 @@ def runs_table(rows: list[dict]) -> pd.DataFrame:
     for key, label in MONEY_COLUMNS.items():
         df[label] = [None if r.get(key) is None else float(r[key]) for r in rows]
     df["waste reason"] = [r.get("waste_reason") or "" for r in rows]
+    df["cost is"] = [r.get("finality") or "" for r in rows]  # final | provisional (docs/MONEY.md)
     return df
 
 
@@ -179,8 +186,9 @@ if d.get("resume_chain"):
 
 c = st.columns(7)
 c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,
+            delta="provisional" if d.get("finality") == "provisional" else None, delta_color="off",
             help="What the run cost under its own offer at the prices in force when it ran, summed over its months "
-                 "(owned fleets allocated by node-hours).")
+                 "(owned fleets allocated by node-hours). " + PROVISIONAL_HELP)
 co2_label = "CO2e (kg)" + (", estimated" if d["co2e_basis"] in ("estimated", "mixed") else "")
 c[6].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
             help=f"{ui.number('energy_kwh', d['energy_kwh'])} kWh ({d['co2e_basis'] or 'no'} energy: measured where "

@@ -24,11 +24,11 @@ STATE_TEXT = {"ok": "ok", "at_risk": "AT RISK", "over": "OVER"}
 
 @app.command("set")
 @command
-def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget, in the ledger's currency.", show_default=False)] = None,
+def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget, in --currency (default: the ledger's currency).", show_default=False)] = None,
                project: ProjectOpt = None,
                month: Annotated[Optional[str], typer.Option(help="YYYY-MM: a budget for that month only (it replaces the every-month one there).")] = None,
                monthly: Annotated[Optional[str], typer.Option("--monthly", help="AMOUNT: a budget for every month (the default when AMOUNT is given alone).", show_default=False)] = None,
-               currency: Annotated[Optional[str], typer.Option(help="The amount's currency; must be the offers' (there are no exchange rates).")] = None,
+               currency: Annotated[Optional[str], typer.Option(help="The amount's currency (default: the offers'); another needs an exchange rate to theirs (`trainledger fx set`).")] = None,
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add or replace a budget: `budget set 20000 --project llm --month 2026-12`, `budget set --monthly 60000`."""
     from ledger.money.budgets import set_budget
@@ -95,12 +95,13 @@ def check_lines(d: dict[str, Any]) -> list[str]:
 @command
 def budget_check(month: Annotated[Optional[str], typer.Option(help="YYYY-MM (default: the current month).")] = None,
                  window: Annotated[int, typer.Option("--window", help="Days of run rate the forecast uses.", min=1, max=90)] = 7,
+                 currency: Annotated[Optional[str], typer.Option(help="Present money in this currency (budgets set in another converted at today's rate); default: the Settings currency, else the offers'.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """One line per budget (ok / AT RISK / OVER); exit 1 when any budget is at risk or over (for cron)."""
     from ledger.money.budgets import budget_status
 
     with session(db) as s:
-        data = budget_status(s, month, now=clock(now), window_days=window)
+        data = budget_status(s, month, now=clock(now), window_days=window, currency=currency)
     emit(data, as_json, lambda d: "\n".join(check_lines(d)) or
          f"no budget applies to {d['month']}; add one with `trainledger budget set AMOUNT [--project P]`")
     if data["worst"] != "ok":

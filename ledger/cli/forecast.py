@@ -55,6 +55,7 @@ def forecast_command(
         window: Annotated[int, typer.Option("--window", help="Days of run rate the rest of the month is projected from.")] = 7,
         backtest: Annotated[bool, typer.Option("--backtest", help="Instead: forecast every ended month from its first --days days and compare with what it cost.")] = False,
         days: Annotated[str, typer.Option(help="With --backtest: days of the month to forecast from.")] = "7,14,21",
+        currency: Annotated[Optional[str], typer.Option(help="Present money in this currency (to date at each charge period's rate, the rest at today's; needs `trainledger fx set`); default: the Settings currency, else the offers'.")] = None,
         db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Month-end spend, idle cost, GPU-hours and cost per project: to date + the rest of the month at the
     run rate of the last --window days, with a p10-p90 range (method printed)."""
@@ -64,11 +65,11 @@ def forecast_command(
     at = clock(now)
     with session(db) as s:
         if backtest:
-            if month or project:
-                raise LedgerInputError("--backtest: tests every ended month; leave out --month and --project")
+            if month or project or currency:
+                raise LedgerInputError("--backtest: tests every ended month; leave out --month, --project and --currency")
             data = run_backtest(s, days=_parse_days(days), window_days=window, now=at)
         else:
-            data = forecast(s, month, now=at, window_days=window, project=project)
+            data = forecast(s, month, now=at, window_days=window, project=project, currency=currency)
     emit(data, as_json, _backtest_text if backtest else _forecast_text)
 
 

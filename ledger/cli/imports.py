@@ -9,7 +9,7 @@ import typer
 
 from ledger.cli.common import DbOpt, JsonOpt, command, emit
 
-DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: refuse the file, naming the row.", show_default=False)]
+DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: a sacct record is skipped and counted in the receipt (--strict: the file is refused); our CSV is refused, naming the row.", show_default=False)]
 
 
 @command
@@ -44,7 +44,7 @@ def _dst(value: Optional[str]) -> str:
     from ledger.errors import LedgerInputError
 
     if value is None:
-        return "refuse"
+        return "report"  # sacct: skipped with a counted reason (--strict refuses); our CSV: refused
     if value not in ("earliest", "latest"):
         raise LedgerInputError(f"--dst: expected earliest or latest, got {value!r}")
     return value

@@ -10,6 +10,8 @@ import typer
 from ledger.cli.common import (
     DbOpt,
     JsonOpt,
+    NowOpt,
+    clock,
     command,
     emit,
     group,
@@ -62,15 +64,15 @@ CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present 
 @app.command("show")
 @command
 def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
-              currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """One run: its figures, its nodes, its cost, lost work, energy and CO2e per month, its cost under every offer,
-    and its resume chain."""
+              currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """One run: its figures, its nodes, its cost (final, or provisional while a month of it drawn from a fleet
+    has not closed), lost work, energy and CO2e per month, its cost under every offer, and its resume chain."""
     from ledger.reports.present import fmt_cell, key_values, table
     from ledger.runs.predictions import planned_vs_measured_of, text_lines
     from ledger.runs.registry import show_run
 
     with session(db) as s:
-        data = show_run(s, run_id, currency)
+        data = show_run(s, run_id, currency, clock(now))
         data["planned_vs_measured"] = planned_vs_measured_of(s, data["id"])
 
     def text(d):

@@ -2,8 +2,12 @@
 
 A budget is for one month (``--month YYYY-MM``) or for every month
 (``--monthly``); in its month a one-month budget replaces the every-month one
-of the same scope. Amounts are in the ledger's currency: the offers' (one
-currency today; a different one is refused, there is no exchange rate).
+of the same scope. A budget is kept in the currency it was set in (default: the
+ledger's, the offers'); any other needs an exchange rate between the two
+(``trainledger fx set``). Where a month stands is told in the presented currency
+(``--currency``, else the Settings one, else the offers'): a budget set in another
+is converted at the rate in force at ``now`` (``budget_amount``/``budget_currency``
+keep it as set, ``fx_rate`` the rate used).
 
 Where a month stands at ``now`` (:func:`budget_status`), per budget that applies to it.
 
@@ -32,8 +36,10 @@ from sqlmodel import Session, select
 from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.forecast import DEFAULT_WINDOW_DAYS, crossing_day, forecast
+from ledger.money.fx import RateBook, load_rates
 from ledger.money.months import month_of, parse_month
-from ledger.store.models import Budget, Offer, Project
+from ledger.store.fx import check_currency
+from ledger.store.models import Budget, FxRate, Offer, Project
 from ledger.store.settings import display_timezone, get_setting
 from ledger.store.types import utcnow
 
@@ -97,10 +103,7 @@ def set_budget(session: Session, amount: Any, *, project: Optional[str] = None, 
     value = parse_amount(amount)
     period = _period(month)
     key = _project_key(session, project)
-    have = ledger_currency(session)
-    if currency is not None and currency.strip().upper() != have:
-        raise LedgerInputError(f"--currency: this ledger's costs are in {have} (its offers' currency) and it has no "
-                               f"exchange rate to {currency.strip()!r}; give the budget in {have}")
+    have = _budget_currency(session, currency)
     row = session.exec(select(Budget).where(Budget.project_key == key, Budget.period == period)).first()
     if row is None:
         row = Budget(project_key=key, period=period, amount=value, currency=have)
@@ -109,6 +112,20 @@ def set_budget(session: Session, amount: Any, *, project: Optional[str] = None, 
         row.amount, row.currency, row.updated_at = value, have, utcnow()
     session.flush()
     return _row(row, project or TEAM)
+
+
+def _budget_currency(session: Session, currency: Optional[str]) -> str:
+    """The currency a budget is set in: ``currency`` when the ledger can convert between it and its own, else its own."""
+    have = ledger_currency(session)
+    if currency is None:
+        return have
+    want = check_currency(currency.strip().upper(), "--currency")
+    pairs = {(r.base, r.quote) for r in session.exec(select(FxRate))}
+    if want != have and (want, have) not in pairs and (have, want) not in pairs:
+        raise LedgerInputError(f"--currency: this ledger's costs are in {have} and it has no exchange rate between "
+                               f"{have} and {want}; add one with `trainledger fx set {have} {want} RATE` or give the "
+                               f"budget in {have}")
+    return want
 
 
 def remove_budget(session: Session, *, project: Optional[str] = None, month: Optional[str] = None) -> None:
@@ -149,27 +166,39 @@ def budgets_for(session: Session, month: str) -> list[dict[str, Any]]:
 
 
 def budget_status(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
-                  window_days: int = DEFAULT_WINDOW_DAYS, fc: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """Each budget of ``month`` (default: the current one) at ``now``: to date, forecast, state, crossing day.
+                  window_days: int = DEFAULT_WINDOW_DAYS, fc: Optional[dict[str, Any]] = None,
+                  currency: Optional[str] = None) -> dict[str, Any]:
+    """Each budget of ``month`` (default: the current one) at ``now``: to date, forecast, state, crossing day,
+    in ``currency`` (default: the Settings currency once set, else the offers'; a budget set in another
+    currency is converted at the rate in force at ``now``).
 
-    ``fc``: the month's forecast when the caller already has it (the same ``now`` and window).
+    ``fc``: the month's forecast when the caller already has it (the same ``now``, window and currency).
     """
     now = now or utcnow()
     tz = display_timezone(session)
     month = month or month_of(now, tz)
     budgets = budgets_for(session, month)
     if fc is None and budgets:
-        fc = forecast(session, month, now=now, window_days=window_days)
-    rows = [_status(b, fc) for b in budgets]
+        fc = forecast(session, month, now=now, window_days=window_days, currency=currency)
+    book = load_rates(session, tz) if any(b["currency"] != fc["currency"] for b in budgets) else None
+    rows = [_status(_in_currency(b, fc["currency"], book, min(now, fc["period_end"])), fc) for b in budgets]
     return {"month": month, "timezone": str(tz), "now": now, "period": fc["period"] if fc else None,
             "currency": fc["currency"] if fc else ledger_currency(session), "budgets": rows,
             "worst": max((r["state"] for r in rows), key=STATES.index, default="ok")}
 
 
+def _in_currency(b: dict[str, Any], currency: str, book: Optional[RateBook], at: datetime) -> dict[str, Any]:
+    """The budget's amount in ``currency`` (at the rate in force at ``at``), its amount as set kept beside it."""
+    out = {**b, "budget_amount": b["amount"], "budget_currency": b["currency"], "fx_rate": None}
+    if b["currency"] == currency:
+        return out
+    used = book.rate(b["currency"], currency, at)
+    if used is None:
+        raise LedgerInputError(f"budget {b['project'] or 'team'} {b['period']}: " + book.missing(b["currency"], currency, at))
+    return {**out, "amount": costs.convert(b["amount"], used.rate), "currency": currency, "fx_rate": used.rate}
+
+
 def _status(b: dict[str, Any], fc: dict[str, Any]) -> dict[str, Any]:
-    if b["currency"] != fc["currency"]:
-        raise LedgerInputError(f"budget {b['project'] or 'team'} {b['period']}: set in {b['currency']} but {fc['month']}'s "
-                               f"costs are in {fc['currency']}; set it again in {fc['currency']}")
     project = b["project"] or None
     if project is None:
         fig = fc["spend"]

@@ -45,14 +45,16 @@ from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from ledger.money.costs import ZERO
+from ledger.money.fx import convert_offer, load_rates
 from ledger.money.monthly import MonthlyReport, monthly_report
 from ledger.money.months import Period, date_start, month_of, month_period, run_interval, time_share
 from ledger.money.rollup import sweep_peak
 from ledger.store.models import Fleet, Offer, OfferKind, Project, Run, RunStatus
-from ledger.store.settings import display_timezone
+from ledger.store.settings import display_timezone, presentation_currency
 from ledger.store.types import utcnow
 
 DEFAULT_WINDOW_DAYS = 7
+MIN_RANGE_DAYS = 3  # whole days of history below which the p10-p90 range cannot be estimated
 MAX_WINDOW_DAYS = 90
 Z_P90 = Decimal("1.2815515655446004")  # the standard normal's 90th percentile
 DAY = timedelta(days=1)
@@ -110,20 +112,24 @@ class _Ledger:
 
 def forecast(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
              window_days: int = DEFAULT_WINDOW_DAYS, project: Optional[str] = None,
-             report: Optional[MonthlyReport] = None) -> dict[str, Any]:
+             report: Optional[MonthlyReport] = None, currency: Optional[str] = None) -> dict[str, Any]:
     """Month-end spend, idle, GPU-hours and each project's cost of ``month`` (default: the current
     month) as expected at ``now``, with a p10-p90 range; the method in ``method``.
 
-    ``report``: the month's ``monthly_report(..., now=now, lines=False)`` when the caller has it.
+    ``report``: the month's ``monthly_report(..., now=now, lines=False, currency=currency)`` when the caller
+    has it. ``currency``: money in it (default: the Settings currency once set, else the offers'): to date as
+    the monthly report converts it (each charge period at its rate), the rest of the month at the rate in
+    force at ``now``.
     """
     now = now or utcnow()
     tz = display_timezone(session)
     month = month or month_of(now, tz)
     _check(session, window_days, project)
     period = month_period(month, tz, now)
-    rep = report if report is not None else monthly_report(session, month, now=now, lines=False)
+    rep = report if report is not None else monthly_report(session, month, now=now, lines=False, currency=currency)
     to_date = _to_date(rep)
-    led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end)
+    led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end,
+                       presentation_currency(session, currency))
     if period.is_partial:
         proj = _project(led, period, window_days, to_date)
     else:  # ended: the actual month
@@ -147,9 +153,14 @@ def _to_date(rep: MonthlyReport) -> Figures:
     return out
 
 
-def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime) -> _Ledger:
-    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and bills."""
+def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime,
+                 target: Optional[str] = None) -> _Ledger:
+    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and
+    bills; the offers' money in ``target`` at the rate in force at ``now`` (None: their own currency)."""
     cat = load_catalog(session)
+    if target:
+        book = load_rates(session, tz)
+        cat = Catalog(cat.node_types, {oid: convert_offer(o, book, target, now) for oid, o in cat.offers.items()})
     fleets = fleets_by_offer(session, min(since, now), max(until, now), tz)
     names = dict(session.exec(select(Project.id, Project.name)).all())
     rows = session.exec(
@@ -169,9 +180,8 @@ def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime,
             continue
         running += status_v == RunStatus.running.value and ended is None
         offer = (cat.offers.get(offer_id) if offer_id else None) or default_offer(cat, nt_id, fleets)
-        if offer is None:
-            raise LedgerInputError(f"node type {cat.node_types[nt_id].name}: runs have no offer to cost them; "
-                                   "add one with `trainledger pricing import`")
+        if offer is None:  # unpriced (the monthly report counts it as such): nothing to project
+            continue
         bill = costs.elastic_run_cost(offer, nodes, costs.hours_between(s, e)) if offer.kind == OfferKind.rent_elastic else ZERO
         runs.append((names.get(pid, "") if pid else "", offer, nodes, gpn, s, e, bill))
         intervals[offer.id].append((max(s, since), min(e, until), nodes))
@@ -249,7 +259,7 @@ def _project(led: _Ledger, period: Period, window_days: int, to_date: Figures) -
     now, end = led.now, period.month_end
     rest_from = max(now, period.start)
     rest_hours = costs.hours_between(rest_from, end)
-    w0 = max(now - window_days * DAY, min(led.first_start or now, now))
+    w0 = max(now - window_days * DAY, min(_first_day(led) or now, now))
     window_hours = costs.hours_between(w0, now)
     total = _usage(led, w0, now)
     rate = {g: u.scaled(rest_hours / window_hours) for g, u in total.items()} if window_hours else {}
@@ -263,8 +273,34 @@ def _project(led: _Ledger, period: Period, window_days: int, to_date: Figures) -
     days = [_plus(to_date, cost_interval(led, rest_from, end, {g: u.scaled(rest_hours / 24) for g, u in day.items()},
                                          period.month_hours))
             for day in reversed(_usage_in(led, spans))]
-    low, high = _range(expected, zero, days)
+    if len(days) >= MIN_RANGE_DAYS:
+        low, high = _range(expected, zero, days)
+    else:  # too little history for a spread: from no further usage to twice the expected rest
+        low, high = _unestimated_range(expected, zero)
     return _Projection(expected, low, high, (w0, now), days, led.running)
+
+
+def _first_day(led: _Ledger) -> Optional[datetime]:
+    """The start of the day (display time zone) of the ledger's first run: a young ledger's window starts
+    there, at a day boundary like every whole day it is made of, not at the first run's start instant
+    (which would count a partial day as a whole one and over-project)."""
+    if led.first_start is None:
+        return None
+    return date_start(led.first_start.astimezone(led.tz).date(), led.tz)
+
+
+def _unestimated_range(expected: Figures, zero: Figures) -> tuple[Figures, Figures]:
+    """The range when it cannot be estimated (fewer than :data:`MIN_RANGE_DAYS` whole days of history):
+    p10 = no usage for the rest of the month, p90 = the rest at twice the expected rate (idle the reverse)."""
+    low, high = Figures(), Figures()
+    for f in FIGURES:
+        a, b = zero.get(f), max(ZERO, expected.get(f) * 2 - zero.get(f))
+        setattr(low, f, min(a, b))
+        setattr(high, f, max(a, b))
+    for p in expected.projects:
+        a, b = zero.get("projects", p), max(ZERO, expected.get("projects", p) * 2 - zero.get("projects", p))
+        low.projects[p], high.projects[p] = min(a, b), max(a, b)
+    return low, high
 
 
 def _path(led: _Ledger, period: Period, to_date: Figures) -> list[tuple[datetime, Figures]]:
@@ -389,11 +425,14 @@ def _method(period: Period, proj: _Projection) -> dict[str, Any]:
     w0, w1 = proj.window
     days = costs.hours_between(w0, w1) / 24
     rest = f"after {period.end:%Y-%m-%d %H:%M} UTC" if period.hours else "(it has not begun)"
+    estimated = len(proj.days) >= MIN_RANGE_DAYS
+    spread = (f"Range: p10-p90 from the variation between the window's {len(proj.days)} whole days, each carried "
+              "over the rest of the month (expected ± 1.2816 σ of those scenarios)." if estimated else
+              f"Range: cannot be estimated from {len(proj.days)} whole day(s) of history (at least {MIN_RANGE_DAYS} are "
+              "needed); shown from no further usage (p10) to twice the expected rest of the month (p90).")
     text = (f"To date: the monthly report to now. The rest of the month {rest}: fixed costs "
             f"of the fleets held are known; usage (node-hours, GPU-hours and elastic bills per project and offer) goes on "
             f"at the rate of the last {days.normalize():f} days ({w0:%Y-%m-%d %H:%M} to {w1:%Y-%m-%d %H:%M} UTC), running "
-            f"runs counted to now; owned fleets' power at the offers' nominal kW. Range: p10-p90 from the variation "
-            f"between the window's {len(proj.days)} whole days, each carried over the rest of the month "
-            f"(expected ± 1.2816 σ of those scenarios).")
+            f"runs counted to now; owned fleets' power at the offers' nominal kW. {spread}")
     return {"basis": "run_rate", "window_start": w0, "window_end": w1, "window_days": float(round(days, 3)),
-            "window_whole_days": len(proj.days), "text": text}
+            "window_whole_days": len(proj.days), "range_estimated": estimated, "text": text}

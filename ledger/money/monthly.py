@@ -50,7 +50,7 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.money import carbon, costs, rollup
+from ledger.money import carbon, costs, counts, rollup
 from ledger.money.catalog import (
     Catalog,
     Versions,
@@ -60,12 +60,24 @@ from ledger.money.catalog import (
     fleets_by_offer,
     load_catalog,
     load_versions,
-    own_energy_kwh,
     pick_offer,
     priced_catalog,
 )
 from ledger.money.costs import ZERO
 from ledger.money.fx import Conversion, load_rates
+from ledger.money.month_lines import (  # noqa: F401  (RunSlice, ChargeInfo, SLICE_QUANTUM: imported from here)
+    SLICE_QUANTUM,
+    ChargeInfo,
+    GroupKey,
+    RunSlice,
+    _add,
+    _combine_co2e,
+    _Costing,
+    _elastic,
+    _fleet_energy_kwh,
+    _lines,
+    _total,
+)
 from ledger.money.months import Period, month_period
 from ledger.store.models import (
     WASTE_STATUSES,
@@ -73,69 +85,9 @@ from ledger.store.models import (
     Offer,
     OfferKind,
     Project,
-    Run,
-    User,
 )
 from ledger.store.settings import display_timezone, get_setting, presentation_currency
 from ledger.store.types import utcnow
-
-#: split costs are exact on this grid (a pico-unit of currency)
-SLICE_QUANTUM = Decimal("1e-12")
-#: a group of runs in the rollup: (node type id, recorded offer id, project id, status)
-GroupKey = tuple[int, Optional[int], Optional[int], str]
-
-
-@dataclass
-class RunSlice:
-    """The part of one run inside one month, with its cost under each option."""
-
-    run_id: str
-    name: str
-    project: str
-    user: str
-    status: str
-    strategy: str
-    node_type: str
-    offer: str
-    offer_kind: str
-    nodes: int
-    gpus_per_node: int
-    start: datetime  # clipped to the month
-    end: datetime
-    node_hours: Decimal
-    gpu_hours: Decimal
-    tokens: Optional[int]
-    gpu_util_mean: Optional[float]
-    util_source: Optional[str]
-    mfu: Optional[float]
-    cost: Decimal = ZERO  # actual: under the run's own offer (allocated for fleets)
-    cost_elastic: Optional[Decimal] = None  # if rented elastic
-    cost_own: Optional[Decimal] = None  # if owned (allocated from the own alternative)
-    split: bool = False  # the run crosses a month boundary
-    energy_kwh: Optional[Decimal] = None  # measured, else nominal power × node-hours (co2e_basis says which)
-    co2e_kg: Optional[Decimal] = None  # energy × the grid intensity in force
-    co2e_basis: Optional[str] = None  # measured | estimated | mixed | unknown
-    charge: Optional["ChargeInfo"] = field(default=None, repr=False, compare=False)  # per charge period only
-    intensities: list = field(default_factory=list, repr=False, compare=False)  # carbon.Intensity of each period
-    lost_gpu_hours: Decimal = ZERO  # lost work in this month (ledger.money.months.lost_interval)
-    lost_work_cost: Decimal = ZERO  # its cost at the run's own rates
-
-    @property
-    def waste(self) -> bool:
-        return self.status in {s.value for s in WASTE_STATUSES}
-
-
-@dataclass
-class ChargeInfo:
-    """How one run's part of one charge period was priced (the FOCUS export's unit price and quantity)."""
-
-    start: datetime  # of the charge period
-    end: datetime
-    pricing_quantity: Decimal  # billed node-hours (elastic) or node-hours (fleets)
-    unit_price: Decimal  # per node-hour: cost = pricing_quantity × unit_price
-    offer: Any  # the offer at the version in force (money in the presented currency)
-    price_version: Optional[int]  # None: an offer with no recorded version
-    fleets: Optional[list[str]] = None  # drawn from a fixed-cost offer's fleet: its fleets' names (None: elastic)
 
 
 @dataclass
@@ -245,7 +197,12 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
+    runs = counts.runs_per_group(session, month, m.facts.live)
     summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
+    summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
+    if offers.unpriced:  # visible, and blocking nothing else
+        summary["unpriced_runs"] = counts.count(runs, offers.unpriced)
+        summary["unpriced_node_types"] = sorted({m.cat.node_types[k[0]].name for k in offers.unpriced})
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
     footprint = _carbon(m, costings)
@@ -254,7 +211,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     fx_rates = m.fx.rates_used(m.tz)
     if fx_rates:  # money was converted: say at which rates
         summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
-    project_rows = _projects(session, offers.detail, costings, m.facts.periods) if projects else []
+    project_rows = _projects(session, offers.detail, costings, m.facts.periods, runs) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
                          node_types=nt_months, projects=project_rows, runs=runs, fx_rates=fx_rates, carbon=footprint,
@@ -329,29 +286,36 @@ class _Offers:
     resolved: dict[GroupKey, Offer]  # group → the offer it is costed under
     by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
     by_node_type: dict[int, list[GroupKey]]  # node type of the offer used → its groups
+    unpriced: dict[GroupKey, rollup.Facts] = field(default_factory=dict)  # groups no offer can cost
 
 
 def _resolve_offers(m: _Month) -> _Offers:
-    """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent)."""
+    """Each group's offer: as recorded on its runs, else the node type's default (its fleet, else elastic rent).
+
+    A group no offer can cost (its node type has none; an import refuses such runs, a tracked run may still
+    be one) is left out of the costing and kept in ``unpriced``: the month's other runs are reported, and the
+    summary says how many runs are unpriced and on which node types."""
     detail = {k: f for k, f in m.facts.groups.items() if f.slices}
-    groups = _without_project(detail)
     resolved: dict[GroupKey, Offer] = {}
     by_recorded: dict[tuple[int, Optional[int]], Offer] = {}
-    for key in groups:
+    unpriced: dict[GroupKey, rollup.Facts] = {}
+    for key in list(detail):
         if key[:2] not in by_recorded:
             nt_id, offer_id = key[0], key[1]
             offer = (m.cat.offers.get(offer_id) if offer_id else None) or default_offer(m.cat, nt_id, m.fleets)
             if offer is None:
-                raise LedgerInputError(f"node type {m.cat.node_types[nt_id].name}: runs in {m.name} have no offer to "
-                                       "cost them; add one with `trainledger pricing import`")
+                unpriced[key] = detail.pop(key)
+                continue
             by_recorded[key[:2]] = offer
+    groups = _without_project(detail)
+    for key in groups:
         resolved[key] = by_recorded[key[:2]]
     by_nt: dict[int, list[GroupKey]] = defaultdict(list)
     for key, offer in resolved.items():
         by_nt[offer.node_type_id].append(key)
     for off_id in m.fleets:  # fleets with no runs still cost money
         by_nt.setdefault(m.cat.offers[off_id].node_type_id, [])
-    return _Offers(detail, groups, resolved, by_recorded, by_nt)
+    return _Offers(detail, groups, resolved, by_recorded, by_nt, unpriced)
 
 
 def _without_project(detail: dict[GroupKey, rollup.Facts]) -> dict[GroupKey, rollup.Facts]:
@@ -410,7 +374,7 @@ def _period_view(m: _Month, offers: _Offers, start: datetime) -> tuple[Catalog, 
     detail = {k: facts.get(k) or rollup.Facts() for k in offers.detail}
     resolved = {k: cat.offers[o.id] for k, o in offers.resolved.items()}
     by_recorded = {k: cat.offers[o.id] for k, o in offers.by_recorded.items()}
-    op = _Offers(detail, _without_project(detail), resolved, by_recorded, offers.by_node_type)
+    op = _Offers(detail, _without_project(detail), resolved, by_recorded, offers.by_node_type, offers.unpriced)
     return cat, op, _Costing(by_recorded, {}, {}, {}, start, m.intensities, cat)
 
 
@@ -433,11 +397,6 @@ def _merge_periods(parts: list[NodeTypeMonth]) -> NodeTypeMonth:
     merged.power_basis = combine_bases([p.power_basis for p in parts])
     merged.co2e_basis = _combine_co2e([p.co2e_basis for p in parts])
     return merged
-
-
-def _combine_co2e(bases: list[Optional[str]]) -> Optional[str]:
-    known = {b for b in bases if b}
-    return known.pop() if len(known) == 1 else ("mixed" if known else None)
 
 
 def _group_costs(costings: dict[datetime, "_Costing"]) -> dict[GroupKey, Decimal]:
@@ -570,108 +529,6 @@ def _one_currency(month: str, currencies: set[str]) -> Optional[str]:
 
 # --- rates, shares and lines ------------------------------------------------------
 
-@dataclass
-class _Costing:
-    """The month's rates, to cost any part of a group (a project's share, one run's slice)."""
-
-    by_recorded: dict[tuple[int, Optional[int]], Offer]  # (node type, recorded offer) → offer used
-    fleet_months: dict[int, costs.FleetMonth]  # fixed-cost offer id → its month
-    own_months: dict[int, tuple[Offer, costs.FleetMonth]]  # node type → the own alternative
-    rent_offers: dict[int, Offer]  # node type → the elastic alternative
-    start: Optional[datetime] = None  # of the charge period
-    intensities: Optional[carbon.IntensityBook] = None
-    cat: Optional[Catalog] = None  # priced at the period's start
-    group_cost: dict[GroupKey, Decimal] = field(default_factory=dict)  # actual cost of each group of the period
-    power_kw: dict[int, Optional[Decimal]] = field(default_factory=dict)  # node type → nominal kW (filled when asked)
-    period_end: dict[int, datetime] = field(default_factory=dict)  # node type → the end of its period starting here
-    footprints: list[tuple[carbon.Carbon, carbon.Intensity]] = field(default_factory=list)  # per node type
-
-    def offer(self, node_type_id: int, offer_id: Optional[int]) -> Offer:
-        return self.by_recorded[(node_type_id, offer_id)]
-
-    def cost(self, offer: Offer, f: rollup.Facts) -> Decimal:
-        if offer.kind == OfferKind.rent_elastic:
-            return _elastic(offer, f)
-        return self.fleet_months[offer.id].allocate(f.node_hours)
-
-    def if_elastic(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
-        o = self.rent_offers.get(node_type_id)
-        return _elastic(o, f) if o is not None else None
-
-    def if_own(self, node_type_id: int, f: rollup.Facts) -> Optional[Decimal]:
-        pair = self.own_months.get(node_type_id)
-        return pair[1].allocate(f.node_hours) if pair is not None else None
-
-    def unit(self, offer: Offer, f: rollup.Facts) -> tuple[Decimal, Decimal]:
-        """(pricing quantity, unit price) of ``f`` under ``offer``: billed node-hours × hourly rate for elastic
-        rent, node-hours × the fleet's rate per busy node-hour otherwise; their product is :meth:`cost`."""
-        if offer.kind == OfferKind.rent_elastic:
-            rate, rule = _rate_rule(offer)
-            return f.billed.get(rule, ZERO), rate
-        return f.node_hours, self.fleet_months[offer.id].allocate(costs.ONE)
-
-    def intensity(self, node_type_id: int) -> carbon.Intensity:
-        return self.intensities.at(node_type_id, self.start) if self.intensities is not None else carbon.DEFAULT
-
-    def carbon(self, node_type_id: int, f: rollup.Facts) -> carbon.Carbon:
-        """Energy and CO2e of slices of a node type in this charge period (the intensity in force at its start)."""
-        if node_type_id not in self.power_kw:
-            self.power_kw[node_type_id] = carbon.node_power_kw(self.cat.node_types[node_type_id], self.cat.offers.values())
-        return carbon.of_facts(f, self.power_kw[node_type_id], self.intensity(node_type_id))
-
-    def node_type_carbon(self, node_type_id: int, f: rollup.Facts) -> carbon.Carbon:
-        """:meth:`carbon` of a node type's whole period, kept for the month's footprint."""
-        c = self.carbon(node_type_id, f)
-        self.footprints.append((c, self.intensity(node_type_id)))
-        return c
-
-    def lost(self, offer: Offer, f: rollup.Facts) -> tuple[Decimal, Decimal]:
-        """Cost of lost work at the rates of its runs (elastic: their bill shared by time; fleets: by
-        node-hours): ``(runs that never checkpointed, runs since their last checkpoint)``. A run that
-        lost everything costs exactly what it cost."""
-        whole = self.cost(offer, f.lost(False)) if f.lost_node_us or f.lost_billed else ZERO
-        since = self.cost(offer, f.lost(True)) if f.lost_ckpt_node_us or f.lost_ckpt_billed else ZERO
-        return whole, since
-
-
-def _elastic(offer: Offer, facts: rollup.Facts) -> Decimal:
-    """Elastic rent of a set of slices = hourly rate × their billed node-hours under the offer's rule."""
-    rate, rule = _rate_rule(offer)
-    return rate * facts.billed.get(rule, ZERO)
-
-
-def _rate_rule(offer: Offer) -> tuple[Decimal, str]:
-    key = (offer.id, offer.price_per_node_hour, offer.price_per_node_month, offer.billing_granularity_hours,
-           offer.minimum_hours)
-    found = _RATE_RULE.get(key)
-    if found is None:
-        found = _RATE_RULE[key] = (costs.hourly_rate(offer), rollup.offer_rule(offer))
-    return found
-
-
-_RATE_RULE: dict[tuple, tuple[Decimal, str]] = {}
-
-
-def _fleet_energy_kwh(offer: Offer, facts: rollup.Facts, capacity_nh: Decimal) -> tuple[Optional[Decimal], str]:
-    """The kWh that replaces an own fleet's nominal power term (measured runs, ``trainledger collect``), and its basis.
-
-    None (nominal power) when no run of the fleet was measured or the offer is not ``own``.
-    A run counts as measured when it has ended and every one of its nodes has a
-    RunNode with an energy figure; a slice of it gets its share of the kWh by time.
-    """
-    if offer.kind != OfferKind.own or not facts.kwh_slices:
-        return None, "nominal"
-    return own_energy_kwh(offer, facts.kwh, facts.unmeasured_node_hours, facts.node_hours, capacity_nh,
-                          facts.kwh_slices == facts.slices)
-
-
-def _total(facts: Iterable[rollup.Facts]) -> rollup.Facts:
-    out = rollup.Facts()
-    for f in facts:
-        out.add(f)
-    return out
-
-
 def _waste(offers: _Offers, costings: dict[datetime, _Costing],
            periods: dict[datetime, dict]) -> tuple[Decimal, dict[str, Decimal]]:
     """Lost work of the month and its reasons (idle is added by the summary).
@@ -773,8 +630,9 @@ def _sum_opt(values) -> Optional[Decimal]:
 
 
 def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
-              periods: dict[datetime, dict]) -> list[dict[str, Any]]:
-    """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates."""
+              periods: dict[datetime, dict], runs: dict[GroupKey, int]) -> list[dict[str, Any]]:
+    """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates
+    (``runs``: distinct runs per group, :func:`ledger.money.counts.runs_per_group`)."""
     cost, cost_el, cost_own, co2, lost = _detail_costs(groups, costings, periods)
     names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
     by_project: dict[str, list[tuple]] = defaultdict(list)
@@ -792,7 +650,7 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dic
         useful = t.useful_gpu_hours
         out.append({
             "project": project,
-            "runs": t.slices,
+            "runs": counts.count(runs, ks),
             "node_hours": t.node_hours,
             "gpu_hours": t.gpu_hours,
             "tokens": t.tokens,
@@ -835,64 +693,11 @@ def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _C
     return cost, cost_el, cost_own, co2, lost
 
 
-def _add(a: Optional[Decimal], b: Optional[Decimal], seen: bool = True) -> Optional[Decimal]:
-    """a + b where None is unknown: the first part as it is, then None only when both are."""
-    if not seen or a is None:
-        return b
-    return a if b is None else a + b
-
 
 def report_to_dict(rep: MonthlyReport) -> dict[str, Any]:
     return {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency,
             "summary": rep.summary, "node_types": [asdict(n) for n in rep.node_types],
             "projects": rep.projects, "runs": [asdict(r) for r in rep.runs]}
-
-
-def _lines(session: Session, m: _Month, run_ids: Optional[set[str]], costings: dict[datetime, _Costing],
-           per_period: bool = False) -> list[RunSlice]:
-    """Per-run lines of the month, costed with the same rates as the group totals (each charge period's);
-    one line per run, or with ``per_period`` one per run and charge period (with its :class:`ChargeInfo`)."""
-    slices = rollup.month_slices(session, m.name, m.facts.live, run_ids)
-    info: dict[str, tuple] = {}
-    ids = sorted({s.run_id for s in slices})
-    for i in range(0, len(ids), 500):
-        for row in session.exec(
-                select(Run.id, Run.name, Run.strategy, Run.util_source, Run.gpu_util_mean, Run.mfu, Run.tokens,
-                       Run.started_at, Project.name, User.name)
-                .outerjoin(Project, Project.id == Run.project_id).outerjoin(User, User.id == Run.user_id)
-                .where(Run.id.in_(ids[i:i + 500]))):
-            info[row[0]] = tuple(row)
-    out: list[RunSlice] = []
-    for s in sorted(slices, key=lambda s: (info[s.run_id][7], s.run_id, s.start)):
-        _, name, strategy, usrc, util, mfu_, tokens, _, project, user = info[s.run_id]
-        costing = costings[s.charge_from]
-        offer = costing.offer(s.node_type_id, s.offer_id)
-        f = s.facts
-        nh = f.node_hours
-        nt_id = offer.node_type_id
-        footprint = costing.carbon(s.node_type_id, f)
-        line = RunSlice(
-            run_id=s.run_id, name=name or "", project=project or "", user=user or "", status=s.status,
-            strategy=strategy or "", node_type=m.cat.node_types[s.node_type_id].name, offer=offer.name,
-            offer_kind=offer.kind.value, nodes=s.nodes, gpus_per_node=s.gpus_per_node, start=s.start, end=s.end,
-            node_hours=nh, gpu_hours=f.gpu_hours, tokens=None if tokens is None else f.tokens, gpu_util_mean=util,
-            util_source=usrc, mfu=mfu_, cost=costing.cost(offer, f), cost_elastic=costing.if_elastic(nt_id, f),
-            cost_own=costing.if_own(nt_id, f), split=s.split, energy_kwh=footprint.energy_kwh,
-            co2e_kg=None if footprint.basis == "unknown" else footprint.co2e_kg, co2e_basis=footprint.basis,
-            lost_gpu_hours=f.lost_gpu_hours, lost_work_cost=sum(costing.lost(offer, f), ZERO),
-            intensities=[costing.intensity(s.node_type_id)])
-        if per_period:
-            quantity, unit = costing.unit(offer, f)
-            line.charge = ChargeInfo(s.charge_from, costing.period_end.get(s.node_type_id, m.end), quantity, unit, offer,
-                                     getattr(offer, "price_version", None),
-                                     None if offer.kind == OfferKind.rent_elastic else
-                                     sorted(f.name for f in m.fleets.get(offer.id, [])))
-            out.append(line)
-        elif out and out[-1].run_id == line.run_id:  # the run's next charge period in this month
-            _extend_line(out[-1], line)
-        else:
-            out.append(line)
-    return out
 
 
 def month_charges(session: Session, month: str, *, currency: Optional[str] = None,
@@ -909,24 +714,6 @@ def month_charges(session: Session, month: str, *, currency: Optional[str] = Non
             fleets.append(FleetCharge(offer, ps, c.period_end.get(offer.node_type_id, m.end), fm,
                                       sorted(f.name for f in m.fleets.get(off_id, []))))
     return MonthCharges(rep, lines, fleets, m.start, m.end)
-
-
-def _extend_line(line: RunSlice, part: RunSlice) -> None:
-    """One line per run and month: add the slice of a later charge period to it."""
-    line.end = part.end
-    line.node_hours += part.node_hours
-    line.gpu_hours += part.gpu_hours
-    if line.tokens is not None:
-        line.tokens += part.tokens
-    line.cost += part.cost
-    line.cost_elastic = _add(line.cost_elastic, part.cost_elastic)
-    line.cost_own = _add(line.cost_own, part.cost_own)
-    line.lost_gpu_hours += part.lost_gpu_hours
-    line.lost_work_cost += part.lost_work_cost
-    line.energy_kwh = _add(line.energy_kwh, part.energy_kwh)
-    line.co2e_kg = _add(line.co2e_kg, part.co2e_kg)
-    line.co2e_basis = _combine_co2e([line.co2e_basis, part.co2e_basis])
-    line.intensities += [i for i in part.intensities if i not in line.intensities]
 
 
 def _carbon(m: _Month, costings: dict[datetime, _Costing]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost
 RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
                "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
                "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "lost_gpu_hours",
-               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis"]
+               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis", "finality"]
 NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
                      "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
                      "reserved_offer", "reserved_cost"]
@@ -137,7 +137,7 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
-class _LFWriter:
+class LFWriter:
     """``csv.writer`` with LF line ends that still quotes a field holding a CR: csv quotes only the
     characters of its line terminator, and a bare CR in a name would split the row for a reader."""
 
@@ -155,7 +155,7 @@ class _LFWriter:
 def to_csv(p: dict[str, Any]) -> str:
     """Three blocks separated by a blank line: summary (metric,value), projects, runs."""
     buf = io.StringIO()
-    w = _LFWriter(buf)
+    w = LFWriter(buf)
     w.writerow(["metric", "value"])
     for k, v in summary_rows(p["summary"]):
         w.writerow([k, _csv_value(v)])

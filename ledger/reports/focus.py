@@ -1,8 +1,9 @@
 """The FOCUS export: ``trainledger report focus --month YYYY-MM --format csv|parquet -o FILE``.
 
 FinOps Open Cost and Usage Specification **1.2** columns (the release in
-FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec, tag v1.2), plus ``ServiceProviderName``
-and ``HostProviderName`` under their FOCUS 1.3 names, plus the training figures as
+FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec, tag v1.2), plus the FOCUS 1.3
+``ServiceProviderName`` and ``HostProviderName`` as custom ``x_`` columns (a dataset
+declared 1.2 prefixes every column that is not a 1.2 column), plus the training figures as
 ``x_`` columns. Rows, for one billing period (a calendar month in the display
 time zone; the FOCUS date-times are UTC) and each charge period in it (the month
 cut where a price, exchange rate or carbon intensity takes effect):
@@ -22,7 +23,6 @@ presented currency (``--currency``). See docs/FOCUS.md for every column, and tho
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass
@@ -35,7 +35,7 @@ from sqlmodel import Session
 from ledger.errors import LedgerInputError
 from ledger.money.costs import ZERO
 from ledger.money.monthly import FleetCharge, RunSlice, month_charges
-from ledger.reports.export import guard_formula
+from ledger.reports.export import LFWriter, guard_formula
 
 FOCUS_VERSION = "1.2"
 PLACES = Decimal("1e-10")
@@ -55,10 +55,11 @@ FOCUS_COLUMNS = [
     "ResourceType", "ServiceCategory", "ServiceName", "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceId",
     "SubAccountId", "SubAccountName", "Tags",
 ]
-FOCUS_13_COLUMNS = ["HostProviderName", "ServiceProviderName"]
+#: FOCUS 1.3 columns ahead of the release: in a dataset declared 1.2 they are custom columns, so x_-prefixed
+FOCUS_13_COLUMNS = ["x_HostProviderName", "x_ServiceProviderName"]
 EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nodes", "x_GpuHours", "x_Tokens", "x_MFU",
                      "x_GpuUtil", "x_EnergyKWh", "x_CO2eKg", "x_CO2eBasis", "x_OfferKind", "x_PriceVersion",
-                     "x_OfferCurrency", "x_FxRate"]
+                     "x_OfferCurrency", "x_FxRate", "x_CostFinality"]
 COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
                    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
@@ -97,8 +98,8 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
 def _provider(offer: Any) -> dict[str, str]:
     """The ledger keeps no provider names: self-hosted for owned fleets, else the offer's name stands in."""
     name = "Self-hosted" if offer.kind.value == "own" else offer.name
-    return {"ProviderName": name, "PublisherName": name, "InvoiceIssuerName": name, "ServiceProviderName": name,
-            "HostProviderName": name}
+    return {"ProviderName": name, "PublisherName": name, "InvoiceIssuerName": name, "x_ServiceProviderName": name,
+            "x_HostProviderName": name}
 
 
 def _sku(offer: Any, version: Optional[int]) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def _run_row(line: RunSlice, period: dict[str, Any]) -> dict[str, Any]:
         SubAccountName=line.project or None, Tags=_tags(line),
         x_RunId=line.run_id, x_RunName=line.name, x_RunStatus=line.status, x_NodeType=line.node_type, x_Nodes=line.nodes,
         x_GpuHours=line.gpu_hours, x_Tokens=line.tokens, x_MFU=line.mfu, x_GpuUtil=line.gpu_util_mean,
-        x_EnergyKWh=line.energy_kwh, x_CO2eKg=line.co2e_kg, x_CO2eBasis=line.co2e_basis)
+        x_EnergyKWh=line.energy_kwh, x_CO2eKg=line.co2e_kg, x_CO2eBasis=line.co2e_basis, x_CostFinality=line.finality)
     if fleet:
         row.update(_commitment(ch.offer, ch.fleets), CommitmentDiscountStatus="Used",
                    CommitmentDiscountQuantity=line.node_hours)
@@ -156,7 +157,9 @@ def _fleet_rows(fc: FleetCharge, period: dict[str, Any]) -> list[dict[str, Any]]
     version = getattr(offer, "price_version", None)
     commitment = _commitment(offer, fc.fleets)
     names = ", ".join(fc.fleets) or f"{offer.name} (sized by peak use)"
-    resource = {"ResourceId": f"trainledger/fleets/{offer.name}", "ResourceName": names, "ResourceType": "GPU fleet"}
+    # FOCUS 1.2 commitment discounts: a commitment's purchase and its unused part are charges of the
+    # commitment itself, so their ResourceId is the CommitmentDiscountId
+    resource = {"ResourceId": commitment["CommitmentDiscountId"], "ResourceName": names, "ResourceType": "GPU fleet"}
     cap = fm.capacity_node_hours
     purchase = _base(period, fc.start, fc.end, offer, version)
     purchase.update(
@@ -201,7 +204,7 @@ def _text(key: str, v: Any) -> str:
 def to_csv(export: FocusExport) -> bytes:
     """CSV with a header of Column IDs; null is an empty field (FOCUS NullHandling); deterministic bytes."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = LFWriter(buf)  # the monthly CSV's writer: a CR inside a name is quoted, not a row break
     w.writerow(COLUMNS)
     for r in export.rows:
         w.writerow([_text(c, r[c]) for c in COLUMNS])

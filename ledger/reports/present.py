@@ -148,6 +148,7 @@ LABELS = {
     "energy_measured_kwh": "Energy measured (kWh)", "energy_estimated_kwh": "Energy estimated (kWh)",
     "co2e_kg": "CO2e (kg)", "co2e_basis": "CO2e basis", "carbon_intensity_assumed": "Carbon intensity assumed",
     "carbon_intensities": "Carbon intensity", "fx_rates": "Exchange rates",
+    "unpriced_runs": "Unpriced runs (no offer)", "unpriced_node_types": "Node types without an offer",
 }
 
 

@@ -32,7 +32,7 @@ from ledger.store.models import (
     User,
 )
 from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from ledger.store.types import report_clock, utcnow
 
 STALE_AFTER = timedelta(seconds=60)
 
@@ -185,13 +185,15 @@ def cost_under_offers(offers: list, nodes: int, duration_hours: Decimal) -> list
     return out
 
 
-def _lines_by_run(session: Session, runs: list[Run], currency: Optional[str] = None) -> tuple[dict[str, list[dict[str, Any]]], list]:
-    """Each run's month lines of the monthly report (cost and lost work at the prices in force then, energy and
-    CO2e), per run id, and the carbon intensities applied. ``currency``: as ``report monthly --currency``."""
+def _lines_by_run(session: Session, runs: list[Run], currency: Optional[str] = None,
+                  now: Optional[datetime] = None) -> tuple[dict[str, list[dict[str, Any]]], list]:
+    """Each run's month lines of the monthly report at ``now`` (cost and lost work at the prices in force then,
+    energy and CO2e, final or provisional), per run id, and the carbon intensities applied. ``currency``: as
+    ``report monthly --currency``."""
     from ledger.money.months import months_between
 
     tz = display_timezone(session)
-    now = utcnow()
+    now = now or utcnow()
     months: set[str] = set()
     for run in runs:
         iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
@@ -200,12 +202,12 @@ def _lines_by_run(session: Session, runs: list[Run], currency: Optional[str] = N
     out: dict[str, list[dict[str, Any]]] = {run.id: [] for run in runs}
     intensities: list = []
     for month in sorted(months):
-        rep = monthly_report(session, month, lines={run.id for run in runs}, projects=False, currency=currency)
+        rep = monthly_report(session, month, lines={run.id for run in runs}, projects=False, currency=currency, now=now)
         for sl in rep.runs:
             out[sl.run_id].append({"month": month, "node_hours": sl.node_hours, "cost": sl.cost, "offer": sl.offer,
                                    "lost_gpu_hours": sl.lost_gpu_hours, "lost_work_cost": sl.lost_work_cost,
                                    "currency": rep.currency, "energy_kwh": sl.energy_kwh, "co2e_kg": sl.co2e_kg,
-                                   "co2e_basis": sl.co2e_basis})
+                                   "co2e_basis": sl.co2e_basis, "finality": sl.finality})
             intensities += [(sl.run_id, i) for i in sl.intensities]
     return out, intensities
 
@@ -232,20 +234,23 @@ def resume_chain(session: Session, run_id: str) -> list[Run]:
     return back + after
 
 
-def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
+def show_run(session: Session, run_id: str, currency: Optional[str] = None,
+             now: Optional[datetime] = None) -> dict[str, Any]:
     """A run with its nodes, its cost, lost work, energy and CO2e per month (actual, at the prices in force then),
     its cost under every offer (at their list prices), and its resume chain (the runs restarted from one another)
-    with their total cost and lost work. ``currency``: as ``report monthly --currency``."""
+    with their total cost and lost work, as at ``now`` (default: ``$TRAINLEDGER_NOW``, else the clock).
+    ``currency``: as ``report monthly --currency``. ``finality``: final, or provisional while a month
+    of it drawn from a fleet has not closed (docs/MONEY.md)."""
     reap_stale(session)
     run = get_run(session, run_id)
     nt = session.get(NodeType, run.node_type_id)
-    now = utcnow()
+    now = now or report_clock()
     iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
     duration = costs.hours_between(*iv) if iv else costs.ZERO
     nh = costs.node_hours(run.nodes, duration)
     under = cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)
     chain = resume_chain(session, run.id)
-    lines, applied = _lines_by_run(session, chain, currency)
+    lines, applied = _lines_by_run(session, chain, currency, now)
     monthly = lines[run.id]
     intensities: list = []
     for rid, i in applied:
@@ -260,6 +265,8 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None) -> d
     data["node_hours"] = nh
     data["gpu_hours"] = costs.gpu_hours(nh, run.gpus_per_node)
     data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
+    data["finality"] = ("provisional" if any(x["finality"] == "provisional" for x in monthly) else "final") \
+        if monthly else None
     data.update(_lost(run, monthly))
     data["cost_by_month"] = monthly
     data["cost_under_offers"] = under

@@ -56,6 +56,8 @@ from sqlmodel import Session
 
 from ledger.errors import LedgerInputError
 from ledger.money import rollup
+from ledger.sources.admission import admit
+from ledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from ledger.store.db import session_scope
 from ledger.store.ids import validate_run_id
 from ledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
@@ -140,66 +142,6 @@ def parse_time(text: str, where: str, fieldname: str) -> datetime:
     if not YEARS[0] <= ts.year <= YEARS[1]:
         raise LedgerInputError(f"{where}: {fieldname}: the year must be {YEARS[0]} to {YEARS[1]}, got {text!r}")
     return ts
-
-
-# --- local times and DST ------------------------------------------------------------------
-
-def readings(ts: datetime, zone: ZoneInfo) -> tuple[str, list[datetime]]:
-    """The instants a naive local time ``ts`` in ``zone`` can mean, earliest first.
-
-    ``("ok", [t])`` for an ordinary time; ``("overlap", [t1, t2])`` for a time
-    the clocks pass twice (the fall-back hour); ``("gap", [t1, t2])`` for a
-    time that never happens (the spring-forward hour): read with the offset
-    after and before the change.
-    """
-    first = ts.replace(tzinfo=zone)
-    second = ts.replace(tzinfo=zone, fold=1)
-    off1, off2 = first.utcoffset(), second.utcoffset()
-    if off1 == off2:
-        return "ok", [first]
-    pair = sorted([first.astimezone(_UTC), second.astimezone(_UTC)])
-    back = first.astimezone(_UTC).astimezone(zone).replace(tzinfo=None)
-    return ("overlap" if back == ts else "gap"), pair
-
-
-def localize(ts: datetime, zone: ZoneInfo, dst: str, where: str, fieldname: str) -> Optional[datetime]:
-    """An aware time: ``ts`` itself if it has an offset, else the naive local time read in ``zone``.
-
-    A time a DST change skips or repeats is refused with a one-line error
-    naming the row (``dst="refuse"``), read as the earliest or latest of its
-    two possible instants (``"earliest"``/``"latest"``), or returned as
-    ``None`` for the caller to skip and report (``"report"``).
-    """
-    if ts.tzinfo is not None:
-        return ts
-    kind, options = readings(ts, zone)
-    if kind == "ok":
-        return options[0]
-    if dst == "earliest":
-        return options[0]
-    if dst == "latest":
-        return options[1]
-    if dst == "report":
-        return None
-    what = ("does not exist in {z} (the clocks moved forward)" if kind == "gap"
-            else "happened twice in {z} (the clocks moved back)").format(z=zone.key or "the local time zone")
-    raise LedgerInputError(f"{where}: {fieldname}: {ts.isoformat()} {what}; give the time with its offset "
-                           "or pass --dst earliest|latest")
-
-
-def system_timezone() -> ZoneInfo:
-    """The zone of this process: ``$TZ`` if it names one, else /etc/localtime, else UTC."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    if name:
-        try:
-            return ZoneInfo(name)
-        except Exception:
-            pass
-    try:
-        with open("/etc/localtime", "rb") as fh:
-            return ZoneInfo.from_file(fh, key=None)
-    except OSError:
-        return ZoneInfo("UTC")
 
 
 # --- what the rows are checked against ----------------------------------------------------------
@@ -523,7 +465,7 @@ def _csv_row(rec: dict[str, str], where: str, ctx: Context, opts: ImportOptions,
     nt = ctx.node_type(rec.get("node_type"), where, opts.node_type)
     nodes = to_int(rec["nodes"], where, "nodes", 1, MAX_NODES)
     gpn = to_int(rec["gpus_per_node"], where, "gpus_per_node", 1) if rec.get("gpus_per_node") else nt.gpus_per_node
-    start, end = _csv_times(rec, where, tz, opts.dst)
+    start, end = _csv_times(rec, where, tz, "refuse" if opts.dst == "report" else opts.dst)  # our CSV: refused
     if gpn > nt.gpus_per_node:
         raise LedgerInputError(f"{where}: gpus_per_node: {gpn} exceeds the {nt.gpus_per_node} GPUs of node type {nt.name}; "
                                "fix the row or pass another --node-type")
@@ -803,6 +745,7 @@ def import_lines(engine: Engine, lines: Iterable[str], name: str, parse: Parser,
     receipt = Receipt(source=name, format=fmt, strict=opts.strict)
     with Spill(name) as spill:
         parse(lines, name, ctx, opts, spill, receipt)
+        admit(spill, receipt, ctx, name, fmt, utcnow())
         write_spill(engine, spill, receipt, also)
     return receipt
 

@@ -27,10 +27,23 @@ DEFAULT_SOURCE = ("assumption: world-average grid, 475 gCO2e/kWh (IEA Global Ene
 DEFAULT_LOCATION = "unknown (world average assumed)"
 
 
+#: the most carbon-intensive grids emit about 1,000-1,100 gCO2e/kWh (coal); above this a figure is a unit slip
+MAX_G_PER_KWH = Decimal(2000)
+
+
+def check_intensity(value: Any, field: str = "G_PER_KWH") -> Decimal:
+    """A grid intensity in gCO2e/kWh: > 0 and at most :data:`MAX_G_PER_KWH`."""
+    g = check_rate(value, field)
+    if g > MAX_G_PER_KWH:
+        raise LedgerInputError(f"{field}: {value} gCO2e/kWh is out of range: grid intensities are at most "
+                               f"{MAX_G_PER_KWH:,f} gCO2e/kWh (coal ≈ 1,000); give grams of CO2e per kWh, e.g. 475")
+    return g
+
+
 def set_intensity(session: Session, g_per_kwh: Any, valid_from: Any, node_type: Optional[str] = None,
                   location: str = "", source: str = "") -> dict[str, Any]:
     """Add an intensity (or replace the one of that day and scope)."""
-    g = check_rate(g_per_kwh, "G_PER_KWH")
+    g = check_intensity(g_per_kwh)
     d = check_day(valid_from)
     key = by_name(session, NodeType, node_type, "--node-type", "node type").id if node_type else 0
     for field, text, n in (("--location", location, 100), ("--source", source, 200)):

@@ -25,6 +25,8 @@ from ledger.store.types import RATE_SCALE
 
 #: the largest rate kept (NUMERIC(30, 12): 18 digits before the point)
 RATE_MAX = Decimal("1e17")
+#: exchange rates between ISO 4217 currencies lie well inside this (IRR→USD ≈ 2.4e-5, USD→IRR ≈ 42,000)
+FX_PLAUSIBLE = (Decimal("1e-6"), Decimal("1e6"))
 CSV_COLUMNS = ("base", "quote", "rate", "valid_from")
 
 
@@ -53,6 +55,16 @@ def check_rate(value: Any, field: str = "RATE") -> Decimal:
     return rate
 
 
+def check_fx_rate(value: Any, base: str, quote: str, field: str = "RATE") -> Decimal:
+    """:func:`check_rate` within :data:`FX_PLAUSIBLE`: a rate outside it is a typo or the pair reversed."""
+    rate = check_rate(value, field)
+    low, high = FX_PLAUSIBLE
+    if not low <= rate <= high:
+        raise LedgerInputError(f"{field}: 1 {base} = {value} {quote} is out of range: exchange rates lie between "
+                               f"{low:f} and {high:,f}; check the decimal point and the direction ({base}→{quote})")
+    return rate
+
+
 def check_day(value: Any, field: str = "--from") -> date:
     if isinstance(value, date):
         return value
@@ -75,7 +87,7 @@ def _pair(base: Any, quote: Any, where: str = "") -> tuple[str, str]:
 def set_rate(session: Session, base: str, quote: str, rate: Any, valid_from: Any, source: str = "") -> dict[str, Any]:
     """Add a rate, or replace the pair's rate of that day. Returns the row as a dict."""
     b, q = _pair(base, quote)
-    r = check_rate(rate)
+    r = check_fx_rate(rate, b, q)
     d = check_day(valid_from)
     row = session.exec(select(FxRate).where(FxRate.base == b, FxRate.quote == q, FxRate.valid_from == d)).first()
     if row is None:
@@ -121,7 +133,7 @@ def _parse_rates(text: str, name: str) -> list[tuple[str, str, Decimal, date, st
             raise LedgerInputError(f"{name}: row {i}: more fields than columns")
         where = f"{name}: row {i}: "
         b, q = _pair(rec["base"], rec["quote"], where)
-        r = check_rate(rec["rate"], f"{where}rate")
+        r = check_fx_rate(rec["rate"], b, q, f"{where}rate")
         d = check_day(rec["valid_from"], f"{where}valid_from")
         if (b, q, d) in seen:
             raise LedgerInputError(f"{where}{b}→{q} from {d} is given twice (rows {seen[(b, q, d)]} and {i}); keep one")

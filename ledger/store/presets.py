@@ -59,6 +59,10 @@ class NodeTypeSpec(BaseModel):
 
 
 NonNeg = Field(default=None, ge=0, lt=MONEY_MAX)
+#: plausible ranges that catch a unit slip (W typed as kW, a price per node-month typed per node-hour)
+PER_HOUR_MAX = Decimal("1e9")  # per node-hour, in any currency (≈ 40,000 USD in the weakest ISO currency)
+KW_MAX = Decimal(100)  # a node draws a few kW, 15 kW at the most today
+PUE_MAX = Decimal(3)
 
 
 class OfferSpec(BaseModel):
@@ -68,17 +72,17 @@ class OfferSpec(BaseModel):
     node_type: str = Field(min_length=1, max_length=100)
     kind: Literal["rent_elastic", "rent_reserved", "own"]
     currency: str = Field(default="CNY", pattern=r"^[A-Z]{3}$")
-    price_per_node_hour: Optional[Decimal] = NonNeg
+    price_per_node_hour: Optional[Decimal] = Field(default=None, ge=0, le=PER_HOUR_MAX)
     price_per_node_month: Optional[Decimal] = NonNeg
     billing_granularity_hours: Optional[Decimal] = Field(default=None, ge=MONEY_STEP, lt=MONEY_MAX)
     minimum_hours: Optional[Decimal] = NonNeg
     capex_per_node: Optional[Decimal] = NonNeg
     depreciation_months: Optional[int] = Field(default=None, gt=0, le=1200)
     residual_value: Optional[Decimal] = NonNeg
-    power_kw_load: Optional[Decimal] = NonNeg
-    power_kw_idle: Optional[Decimal] = NonNeg
-    electricity_price_per_kwh: Optional[Decimal] = NonNeg
-    pue: Optional[Decimal] = Field(default=None, ge=1, lt=MONEY_MAX)
+    power_kw_load: Optional[Decimal] = Field(default=None, ge=0, le=KW_MAX)  # kW per node
+    power_kw_idle: Optional[Decimal] = Field(default=None, ge=0, le=KW_MAX)
+    electricity_price_per_kwh: Optional[Decimal] = Field(default=None, ge=0, le=PER_HOUR_MAX)
+    pue: Optional[Decimal] = Field(default=None, ge=1, le=PUE_MAX)
     operations_per_node_month: Optional[Decimal] = NonNeg
     notes: str = Field(default="", max_length=500)
     valid_from: Optional[datetime | date] = None  # a price version from then (a date: its start in the display time zone)

@@ -59,7 +59,7 @@ def test_the_focus_csv_follows_the_column_rules_and_reconciles_with_the_monthly_
     assert json.loads(res.output)["effective_cost"] == actual
     kinds = sorted((r["ChargePeriodStart"][5:10], r["ChargeCategory"], r["CommitmentDiscountStatus"], r["x_RunId"] or r["ResourceId"])
                    for r in rows)
-    fleets = [(period, cat, status, f"trainledger/fleets/{offer}") for period in ("11-01", "11-15")
+    fleets = [(period, cat, status, f"trainledger/commitments/{offer}") for period in ("11-01", "11-15")
               for cat, status in (("Purchase", ""), ("Usage", "Unused")) for offer in ("rtx4090-own", "rtx4090-reserved")]
     # the price change on Nov 15 cuts the node type's month in two charge periods: each fleet is charged in both
     assert kinds == sorted(fleets + [
@@ -154,6 +154,8 @@ def test_the_validator_finds_each_kind_of_violation(cli, engine, tmp_path):
         (header, unused, {"ConsumedQuantity": "1", "ConsumedUnit": "Node-Hours"}, "ConsumedQuantity MUST be null when"),
         (header, unused, {"EffectiveCost": "0"}, "Σ EffectiveCost of Usage"),
         (header, elastic, {"Tags": "[1, 2]"}, "is not a JSON object of scalar values"),
+        (header + ["HostProviderName"], None, None, "HostProviderName: not a FOCUS 1.2 column and not prefixed x_"),
+        (header, unused, {"ResourceId": "trainledger/fleets/rtx4090-own"}, "ResourceId MUST be the CommitmentDiscountId"),
     ]
     for cols, i, change, needle in breaks:
         broken = [dict(r) for r in rows]

@@ -21,8 +21,6 @@ import pycountry
 
 SPEC = json.loads((Path(__file__).with_name("focus-1.2-columns.json")).read_text(encoding="utf-8"))
 COLUMNS = {c["id"]: c for c in SPEC["columns"]}
-#: FOCUS 1.3 columns the export adds ahead of the release it declares (String, not null, as ProviderName)
-FOCUS_13 = {"ServiceProviderName", "HostProviderName"}
 DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 NUMERIC = re.compile(r"^-?(\d+(\.\d+)?|\.\d+)(E-?\d+)?$")  # NumericFormat: no '+', no commas, E notation
 UNIT = re.compile(r"^(\d+ )?[A-Z][A-Za-z]*(-[A-Z][a-z]+|/(\d+ )?[A-Z][a-z]+)?$")  # UnitFormat's three shapes
@@ -61,7 +59,7 @@ def _cell_problems(col: str, v: Any, spec: dict) -> list[str]:
 def header_problems(header: list[str]) -> list[str]:
     out = []
     for c in header:
-        if not c.startswith("x_") and c not in COLUMNS and c not in FOCUS_13:
+        if not c.startswith("x_") and c not in COLUMNS:
             out.append(f"{c}: not a FOCUS 1.2 column and not prefixed x_ (ColumnHandling)")
         if not re.fullmatch(r"(x_)?[A-Z][A-Za-z0-9]*", c):
             out.append(f"{c}: a Column ID is PascalCase, alphanumeric (ColumnHandling)")
@@ -104,6 +102,10 @@ def _row_rules(r: dict[str, Any]) -> list[str]:
          "ConsumedQuantity MUST be null when ChargeCategory is not \"Usage\" or the commitment is \"Unused\"; not null otherwise")
     need((r.get("ConsumedUnit") is None) == (r.get("ConsumedQuantity") is None), "ConsumedUnit MUST be null iff ConsumedQuantity is")
     need((r.get("ResourceType") is None) == (r.get("ResourceId") is None), "ResourceType MUST be null iff ResourceId is null")
+    # FOCUS 1.2, commitment discounts: the purchase of a commitment and its unused part are charges of the
+    # commitment itself, whose resource is the commitment: ResourceId = CommitmentDiscountId
+    need(cdi is None or not (cat == "Purchase" or status == "Unused") or r.get("ResourceId") == cdi,
+         "ResourceId MUST be the CommitmentDiscountId on a commitment's Purchase and Unused rows")
     need(r.get("SkuId") is not None or r.get("SkuMeter") is None, "SkuMeter MUST be null when SkuId is null")
     need((r.get("SubAccountName") is None) == (r.get("SubAccountId") is None), "SubAccountName goes with SubAccountId")
     need(not (cat == "Purchase" and r.get("ChargeFrequency") == "Usage-Based"),
@@ -129,7 +131,7 @@ def problems(header: list[str], rows: list[dict[str, Any]]) -> list[str]:
     rows = [{k: (None if v == "" else v) for k, v in r.items()} for r in rows]
     for i, r in enumerate(rows, start=2):
         for c in header:
-            spec = COLUMNS.get(c) or ({"allows_nulls": "False", "data_type": "String"} if c in FOCUS_13 else None)
+            spec = COLUMNS.get(c)
             if spec is None:
                 continue
             v = r.get(c)
