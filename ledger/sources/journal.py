@@ -21,7 +21,15 @@ are upserted by (run, hostname), and a checkpoint replaces the run's last
 checkpoint only if it is later (its step is also kept as a ``checkpoint_step``
 sample, the run's checkpoint history). Replaying a journal any number of times
 therefore gives the same ledger: nothing is lost and nothing is counted twice.
-``<run>.applied`` records the last applied ``seq`` so replays are cheap.
+``<run>.applied`` records the last applied ``seq`` and the byte offset the
+journal was read to (``"SEQ OFFSET"``): what is pending is decided by content
+(a journal longer than its applied offset), never by modification times.
+
+Every event is made storable by every backend (:mod:`ledger.sources.sanitize`)
+before it is journaled and again before it is applied. An event that still
+cannot be applied, and a line that is not an event, is *quarantined* with its
+reason in ``<name>.quarantine`` beside the journal and never stops the replay
+of the others (:mod:`ledger.sources.replay`; ``trainledger sync --show-quarantine``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
+from ledger.sources.sanitize import clean_event
 from ledger.store.ids import validate_run_id
 from ledger.store.ingest import insert_samples
 from ledger.store.lookup import get_or_create
@@ -83,6 +91,9 @@ class Journal:
         name = name or run_id
         self.path = self.dir / f"{name}.jsonl"
         self.applied_path = self.dir / f"{name}.applied"
+        self.quarantine_path = self.dir / f"{name}.quarantine"
+        self.pending_end = 0  # byte offset after the last whole line pending() read
+        self.bad_lines: list[tuple[int, bytes]] = []  # (offset, line): whole lines pending() found not to be events
         self.run_id = run_id
         self.seq = 0
         self._skip = (0, 0)  # (byte offset, seq): every event before the offset has seq <= this seq
@@ -98,7 +109,7 @@ class Journal:
         :class:`JournalWriteError` is raised, so a half-written line never
         hides the events appended after it.
         """
-        out = [{"seq": self.seq + i, "run_id": self.run_id, **ev} for i, ev in enumerate(events, 1)]
+        out = [clean_event({"seq": self.seq + i, "run_id": self.run_id, **ev}) for i, ev in enumerate(events, 1)]
         if not out:
             return out
         data = "".join(json.dumps(ev, separators=(",", ":"), default=_json_default) + "\n" for ev in out)
@@ -127,15 +138,14 @@ class Journal:
         return out
 
     def applied_seq(self) -> int:
-        try:
-            return int(self.applied_path.read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+        return read_applied(self.applied_path)[0]
 
-    def mark_applied(self, seq: int) -> None:
+    def mark_applied(self, seq: int, offset: Optional[int] = None) -> None:
+        """Record that every event up to ``seq`` is applied (and, when known, that the file up to byte
+        ``offset`` holds nothing else pending)."""
         tmp = self.applied_path.with_suffix(".applied.tmp")
         try:
-            tmp.write_text(str(seq))
+            tmp.write_text(str(seq) if offset is None else f"{seq} {offset}")
             os.replace(tmp, self.applied_path)
         except OSError as exc:
             try:
@@ -147,7 +157,8 @@ class Journal:
     def pending(self) -> list[dict[str, Any]]:
         """Events not applied yet. The file is read from the end of the last applied event seen
         (seq only grows along the file), so a flush costs O(new events), not O(journal)."""
-        done = self.applied_seq()
+        done, marked_end = read_applied(self.applied_path)
+        self.bad_lines = []
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -155,22 +166,44 @@ class Journal:
         start, seen = self._skip
         if seen > done or start > size:  # the applied mark went back, or the file is not ours any more
             start, seen = 0, 0
-        out = []
+        if start == 0 and marked_end is not None and marked_end <= size:
+            start = marked_end  # the last replay read this far: everything before it is applied or quarantined
+        out: list[dict[str, Any]] = []
         with open(self.path, "rb") as fh:
             fh.seek(start)
             for line in fh:
                 if not line.endswith(b"\n"):
                     break  # torn write: never fsync'd, so never acknowledged
-                try:
-                    ev = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                start += len(line)
-                if ev["seq"] > done:
+                offset, start = start, start + len(line)
+                ev = _event(line)
+                if ev is None:  # a whole line that is not an event: corrupt, quarantined by the replay
+                    self.bad_lines.append((offset, line))
+                elif ev["seq"] > done:
                     out.append(ev)
-                elif not out:
+                elif not out and not self.bad_lines:
                     self._skip = (start, ev["seq"])
+        self.pending_end = start
         return out
+
+
+def _event(line: bytes) -> Optional[dict[str, Any]]:
+    """A journal line as an event, or None when it is not one (not JSON, not UTF-8, no integer seq)."""
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(ev, dict) or not isinstance(ev.get("seq"), int) or isinstance(ev["seq"], bool):
+        return None
+    return ev
+
+
+def read_applied(path: Path) -> tuple[int, Optional[int]]:
+    """``(seq, offset)`` of a journal's applied mark (offset None in marks written before offsets were kept)."""
+    try:
+        parts = path.read_text().split()
+        return int(parts[0]) if parts else 0, int(parts[1]) if len(parts) > 1 else None
+    except (FileNotFoundError, ValueError):
+        return 0, None
 
 
 def _write_error(path: Path, exc: OSError) -> str:
@@ -186,16 +219,15 @@ def _json_default(o: Any) -> Any:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Events of a journal file; a torn last line (crash mid-write) is ignored."""
+    """Events of a journal file; a torn last line (crash mid-write) and lines that are not events are ignored."""
     events = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         for line in fh:
-            if not line.endswith("\n"):
+            if not line.endswith(b"\n"):
                 break  # torn write: never fsync'd, so never acknowledged
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+            ev = _event(line)
+            if ev is not None:
+                events.append(ev)
     return events
 
 
@@ -220,9 +252,10 @@ def apply_events(session: Session, events: Iterable[dict[str, Any]]) -> int:
     """Apply events in order, idempotently, in the caller's transaction."""
     n = 0
     for ev in events:
-        handler = _HANDLERS.get(ev["type"])
+        ev = clean_event(ev)  # a journal written by an older version may hold anything
+        handler = _HANDLERS.get(ev.get("type"))
         if handler is None:
-            raise ValueError(f"unknown journal event type {ev['type']!r}")
+            raise ValueError(f"unknown journal event type {ev.get('type')!r}")
         handler(session, validate_run_id(ev["run_id"], "journal event run_id"), ev)
         n += 1
     session.flush()  # before the caller commits: session hooks that run before commit (the rollup) see every change
@@ -340,47 +373,14 @@ def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> Non
 
 
 def sync_journal(engine: Engine, journal: Journal) -> int:
-    """Apply a journal's pending events in one transaction; returns how many."""
-    pending = journal.pending()
-    if not pending:
-        return 0
-    with Session(engine) as session:
-        apply_events(session, pending)
-        session.commit()
-    journal.mark_applied(pending[-1]["seq"])
-    return len(pending)
+    """Apply a journal's pending events; returns how many (:func:`ledger.sources.replay.replay_journal`)."""
+    from ledger.sources.replay import replay_journal
+
+    return replay_journal(engine, journal)
 
 
 def sync_all(engine: Engine, directory: Optional[Path] = None) -> dict[str, int]:
-    """``trainledger sync``: replay every journal in ``directory``; returns events applied per journal.
+    """``trainledger sync``: replay every journal in ``directory`` (:func:`ledger.sources.replay.replay_all`)."""
+    from ledger.sources.replay import replay_all
 
-    A journal of a run that is not in the ledger yet (a second node's, the API's)
-    is retried after the others, whose registration it may be waiting for, and
-    otherwise left for the next sync.
-    """
-    directory = Path(directory or default_journal_dir())
-    out: dict[str, int] = {}
-    if not directory.is_dir():
-        return out
-    waiting = []
-    for path in sorted(directory.glob("*.jsonl")):
-        applied = path.with_suffix(".applied")
-        if applied.exists() and applied.stat().st_mtime_ns >= path.stat().st_mtime_ns:
-            continue  # nothing written since the last replay
-        waiting.append(path)
-    for _ in range(2):
-        later = []
-        for path in waiting:
-            try:
-                journal = Journal(directory, path.stem)
-            except LedgerInputError:  # not a run id: not a journal trainledger wrote
-                continue
-            try:
-                n = sync_journal(engine, journal)
-            except RunNotRegistered:
-                later.append(path)
-                continue
-            if n:
-                out[path.stem] = n
-        waiting = later
-    return out
+    return replay_all(engine, Path(directory or default_journal_dir()))

@@ -33,7 +33,7 @@ def clean_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)  # one per lone surrogate
     return text
 
 
