@@ -42,9 +42,10 @@ class TinyDisk:
         subprocess.run(["umount", "-l", str(self.dir)], capture_output=True)
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A 1 MiB tmpfs at ``tmp_path/disk``, unmounted at the end."""
-    disk = TinyDisk(tmp_path / "disk")
-    yield disk
-    disk.unmount()
+def mounted(path: Path, size: str = "1m"):
+    """A fixture body: a tmpfs at ``path``, unmounted at the end (``yield from mounted(tmp_path / "disk")``)."""
+    disk = TinyDisk(path, size)
+    try:
+        yield disk
+    finally:
+        disk.unmount()

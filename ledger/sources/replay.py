@@ -36,7 +36,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from ledger.errors import LedgerInputError
-from ledger.sources.journal import Journal, JournalWriteError, RunNotRegistered, apply_events, read_applied
+from ledger.sources.journal_apply import apply_events
+from ledger.sources.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
 from ledger.sources.sanitize import clean_text, clean_value
 
 #: failures that are the ledger's state, not the event's: retried by the next replay, never quarantined

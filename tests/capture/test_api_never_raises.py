@@ -15,7 +15,13 @@ import pytest
 import ledger
 from ledger.store.models import RunStatus
 from tests.capture.conftest import all_runs, samples_of
-from tests.tmpfs import tiny_disk  # noqa: F401  (fixture)
+from tests.tmpfs import mounted
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs that the test fills up."""
+    yield from mounted(tmp_path / "disk")
 
 
 def _track(url: str, journal: Path, **kw):
