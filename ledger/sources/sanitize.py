@@ -86,6 +86,8 @@ class Guard:
 
     def count(self, field: str, value: Any) -> Optional[int]:
         """A whole count 0 … 2**63 − 1, or None (dropped, with one warning) for anything else."""
+        if type(value) is int and 0 <= value <= INT64_MAX:  # the usual case, first: run.log is on the step's path
+            return value
         if value is None:
             return None
         try:
@@ -107,6 +109,8 @@ class Guard:
 
     def number(self, field: str, value: Any) -> Optional[float]:
         """A finite float, or None (dropped, with one warning) for NaN, infinities and non-numbers."""
+        if type(value) is float and math.isfinite(value):
+            return value
         if value is None:
             return None
         try:

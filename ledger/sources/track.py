@@ -311,7 +311,10 @@ class TrackedRun:
         """One training step's figures: ``tokens`` processed by it (added to the run's total) or
         ``tokens_total`` (a cumulative count, e.g. a framework's own counter), ``loss`` and any other
         numbers (``lr=…``). Never touches the database."""
-        if not self.recording:
+        if not self._open or self.rank != 0 or self.guard.off_reason is not None or self.writer is None:
+            return
+        if self.writer.error is not None:  # the journal failed (the writer thread's liveness: at each hand-over)
+            self.guard.off(str(self.writer.error))
             return
         try:
             self._log(step, tokens, loss, tokens_total, metrics)
