@@ -190,6 +190,7 @@ class TrackedRun:
         self.writer = LedgerWriter(self.db, jdir, self.run_id, self.flush_s, self.heartbeat_s,
                                    beats=None if self.attached else run_heartbeat, journal_name=name)
         self.writer.on_error = lambda: None  # log() sees the journal's error and turns recording off
+        self.writer.failure_note = None  # ... and says so, once (Guard.off)
         self._peak = self._lookup_peak()
         if not self.attached:
             self._register()

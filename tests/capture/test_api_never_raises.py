@@ -78,8 +78,10 @@ def test_a_full_journal_disk_turns_recording_off_and_training_goes_on(ledger_url
         for step in range(5, 50):  # today: JournalWriteError raised here, into the loop
             run.log(step=step, tokens=10, loss=1.0)
             run.checkpoint(step=step)
-    off = [w for w in _warnings(capfd.readouterr().err) if "recording of this run is off" in w]
+    err = capfd.readouterr().err
+    off = [w for w in _warnings(err) if "recording of this run is off" in w]
     assert len(off) == 1 and "cannot write the run journal" in off[0], off
+    assert sum("cannot write the run journal" in line for line in err.splitlines()) == 1, err
     (row,) = all_runs(ledger_url)  # the end went straight to the ledger
     assert (row.name, row.status, row.exit_code) == ("full", RunStatus.succeeded, 0)
 
