@@ -134,3 +134,34 @@ def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, cap
     assert len(off) == 1, off
     (row,) = all_runs(ledger_url)
     assert (row.name, row.status) == ("lt-full", RunStatus.succeeded)
+
+
+def test_hf_trainer_never_sees_a_full_journal_disk(ledger_url, tiny_disk, tmp_path, capfd):
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+    from ledger.sources.integrations.hf import LedgerCallback
+    from tests.capture.tiny_tokens import BATCH, SEQ, VOCAB, Tokens
+
+    ledger_cb = LedgerCallback(project="hf", name="hf-full", db=ledger_url, journal_dir=tiny_disk.dir, flush_s=0.05,
+                               heartbeat_s=0.05, ledger_wait_s=10)
+
+    class FillAtStep3(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                tiny_disk.fill()
+                _wait(lambda: ledger_cb.run.writer.error is not None, "the journal write to fail")
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=VOCAB, n_positions=SEQ))
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=8, per_device_train_batch_size=BATCH,
+                             use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
+                             include_num_input_tokens_seen="all", disable_tqdm=True, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(labels=True), callbacks=[FillAtStep3(), ledger_cb])
+    trainer.train()
+    assert trainer.state.global_step == 8
+    off = [w for w in _warnings(capfd.readouterr().err) if "recording of this run is off" in w]
+    assert len(off) == 1, off
+    (row,) = all_runs(ledger_url)
+    assert (row.name, row.status) == ("hf-full", RunStatus.succeeded)
