@@ -98,6 +98,20 @@ def test_a_full_journal_disk_at_start_never_stops_the_body(ledger_url, tiny_disk
     assert len(off) == 1, off
 
 
+def test_a_dead_writer_thread_turns_recording_off_once(ledger_url, tmp_path, capfd):
+    with _track(ledger_url, tmp_path / "journal", name="dead-writer") as run:
+        run.log(step=0, tokens=10, loss=1.0)
+        run.writer._halt.set()  # the real writer thread ends its loop
+        run.writer.join(60)
+        steps = iter(range(1, 10**6))
+        _wait(lambda: (run.log(step=next(steps), tokens=10), run.guard.off_reason)[1] is not None,
+              "the next hand-over to notice")
+    off = [w for w in _warnings(capfd.readouterr().err) if "recording of this run is off" in w]
+    assert len(off) == 1 and "writer thread stopped" in off[0], off
+    (row,) = all_runs(ledger_url)
+    assert (row.name, row.status, row.exit_code) == ("dead-writer", RunStatus.succeeded, 0)
+
+
 def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, capfd):
     L = pytest.importorskip("lightning")
     import torch
