@@ -24,6 +24,11 @@
 * **Rank ≠ 0** (``RANK`` in the environment) records nothing: ``log`` and
   ``checkpoint`` return at once.
 
+Nothing here raises into training (issue 24): bad values are dropped with one
+warning per field, and a journal that cannot be written or a writer thread that
+died turns recording off with one warning (docs/CAPTURE.md); ``sys.exit(0)``
+inside the run ends it ``succeeded``, ``sys.exit(n)`` records exit code n.
+
 ``log`` never touches the database: it updates a few numbers and appends
 samples to a list; a background thread journals them (fsync'd) and applies
 them to the ledger (:mod:`ledger.sources.writer`). Its cost per call is measured
@@ -165,7 +170,7 @@ class TrackedRun:
 
     def start(self) -> "TrackedRun":
         """Open the run. Whatever goes wrong with the journal or the ledger, training goes on: recording
-        turns off with one warning (:mod:`ledger.sources.guard`)."""
+        turns off with one warning (:class:`ledger.sources.sanitize.Guard`)."""
         if self._open:
             raise RuntimeError("this run is already open; use a new ledger.track(...) for another run")
         self._reset()
