@@ -240,7 +240,8 @@ def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal direc
     left = len(quarantined(directory))
     emit({"applied": applied, "quarantined": left}, as_json,
          lambda d: ("\n".join(f"{k}: {v} events" for k, v in d["applied"].items()) or "nothing to replay")
-         + (f"\n{left} events quarantined: see `trainledger sync --show-quarantine`" if left else ""))
+         + (f"\n{left} quarantined event{'s' if left != 1 else ''}: see `trainledger sync --show-quarantine`"
+            if left else ""))
 
 
 @command
