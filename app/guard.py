@@ -23,113 +23,22 @@ and Streamlit's ``server.address``. This module imports no Streamlit.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import os
-import socket
-from dataclasses import dataclass
-from typing import Iterable, Optional
-from urllib.parse import urlsplit
+from typing import Optional
+
+# the rules live in ledger/sources/hosts.py, shared with the metrics endpoints; re-exported here
+from ledger.sources.hosts import (  # noqa: F401
+    ALLOWED_HOSTS_ENV,
+    LOOPBACK_NAMES,
+    MAX_HOST_LEN,
+    HostPolicy,
+    is_ip,
+    is_loopback_name,
+    parse_allowed,
+    split_host,
+)
 
 log = logging.getLogger("trainledger.dashboard")
-
-ALLOWED_HOSTS_ENV = "TRAINLEDGER_ALLOWED_HOSTS"  # comma-separated --allowed-host values
-LOOPBACK_NAMES = ("localhost",)
-MAX_HOST_LEN = 255
-
-
-def split_host(header: Optional[str]) -> Optional[str]:
-    """The host name of a ``Host`` header (lower case, no port, no trailing dot), or None if malformed."""
-    if not header or len(header) > MAX_HOST_LEN + 8 or any(c.isspace() or ord(c) < 32 for c in header):
-        return None
-    try:
-        parts = urlsplit(f"//{header}")
-        name, _port = parts.hostname, parts.port  # .port validates a given port
-    except ValueError:
-        return None
-    if not name or parts.username is not None or parts.password is not None or parts.path or parts.query:
-        return None
-    return name.rstrip(".") or None
-
-
-def is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
-        return False
-
-
-def is_loopback_name(name: Optional[str]) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if not name:
-        return False
-    if name.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_allowed(values: Iterable[str]) -> tuple[str, ...]:
-    """``--allowed-host`` values, checked: host names or ``*.domain``; ValueError (one line) otherwise."""
-    out = []
-    for raw in values:
-        v = raw.strip().lower().rstrip(".")
-        name = v[2:] if v.startswith("*.") else v
-        if not name or split_host(name) != name or name.startswith("*"):
-            raise ValueError(f"--allowed-host {raw!r}: expected a host name such as dash.example.com or *.example.com "
-                             "(no scheme, port or path)")
-        out.append(v)
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class HostPolicy:
-    """Which ``Host`` (and ``Origin``) names a request may carry."""
-
-    signin: bool  # an auth file is configured
-    allowed: tuple[str, ...] = ()  # --allowed-host values (exact names or *.domain)
-    own_names: tuple[str, ...] = ()  # this machine's names, when bound to a non-loopback address
-
-    @classmethod
-    def from_env(cls, bind_address: Optional[str]) -> "HostPolicy":
-        signin = bool(os.environ.get("TRAINLEDGER_AUTH_FILE"))
-        allowed = parse_allowed(x for x in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if x.strip())
-        own: tuple[str, ...] = ()
-        if signin and not is_loopback_name(bind_address):
-            own = tuple({n.lower().rstrip(".") for n in (socket.gethostname(), socket.getfqdn()) if n})
-        return cls(signin=signin, allowed=allowed, own_names=own)
-
-    def host_allowed(self, name: Optional[str]) -> bool:
-        if not name:
-            return False
-        if is_loopback_name(name):
-            return True
-        if not self.signin:  # local use without sign-in: loopback names only
-            return False
-        if is_ip(name) or name in self.own_names:
-            return True
-        return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in self.allowed)
-
-    def origin_allowed(self, origin: str, host_header: Optional[str]) -> bool:
-        """The page that sent the request is this site: the same host and port as the request (or, behind a
-        reverse proxy that rewrites Host, a name given with --allowed-host)."""
-        try:
-            parts = urlsplit(origin)
-            name, port = parts.hostname, parts.port
-            host = urlsplit(f"//{host_header}")
-            host_name, host_port = host.hostname, host.port
-        except ValueError:
-            return False
-        if parts.scheme not in ("http", "https") or not name or not host_name:
-            return False
-        name, host_name = name.rstrip("."), host_name.rstrip(".")
-        default = {"http": 80, "https": 443}[parts.scheme]
-        if name == host_name and (port or default) == (host_port or default):
-            return True
-        return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in self.allowed)
 
 
 def _header(scope, key: bytes) -> Optional[str]:

@@ -9,6 +9,7 @@ reached.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import re
@@ -76,9 +77,17 @@ def command(fn: Callable) -> Callable:
 
         try:
             _check_arguments(kwargs)
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # standard output on a full disk fails here, in one line, not at exit
+            return result
         except (LedgerInputError, LedgerURLError) as exc:
             fail(str(exc).splitlines()[0])
+        except OSError as exc:  # a full, read-only or forbidden place to write: one line, never a traceback
+            if exc.errno not in WRITE_ERRNOS:
+                raise
+            if not exc.filename:  # standard output: what is still buffered goes nowhere, so exit stays quiet
+                _drop_stdout()
+            fail(write_error(exc))
         except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
             reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
             fail(f"the ledger refused a value: {reason}")
@@ -94,6 +103,27 @@ def command(fn: Callable) -> Callable:
             fail(f"cannot use the ledger at {url}: {reason}", code=1)
 
     return wrapper
+
+
+#: the errors of a write that the user can fix (disk full, quota, read-only file system, permissions, file too large)
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def write_error(exc: OSError) -> str:
+    """One line for a failed write: what could not be written and why."""
+    where = exc.filename if exc.filename else "standard output"
+    return f"cannot write {where}: {exc.strerror or exc}"
+
+
+def _drop_stdout() -> None:
+    try:
+        import os
+
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _check_arguments(kwargs: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ledger.cli.common import DbOpt, command, group
+from ledger.cli.common import DbOpt, JsonOpt, command, emit, group
 from ledger.errors import LedgerInputError
 
 app = group("Ledger database: upgrade the schema, back up and restore.")
@@ -15,7 +15,8 @@ app = group("Ledger database: upgrade the schema, back up and restore.")
 
 @app.command("upgrade")
 @command
-def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head") -> None:
+def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
+               as_json: JsonOpt = False) -> None:
     """Apply pending schema migrations (the CLI also does this on first use)."""
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
@@ -38,32 +39,35 @@ def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Tar
     except CommandError as exc:
         raise LedgerInputError(f"--revision: {' '.join(str(exc).split())}") from None
     rev = current_revision(engine)  # never older than it was: upgrade does not downgrade
-    typer.echo(f"ledger {redact_url(resolve_url(db))} at revision {rev}")
+    emit({"ledger": redact_url(resolve_url(db)), "revision": rev}, as_json,
+         lambda d: f"ledger {d['ledger']} at revision {d['revision']}")
 
 
 @app.command("backup")
 @command
 def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write (an existing file needs --force).")],
               db: DbOpt = None,
-              force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False) -> None:
+              force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
+              as_json: JsonOpt = False) -> None:
     """Back up the ledger (SQLite online backup API; pg_dump custom format for PostgreSQL)."""
     from ledger.store.backup import backup
 
     path = backup(db, out, force=force)
-    typer.echo(f"backup written to {path}")
+    emit({"backup": str(path), "bytes": path.stat().st_size}, as_json, lambda d: f"backup written to {d['backup']}")
 
 
 @app.command("restore")
 @command
 def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `trainledger db backup`.")],
                db: DbOpt = None,
-               force: Annotated[bool, typer.Option("--force", help="Replace a ledger that already has runs.")] = False) -> None:
+               force: Annotated[bool, typer.Option("--force", help="Replace a ledger that already has runs.")] = False,
+               as_json: JsonOpt = False) -> None:
     """Restore the ledger from a backup: only a file whose schema is exactly a trainledger ledger's (no extra
     triggers, views or tables; SQLite integrity_check; pg_restore --list checks), and runs are replaced only with --force."""
     from ledger.store.backup import restore
 
     restore(db, file, force=force)
-    typer.echo(f"restored from {file}")
+    emit({"restored_from": str(file)}, as_json, lambda d: f"restored from {d['restored_from']}")
 
 
 @app.command("rollup")

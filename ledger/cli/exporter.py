@@ -3,7 +3,9 @@
     trainledger exporter --port 9440                      # http://127.0.0.1:9440/metrics
     trainledger exporter --port 9440 --host 0.0.0.0       # for a Prometheus on another machine
 
-Served by the official ``prometheus_client`` (its WSGI server, GET only). The
+Served by :mod:`ledger.sources.metrics_http` (GET only; the dashboard's Host
+allow-list against DNS rebinding, ``--allowed-host NAME`` for a reverse proxy's
+name; header and idle timeouts; a bounded number of connections). The
 figures (``ledger/reports/metrics.py``) are recomputed at most every
 ``--refresh`` seconds, so a 15 s scrape interval costs one computation a
 minute. The exporter writes nothing: at start it brings the ledger's schema and
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -32,17 +34,24 @@ def exporter_command(
         host: Annotated[str, typer.Option(help="Address to bind (default loopback only; 0.0.0.0 for every interface).")] = "127.0.0.1",
         refresh: Annotated[float, typer.Option(min=1, max=86400, help="Recompute the figures at most every this many seconds.")] = 60.0,
         window: Annotated[int, typer.Option("--window", min=1, max=90, help="Days of run rate the forecast uses.")] = 7,
+        allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name clients use to reach the exporter, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection); loopback names and IP addresses always pass, and this machine's names when --host is not loopback.", show_default=False)] = None,
         db: DbOpt = None, now: NowOpt = None) -> None:
     """Serve the month's spend, forecast, budgets and their states, idle and waste cost, GPU time, time
     utilization and running runs as Prometheus metrics (read-only)."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
     from sqlmodel import Session
 
     from ledger.money import rollup
     from ledger.reports.metrics import LedgerCollector, month_metrics
+    from ledger.sources.hosts import parse_allowed
+    from ledger.sources.metrics_http import serve
     from ledger.store.db import make_engine, read_only_engine, redact_url, resolve_url, session_scope
     from ledger.store.types import report_clock
 
+    try:
+        allowed = parse_allowed(allowed_host or [])
+    except ValueError as exc:
+        raise LedgerInputError(str(exc)) from None
     url = resolve_url(db)
     report_clock(now)  # a bad --now fails here, before anything starts
     engine = make_engine(url)  # schema upgraded, as every command does
@@ -56,7 +65,7 @@ def exporter_command(
     registry = CollectorRegistry()
     registry.register(collector)
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server, _thread = serve(registry, host, port, allowed)
     except OSError as exc:
         raise LedgerInputError(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host

@@ -47,7 +47,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
         p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency))
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
-    data = render_report(p, fmt)
+    data = render_report(p, "json" if as_json and output is None else fmt)  # --json: JSON, whatever --format
     if output is None:
         for w in warnings:
             typer.echo(f"warning: {warning_text(w)}", err=True)

@@ -217,14 +217,36 @@ def runs_cancel(run_id: Annotated[str, typer.Argument(help="Run id.")],
 
 @command
 def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal directory (default: $TRAINLEDGER_JOURNAL_DIR or the user data dir).")] = None,
+         show_quarantine: Annotated[bool, typer.Option("--show-quarantine", help="List the quarantined events (events the ledger refused, with the reason) instead of replaying.")] = False,
+         retry_quarantine: Annotated[bool, typer.Option("--retry-quarantine", help="Apply the quarantined events again (after fixing their cause); those that still fail stay.")] = False,
          db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Replay run journals into the ledger (idempotent: nothing lost, nothing doubled)."""
-    from ledger.sources.journal import sync_all
+    """Replay run journals into the ledger (idempotent: nothing lost, nothing doubled).
+
+    An event the ledger refuses is quarantined with its reason beside its journal and never stops the
+    others (docs/CAPTURE.md)."""
+    from ledger.sources.journal import default_journal_dir
+    from ledger.sources.replay import quarantined, replay_all
+    from ledger.sources.replay import retry_quarantine as retry
     from ledger.store.db import get_engine
 
-    applied = sync_all(get_engine(db), journal_dir)
-    emit({"applied": applied}, as_json,
-         lambda d: "\n".join(f"{k}: {v} events" for k, v in d["applied"].items()) or "nothing to replay")
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    if show_quarantine:
+        rows = quarantined(directory)
+        emit({"quarantined": rows}, as_json, lambda d: "\n".join(
+            f"{r['journal']} seq {r['seq'] if r['seq'] is not None else '-'} ({r['type'] or 'corrupt line'}): {r['reason']}"
+            for r in d["quarantined"]) or "nothing quarantined")
+        return
+    engine = get_engine(db)
+    if retry_quarantine:
+        emit(retry(engine, directory), as_json,
+             lambda d: f"{d['applied']} quarantined events applied; {d['still_quarantined']} still quarantined")
+        return
+    applied = replay_all(engine, directory)
+    left = len(quarantined(directory))
+    emit({"applied": applied, "quarantined": left}, as_json,
+         lambda d: ("\n".join(f"{k}: {v} events" for k, v in d["applied"].items()) or "nothing to replay")
+         + (f"\n{left} quarantined event{'s' if left != 1 else ''}: see `trainledger sync --show-quarantine`"
+            if left else ""))
 
 
 @command

@@ -101,6 +101,7 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
          by_node: Annotated[bool, typer.Option("--by-node", help="With --node-type: cost by whole nodes.")] = False,
          strict: Annotated[bool, typer.Option("--strict", help="Write nothing if any job cannot be costed.")] = False,
          sacct: Annotated[Optional[str], typer.Option(help="The sacct program (default: sacct on PATH).")] = None,
+         sacct_timeout: Annotated[float, typer.Option("--sacct-timeout", help="Seconds sacct may take; then it and its children are killed and nothing is written.", min=1, max=86400)] = 600.0,
          db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Bring Slurm jobs into the ledger from sacct, from the last sync on (safe to run every few minutes).
 
@@ -110,7 +111,7 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
     """
     from ledger.errors import LedgerInputError
     from ledger.sources.importer import receipt_text, system_timezone
-    from ledger.sources.slurm import sync as run_sync
+    from ledger.sources.slurm_sync import sync as run_sync
     from ledger.store.db import get_engine
     from ledger.store.settings import parse_timezone
 
@@ -120,7 +121,8 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
         raise LedgerInputError(f"--dst: expected earliest or latest, got {dst!r}")
     result = run_sync(get_engine(db), cluster=cluster, tz=zone, since=_when(since, read_zone, "--since"),
                       until=_when(until, read_zone, "--until"), overlap=timedelta(minutes=overlap), dst=dst or "report",
-                      node_type=node_type, offer=offer, by_node=by_node, strict=strict, sacct=sacct)
+                      node_type=node_type, offer=offer, by_node=by_node, strict=strict, sacct=sacct,
+                      timeout_s=sacct_timeout)
 
     def text(d: dict[str, Any]) -> str:
         w = d["window"]

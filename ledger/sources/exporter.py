@@ -19,8 +19,11 @@ class Exporter:
     ``rank``: the trainer rank, or ``node`` for a wrapper's node-level series.
     """
 
-    def __init__(self, port: int, addr: str, run_id: str, node: str, rank: int | str, source: str):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+    def __init__(self, port: int, addr: str, run_id: str, node: str, rank: int | str, source: str,
+                 allowed_hosts: tuple[str, ...] = ()):
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        from ledger.sources.metrics_http import serve
 
         self.registry = CollectorRegistry()
         labels = ["run_id", "node", "rank"]
@@ -38,7 +41,8 @@ class Exporter:
         self.source = source
         # labelled children, looked up once (``labels()`` costs ~10× the update) and made on first use
         self._children: dict[str, Any] = {}
-        self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
+        # the hardened server of every /metrics endpoint: Host allow-list, timeouts, bounded connections
+        self.server, self.thread = serve(self.registry, addr, port, allowed_hosts)
 
     def _child(self, name: str, metric, **extra):
         c = self._children.get(name)

@@ -24,6 +24,11 @@
 * **Rank ≠ 0** (``RANK`` in the environment) records nothing: ``log`` and
   ``checkpoint`` return at once.
 
+Nothing here raises into training (issue 24): bad values are dropped with one
+warning per field, and a journal that cannot be written or a writer thread that
+died turns recording off with one warning (docs/CAPTURE.md); ``sys.exit(0)``
+inside the run ends it ``succeeded``, ``sys.exit(n)`` records exit code n.
+
 ``log`` never touches the database: it updates a few numbers and appends
 samples to a list; a background thread journals them (fsync'd) and applies
 them to the ledger (:mod:`ledger.sources.writer`). Its cost per call is measured
@@ -48,6 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ledger.sources.sanitize import INT64_MAX, Guard
 from ledger.sources.signals import RunCancelled, StopSignals
 from ledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
 
@@ -121,11 +127,29 @@ class TrackedRun:
         self._pending: list[list[Any]] = []
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
+        self.guard = Guard()
 
     @property
     def active(self) -> bool:
         """Whether this process records anything (rank 0 of an open run)."""
         return self._open and self.rank == 0
+
+    @property
+    def recording(self) -> bool:
+        """Whether this process still records: rank 0 of an open run whose journal and writer are alive."""
+        return self.active and self._writable()
+
+    def _writable(self) -> bool:
+        """The writer takes events: none failed and its thread, once started, is alive (else recording turns off)."""
+        if self.writer is None or self.guard.off_reason is not None:
+            return False
+        if self.writer.error is not None:
+            self.guard.off(str(self.writer.error))
+            return False
+        if self.writer.ident is not None and not self.writer.is_alive():
+            self.guard.off("the run's writer thread stopped")
+            return False
+        return True
 
     # -- opening and closing --
     def __enter__(self) -> "TrackedRun":
@@ -145,6 +169,8 @@ class TrackedRun:
         return wrapped
 
     def start(self) -> "TrackedRun":
+        """Open the run. Whatever goes wrong with the journal or the ledger, training goes on: recording
+        turns off with one warning (:class:`ledger.sources.sanitize.Guard`)."""
         if self._open:
             raise RuntimeError("this run is already open; use a new ledger.track(...) for another run")
         self._reset()
@@ -152,6 +178,13 @@ class TrackedRun:
         _CURRENT.append(self)
         if self.rank != 0:
             return self
+        try:
+            self._open_recording()
+        except Exception as exc:  # an unwritable journal, a bug of ours: never the training's problem
+            self.guard.off(f"cannot start recording ({_reason(exc)})")
+        return self
+
+    def _open_recording(self) -> None:
         from ledger.sources.journal import default_journal_dir
         from ledger.store.ids import new_run_id
 
@@ -161,7 +194,8 @@ class TrackedRun:
         name = f"{self.run_id}.api-{os.getpid()}" if self.attached else self.run_id
         self.writer = LedgerWriter(self.db, jdir, self.run_id, self.flush_s, self.heartbeat_s,
                                    beats=None if self.attached else run_heartbeat, journal_name=name)
-        self.writer.on_error = lambda: None  # log() raises the journal's error in the training step
+        self.writer.on_error = lambda: None  # log() sees the journal's error and turns recording off
+        self.writer.failure_note = None  # ... and says so, once (Guard.off)
         self._peak = self._lookup_peak()
         if not self.attached:
             self._register()
@@ -172,7 +206,6 @@ class TrackedRun:
 
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
-        return self
 
     def _register(self) -> None:
         from ledger.sources.sampling import UtilSampler, node_probe, process_tree
@@ -190,7 +223,7 @@ class TrackedRun:
             "user": o["user"] or self.env.get("USER") or None, "launcher": "api", "nodes": max(1, world // local),
             "gpus_per_node": self.gpus or local, "world_size": world, "resume_of": o["resume_of"],
             "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
-            "hostname": socket.gethostname(), "pid": os.getpid(), "config": {"api": {"argv": sys.argv[:50]},
+            "hostname": socket.gethostname(), "pid": os.getpid(), "config": {"api": {"argv": _argv()},
                                                                               "tags": o["tags"]}}})
 
     def _lookup_peak(self) -> Optional[float]:
@@ -225,27 +258,42 @@ class TrackedRun:
             _CURRENT.remove(self)
         if self.rank != 0 or self.writer is None:
             return
+        try:
+            self._close_recording(exc)
+        except Exception as exc2:  # never into the code that ends training
+            self.guard.off(f"cannot end the run's record ({_reason(exc2)})")
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for what, close in (("signal handlers", self.signals and self.signals.restore),
+                            ("metrics endpoint", self.exporter and self.exporter.close)):
+            try:
+                if close:
+                    close()
+            except Exception as exc:
+                self.guard.off(f"cannot close the {what} ({_reason(exc)})")
+
+    def _close_recording(self, exc: Optional[BaseException]) -> None:
         if self.signals is not None:
             self.signals.finishing = True
         self._hand_over()
         fields = self._figures()
         if not self.attached:
             fields.update(self._end_fields(exc))
+        # after a journal failure the end still goes straight to the ledger (LedgerWriter.close)
         self.writer.put({"type": "run", "attach": self.attached, "fields": fields})
-        try:
-            self.writer.close(self.ledger_wait_s)
-        finally:
-            if self.signals is not None:
-                self.signals.restore()
-            if self.exporter is not None:
-                self.exporter.close()
+        self.writer.close(self.ledger_wait_s)
 
     def _end_fields(self, exc: Optional[BaseException]) -> dict:
         from ledger.sources.sampling import sample_rows
 
         ended = utc_now().isoformat()
-        if exc is None:
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             status, code, error = "succeeded", 0, None
+        elif isinstance(exc, SystemExit):  # sys.exit(n): exit code n (a message: 1, as Python exits)
+            code = exc.code if isinstance(exc.code, int) and not isinstance(exc.code, bool) else 1
+            status, code, error = "failed", max(-(2**31), min(code, 2**31 - 1)), f"SystemExit: {exc.code}"[:1000]
         elif isinstance(exc, (KeyboardInterrupt, RunCancelled)):
             status, code, error = "cancelled", 130, f"cancelled ({type(exc).__name__}: {exc})".strip()
         else:
@@ -269,16 +317,29 @@ class TrackedRun:
         """One training step's figures: ``tokens`` processed by it (added to the run's total) or
         ``tokens_total`` (a cumulative count, e.g. a framework's own counter), ``loss`` and any other
         numbers (``lr=…``). Never touches the database."""
-        if not self._open or self.rank != 0:
+        if not self._open or self.rank != 0 or self.guard.off_reason is not None or self.writer is None:
             return
-        if self.writer.error is not None:
-            raise self.writer.error
+        if self.writer.error is not None:  # the journal failed (the writer thread's liveness: at each hand-over)
+            self.guard.off(str(self.writer.error))
+            return
+        try:
+            self._log(step, tokens, loss, tokens_total, metrics)
+        except Exception as exc:  # a bug of ours must never stop training
+            self.guard.off(f"cannot record a step ({_reason(exc)})")
+
+    def _log(self, step, tokens, loss, tokens_total, metrics: dict) -> None:
+        g = self.guard
         now = time.monotonic()
-        self.tokens = int(tokens_total) if tokens_total is not None else self.tokens + int(tokens or 0)
+        step, tokens, loss = g.count("step", step), g.count("tokens", tokens), g.number("loss", loss)
+        if tokens_total is not None:
+            total = g.count("tokens_total", tokens_total)
+            self.tokens = self.tokens if total is None else total
+        elif tokens:
+            self.tokens = min(INT64_MAX, self.tokens + tokens)
         prev_step = self.step
-        self.step = step if step is not None else (0 if prev_step is None else prev_step + 1)
+        self.step = step if step is not None else (0 if prev_step is None else min(INT64_MAX, prev_step + 1))
         if loss is not None:
-            self.loss = float(loss)
+            self.loss = loss
         if self._t_first is None:
             self._t_first, self._tokens_first, self._step_first = now, self.tokens, self.step
         elif prev_step is not None and self.step > prev_step:
@@ -302,21 +363,27 @@ class TrackedRun:
             pending.append(["", -1, "loss", ts, float(loss)])
         pending.append(["", -1, "tokens", ts, float(self.tokens)])
         for k, v in metrics.items():
-            if isinstance(v, (int, float)):
-                pending.append(["", -1, str(k)[:100], ts, float(v)])
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = self.guard.number(str(k)[:100], v)
+                if v is not None:
+                    pending.append(["", -1, str(k)[:100], ts, v])
         self._points += 1
         if self._points >= MAX_POINTS:  # a long run keeps ~1,000 points per doubling of its length, not one per step
             self._every, self._points = self._every * 2, 0
 
     def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None) -> None:
         """A checkpoint was saved: if the run dies, its lost work starts here."""
-        if not self._open or self.rank != 0:
+        if not self.recording:
             return
-        self.writer.put({"type": "checkpoint", "ts": utc_now().isoformat(),
-                         "step": step if step is not None else self.step, "path": str(path) if path else None})
+        try:
+            step = self.guard.count("step", step)
+            self.writer.put({"type": "checkpoint", "ts": utc_now().isoformat(),
+                             "step": step if step is not None else self.step, "path": str(path) if path else None})
+        except Exception as exc:
+            self.guard.off(f"cannot record a checkpoint ({_reason(exc)})")
 
     def _hand_over(self) -> None:
-        if self._pending and self.writer is not None:
+        if self._pending and self._writable():
             self.writer.put({"type": "samples", "attach": self.attached, "rows": self._pending})
             self._pending = []
 
@@ -343,6 +410,21 @@ class TrackedRun:
                 world = int(self.env.get("WORLD_SIZE", "1") or 1)
                 out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)
         return out
+
+
+def _argv() -> list[str]:
+    """This process's command line as recorded, with credentials redacted where the wrapper's redaction exists."""
+    argv = [str(a) for a in sys.argv[:50]]
+    try:
+        from ledger.sources.redact import redact_argv  # the wrapper's redaction (issue 24)
+    except ImportError:
+        return argv
+    return list(redact_argv(argv))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _on_gpu(env) -> bool:

@@ -64,6 +64,8 @@ class LedgerWriter(threading.Thread):
         self.waiting_for_run = False  # events of a run whose owner has not registered it yet
         self.error: Optional[BaseException] = None  # a journal write failure: fatal for the run
         self.on_error: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGUSR1)
+        #: what a journal failure means, said once on stderr (None: the owner says it, e.g. ledger.track)
+        self.failure_note: Optional[str] = "the run stops (tracking cannot go on without its journal)"
         self.run_id = run_id
         self._unjournaled: list[dict] = []  # events the failed journal could not keep: written straight to the ledger
         self._last_beat = 0.0
@@ -135,8 +137,8 @@ class LedgerWriter(threading.Thread):
         self._unjournaled += [{"run_id": self.run_id, **ev} for ev in events]
         if self.error is None:
             self.error = exc
-            print(f"[trainledger] error: {exc}; the run stops (tracking cannot go on without its journal)",
-                  file=sys.stderr, flush=True)
+            if self.failure_note:
+                print(f"[trainledger] error: {exc}; {self.failure_note}", file=sys.stderr, flush=True)
 
     def _apply(self) -> None:
         from ledger.sources.journal import JournalWriteError, RunNotRegistered, sync_journal

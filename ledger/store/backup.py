@@ -56,19 +56,25 @@ def _sqlite_copy(src: sqlite3.Connection, dst_path) -> None:
 def backup(db: Optional[str], out: Path, force: bool = False) -> Path:
     """Write a backup of the ledger to ``out`` (``ledger.store.files.write_output``: an existing file needs ``force``)."""
     url = resolve_url(db)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerInputError(f"--out: cannot create the folder {Path(out).parent}: {exc.strerror or exc}") from None
     check_output(out, force=force, flag="--out")  # before connecting
     engine = make_engine(url)  # upgrade first so a backup is always at a known schema
 
     def sqlite_writer(tmp: Path) -> None:
-        _sqlite_copy(sqlite3.connect(make_url(url).database), tmp)
+        try:
+            _sqlite_copy(sqlite3.connect(make_url(url).database), tmp)
+        except sqlite3.Error as exc:  # e.g. "database or disk is full": write_output removes the partial copy
+            raise LedgerInputError(f"--out: cannot write {out}: {exc}") from None
 
     def pg_writer(tmp: Path) -> None:
         args, env = _pg_args(url)
         proc = subprocess.run([_tool("pg_dump"), "--format=custom", "--file", str(tmp), *args], env=env,
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            raise LedgerInputError(f"pg_dump failed: {_last_line(proc.stderr, proc.returncode)}")
+            raise LedgerInputError(f"--out: pg_dump failed writing {out}: {_last_line(proc.stderr, proc.returncode)}")
 
     writer = sqlite_writer if engine.dialect.name == "sqlite" else pg_writer
     engine.dispose()

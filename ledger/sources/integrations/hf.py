@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+from ledger.sources.sanitize import Guard
 from ledger.sources.track import TrackedRun
 
 #: logged keys that are not step figures (the running time and rate the Trainer adds to every log)
@@ -50,12 +51,16 @@ class LedgerCallback(TrainerCallback):
         env = dict(os.environ)
         env["RANK"] = str(args.process_index)
         env["WORLD_SIZE"] = str(args.world_size)
-        self.run = TrackedRun(self.project, flops_per_token=fpt, env=env, **self.track_kwargs).start()
+        try:
+            self.run = TrackedRun(self.project, flops_per_token=fpt, env=env, **self.track_kwargs).start()
+        except Exception as exc:  # e.g. a bad run id: the Trainer trains anyway, unrecorded
+            Guard().off(f"LedgerCallback: {exc}")
+            return
         if self.run.active:
             self._watch_exit()
 
     def _tokens(self, state) -> Optional[int]:
-        return state.num_input_tokens_seen or None
+        return getattr(state, "num_input_tokens_seen", None) or None
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.run is not None:
@@ -64,7 +69,7 @@ class LedgerCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.run is None or not logs or "train_loss" in logs:  # "train_loss": the end-of-training summary
             return
-        numbers = {k: float(v) for k, v in logs.items()
+        numbers = {k: v for k, v in logs.items()
                    if k not in _NOT_STEP and isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.run.log(step=state.global_step, tokens_total=self._tokens(state), loss=logs.get("loss"), **numbers)
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 from lightning.pytorch import Callback
 
+from ledger.sources.sanitize import Guard
 from ledger.sources.track import TrackedRun
 
 
@@ -46,19 +47,29 @@ class LedgerCallback(Callback):
         env = dict(os.environ)
         env.update(RANK=str(trainer.global_rank), WORLD_SIZE=str(trainer.world_size),
                    LOCAL_WORLD_SIZE=str(trainer.num_devices))
-        self.run = TrackedRun(self.project, env=env, **self.track_kwargs).start()
+        try:
+            self.run = TrackedRun(self.project, env=env, **self.track_kwargs).start()
+        except Exception as exc:  # e.g. a bad run id: fit() trains anyway, unrecorded
+            Guard().off(f"LedgerCallback: {exc}")
 
     def _tokens(self, batch: Any, world: int) -> Optional[int]:
         t = self.tokens_per_batch
-        per_rank = t(batch) if callable(t) else (t if t is not None else _default_tokens(batch))
-        return per_rank * world if per_rank is not None else None
+        try:
+            per_rank = t(batch) if callable(t) else (t if t is not None else _default_tokens(batch))
+            return per_rank * world if per_rank is not None else None
+        except Exception as exc:  # the user's tokens_per_batch failed: this step's tokens are unknown
+            self.run.guard.warn("tokens_per_batch", f"tokens_per_batch failed ({type(exc).__name__}: {exc}); dropped")
+            return None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.run is None or not self.run.active:
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.run.log(step=trainer.global_step, tokens=self._tokens(batch, trainer.world_size),
-                     loss=float(loss) if loss is not None else None)
+        try:
+            loss = float(loss) if loss is not None else None
+        except (TypeError, ValueError, RuntimeError):  # not a scalar: no loss this step
+            loss = None
+        self.run.log(step=trainer.global_step, tokens=self._tokens(batch, trainer.world_size), loss=loss)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.run is not None:
