@@ -236,6 +236,12 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
     return None if x is None else float(x.quantize(Decimal("0.0001")))
 
 
+def run_accounts(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> list[RunAccount]:
+    """The goodput account of every run line of an already computed monthly report (the exports use it)."""
+    builder = _MonthBuilder(session, rep, now or utcnow(), display_timezone(session))
+    return builder.build()[1]
+
+
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
     r = goodput_ratio(part, whole)
     return None if r is None else r * HUNDRED
@@ -324,4 +330,4 @@ def load_timeline(session: Session, run_id: str) -> list[dict[str, Any]]:
              "first_at": r.first_at, "last_at": r.last_at} for r in rows]
 
 
-__all__ = ["build_account", "load_timeline", "zero_account"]
+__all__ = ["build_account", "load_timeline", "run_accounts", "zero_account"]
