@@ -213,3 +213,28 @@ def test_the_monthly_export_and_focus_carry_goodput_and_badput_per_run(session):
     rows = [r for r in focus_export(session, "2026-11", now=now).rows if r["x_RunId"]]
     assert all(r["x_GoodputCost"] + r["x_BadputCost"] == r["EffectiveCost"] for r in rows)
     assert costs.cents(sum((r["x_GoodputCost"] for r in rows), D(0))) == costs.cents(split["a"][0] + split["b"][0])
+
+
+def test_a_running_run_is_to_date_and_a_run_across_months_has_an_account_in_each(session):
+    add_fleet(session, 8)
+    start = datetime(2026, 11, 30, 18, tzinfo=UTC)
+    run = add_run(session, "live", start, 1, nodes=4)
+    run.status, run.ended_at = RunStatus.running, None
+    session.add(RunPhase(run_id="live", node="h", phase="step", seconds=20 * 3600.0, count=100))
+    session.add(RunPhase(run_id="live", node="h", phase="quality:out_of_order", seconds=0.0, count=3))
+    session.commit()
+    now = datetime(2026, 12, 1, 6, tzinfo=UTC)  # 12 h into the run: 6 in November, 6 in December
+    rep = goodput_account(session, run_id="live", now=now)
+    assert [m.month for m in rep.months] == ["2026-11", "2026-12"] and [r.month for r in rep.runs] == ["2026-11",
+                                                                                                      "2026-12"]
+    nov, dec = rep.runs
+    assert nov.end == dec.start == datetime(2026, 12, 1, tzinfo=UTC) and dec.end == now
+    for r in rep.runs:
+        # 20 h of steps measured in a 12 h run: clipped to the run, reported, never a failed identity
+        assert r.seconds[Category.productive] == D(6 * 3600 * 4) and r.seconds[Category.unattributed] == 0
+        assert sum(r.cost.values()) == r.total_cost == r.run_cost
+        assert any("3 × out_of_order" in q for q in r.data_quality)
+        assert any("exceeds the run's remaining" in q for q in r.data_quality)
+    for m in rep.months:
+        assert m.goodput + m.badput + m.idle == m.spend and abs(m.identity_residual) < D("1e-9")
+    assert rep.months[1].period.startswith("to date")
