@@ -4,7 +4,7 @@ processes started from plain ``python``. Used by tests/capture/test_frameworks.p
 
     python tests/capture/lightning_train.py OUTPUT_DIR STEPS
 
-``TL_VAL_STEPS=N`` validates and saves a checkpoint every N steps; ``TL_STAMPS=FILE`` writes the hooks' own
+``TL_VAL_STEPS=N`` validates and saves a checkpoint every N steps; ``TL_RESUME=CKPT`` resumes from a checkpoint; ``TL_STAMPS=FILE`` writes the hooks' own
 times (JSON lines) there, from a callback that runs right after the ledger's.
 """
 
@@ -63,6 +63,12 @@ class Stamps(L.Callback):
     def on_train_end(self, trainer, pl_module):
         self._stamp("train_end")
 
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self._stamp("load_checkpoint")
+
+    def on_train_start(self, trainer, pl_module):
+        self._stamp("train_start")
+
 
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
@@ -79,7 +85,7 @@ def main() -> None:
                         default_root_dir=out, callbacks=callbacks, num_sanity_val_steps=0,
                         **({"val_check_interval": val, "limit_val_batches": 2} if val else {}))
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=BATCH)
-    trainer.fit(TinyLlama(), loader, loader if val else None)
+    trainer.fit(TinyLlama(), loader, loader if val else None, ckpt_path=os.environ.get("TL_RESUME") or None)
 
 
 if __name__ == "__main__":

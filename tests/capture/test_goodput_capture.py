@@ -112,6 +112,23 @@ def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_
     assert sum(acct.cost.values()) == acct.total_cost
 
 
+def test_lightning_resumed_from_a_checkpoint_records_its_restore(ledger_url, capture_env, tmp_path):
+    pytest.importorskip("lightning")
+    env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3"}
+    assert _python("lightning_train.py", tmp_path / "out", 3, env=env).returncode == 0
+    (ckpt,) = sorted((tmp_path / "out").glob("*step=3*.ckpt"))
+    stamps = tmp_path / "stamps.jsonl"
+    out = _python("lightning_train.py", tmp_path / "out2", 6, env={**env, "TL_RESUME": str(ckpt),
+                                                                   "TL_STAMPS": str(stamps)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, resumed = sorted(all_runs(ledger_url), key=lambda r: r.started_at)
+    st = dict(_stamps(stamps))  # one load and one train start
+    rows = _phases(ledger_url, resumed.id)
+    assert rows["checkpoint_restore"].count == 1 and rows["checkpoint_restore"].seconds > 0
+    assert rows["checkpoint_restore"].seconds == pytest.approx(st["train_start"] - st["load_checkpoint"], abs=1e-5)
+    assert "checkpoint_restore" not in _phases(ledger_url, first.id)
+
+
 def _wait_checkpoint(url: str, run_id: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Poll the ledger until the run's checkpoint is there and a heartbeat after it (work to lose), or fail."""
     deadline = time.monotonic() + timeout
