@@ -23,6 +23,7 @@ from ledger.money.goodput import (
     PhaseTotal,
     account_seconds,
     goodput_account,
+    on_grid,
     split_cost,
 )
 from ledger.money.monthly import monthly_report
@@ -81,11 +82,12 @@ def test_phases_longer_than_the_run_are_clipped_and_reported():
 
 
 def test_a_cost_splits_exactly_with_the_remainder_to_the_largest_category():
-    cost = D(100) / D(3)
+    cost = D(100) / D(3)  # 33.33…: 28 digits; the account's money is on the 1e-12 grid
     weights = {Category.productive: D(7), Category.eval: D(1), Category.startup: D(1)}
     out = split_cost(cost, D("1.11"), weights)
-    assert sum(out.values()) == cost and out[Category.lost_work] == D("1.11")
-    assert out[Category.eval] == out[Category.startup] == ((cost - D("1.11")) / 9).quantize(D("1e-12"), "ROUND_FLOOR")
+    assert sum(out.values()) == on_grid(cost) == D("33.333333333333") and out[Category.lost_work] == D("1.11")
+    assert out[Category.eval] == out[Category.startup] == D("3.580370370370")  # (33.333333333333 − 1.11) / 9, floored
+    assert out[Category.productive] == on_grid(cost) - D("1.11") - 2 * D("3.580370370370")
     assert split_cost(D(10), D(0), {})[Category.unattributed] == D(10)
 
 
@@ -143,7 +145,7 @@ def test_the_identities_hold_for_every_run_and_month_of_the_demo(demo_session):
         rep = goodput_account(s, month=month, now=NOW)
         report = monthly_report(s, month, now=NOW)
         (m,) = rep.months
-        assert m.goodput + m.badput + m.idle == m.spend == report.summary["actual_cost"]
+        assert m.goodput + m.badput + m.idle == m.spend == on_grid(report.summary["actual_cost"])
         recovery = sum((r.recovery_cost for r in rep.runs), D(0))
         assert costs.cents(m.idle) == costs.cents(report.summary["idle_cost"] - recovery)
         assert abs(m.identity_residual) < D("1e-9")
@@ -151,8 +153,8 @@ def test_the_identities_hold_for_every_run_and_month_of_the_demo(demo_session):
         lines = {r.run_id: r for r in report.runs}
         assert {r.run_id for r in rep.runs} == set(lines)
         for r in rep.runs:
-            assert sum(r.cost.values()) == r.total_cost == lines[r.run_id].cost + r.recovery_cost
-            assert r.cost[Category.lost_work] == lines[r.run_id].lost_work_cost
+            assert sum(r.cost.values()) == r.total_cost == on_grid(lines[r.run_id].cost) + r.recovery_cost
+            assert r.cost[Category.lost_work] == on_grid(lines[r.run_id].lost_work_cost)
             assert r.recovery_cost == 0 or r.resume_of is not None
             assert all(v >= 0 for v in r.cost.values()) and not r.data_quality
         recovered += recovery > 0

@@ -32,7 +32,8 @@ that reported. ``recovery`` is the gap before the run when it resumes an interru
 **Money** (:func:`split_cost`): a run's cost in a month (the monthly report's line, at the run's own
 prices) is split: ``lost_work`` = the line's ``lost_work_cost``; the rest by the other categories'
 node-seconds in the month (a run's kept time is spread evenly over its kept interval); remainders
-to the largest category, so the categories add up to the cost **exactly**. Recovery on an owned or
+to the largest category, so the categories add up to the cost **exactly** (money here is on the rollup's
+10⁻¹² grid, :func:`on_grid`, so every sum is exact in any order). Recovery on an owned or
 reserved fleet is priced at the fleet's idle rate and moved from idle to the resumed run (on elastic
 rent the gap is not billed: time only). Per month: goodput + badput + idle = spend.
 
@@ -78,6 +79,7 @@ from ledger.money.goodput_core import (  # noqa: F401  (the account's vocabulary
     RunAccount,
     account_seconds,
     goodput_ratio,
+    on_grid,
     report_to_dict,
     seconds_decimal,
     split_cost,

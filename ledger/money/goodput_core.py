@@ -150,12 +150,19 @@ def _node_seconds(rows: Mapping[str, PhaseTotal], kept: Decimal, interrupted: bo
     return out
 
 
+def on_grid(amount: Decimal) -> Decimal:
+    """Money on the account's grid (:data:`SLICE_QUANTUM`, as the rollup's): sums of such amounts below 10¹⁵ are
+    exact in any order at Decimal's default precision, so every identity of the account holds exactly."""
+    return amount.quantize(SLICE_QUANTUM)
+
+
 def split_cost(cost: Decimal, lost_cost: Decimal, weights: Mapping[Category, Decimal]) -> dict[Category, Decimal]:
-    """A cost split by category: ``lost_work`` = ``lost_cost`` (clipped to [0, cost]); the rest by ``weights``
-    (node-seconds of the other categories). Each share is floored to :data:`SLICE_QUANTUM`, the remainder
-    goes to the largest weight (ties: category order), so the shares add up to ``cost`` exactly."""
+    """A cost split by category on the :func:`on_grid` grid: ``lost_work`` = ``lost_cost`` (clipped to [0, cost]);
+    the rest by ``weights`` (node-seconds of the other categories). Each share is floored to the grid, the
+    remainder goes to the largest weight (ties: category order), so the shares add up to ``on_grid(cost)`` exactly."""
     out = zero_account()
-    lost = min(max(ZERO, lost_cost), cost) if cost >= 0 else ZERO
+    cost = on_grid(cost)
+    lost = on_grid(min(max(ZERO, lost_cost), cost)) if cost >= 0 else ZERO
     out[Category.lost_work] = lost
     rest = cost - lost
     cats = [c for c in CATEGORIES if c is not Category.lost_work and weights.get(c, ZERO) > 0]

@@ -40,6 +40,7 @@ from ledger.money.goodput_core import (
     RunAccount,
     account_seconds,
     goodput_ratio,
+    on_grid,
     split_cost,
     sum_categories,
     zero_account,
@@ -182,7 +183,8 @@ class _MonthBuilder:
             run_id=run.id, name=line.name, project=line.project, status=line.status, node_type=line.node_type,
             offer_kind=line.offer_kind, nodes=run.nodes, month=self.rep.month, start=line.start, end=line.end,
             resume_of=run.resume_of, chain=_chain_root(self.runs, run.id), seconds=seconds, cost=cost,
-            run_cost=line.cost, recovery_cost=ZERO, total_cost=line.cost, goodput_pct=None, data_quality=quality)
+            run_cost=on_grid(line.cost), recovery_cost=ZERO, total_cost=on_grid(line.cost), goodput_pct=None,
+            data_quality=quality)
 
     def _in_month(self, whole: dict[Category, Decimal], run: _RunInfo, interval: tuple[datetime, datetime],
                   lost: Optional[tuple[datetime, datetime]], gap: Optional[tuple[datetime, datetime]],
@@ -215,6 +217,7 @@ class _MonthBuilder:
             if wanted[a.node_type] > idle:  # more recovery than idle (inconsistent data): shared pro rata
                 price = idle * price / wanted[a.node_type]
                 a.data_quality.append("recovery longer than the fleet's idle time: priced pro rata")
+            price = on_grid(price)
             a.recovery_cost = price
             a.cost[Category.recovery] = price
             a.total_cost = a.run_cost + price
@@ -223,7 +226,7 @@ class _MonthBuilder:
 
     def _month(self, accounts: list[RunAccount]) -> MonthAccount:
         s = self.rep.summary
-        spend = s["actual_cost"]
+        spend = on_grid(s["actual_cost"])
         by = sum_categories(a.cost for a in accounts)
         secs = sum_categories(a.seconds for a in accounts)
         goodput = by[Category.productive]
