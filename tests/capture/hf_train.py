@@ -8,12 +8,11 @@ and under ``torchrun --nproc-per-node 2``.
 from a callback that runs right after the ledger's.
 """
 
-import json
 import os
 import sys
 
 import torch
-from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
+from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from ledger.sources.integrations.hf import LedgerCallback
@@ -32,12 +31,10 @@ class Stamps(TrainerCallback):
     """The times the ledger's callback read at each hook (it runs just before): what the phases must match."""
 
     def __init__(self, path, ledger_callback):
-        self.fh = open(path, "a")
-        self.ledger = ledger_callback
+        self.out = StampFile(path, ledger_callback)
 
     def _stamp(self, hook):
-        self.fh.write(json.dumps([hook, self.ledger.mark]) + "\n")
-        self.fh.flush()
+        self.out.stamp(hook)
 
     def on_step_end(self, args, state, control, **kwargs):
         self._stamp("step_end")

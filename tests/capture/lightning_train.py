@@ -8,13 +8,12 @@ processes started from plain ``python``. Used by tests/capture/test_frameworks.p
 times (JSON lines) there, from a callback that runs right after the ledger's.
 """
 
-import json
 import os
 import sys
 
 import lightning as L
 import torch
-from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
+from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ledger.sources.integrations.lightning import LedgerCallback
@@ -41,12 +40,10 @@ class Stamps(L.Callback):
     """The times the ledger's callback read at each hook (it runs just before): what the phases must match."""
 
     def __init__(self, path, ledger_callback):
-        self.fh = open(path, "a")
-        self.ledger = ledger_callback
+        self.out = StampFile(path, ledger_callback)
 
     def _stamp(self, hook):
-        self.fh.write(json.dumps([hook, self.ledger.mark]) + "\n")
-        self.fh.flush()
+        self.out.stamp(hook)
 
     def on_validation_start(self, trainer, pl_module):
         self._stamp("validation_start")
