@@ -94,6 +94,7 @@ def test_backup_and_restore_round_trip(ledger_url, tmp_path, cli):
     with Session(eng) as s:
         s.exec(text("DELETE FROM metric_sample"))
         s.exec(text("DELETE FROM run_node"))
+        s.exec(text("DELETE FROM run_phase"))
         s.exec(text("DELETE FROM run"))
         s.commit()
     eng.dispose()

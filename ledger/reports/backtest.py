@@ -34,13 +34,23 @@ from ledger.money.forecast import DEFAULT_WINDOW_DAYS, FIGURES, forecast
 from ledger.money.monthly import monthly_report
 from ledger.money.months import date_start, month_bounds, month_of, months_between, run_interval, time_share
 from ledger.store.db import make_engine
-from ledger.store.models import MetricSample, RollupMonth, RollupPeak, RollupSlice, Run, RunNode, RunStatus, Setting
+from ledger.store.models import (
+    MetricSample,
+    RollupMonth,
+    RollupPeak,
+    RollupSlice,
+    Run,
+    RunNode,
+    RunPhase,
+    RunStatus,
+    Setting,
+)
 from ledger.store.settings import display_timezone
 from ledger.store.types import utcnow
 
 DEFAULT_DAYS = (7, 14, 21)
 SKIPPED_TABLES = {MetricSample.__tablename__, RollupSlice.__tablename__, RollupMonth.__tablename__,
-                  RollupPeak.__tablename__}
+                  RollupPeak.__tablename__, RunPhase.__tablename__}  # phases: the forecast does not read them
 
 
 def backtest(session: Session, *, days: Iterable[int] = DEFAULT_DAYS, window_days: int = DEFAULT_WINDOW_DAYS,

@@ -9,6 +9,7 @@ Events (one JSON object per line, ``seq`` increasing within a run's journal)::
     {"seq": 4, "type": "nodes", "run_id": "...", "rows": [{"hostname": ..., ...}]}
     {"seq": 5, "type": "node_beat", "run_id": "...", "hostname": "...", "ts": "..."}   # a node's liveness
     {"seq": 6, "type": "checkpoint", "run_id": "...", "ts": "...", "step": 100, "path": "..."}
+    {"seq": 7, "type": "phases", "run_id": "...", "node": "...", "rows": {"eval": [s, n, ckpt_s, ckpt_n, first, last]}}
 
 A ``run`` event with ``"attach": true`` only updates a run that another
 process registered (the Python API under the run wrapper); ``nodes``,

@@ -153,8 +153,15 @@ def _apply_checkpoint(session: Session, rid: str, ev: dict[str, Any]) -> None:
         _insert_samples(session, rid, [["", -1, "checkpoint_step", ev["ts"], float(ev["step"])]])
 
 
+def _apply_phases(session: Session, rid: str, ev: dict[str, Any]) -> None:
+    """A node's phase totals (ledger.sources.phases): its ``run_phase`` rows set to them."""
+    from ledger.sources.phases import apply_phases
+
+    apply_phases(session, rid, ev)
+
+
 _HANDLERS = {"run": _apply_run, "heartbeat": _apply_heartbeat, "samples": _apply_samples, "nodes": _apply_nodes,
-             "node_beat": _apply_node_beat, "checkpoint": _apply_checkpoint}
+             "node_beat": _apply_node_beat, "checkpoint": _apply_checkpoint, "phases": _apply_phases}
 
 
 def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:

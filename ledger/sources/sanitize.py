@@ -59,7 +59,8 @@ def clean_event(event: dict[str, Any]) -> dict[str, Any]:
     return clean_value(event)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
+    """One line on stderr, never an exception (a closed or broken stderr loses the warning, not training)."""
     try:
         print(f"[trainledger] warning: {message}", file=sys.stderr, flush=True)
     except Exception:  # a closed or broken stderr: the warning is lost, training is not
@@ -76,13 +77,13 @@ class Guard:
     def warn(self, field: str, message: str) -> None:
         if field not in self.warned:
             self.warned.add(field)
-            _warn(f"{message} (further bad values of {field} are dropped silently)")
+            warn(f"{message} (further bad values of {field} are dropped silently)")
 
     def off(self, reason: str) -> None:
         """Stop recording for the rest of the run (one warning); training goes on."""
         if self.off_reason is None:
             self.off_reason = reason
-            _warn(f"{reason}; recording of this run is off, training continues")
+            warn(f"{reason}; recording of this run is off, training continues")
 
     def count(self, field: str, value: Any) -> Optional[int]:
         """A whole count 0 … 2**63 − 1, or None (dropped, with one warning) for anything else."""

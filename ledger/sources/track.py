@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ledger.sources.sanitize import INT64_MAX, Guard
+from ledger.sources.sanitize import INT64_MAX, Guard, warn
 from ledger.sources.signals import RunCancelled, StopSignals
 from ledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
 
@@ -128,6 +128,7 @@ class TrackedRun:
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
         self.guard = Guard()
+        self.phases = None  # ledger.sources.phases.PhaseRecorder of rank 0
 
     @property
     def active(self) -> bool:
@@ -196,6 +197,11 @@ class TrackedRun:
                                    beats=None if self.attached else run_heartbeat, journal_name=name)
         self.writer.on_error = lambda: None  # log() sees the journal's error and turns recording off
         self.writer.failure_note = None  # ... and says so, once (Guard.off)
+        try:
+            self._attach_phases()
+        except Exception as exc:  # phase timing is optional: never a reason not to record or train
+            self.phases = None
+            warn(f"phase timing is off ({_reason(exc)}); recording and training continue")
         self._peak = self._lookup_peak()
         if not self.attached:
             self._register()
@@ -206,6 +212,14 @@ class TrackedRun:
 
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
+
+    def _attach_phases(self) -> None:
+        """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
+        from the run's start (the paid interval's start)."""
+        from ledger.sources.phases import PhaseRecorder, PhaseSource
+
+        self.phases = PhaseRecorder()
+        self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname()).events)
 
     def _register(self) -> None:
         from ledger.sources.sampling import UtilSampler, node_probe, process_tree
@@ -340,6 +354,8 @@ class TrackedRun:
         self.step = step if step is not None else (0 if prev_step is None else min(INT64_MAX, prev_step + 1))
         if loss is not None:
             self.loss = loss
+        if self.phases is not None and (prev_step is None or self.step != prev_step):
+            self.phases.step_end()
         if self._t_first is None:
             self._t_first, self._tokens_first, self._step_first = now, self.tokens, self.step
         elif prev_step is not None and self.step > prev_step:
@@ -371,12 +387,43 @@ class TrackedRun:
         if self._points >= MAX_POINTS:  # a long run keeps ~1,000 points per doubling of its length, not one per step
             self._every, self._points = self._every * 2, 0
 
-    def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None) -> None:
-        """A checkpoint was saved: if the run dies, its lost work starts here."""
+    def phase(self, name: str):
+        """``with run.phase("checkpoint_save"): ...``: time a phase (``checkpoint_save``, ``checkpoint_restore``,
+        ``eval``, ``data``, ``startup`` or a custom name) for the goodput account. About a microsecond;
+        never touches the database (aggregated on the writer thread, :mod:`ledger.sources.phases`)."""
+        if self.phases is None or not self._open:
+            return _NO_PHASE
+        from ledger.sources.phases import _Phase, phase_name
+
+        return _Phase(self.phases, phase_name(name))
+
+    def phase_span(self, name: str, seconds: float) -> None:
+        """A phase of ``seconds`` that ended now (a framework hook that fires only at the end of one)."""
+        if self.phases is not None and self._open:
+            from ledger.sources.phases import SPAN, phase_name
+
+            self.phases.events.append((SPAN, (phase_name(name), float(seconds)), self.phases.clock()))
+
+    def step_begin(self) -> None:
+        """A training step starts now (the callbacks call it; ``run.log`` ends the step)."""
+        if self.phases is not None and self._open:
+            self.phases.step_begin()
+
+    def step_times(self, seconds_per_rank: list) -> None:
+        """This step's time on each rank (e.g. all-gathered): the others' wait for the slowest is ``straggler_wait``."""
+        if self.phases is not None and self._open:
+            self.phases.rank_times(seconds_per_rank)
+
+    def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None,
+                   seconds: Optional[float] = None) -> None:
+        """A checkpoint was saved: if the run dies, its lost work starts here. ``seconds``: how long the save
+        blocked training (a ``checkpoint_save`` phase ending now; not needed inside ``run.phase("checkpoint_save")``)."""
         if not self.recording:
             return
         try:
             step = self.guard.count("step", step)
+            if self.phases is not None:
+                self.phases.checkpoint(self.guard.number("seconds", seconds))
             self.writer.put({"type": "checkpoint", "ts": utc_now().isoformat(),
                              "step": step if step is not None else self.step, "path": str(path) if path else None})
         except Exception as exc:
@@ -425,6 +472,19 @@ def _argv() -> list[str]:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+class _NoPhase:
+    """``run.phase`` on a rank that records nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_PHASE = _NoPhase()
 
 
 def _on_gpu(env) -> bool:

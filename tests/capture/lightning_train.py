@@ -3,6 +3,9 @@
 processes started from plain ``python``. Used by tests/capture/test_frameworks.py.
 
     python tests/capture/lightning_train.py OUTPUT_DIR STEPS
+
+``TL_VAL_STEPS=N`` validates and saves a checkpoint every N steps; ``TL_RESUME=CKPT`` resumes from a checkpoint; ``TL_STAMPS=FILE`` writes the hooks' own
+times (JSON lines) there, from a callback that runs right after the ledger's.
 """
 
 import os
@@ -10,7 +13,7 @@ import sys
 
 import lightning as L
 import torch
-from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
+from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ledger.sources.integrations.lightning import LedgerCallback
@@ -26,18 +29,60 @@ class TinyLlama(L.LightningModule):
     def training_step(self, batch, batch_idx):
         return self.model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
 
+    def validation_step(self, batch, batch_idx):
+        return self.model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
+
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class Stamps(L.Callback):
+    """The times the ledger's callback read at each hook (it runs just before): what the phases must match."""
+
+    def __init__(self, path, ledger_callback):
+        self.out = StampFile(path, ledger_callback)
+
+    def _stamp(self, hook):
+        self.out.stamp(hook)
+
+    def on_validation_start(self, trainer, pl_module):
+        self._stamp("validation_start")
+
+    def on_validation_end(self, trainer, pl_module):
+        self._stamp("validation_end")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._stamp("save_checkpoint")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._stamp("train_batch_start")
+
+    def on_train_end(self, trainer, pl_module):
+        self._stamp("train_end")
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self._stamp("load_checkpoint")
+
+    def on_train_start(self, trainer, pl_module):
+        self._stamp("train_start")
 
 
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
     devices = int(os.environ.get("DEVICES", "1"))
+    val = int(os.environ.get("TL_VAL_STEPS", "0"))
+    callbacks = [LedgerCallback(project="lightning", name="lightning-tiny-llama")]
+    if val:
+        callbacks.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=out, every_n_train_steps=val, save_top_k=-1))
+    if os.environ.get("TL_STAMPS"):
+        callbacks.append(Stamps(os.environ["TL_STAMPS"], callbacks[0]))
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
                         max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=out, callbacks=[LedgerCallback(project="lightning", name="lightning-tiny-llama")])
-    trainer.fit(TinyLlama(), torch.utils.data.DataLoader(Tokens(), batch_size=BATCH))
+                        default_root_dir=out, callbacks=callbacks, num_sanity_val_steps=0,
+                        **({"val_check_interval": val, "limit_val_batches": 2} if val else {}))
+    loader = torch.utils.data.DataLoader(Tokens(), batch_size=BATCH)
+    trainer.fit(TinyLlama(), loader, loader if val else None, ckpt_path=os.environ.get("TL_RESUME") or None)
 
 
 if __name__ == "__main__":

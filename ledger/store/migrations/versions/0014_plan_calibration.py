@@ -6,7 +6,7 @@
 Both start empty; no existing figure changes.
 
 Revision ID: 0014
-Revises: 0009
+Revises: 0011
 Create Date: 2026-12-04
 """
 import sqlalchemy as sa
@@ -16,7 +16,7 @@ from alembic import op
 import ledger.store.types
 
 revision = "0014"
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
