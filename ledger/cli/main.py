@@ -56,6 +56,18 @@ for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx
     _module.register(app)
 
 
+def _goodput_interim() -> None:  # until the goodput group (issue #25 core) lands: h25b's commands under it
+    from ledger.cli import goodput_idle
+    from ledger.cli.common import group
+
+    g = group("Goodput: what every paid GPU-hour bought.")
+    goodput_idle.register_commands(g)
+    app.add_typer(g, name="goodput")
+
+
+_goodput_interim()
+
+
 def main() -> None:
     app()
 
