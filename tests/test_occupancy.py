@@ -174,3 +174,24 @@ def test_a_month_without_fleets_has_no_idle(session):
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
     assert occ.idle_cost == 0 and all(h.held_node_hours == 0 and h.idle_cost == 0 for h in occ.hours)
     assert session.get(Run, "e1") is not None
+
+
+def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
+    """The demo (six months, own fleet, elastic and reserved runs, failures) and its hand-built runs: for every month,
+    Σ hours' idle cost == the monthly report's idle cost to the cent, in CNY and converted to USD."""
+    from tests.app.helpers import DEMO_NOW, build_ledger, with_session
+
+    build_ledger(ledger_url)
+
+    def check(s):
+        for month in ("2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11"):
+            for currency in (None, "USD"):
+                occ = month_occupancy(s, month, now=DEMO_NOW, currency=currency)
+                rep = monthly_report(s, month, now=DEMO_NOW, currency=currency, lines=False)
+                assert rep.summary["idle_cost"] > 0
+                assert sum(h.idle_cost for h in occ.hours) == cents(rep.summary["idle_cost"]) == occ.idle_cost
+                assert occ.currency == rep.currency == (currency or "CNY")
+                assert sum(h.held_node_hours for h in occ.hours) == sum(
+                    n.capacity_node_hours for n in rep.node_types if n.idle_cost or n.capacity_node_hours)
+
+    with_session(ledger_url, check)
