@@ -470,3 +470,28 @@ class DashboardSession(SQLModel, table=True):
     password_fp: str = Field(max_length=64)  # SHA-256 hex of the user's password_hash entry at sign-in
     created_at: datetime = Field(sa_type=UTCDateTime)
     expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
+
+
+# --- goodput: per-node phase durations of a run (ledger/sources/phases.py; migration 0011) --------------------------
+
+class RunPhase(SQLModel, table=True):
+    """How long one node of a run spent in one phase (``startup``, ``data``, ``checkpoint_save``,
+    ``checkpoint_restore``, ``eval``, ``step``, ``first_step``, ``straggler_wait``, a custom name), aggregated
+    by the run's writer thread: never one row per step. ``seconds``/``count`` are the run's totals so far;
+    ``ckpt_seconds``/``ckpt_count`` the totals at its last checkpoint (what an interrupted run kept).
+    Rows named ``quality:<issue>`` count clipped bad input (``count``). Written as cumulative totals, so
+    replaying a journal sets the same numbers again (``ledger.money.goodput`` reads them)."""
+
+    __tablename__ = "run_phase"
+    __table_args__ = (UniqueConstraint("run_id", "node", "phase", name="uq_run_phase"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=64)  # indexed by uq_run_phase
+    node: str = Field(default="", max_length=200)  # hostname of the node that measured it
+    phase: str = Field(max_length=100)
+    seconds: float = 0.0
+    count: int = 0
+    ckpt_seconds: Optional[float] = None  # at the last checkpoint (None: never checkpointed)
+    ckpt_count: Optional[int] = None
+    first_at: Optional[datetime] = _ts()  # first time the phase began
+    last_at: Optional[datetime] = _ts()  # last time it ended
