@@ -57,11 +57,11 @@ for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx
 
 
 def _goodput_interim() -> None:  # until the goodput group (issue #25 core) lands: h25b's commands under it
-    from ledger.cli import goodput_idle
+    from ledger.cli import goodput_ops
     from ledger.cli.common import group
 
     g = group("Goodput: what every paid GPU-hour bought.")
-    goodput_idle.register_commands(g)
+    goodput_ops.register_commands(g)
     app.add_typer(g, name="goodput")
 
 
