@@ -59,6 +59,8 @@ ZERO = Decimal(0)
 #: seconds are exact on this grid (a microsecond), money on SLICE_QUANTUM
 MICRO = Decimal("0.000001")
 SLICE_QUANTUM = Decimal("1e-12")
+#: clipping below this is the rounding of measured floats, not bad input worth reporting
+ROUNDING = Decimal("0.001")
 
 
 class Category(str, enum.Enum):
@@ -178,7 +180,7 @@ def _node_seconds(rows: Mapping[str, PhaseTotal], kept: Decimal, interrupted: bo
     for cat in CLIP_ORDER:
         want = measured.get(cat, ZERO)
         take = min(want, left)
-        if take < want:
+        if want - take > ROUNDING:  # measured to the µs: a few µs over is rounding, not bad input
             quality.append(f"node {node}: {cat.value} {want}s exceeds the run's remaining {left}s: clipped")
         out[cat] = take
         left -= take

@@ -9,6 +9,7 @@ Events (one JSON object per line, ``seq`` increasing within a run's journal)::
     {"seq": 4, "type": "nodes", "run_id": "...", "rows": [{"hostname": ..., ...}]}
     {"seq": 5, "type": "node_beat", "run_id": "...", "hostname": "...", "ts": "..."}   # a node's liveness
     {"seq": 6, "type": "checkpoint", "run_id": "...", "ts": "...", "step": 100, "path": "..."}
+    {"seq": 7, "type": "phases", "run_id": "...", "node": "...", "rows": {"eval": [s, n, ckpt_s, ckpt_n, first, last]}}
 
 A ``run`` event with ``"attach": true`` only updates a run that another
 process registered (the Python API under the run wrapper); ``nodes``,
@@ -328,8 +329,15 @@ def _apply_checkpoint(session: Session, rid: str, ev: dict[str, Any]) -> None:
         _insert_samples(session, rid, [["", -1, "checkpoint_step", ev["ts"], float(ev["step"])]])
 
 
+def _apply_phases(session: Session, rid: str, ev: dict[str, Any]) -> None:
+    """A node's phase totals (ledger.sources.phases): its ``run_phase`` rows set to them."""
+    from ledger.sources.phases import apply_phases
+
+    apply_phases(session, rid, ev)
+
+
 _HANDLERS = {"run": _apply_run, "heartbeat": _apply_heartbeat, "samples": _apply_samples, "nodes": _apply_nodes,
-             "node_beat": _apply_node_beat, "checkpoint": _apply_checkpoint}
+             "node_beat": _apply_node_beat, "checkpoint": _apply_checkpoint, "phases": _apply_phases}
 
 
 def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:

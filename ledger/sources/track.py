@@ -121,6 +121,7 @@ class TrackedRun:
         self._pending: list[list[Any]] = []
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
+        self.phases = None  # ledger.sources.phases.PhaseRecorder of rank 0
 
     @property
     def active(self) -> bool:
@@ -162,6 +163,7 @@ class TrackedRun:
         self.writer = LedgerWriter(self.db, jdir, self.run_id, self.flush_s, self.heartbeat_s,
                                    beats=None if self.attached else run_heartbeat, journal_name=name)
         self.writer.on_error = lambda: None  # log() raises the journal's error in the training step
+        self._attach_phases(self.env.get("TRAINLEDGER_PROCESS_START"))
         self._peak = self._lookup_peak()
         if not self.attached:
             self._register()
@@ -173,6 +175,19 @@ class TrackedRun:
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
         return self
+
+    def _attach_phases(self, process_start: Optional[str]) -> None:
+        """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread. Start-up counts
+        from ``$TRAINLEDGER_PROCESS_START`` (epoch seconds, set by a launcher) when given, else the run's start."""
+        from ledger.sources.phases import PhaseRecorder, PhaseSource
+
+        started = self.started_at.timestamp()
+        try:
+            started = min(started, float(process_start)) if process_start else started
+        except ValueError:
+            pass
+        self.phases = PhaseRecorder()
+        self.writer.sources.append(PhaseSource(self.phases, started, socket.gethostname()).events)
 
     def _register(self) -> None:
         from ledger.sources.sampling import UtilSampler, node_probe, process_tree
@@ -279,6 +294,8 @@ class TrackedRun:
         self.step = step if step is not None else (0 if prev_step is None else prev_step + 1)
         if loss is not None:
             self.loss = float(loss)
+        if self.phases is not None and (prev_step is None or self.step != prev_step):
+            self.phases.step_end()
         if self._t_first is None:
             self._t_first, self._tokens_first, self._step_first = now, self.tokens, self.step
         elif prev_step is not None and self.step > prev_step:
@@ -308,10 +325,34 @@ class TrackedRun:
         if self._points >= MAX_POINTS:  # a long run keeps ~1,000 points per doubling of its length, not one per step
             self._every, self._points = self._every * 2, 0
 
-    def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None) -> None:
-        """A checkpoint was saved: if the run dies, its lost work starts here."""
+    def phase(self, name: str):
+        """``with run.phase("checkpoint_save"): ...``: time a phase (``checkpoint_save``, ``checkpoint_restore``,
+        ``eval``, ``data``, ``startup`` or a custom name) for the goodput account. About a microsecond;
+        never touches the database (aggregated on the writer thread, :mod:`ledger.sources.phases`)."""
+        if self.phases is None or not self._open:
+            return _NO_PHASE
+        from ledger.sources.phases import _Phase, phase_name
+
+        return _Phase(self.phases, phase_name(name))
+
+    def step_begin(self) -> None:
+        """A training step starts now (the callbacks call it; ``run.log`` ends the step)."""
+        if self.phases is not None and self._open:
+            self.phases.step_begin()
+
+    def step_times(self, seconds_per_rank: list) -> None:
+        """This step's time on each rank (e.g. all-gathered): the others' wait for the slowest is ``straggler_wait``."""
+        if self.phases is not None and self._open:
+            self.phases.rank_times(seconds_per_rank)
+
+    def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None,
+                   seconds: Optional[float] = None) -> None:
+        """A checkpoint was saved: if the run dies, its lost work starts here. ``seconds``: how long the save
+        blocked training (a ``checkpoint_save`` phase ending now; not needed inside ``run.phase("checkpoint_save")``)."""
         if not self._open or self.rank != 0:
             return
+        if self.phases is not None:
+            self.phases.checkpoint(seconds)
         self.writer.put({"type": "checkpoint", "ts": utc_now().isoformat(),
                          "step": step if step is not None else self.step, "path": str(path) if path else None})
 
@@ -343,6 +384,19 @@ class TrackedRun:
                 world = int(self.env.get("WORLD_SIZE", "1") or 1)
                 out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)
         return out
+
+
+class _NoPhase:
+    """``run.phase`` on a rank that records nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_PHASE = _NoPhase()
 
 
 def _on_gpu(env) -> bool:

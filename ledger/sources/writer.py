@@ -68,6 +68,8 @@ class LedgerWriter(threading.Thread):
         self._unjournaled: list[dict] = []  # events the failed journal could not keep: written straight to the ledger
         self._last_beat = 0.0
         self._lock = threading.Lock()
+        #: more event sources drained at each flush, before the heartbeat (the run's phases: ledger.sources.phases)
+        self.sources: list[Callable[[], list[dict]]] = []
 
     def put(self, event: dict) -> None:
         """Queue an event. After a journal failure it is kept for :meth:`close` to write straight to the ledger
@@ -125,6 +127,8 @@ class LedgerWriter(threading.Thread):
                 events.append(self.queue.get_nowait())
             except queue.Empty:
                 break
+        for source in self.sources:
+            events += source()
         now = time.monotonic()
         if self.beats is not None and self.error is None and now - self._last_beat >= self.heartbeat_s:
             events += self.beats(utc_now().isoformat())

@@ -1,0 +1,291 @@
+"""Phases of a run, timed on the training thread and aggregated on the writer thread.
+
+The training step only appends a tuple to a list (:class:`PhaseRecorder`: ``with run.phase("eval"):``,
+step begin/end, checkpoints, per-rank step times): no database, no lock, about a microsecond per call
+(``python -m bench --only goodput``). The writer thread drains the list into a :class:`PhaseAggregator`
+at each flush and journals one ``phases`` event with the node's **cumulative** totals
+(``{"type": "phases", "node": HOST, "rows": {phase: [seconds, count, ckpt_seconds, ckpt_count, first_at,
+last_at]}}``); applying it sets the ``run_phase`` rows (:func:`apply_phases`), so a journal replayed any
+number of times gives the same rows: nothing is doubled, and never one row per step.
+
+What the aggregator measures (``ledger.money.goodput`` turns it into the account):
+
+* ``startup``: from the run's start to the first step's start, nested phases (restore, data, eval) taken out;
+* ``step``: from each step's start to the next step's start (the last: to its end), nested phases taken out
+  (the ``data`` wait for a batch, an ``eval``, a ``checkpoint_save`` and the ``straggler_wait`` of the other
+  ranks); without explicit step starts (``run.log`` only), each log ends a step that began at the previous
+  one, and the time to the first log is start-up;
+* ``straggler_wait``: per step, Σ over ranks (slowest rank's time − the rank's time) ÷ ranks, the mean time a
+  rank waited (``run.step_times([...])``);
+* every phase's seconds and count, and all of it again as of the last checkpoint (what an interrupted run kept).
+
+Bad input is clipped, never raised: an end without a begin is ignored, a begin of an open phase closes it
+first, time going backwards is held at the last time seen, a negative duration counts 0; each is counted in
+a ``quality:<issue>`` row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from ledger.money.goodput import (
+    PHASE_ALIASES,
+    PHASE_DATA,
+    PHASE_SAVE,
+    PHASE_STARTUP,
+    PHASE_STEP,
+    PHASE_STRAGGLER,
+    QUALITY_PREFIX,
+)
+
+# event kinds on the recorder's list
+BEGIN, END, STEP_BEGIN, STEP_END, CHECKPOINT, RANKS, SPAN = range(7)
+
+
+def phase_name(name: Any) -> str:
+    """A phase name as recorded: aliases resolved, at most 100 characters, never empty."""
+    text = str(name or "").strip()[:100] or "custom"
+    return PHASE_ALIASES.get(text, text)
+
+
+class PhaseRecorder:
+    """The training thread's side: append ``(kind, value, time)``; :meth:`drain` hands them to the writer."""
+
+    __slots__ = ("events", "clock")
+
+    def __init__(self, clock=time.time):
+        self.events: list[tuple] = []
+        self.clock = clock
+
+    def begin(self, name: str) -> None:
+        self.events.append((BEGIN, name, self.clock()))
+
+    def end(self, name: str) -> None:
+        self.events.append((END, name, self.clock()))
+
+    def step_begin(self) -> None:
+        self.events.append((STEP_BEGIN, None, self.clock()))
+
+    def step_end(self) -> None:
+        self.events.append((STEP_END, None, self.clock()))
+
+    def checkpoint(self, seconds: Optional[float] = None) -> None:
+        """A checkpoint finished now; ``seconds``: how long its save took (a ``checkpoint_save`` span ending now)."""
+        t = self.clock()
+        if seconds is not None:
+            self.events.append((SPAN, (PHASE_SAVE, float(seconds)), t))
+        self.events.append((CHECKPOINT, None, t))
+
+    def rank_times(self, seconds: list) -> None:
+        self.events.append((RANKS, tuple(seconds), self.clock()))
+
+    def drain(self) -> list[tuple]:
+        out, self.events = self.events, []  # a list swap: atomic under the GIL
+        return out
+
+
+class _Phase:
+    """A ``with run.phase(name):`` block."""
+
+    __slots__ = ("rec", "name")
+
+    def __init__(self, rec: PhaseRecorder, name: str):
+        self.rec, self.name = rec, name
+
+    def __enter__(self):
+        self.rec.events.append((BEGIN, self.name, self.rec.clock()))
+        return self
+
+    def __exit__(self, *exc):
+        self.rec.events.append((END, self.name, self.rec.clock()))
+        return False
+
+
+class PhaseAggregator:
+    """Folds phase events into per-phase totals (the writer thread's side). ``started``: the run's start (epoch s)."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.totals: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        self.first_at: dict[str, float] = {}
+        self.last_at: dict[str, float] = {}
+        self.open: dict[str, float] = {}
+        self.quality: Counter = Counter()
+        self.step_at: Optional[float] = None  # start of the open step interval
+        self.nested = 0.0  # nested phase seconds inside the open step interval (or before the first step)
+        self.last_end: Optional[float] = None
+        self.nested_at_end = 0.0  # ``nested`` when the last step ended (phases after it are not the step's)
+        self.begun = False  # an explicit step start since the last step end
+        self.last_t = started
+        self.ckpt: Optional[dict[str, tuple[float, int]]] = None
+
+    def feed(self, events: list[tuple]) -> None:
+        for kind, value, t in events:
+            try:
+                self._one(kind, value, float(t))
+            except (TypeError, ValueError):
+                self.quality["unreadable_event"] += 1
+
+    def _clock(self, t: float) -> float:
+        if t != t or t < self.last_t:  # NaN or time going backwards
+            self.quality["out_of_order"] += 1
+            return self.last_t
+        self.last_t = t
+        return t
+
+    def _one(self, kind: int, value: Any, t: float) -> None:
+        t = self._clock(t)
+        if kind == BEGIN:
+            if value in self.open:
+                self.quality["overlapping"] += 1
+                self._close(value, t)
+            self.open[value] = t
+        elif kind == END:
+            if value not in self.open:
+                self.quality["end_without_begin"] += 1
+                return
+            self._close(value, t)
+        elif kind == STEP_BEGIN:
+            self._step_boundary(t)
+            self.begun = True
+        elif kind == STEP_END:
+            if not self.begun:  # run.log only: this step began where the last one ended
+                self._step_boundary(t)
+            self.begun = False
+            self.last_end, self.nested_at_end = t, self.nested
+        elif kind == CHECKPOINT:
+            self.ckpt = self.snapshot(t)
+        elif kind == RANKS:
+            self._ranks(value, t)
+        elif kind == SPAN:
+            name, secs = value
+            self._add(name, max(0.0, min(float(secs), t - self.started)), t - max(0.0, float(secs)), t)
+
+    def _close(self, name: str, t: float) -> None:
+        self._add(name, t - self.open.pop(name), None, t)
+
+    def _add(self, name: str, secs: float, began: Optional[float], t: float) -> None:
+        if secs < 0 or secs != secs:
+            self.quality["negative"] += 1
+            secs = 0.0
+        row = self.totals[name]
+        row[0] += secs
+        row[1] += 1
+        self.first_at.setdefault(name, began if began is not None else t - secs)
+        self.last_at[name] = t
+        if name != PHASE_STARTUP:
+            self.nested += secs
+
+    def _ranks(self, times: tuple, t: float) -> None:
+        vals = [float(x) for x in times if x is not None and float(x) >= 0]
+        if len(vals) < 2:
+            return
+        slowest = max(vals)
+        self._add(PHASE_STRAGGLER, sum(slowest - v for v in vals) / len(vals), t, t)
+
+    def _step_boundary(self, t: float) -> None:
+        """A step starts at ``t``: the open step interval (if any) closes here; the first one ends start-up."""
+        if self.step_at is None:
+            startup = t - self.started - self.nested
+            if startup < 0:
+                self.quality["negative"] += 1
+                startup = 0.0
+            row = self.totals[PHASE_STARTUP]
+            row[0] += startup
+            row[1] += 1
+            self.first_at.setdefault(PHASE_STARTUP, self.started)
+            self.last_at[PHASE_STARTUP] = t
+        else:
+            self._close_step(self.totals, t)
+        self.step_at, self.nested = t, 0.0
+
+    def _close_step(self, totals: dict, t: float, nested: Optional[float] = None) -> None:
+        net = t - self.step_at - (self.nested if nested is None else nested)
+        if net < 0:
+            net = 0.0
+        row = totals[PHASE_STEP]
+        row[0] += net
+        row[1] += 1
+        self.first_at.setdefault(PHASE_STEP, self.step_at)
+        self.last_at[PHASE_STEP] = max(self.last_at.get(PHASE_STEP, t), t)
+
+    def snapshot(self, t: float, nested: Optional[float] = None) -> dict[str, tuple[float, int]]:
+        """The totals as if the open step interval ended at ``t`` (a checkpoint: what the run keeps)."""
+        totals = {k: list(v) for k, v in self.totals.items()}
+        if self.step_at is not None and t > self.step_at:
+            totals.setdefault(PHASE_STEP, [0.0, 0])
+            self._close_step(totals, t, nested)
+        return {k: (v[0], v[1]) for k, v in totals.items()}
+
+    def rows(self) -> dict[str, list]:
+        """Cumulative totals per phase ``[seconds, count, ckpt_seconds, ckpt_count, first_at, last_at]`` and
+        ``quality:<issue>`` counts; the open step interval counts up to the last step's end."""
+        closed = self.last_end is not None and self.step_at is not None and self.last_end >= self.step_at
+        now = self.snapshot(self.last_end, self.nested_at_end) if closed else {k: (v[0], v[1]) for k, v in self.totals.items()}
+        out: dict[str, list] = {}
+        for name, (secs, count) in now.items():
+            ck = self.ckpt.get(name) if self.ckpt is not None else None
+            if self.ckpt is not None and ck is None:
+                ck = (0.0, 0)
+            out[name] = [round(secs, 6), count, None if ck is None else round(ck[0], 6), None if ck is None else ck[1],
+                         _iso(self.first_at.get(name)), _iso(self.last_at.get(name))]
+        for issue, n in self.quality.items():
+            out[QUALITY_PREFIX + issue] = [0.0, n, None, None, None, None]
+        return out
+
+
+def _iso(t: Optional[float]) -> Optional[str]:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+
+class PhaseSource:
+    """Joins a recorder to a run's writer: ``writer.sources.append(source.events)``; each flush drains
+    the recorder into the aggregator and journals the node's totals when they changed."""
+
+    def __init__(self, recorder: PhaseRecorder, started: float, node: str):
+        self.recorder = recorder
+        self.agg = PhaseAggregator(started)
+        self.node = node[:200]
+        self._last: Optional[dict] = None
+
+    def events(self) -> list[dict]:
+        drained = self.recorder.drain()
+        if drained:
+            self.agg.feed(drained)
+        rows = self.agg.rows()
+        if not rows or rows == self._last:
+            return []
+        self._last = rows
+        return [{"type": "phases", "node": self.node, "rows": rows}]
+
+
+def apply_phases(session: Any, run_id: str, ev: dict[str, Any]) -> None:
+    """Journal handler: set a node's ``run_phase`` rows to the event's totals (idempotent)."""
+    from sqlmodel import select
+
+    from ledger.sources.journal import _registered, _ts
+    from ledger.store.models import RunPhase
+
+    _registered(session, run_id)
+    node = str(ev.get("node") or "")[:200]
+    existing = {r.phase: r for r in session.exec(
+        select(RunPhase).where(RunPhase.run_id == run_id, RunPhase.node == node)).all()}
+    for phase, vals in (ev.get("rows") or {}).items():
+        vals = list(vals) + [None] * (6 - len(vals))
+        fields = dict(seconds=float(vals[0] or 0.0), count=int(vals[1] or 0),
+                      ckpt_seconds=None if vals[2] is None else float(vals[2]),
+                      ckpt_count=None if vals[3] is None else int(vals[3]),
+                      first_at=_ts(vals[4]) if vals[4] else None, last_at=_ts(vals[5]) if vals[5] else None)
+        row = existing.get(str(phase)[:100])
+        if row is None:
+            session.add(RunPhase(run_id=run_id, node=node, phase=str(phase)[:100], **fields))
+        else:
+            for k, v in fields.items():
+                setattr(row, k, v)
+    session.flush()
+
+
+__all__ = ["PhaseRecorder", "PhaseAggregator", "PhaseSource", "apply_phases", "phase_name", "PHASE_DATA"]
