@@ -21,3 +21,21 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
 
     with read_session(url) as s:
         return jsonable(occupancy_to_dict(month_occupancy(s, month, now=now(), currency=currency)))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
+    """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``)."""
+    from ledger.money.goodput import goodput_account
+
+    with read_session(url) as s:
+        return goodput_account(s, month=month, project=project, currency=currency, now=now())
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def timeline(url: str, run_id: str) -> list[dict[str, Any]]:
+    """``ledger.money.goodput.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
+    from ledger.money.goodput import phase_timeline
+
+    with read_session(url) as s:
+        return phase_timeline(s, run_id)

@@ -57,3 +57,29 @@ def heat_chart(hours: list[dict[str, Any]], cur: str) -> alt.Chart:
                              alt.Tooltip("held:Q", title="held node-hours", format=",.3f"),
                              alt.Tooltip("used:Q", title="used node-hours", format=",.3f")])
             .properties(height=max(ui.MIN_CHART_HEIGHT, 14 * df["day"].nunique())))
+
+
+def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
+    """A run's phases per node (``trainledger goodput --run ID``'s timeline): when each phase ran, from its
+    first start to its last end, and how long it took in all; the table lists the figures."""
+    rows = goodput_data.timeline(url, run_id)
+    st.markdown("**Phases per node**")
+    if not rows:
+        st.caption("No phases recorded for this run (a run seen only by the wrapper or a Slurm import): its time is "
+                   "unattributed in the goodput account.")
+        return rows
+    spans = pd.DataFrame([{"node": r["node"] or "(node)", "phase": r["phase"], "from": pd.Timestamp(r["first_at"]),
+                           "to": pd.Timestamp(r["last_at"]), "seconds": float(r["seconds"]), "count": r["count"]}
+                          for r in rows if r.get("first_at") is not None and r.get("last_at") is not None])
+    if not spans.empty:
+        ui.show_chart(alt.Chart(spans).mark_bar(opacity=0.7).encode(
+            x=alt.X("from:T", title="time (UTC)"), x2="to:T", y=alt.Y("node:N", title=None),
+            color=alt.Color("phase:N", legend=alt.Legend(orient="bottom", labelLimit=ui.LEGEND_LABEL_LIMIT)),
+            yOffset="phase:N",
+            tooltip=["node", "phase", alt.Tooltip("from:T", format="%Y-%m-%d %H:%M:%S"),
+                     alt.Tooltip("to:T", format="%Y-%m-%d %H:%M:%S"), alt.Tooltip("seconds:Q", format=",.3f"), "count"])
+            .properties(height=max(ui.MIN_CHART_HEIGHT, 40 * spans["node"].nunique())))
+    st.dataframe(pd.DataFrame([{"node": r["node"], "phase": r["phase"], "seconds": r["seconds"], "count": r["count"],
+                                "first": r.get("first_at"), "last": r.get("last_at")} for r in rows]),
+                 hide_index=True)
+    return rows

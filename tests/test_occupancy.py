@@ -195,3 +195,19 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
                     n.capacity_node_hours for n in rep.node_types if n.idle_cost or n.capacity_node_hours)
 
     with_session(ledger_url, check)
+
+
+def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
+    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+
+    _ledger(session)
+    occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
+    gap = (NOV + timedelta(days=12, hours=1, minutes=30), NOV + timedelta(days=12, hours=4))  # 2.5 h, 2 nodes
+    cost = D("2.5") * 2 * IDLE_RATE
+    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", *gap, cost)])
+    marked = [h for h in occ.hours if h.recovery_cost]
+    assert [(h.day, h.hour) for h in marked] == [("2026-11-13", 1), ("2026-11-13", 2), ("2026-11-13", 3)]
+    exact = [(cost / 5).quantize(SLICE_QUANTUM), (2 * cost / 5).quantize(SLICE_QUANTUM), (2 * cost / 5).quantize(SLICE_QUANTUM)]
+    assert [h.recovery_cost for h in marked] == round_preserving_sum(exact, total=cents(cost))
+    assert sum(h.recovery_cost for h in occ.hours) == cents(cost)
+    assert all(h.recovery_cost <= h.idle_cost for h in marked)

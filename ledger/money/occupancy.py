@@ -221,6 +221,38 @@ def month_occupancy(session: Session, month: str, *, now: Optional[datetime] = N
                      sorted(per_fleet.values(), key=lambda r: r["offer"]))
 
 
+# --- recovery: idle with an owner ------------------------------------------------------
+
+@dataclass(frozen=True)
+class RecoverySpan:
+    """Held capacity between an interruption and the resumed run of the same chain (the goodput account's
+    ``recovery``): the gap ``[start, end)`` and its cost, moved from idle to the chain."""
+
+    chain: str
+    run_id: str  # the resumed run the account charges it to
+    start: datetime
+    end: datetime
+    cost: Decimal
+
+
+def attribute_recovery(occ: Occupancy, spans: Iterable[RecoverySpan]) -> None:
+    """Mark the part of each hour's idle cost that is a chain's recovery: each span's cost shared over the hours
+    it overlaps by time, then rounded to cents by largest remainder against Σ spans' cost in cents."""
+    parts = [ZERO] * len(occ.hours)
+    total = ZERO
+    for sp in spans:
+        span_us = rollup._micros(sp.start, sp.end)
+        if span_us <= 0 or sp.cost <= 0:
+            continue
+        total += sp.cost
+        for i, h in enumerate(occ.hours):
+            a, b = max(h.start, sp.start), min(h.start + HOUR, sp.end)
+            if b > a:
+                parts[i] += (sp.cost * rollup._micros(a, b) / span_us).quantize(SLICE_QUANTUM)
+    for h, c in zip(occ.hours, round_preserving_sum(parts, total=cents(total))):
+        h.recovery_cost = c
+
+
 # --- presentation -------------------------------------------------------------------
 
 def heat_map(occ: Occupancy, value: str = "idle_cost") -> list[dict[str, Any]]:
