@@ -260,6 +260,7 @@ class MonthAccount:
     ettr: Optional[Decimal]  # productive ÷ wall node-time of its runs' chains (in the month)
     period: str = ""  # "to date (3 of 31 days)" while the month runs
     runs: int = 0
+    identity_residual: Decimal = ZERO  # (report idle − recovery) − idle: what the report's own line rounding leaves
 
 
 @dataclass
@@ -297,7 +298,7 @@ def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
         "currency": rep.currency, "totals": rep.totals,
         "months": [{"month": m.month, "period": m.period, "currency": m.currency, "spend": m.spend,
                     "goodput": m.goodput, "badput": m.badput, "idle": m.idle, "goodput_pct": m.goodput_pct,
-                    "ettr": m.ettr, "runs": m.runs, "cost": cats(m.by_category), "node_seconds": cats(m.seconds)}
+                    "ettr": m.ettr, "runs": m.runs, "identity_residual": m.identity_residual, "cost": cats(m.by_category), "node_seconds": cats(m.seconds)}
                    for m in rep.months],
         "runs": [{"run_id": r.run_id, "name": r.name, "project": r.project, "status": r.status, "month": r.month,
                   "node_type": r.node_type, "offer_kind": r.offer_kind, "nodes": r.nodes, "chain": r.chain,

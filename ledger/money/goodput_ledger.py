@@ -1,0 +1,323 @@
+"""The goodput account over the ledger: the monthly report's run lines split by category (:mod:`ledger.money.goodput`).
+
+For each month: :func:`ledger.money.monthly.monthly_report` gives every run's cost in the month at its
+own prices (``RunSlice.cost``, its ``lost_work_cost``) and the month's spend and idle. Each run's time
+account (:func:`ledger.money.goodput.account_seconds`) comes from its interval, its lost interval and its
+``run_phase`` rows; the month's part of it is the run's lost time inside the month plus its kept time in
+the month's share of its kept interval. The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
+so the categories add up to it exactly. ``recovery``: the gap between an interrupted run's end and the start
+of the run that resumes it (``resume_of``), inside the resumed run's first month, × its nodes; on an owned or
+reserved fleet priced at the node type's idle rate of the month and taken out of idle (never more than the
+idle there is); on elastic rent the gap was not paid (time only). Identity, per month: goodput + badput +
+idle = spend, exactly (idle is the report's idle less recovery; ``identity_residual`` is what rounding
+of the report's own lines leaves, ~1e-20).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlmodel import Session, col, select
+
+from ledger.errors import LedgerInputError
+from ledger.money.costs import hours_between
+from ledger.money.goodput import (
+    BADPUT,
+    CATEGORIES,
+    QUALITY_PREFIX,
+    ZERO,
+    Category,
+    GoodputReport,
+    MonthAccount,
+    PhaseTotal,
+    RunAccount,
+    account_seconds,
+    goodput_ratio,
+    split_cost,
+    sum_categories,
+    zero_account,
+)
+from ledger.money.monthly import MonthlyReport, RunSlice, monthly_report
+from ledger.money.months import check_month, lost_interval, month_bounds, month_of, months_between, run_interval
+from ledger.store.models import WASTE_STATUSES, Project, Run, RunPhase
+from ledger.store.settings import display_timezone
+from ledger.store.types import utcnow
+
+HUNDRED = Decimal(100)
+FIXED_KINDS = ("own", "rent_reserved")
+_CHUNK = 900
+
+
+@dataclass
+class _RunInfo:
+    id: str
+    started: Optional[datetime]
+    ended: Optional[datetime]
+    status: str
+    heartbeat: Optional[datetime]
+    last_ckpt: Optional[datetime]
+    nodes: int
+    resume_of: Optional[str]
+
+    def interval(self, now: datetime) -> Optional[tuple[datetime, datetime]]:
+        return run_interval(self.started, self.ended, self.status, self.heartbeat, now)
+
+
+def _seconds(a: datetime, b: datetime) -> Decimal:
+    return hours_between(a, b) * 3600
+
+
+def _overlap(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> Decimal:
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return _seconds(lo, hi) if hi > lo else ZERO
+
+
+def _load_runs(session: Session, ids: set[str]) -> dict[str, _RunInfo]:
+    out: dict[str, _RunInfo] = {}
+    ordered = sorted(ids)
+    for i in range(0, len(ordered), _CHUNK):
+        for r in session.exec(select(Run.id, Run.started_at, Run.ended_at, Run.status, Run.heartbeat_at,
+                                     Run.last_checkpoint_at, Run.nodes, Run.resume_of)
+                              .where(col(Run.id).in_(ordered[i:i + _CHUNK]))):
+            out[r[0]] = _RunInfo(r[0], r[1], r[2], getattr(r[3], "value", r[3]), r[4], r[5], r[6], r[7])
+    return out
+
+
+def _with_ancestors(session: Session, runs: dict[str, _RunInfo]) -> None:
+    """Add the runs that the given ones resume (and theirs), for recovery gaps and chain roots."""
+    for _ in range(1000):
+        missing = {r.resume_of for r in runs.values() if r.resume_of and r.resume_of not in runs}
+        if not missing:
+            return
+        found = _load_runs(session, missing)
+        for rid in missing - found.keys():  # resumes a run the ledger does not have: the chain starts here
+            runs[rid] = _RunInfo(rid, None, None, "", None, None, 0, None)
+        runs.update(found)
+
+
+def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list[str]]]:
+    """run → node → phase → PhaseTotal, and run → the writer's data-quality notes."""
+    phases: dict[str, dict[str, dict[str, PhaseTotal]]] = defaultdict(lambda: defaultdict(dict))
+    notes: dict[str, list[str]] = defaultdict(list)
+    for i in range(0, len(ids), _CHUNK):
+        rows = session.exec(select(RunPhase.run_id, RunPhase.node, RunPhase.phase, RunPhase.seconds, RunPhase.count,
+                                   RunPhase.ckpt_seconds, RunPhase.ckpt_count)
+                            .where(col(RunPhase.run_id).in_(ids[i:i + _CHUNK]))).all()
+        for rid, node, phase, secs, count, ck_s, ck_n in rows:
+            if phase.startswith(QUALITY_PREFIX):
+                notes[rid].append(f"node {node}: {count} × {phase[len(QUALITY_PREFIX):]} (clipped when recorded)")
+            else:
+                phases[rid][node][phase] = PhaseTotal(secs or 0.0, count or 0, ck_s, ck_n)
+    return phases, notes
+
+
+def _chain_root(runs: dict[str, _RunInfo], rid: str) -> str:
+    seen = {rid}
+    while runs.get(rid) is not None and runs[rid].resume_of and runs[rid].resume_of not in seen:
+        rid = runs[rid].resume_of
+        seen.add(rid)
+    return rid
+
+
+def _recovery_gap(runs: dict[str, _RunInfo], run: _RunInfo, now: datetime) -> Optional[tuple[datetime, datetime]]:
+    """The held time between the interrupted run this one resumes and this one's start."""
+    prev = runs.get(run.resume_of) if run.resume_of else None
+    mine = run.interval(now)
+    if prev is None or mine is None or prev.status not in {s.value for s in WASTE_STATUSES}:
+        return None
+    theirs = prev.interval(now)
+    if theirs is None or theirs[1] >= mine[0]:
+        return None
+    return theirs[1], mine[0]
+
+
+def _idle_rates(rep: MonthlyReport) -> dict[str, tuple[Decimal, Decimal]]:
+    """node type → (idle cost per idle node-hour of its fleets in the month, its idle cost)."""
+    out = {}
+    for nt in rep.node_types:
+        idle_nh = nt.capacity_node_hours - nt.node_hours
+        if nt.idle_cost > 0 and idle_nh > 0:
+            out[nt.node_type] = (nt.idle_cost / idle_nh, nt.idle_cost)
+    return out
+
+
+class _MonthBuilder:
+    """One month's run accounts from the report's lines."""
+
+    def __init__(self, session: Session, rep: MonthlyReport, now: datetime, tz):
+        self.session, self.rep, self.now = session, rep, now
+        self.bounds = month_bounds(rep.month, tz)
+        ids = {line.run_id for line in rep.runs}
+        self.runs = _load_runs(session, ids)
+        _with_ancestors(session, self.runs)
+        self.phases, self.notes = _load_phases(session, sorted(ids))
+        self.idle = _idle_rates(rep)
+
+    def build(self) -> tuple[MonthAccount, list[RunAccount]]:
+        accounts = [self._run(line) for line in self.rep.runs]
+        self._price_recovery(accounts)
+        return self._month(accounts), accounts
+
+    def _run(self, line: RunSlice) -> RunAccount:
+        run = self.runs[line.run_id]
+        interval = run.interval(self.now) or (line.start, line.end)
+        lost = lost_interval(run.status, interval, run.last_ckpt)
+        gap = _recovery_gap(self.runs, run, self.now)
+        quality = list(self.notes.get(run.id, []))
+        wall_s = _seconds(*interval)
+        lost_s = _seconds(*lost) if lost else ZERO
+        whole = account_seconds(wall_s, lost_s, run.nodes, self.phases.get(run.id, {}), lost is not None,
+                                ZERO, quality)
+        seconds = self._in_month(whole, run, interval, lost, gap, (line.start, line.end))
+        weights = {c: seconds[c] for c in CATEGORIES if c not in (Category.lost_work, Category.recovery)}
+        cost = split_cost(line.cost, line.lost_work_cost, weights)
+        return RunAccount(
+            run_id=run.id, name=line.name, project=line.project, status=line.status, node_type=line.node_type,
+            offer_kind=line.offer_kind, nodes=run.nodes, month=self.rep.month, start=line.start, end=line.end,
+            resume_of=run.resume_of, chain=_chain_root(self.runs, run.id), seconds=seconds, cost=cost,
+            run_cost=line.cost, recovery_cost=ZERO, total_cost=line.cost, goodput_pct=None, data_quality=quality)
+
+    def _in_month(self, whole: dict[Category, Decimal], run: _RunInfo, interval: tuple[datetime, datetime],
+                  lost: Optional[tuple[datetime, datetime]], gap: Optional[tuple[datetime, datetime]],
+                  part: tuple[datetime, datetime]) -> dict[Category, Decimal]:
+        """The month's node-seconds of a run: its lost time in the month, its kept time spread evenly over
+        its kept interval, and the recovery gap's part in the month (when the run starts in the month)."""
+        n = Decimal(max(1, run.nodes or 1))
+        kept = (interval[0], lost[0]) if lost else interval
+        kept_s = _seconds(*kept)
+        share = (_overlap(kept, part) / kept_s) if kept_s > 0 else ZERO
+        out = {c: (whole[c] * share) for c in CATEGORIES}
+        out[Category.lost_work] = (_overlap(lost, part) * n) if lost else ZERO
+        out[Category.recovery] = ZERO
+        if gap is not None and self.bounds[0] <= interval[0] < self.bounds[1]:
+            out[Category.recovery] = _overlap(gap, self.bounds) * n
+        return out
+
+    def _price_recovery(self, accounts: list[RunAccount]) -> None:
+        """Recovery on a fixed-cost fleet at its idle rate, never more than the node type's idle in total."""
+        wanted: dict[str, Decimal] = defaultdict(lambda: ZERO)
+        for a in accounts:
+            if a.seconds[Category.recovery] > 0 and a.offer_kind in FIXED_KINDS and a.node_type in self.idle:
+                wanted[a.node_type] += a.seconds[Category.recovery] / 3600 * self.idle[a.node_type][0]
+        for a in accounts:
+            rate_idle = self.idle.get(a.node_type)
+            if not wanted.get(a.node_type) or a.seconds[Category.recovery] <= 0 or a.offer_kind not in FIXED_KINDS:
+                continue
+            rate, idle = rate_idle
+            price = a.seconds[Category.recovery] / 3600 * rate
+            if wanted[a.node_type] > idle:  # more recovery than idle (inconsistent data): shared pro rata
+                price = idle * price / wanted[a.node_type]
+                a.data_quality.append("recovery longer than the fleet's idle time: priced pro rata")
+            a.recovery_cost = price
+            a.cost[Category.recovery] = price
+            a.total_cost = a.run_cost + price
+        for a in accounts:
+            a.goodput_pct = _pct(a.cost[Category.productive], a.total_cost)
+
+    def _month(self, accounts: list[RunAccount]) -> MonthAccount:
+        s = self.rep.summary
+        spend = s["actual_cost"]
+        by = sum_categories(a.cost for a in accounts)
+        secs = sum_categories(a.seconds for a in accounts)
+        goodput = by[Category.productive]
+        badput = sum((by[c] for c in BADPUT), ZERO)
+        total_s = sum(secs.values(), ZERO)
+        return MonthAccount(month=self.rep.month, currency=self.rep.currency, spend=spend, goodput=goodput,
+                            badput=badput, idle=spend - goodput - badput, by_category=by, seconds=secs,
+                            goodput_pct=_pct(goodput, spend), ettr=goodput_ratio(secs[Category.productive], total_s),
+                            period=s.get("period", ""), runs=len(accounts))
+
+
+def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
+    r = goodput_ratio(part, whole)
+    return None if r is None else r * HUNDRED
+
+
+def _months(session: Session, month: Optional[str], run_id: Optional[str], tz, now: datetime) -> list[str]:
+    if month:
+        return [check_month(month)]
+    if run_id:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise LedgerInputError(f"--run: no run {run_id!r} in the ledger")
+        iv = run_interval(run.started_at, run.ended_at, getattr(run.status, "value", run.status), run.heartbeat_at,
+                          now)
+        if iv is None:
+            return [month_of(now, tz)]
+        return months_between(month_of(iv[0], tz), month_of(iv[1], tz))
+    return [month_of(now, tz)]
+
+
+def build_account(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
+                  run_id: Optional[str] = None, currency: Optional[str] = None,
+                  now: Optional[datetime] = None) -> GoodputReport:
+    """:func:`ledger.money.goodput.goodput_account`: months, runs (filtered), chains, projects and totals."""
+    now = now or utcnow()
+    tz = display_timezone(session)
+    if project is not None and session.exec(select(Project.id).where(Project.name == project)).first() is None:
+        raise LedgerInputError(f"--project: no project {project!r} in the ledger")
+    months, runs, currency_used = [], [], currency or ""
+    for m in _months(session, month, run_id, tz, now):
+        rep = monthly_report(session, m, now=now, currency=currency, projects=False)
+        macc, accounts = _MonthBuilder(session, rep, now, tz).build()
+        macc.identity_residual = (rep.summary["idle_cost"] - sum((a.recovery_cost for a in accounts), ZERO)) - macc.idle
+        months.append(macc)
+        runs += [a for a in accounts if (project is None or a.project == project) and (run_id is None or a.run_id == run_id)]
+        currency_used = rep.currency
+    if run_id is not None and not runs:
+        raise LedgerInputError(f"--run: run {run_id!r} has no cost in {', '.join(mc.month for mc in months)}")
+    return GoodputReport(months=months, runs=runs, chains=_groups(runs, "chain"), projects=_groups(runs, "project"),
+                         totals=_totals(months, runs, project, run_id), currency=currency_used)
+
+
+def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
+    """Runs summed per chain or project: cost by category, goodput %, ETTR (productive ÷ all node-time)."""
+    groups: dict[str, list[RunAccount]] = defaultdict(list)
+    for r in runs:
+        groups[getattr(r, key)].append(r)
+    out = []
+    for name in sorted(groups):
+        rs = groups[name]
+        cost = sum_categories(r.cost for r in rs)
+        secs = sum_categories(r.seconds for r in rs)
+        total = sum((r.total_cost for r in rs), ZERO)
+        out.append({key: name, "runs": len({r.run_id for r in rs}), "total_cost": total,
+                    "goodput": cost[Category.productive], "badput": sum((cost[c] for c in BADPUT), ZERO),
+                    "goodput_pct": _pct(cost[Category.productive], total),
+                    "ettr": goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO)),
+                    "cost": {c.value: cost[c] for c in CATEGORIES}})
+    return out
+
+
+def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optional[str],
+            run_id: Optional[str]) -> dict[str, Any]:
+    if project is None and run_id is None:
+        spend = sum((m.spend for m in months), ZERO)
+        by = sum_categories(m.by_category for m in months)
+        secs = sum_categories(m.seconds for m in months)
+        idle = sum((m.idle for m in months), ZERO)
+    else:
+        spend = sum((r.total_cost for r in runs), ZERO)
+        by = sum_categories(r.cost for r in runs)
+        secs = sum_categories(r.seconds for r in runs)
+        idle = None
+    goodput = by[Category.productive]
+    return {"spend": spend, "goodput": goodput, "badput": sum((by[c] for c in BADPUT), ZERO), "idle": idle,
+            "goodput_pct": _pct(goodput, spend),
+            "ettr": goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO)),
+            "cost": {c.value: by[c] for c in CATEGORIES}, "node_seconds": {c.value: secs[c] for c in CATEGORIES},
+            "scope": "month" if project is None and run_id is None else ("project" if run_id is None else "run")}
+
+
+def load_timeline(session: Session, run_id: str) -> list[dict[str, Any]]:
+    rows = session.exec(select(RunPhase).where(RunPhase.run_id == run_id).order_by(RunPhase.node, RunPhase.first_at,
+                                                                                    RunPhase.phase)).all()
+    return [{"node": r.node, "phase": r.phase, "seconds": r.seconds, "count": r.count, "ckpt_seconds": r.ckpt_seconds,
+             "first_at": r.first_at, "last_at": r.last_at} for r in rows]
+
+
+__all__ = ["build_account", "load_timeline", "zero_account"]
