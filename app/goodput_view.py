@@ -83,3 +83,121 @@ def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
                                 "first": r.get("first_at"), "last": r.get("last_at")} for r in rows]),
                  hide_index=True)
     return rows
+
+
+# --- the goodput account (ledger.money.goodput) -----------------------------------------
+
+def _label(cat: Any) -> str:
+    return str(getattr(cat, "value", cat)).replace("_", " ")
+
+
+def month_account(url: str, month: str, currency: str) -> Any:
+    """The month's :class:`MonthAccount` (``trainledger goodput --month M``), or None when the month has none."""
+    acct = goodput_data.account(url, month, currency)
+    return next((m for m in acct.months if m.month == month), None)
+
+
+def overview_figure(url: str, month: str, currency: str, summary: dict[str, Any]) -> None:
+    """The Overview's one line: "of 36,333.00 CNY, 24,100.00 bought kept training progress: 66.3%"."""
+    m = month_account(url, month, currency)
+    if m is None or not m.spend:
+        return
+    cur = ui.md(m.currency)
+    span = f" ({summary['period']})" if summary.get("is_partial") else ""
+    st.markdown(f"**Goodput{span}:** of {ui.money('cost', m.spend)} {cur}, {ui.money('cost', m.goodput)} bought "
+                f"kept training progress: **{ui.number('goodput_pct', m.goodput_pct)}**. "
+                f"Badput {ui.money('cost', m.badput)}, idle {ui.money('cost', m.idle)} {cur}.",
+                help="Goodput = the cost of steps whose progress was kept; badput = start-up, data waits, checkpoints, "
+                     "evaluation, lost work, recovery, straggler waits and time no phase explains; idle = fleet "
+                     "node-hours no run held. Goodput + badput + idle = spend. `trainledger goodput --month "
+                     f"{month}`.")
+    st.page_link("pages/goodput.py", label="Where it went", icon=":material/target:", query_params={"month": month})
+
+
+ACCOUNT_HELP = ("Every run's paid time and cost split into productive (steps whose progress was kept) and badput; "
+                "with idle they add up to the month's spend.")
+
+
+def month_metrics(m: Any, summary: dict[str, Any]) -> None:
+    """Spend = goodput + badput + idle, goodput % and ETTR of the month."""
+    cur = ui.md(m.currency)
+    c = st.columns(6)
+    c[0].metric(ui.to_date(f"Spend ({cur})", summary), ui.money("cost", m.spend), border=True, help=ACCOUNT_HELP)
+    c[1].metric(ui.to_date(f"Goodput ({cur})", summary), ui.money("cost", m.goodput), border=True,
+                help="Cost of the steps whose progress was kept.")
+    c[2].metric(ui.to_date(f"Badput ({cur})", summary), ui.money("cost", m.badput), border=True,
+                help="Start-up, data waits, checkpoint saves and restores, evaluation, lost work, recovery, "
+                     "straggler waits and time no phase explains.")
+    c[3].metric(ui.to_date(f"Idle ({cur})", summary), ui.money("cost", m.idle), border=True,
+                help="Fleet node-hours no run held (recovery gaps of interrupted chains are the chains' badput).")
+    c[4].metric(ui.to_date("Goodput %", summary), ui.number("goodput_pct", m.goodput_pct), border=True,
+                help="Goodput ÷ spend.")
+    c[5].metric(ui.to_date("ETTR", summary), ui.pct(m.ettr), border=True,
+                help="Effective training time ratio: productive time ÷ wall time of the job chains.")
+
+
+def badput_by_project(acct: Any, cur: str) -> list[dict[str, Any]]:
+    """Per project: goodput and each badput category (the account's project lines), table and stacked bars."""
+    rows = [{"project": p["project"] or "(no project)", "goodput_pct": p["goodput_pct"], "total_cost": p["total_cost"],
+             **{f"{k}_cost": v for k, v in p["cost"].items()}} for p in acct.projects]
+    st.subheader("Badput by category, per project")
+    if not rows:
+        st.caption("No run this month.")
+        return rows
+    cats = [k for k in acct.projects[0]["cost"]]
+    st.dataframe(ui.frame(rows, ["project", "total_cost", *[f"{k}_cost" for k in cats], "goodput_pct"],
+                          {"total_cost": f"cost ({cur})", **{f"{k}_cost": _label(k) for k in cats},
+                           "goodput_pct": "goodput %"}), hide_index=True)
+    bars = [{"project": r["project"], "category": _label(k), "cost": float(r[f"{k}_cost"])}
+            for r in rows for k in cats if k != "productive" and r[f"{k}_cost"]]
+    if bars:
+        ui.show_chart(alt.Chart(pd.DataFrame(bars)).mark_bar().encode(
+            y=alt.Y("project:N", title=None), x=alt.X("cost:Q", title=f"badput ({cur})", axis=alt.Axis(format=ui.AXIS_FORMAT)),
+            color=alt.Color("category:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=ui.LEGEND_LABEL_LIMIT)),
+            tooltip=["project", "category", alt.Tooltip("cost:Q", format=",.2f")])
+            .properties(height=max(ui.MIN_CHART_HEIGHT, 40 * len({r["project"] for r in rows}))))
+    return rows
+
+
+def ranked_runs(acct: Any, cur: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The month's runs ranked by badput cost: what each cost, bought and lost, and its largest badput."""
+    st.subheader("Runs ranked by badput")
+    rows = []
+    for r in acct.runs:
+        bad = {c: v for c, v in r.cost.items() if _label(c) != "productive"}
+        worst = max(bad, key=lambda c: bad[c]) if any(bad.values()) else None
+        rows.append({"run": r.run_id, "project": r.project or "", "status": r.status, "total_cost": r.total_cost,
+                     "goodput_cost": sum((v for c, v in r.cost.items() if _label(c) == "productive"), Decimal(0)),
+                     "badput_cost": r.badput_cost, "largest": _label(worst) if worst is not None else "",
+                     "goodput_pct": r.goodput_pct})
+    rows.sort(key=lambda x: (-x["badput_cost"], x["run"]))
+    if not rows:
+        st.caption("No run this month.")
+        return rows
+    st.dataframe(ui.frame(rows[:limit], ["run", "project", "status", "total_cost", "goodput_cost", "badput_cost",
+                                         "largest", "goodput_pct"],
+                          {"total_cost": f"cost ({cur})", "goodput_cost": f"goodput ({cur})",
+                           "badput_cost": f"badput ({cur})", "largest": "largest badput", "goodput_pct": "goodput %"}),
+                 hide_index=True)
+    return rows
+
+
+def badput_trend(url: str, months: list[str], currency: str, cur: str) -> list[dict[str, Any]]:
+    """Badput by category per month (each month's account), stacked bars."""
+    rows = []
+    for month in months:
+        m = month_account(url, month, currency)
+        if m is None:
+            continue
+        rows += [{"month": month, "category": _label(c), "cost": float(v)} for c, v in m.by_category.items()
+                 if _label(c) != "productive" and v]
+    st.subheader(f"Badput by category per month, {months[0]} to {months[-1]}")
+    if rows:
+        ui.show_chart(alt.Chart(pd.DataFrame(rows)).mark_bar().encode(
+            x=alt.X("month:N", title=None, axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("cost:Q", title=f"badput ({cur})", axis=alt.Axis(format=ui.AXIS_FORMAT)),
+            color=alt.Color("category:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=ui.LEGEND_LABEL_LIMIT)),
+            tooltip=["month", "category", alt.Tooltip("cost:Q", format=",.2f")]).properties(height=280))
+    else:
+        st.caption("No badput in these months.")
+    return rows

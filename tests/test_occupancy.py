@@ -179,11 +179,13 @@ def test_a_month_without_fleets_has_no_idle(session):
 def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
     """The demo (six months, own fleet, elastic and reserved runs, failures) and its hand-built runs: for every month,
     Σ hours' idle cost == the monthly report's idle cost to the cent, in CNY and converted to USD."""
+    from ledger.money.goodput import Category, goodput_account
     from tests.app.helpers import DEMO_NOW, build_ledger, with_session
 
     build_ledger(ledger_url)
 
     def check(s):
+        recovered = 0
         for month in ("2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11"):
             for currency in (None, "USD"):
                 occ = month_occupancy(s, month, now=DEMO_NOW, currency=currency)
@@ -193,6 +195,13 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
                 assert occ.currency == rep.currency == (currency or "CNY")
                 assert sum(h.held_node_hours for h in occ.hours) == sum(
                     n.capacity_node_hours for n in rep.node_types if n.idle_cost or n.capacity_node_hours)
+                # the chains' recovery (the goodput account's) lies inside the month's idle, hour by hour
+                acct = goodput_account(s, month=month, currency=currency, now=DEMO_NOW).months[0]
+                assert sum(h.recovery_cost for h in occ.hours) == cents(acct.by_category[Category.recovery])
+                # the account's idle = idle − recovery, exact; each side rounded to cents on its own: within a cent
+                assert abs(cents(acct.idle) - (occ.idle_cost - sum(h.recovery_cost for h in occ.hours))) <= D("0.01")
+                recovered += acct.by_category[Category.recovery] > 0
+        assert recovered >= 2  # the demo's restart chains on the owned fleet
 
     with_session(ledger_url, check)
 

@@ -46,8 +46,8 @@ from ledger.money import costs, rollup
 from ledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from ledger.money.costs import ZERO, cents, round_preserving_sum
 from ledger.money.monthly import SLICE_QUANTUM, FleetCharge, month_charges
-from ledger.money.months import month_period
-from ledger.store.models import Fleet, RollupSlice
+from ledger.money.months import month_bounds, month_period, run_interval
+from ledger.store.models import Fleet, RollupSlice, Run
 from ledger.store.settings import display_timezone
 from ledger.store.types import utcnow
 
@@ -189,10 +189,11 @@ def _fleet_hours(fc: FleetCharge, fleets: list[Fleet], usage: _Usage, hours: lis
 
 
 def month_occupancy(session: Session, month: str, *, now: Optional[datetime] = None,
-                    currency: Optional[str] = None) -> Occupancy:
+                    currency: Optional[str] = None, recovery: bool = True) -> Occupancy:
     """The owned and reserved fleets' occupancy of ``month`` by hour (see the module docstring for the identity).
 
-    ``currency`` as in ``report monthly --currency``; a month that has not ended is to date (hours to ``now``)."""
+    ``currency`` as in ``report monthly --currency``; a month that has not ended is to date (hours to ``now``).
+    ``recovery``: mark the idle that interrupted chains own (:func:`recovery_spans`, from the goodput account)."""
     now = now or utcnow()
     tz = display_timezone(session)
     period = month_period(month, tz, now)
@@ -217,8 +218,11 @@ def month_occupancy(session: Session, month: str, *, now: Optional[datetime] = N
     total = cents(rep.summary["idle_cost"])
     for h, c in zip(hours, round_preserving_sum([h.idle_cost for h in hours], total=total)):
         h.idle_cost = c
-    return Occupancy(month, str(tz), rep.currency, period.label, total, hours,
-                     sorted(per_fleet.values(), key=lambda r: r["offer"]))
+    occ = Occupancy(month, str(tz), rep.currency, period.label, total, hours,
+                    sorted(per_fleet.values(), key=lambda r: r["offer"]))
+    if recovery:
+        attribute_recovery(occ, recovery_spans(session, month, currency=currency, now=now))
+    return occ
 
 
 # --- recovery: idle with an owner ------------------------------------------------------
@@ -251,6 +255,32 @@ def attribute_recovery(occ: Occupancy, spans: Iterable[RecoverySpan]) -> None:
                 parts[i] += (sp.cost * rollup._micros(a, b) / span_us).quantize(SLICE_QUANTUM)
     for h, c in zip(occ.hours, round_preserving_sum(parts, total=cents(total))):
         h.recovery_cost = c
+
+
+def recovery_spans(session: Session, month: str, *, currency: Optional[str] = None,
+                   now: Optional[datetime] = None) -> list[RecoverySpan]:
+    """The month's recovery gaps with their cost, from the goodput account (``ledger.money.goodput``): for each
+    run that resumes an interrupted one and was charged recovery, [the interrupted run's end, its start] inside
+    the month."""
+    from ledger.money.goodput import Category, goodput_account
+
+    now = now or utcnow()
+    acct = goodput_account(session, month=month, currency=currency, now=now)
+    charged = [a for a in acct.runs if a.month == month and a.resume_of and a.cost[Category.recovery] > 0]
+    if not charged:
+        return []
+    ms, me = month_bounds(month, display_timezone(session))
+    prev = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(sorted({a.resume_of for a in charged}))))}
+    out = []
+    for a in charged:
+        p = prev.get(a.resume_of)
+        mine = session.get(Run, a.run_id)
+        theirs = run_interval(p.started_at, p.ended_at, p.status.value, p.heartbeat_at, now) if p else None
+        if theirs is None or mine is None or mine.started_at is None:
+            continue
+        out.append(RecoverySpan(a.chain, a.run_id, max(theirs[1], ms), min(mine.started_at, me),
+                                a.cost[Category.recovery]))
+    return out
 
 
 # --- presentation -------------------------------------------------------------------
