@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from typer.testing import CliRunner
 
@@ -51,3 +51,68 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
     assert metrics(at)["Idle cost (USD)"] == f"{D(want['idle_cost']):,.2f}"
     days = _table(at, "day")
     assert [D(x.replace(",", "")) for x in days["idle (USD)"]] == [D(d["idle_cost"]) for d in want["days"]]
+
+
+def _account(url: str, month: str = MONTH, currency=None):
+    from ledger.money.goodput import goodput_account
+    from tests.app.helpers import with_session
+
+    return with_session(url, lambda s: goodput_account(s, month=month, currency=currency, now=DEMO_NOW))
+
+
+def _money(d) -> str:
+    from ledger.money.costs import cents
+
+    return f"{cents(D(d)):,.2f}"
+
+
+def test_overview_says_what_the_spend_bought(demo_url, app_env, monkeypatch):
+    monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
+    app_env(demo_url)
+    at = run_page(make_app(), "overview")
+    m = _account(demo_url).months[0]
+    line = next(x.value for x in at.markdown if x.value.startswith("**Goodput"))
+    assert line.startswith(f"**Goodput:** of {_money(m.spend)} CNY, {_money(m.goodput)} bought kept training progress: "
+                           f"**{D(m.goodput_pct).quantize(D('0.1'), rounding=ROUND_HALF_UP)}%**")
+    assert m.goodput > 0 and metrics(at)["Spend (CNY)"] == _money(m.spend)
+
+
+def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
+    from ledger.money.goodput import BADPUT, Category
+
+    monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
+    app_env(demo_url)
+    at = run_page(make_app(), "goodput")
+    acct = _account(demo_url)
+    m = acct.months[0]
+    shown = metrics(at)
+    assert [shown[k] for k in ("Spend (CNY)", "Goodput (CNY)", "Badput (CNY)", "Idle (CNY)")] == [
+        _money(x) for x in (m.spend, m.goodput, m.badput, m.idle)]
+    assert shown["Goodput %"] == f"{D(m.goodput_pct).quantize(D('0.1'), rounding=ROUND_HALF_UP)}%"
+    projects = _table(at, "project")
+    assert list(projects["project"]) == [p["project"] or "(no project)" for p in acct.projects]
+    for cat in Category:
+        assert list(projects[cat.value.replace("_", " ")]) == [_money(p["cost"][cat.value]) for p in acct.projects]
+    runs = _table(at, "run")
+    ranked = sorted(acct.runs, key=lambda r: (-r.badput_cost, r.run_id))[:50]
+    assert list(runs["run"]) == [r.run_id for r in ranked]
+    assert list(runs["badput (CNY)"]) == [_money(sum((r.cost[c] for c in BADPUT), D(0))) for r in ranked]
+    assert list(runs["cost (CNY)"]) == [_money(r.total_cost) for r in ranked]
+
+
+def test_run_detail_shows_its_phases_per_node(demo_url, app_env, monkeypatch):
+    from sqlmodel import select
+
+    from ledger.money.goodput import phase_timeline
+    from ledger.store.models import RunPhase
+    from tests.app.helpers import with_session
+
+    monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
+    app_env(demo_url)
+    run_id = with_session(demo_url, lambda s: s.exec(select(RunPhase.run_id).order_by(RunPhase.run_id)).first())
+    want = with_session(demo_url, lambda s: phase_timeline(s, run_id))
+    at = run_page(make_app(run=run_id), "runs")
+    table = next(d.value for d in at.dataframe if list(d.value.columns)[:2] == ["node", "phase"])
+    assert len(want) > 0 and len(table) == len(want)
+    assert [(r["node"], r["phase"], r["count"]) for r in want] == list(zip(table["node"], table["phase"], table["count"]))
+    assert [D(repr(r["seconds"])) for r in want] == [D(repr(x)) for x in table["seconds"]]
