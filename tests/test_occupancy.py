@@ -198,6 +198,7 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
                 # the chains' recovery (the goodput account's) lies inside the month's idle, hour by hour
                 acct = goodput_account(s, month=month, currency=currency, now=DEMO_NOW).months[0]
                 assert sum(h.recovery_cost for h in occ.hours) == cents(acct.by_category[Category.recovery])
+                assert all(h.recovery_cost <= h.idle_cost for h in occ.hours)
                 # the account's idle = idle − recovery, exact; each side rounded to cents on its own: within a cent
                 assert abs(cents(acct.idle) - (occ.idle_cost - sum(h.recovery_cost for h in occ.hours))) <= D("0.01")
                 recovered += acct.by_category[Category.recovery] > 0
@@ -213,10 +214,53 @@ def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
     gap = (NOV + timedelta(days=12, hours=1, minutes=30), NOV + timedelta(days=12, hours=4))  # 2.5 h, 2 nodes
     cost = D("2.5") * 2 * IDLE_RATE
-    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", *gap, cost)])
+    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", 2, *gap, cost)])
     marked = [h for h in occ.hours if h.recovery_cost]
     assert [(h.day, h.hour) for h in marked] == [("2026-11-13", 1), ("2026-11-13", 2), ("2026-11-13", 3)]
     exact = [(cost / 5).quantize(SLICE_QUANTUM), (2 * cost / 5).quantize(SLICE_QUANTUM), (2 * cost / 5).quantize(SLICE_QUANTUM)]
     assert [h.recovery_cost for h in marked] == round_preserving_sum(exact, total=cents(cost))
     assert sum(h.recovery_cost for h in occ.hours) == cents(cost)
     assert all(h.recovery_cost <= h.idle_cost for h in marked)
+
+
+def test_recovery_goes_to_the_hours_the_fleet_had_idle(session):
+    """A gap during which a1 held the whole fleet for its first two hours: its cost lies in the two idle hours."""
+    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+
+    _ledger(session)
+    occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
+    a1_end = NOV + timedelta(days=2, hours=100)  # Nov 7, 04:00
+    cost = D(4) * 2 * IDLE_RATE
+    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", 2, a1_end - timedelta(hours=2), a1_end + timedelta(hours=2),
+                                          cost)])
+    marked = [(h.day, h.hour, h.recovery_cost) for h in occ.hours if h.recovery_cost]
+    half = (cost / 2).quantize(SLICE_QUANTUM)
+    c4, c5 = round_preserving_sum([half, half], total=cents(cost))
+    assert marked == [("2026-11-07", 4, c4), ("2026-11-07", 5, c5)]
+    assert sum(r for *_, r in marked) == cents(cost)
+
+
+def test_recovery_beyond_an_hours_idle_moves_to_the_spans_other_idle_hours(session):
+    """8 nodes' gap over two hours, one with 8 idle nodes and one with 1 (a 7-node run in it): the hour with
+    1 idle node takes at most its idle cost; what is left goes where idle is left, never beyond it."""
+    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+
+    add_fleet(session, 8)
+    t = NOV + timedelta(days=4)
+    add_run(session, "busy", t + timedelta(hours=1), 1, nodes=7)
+    occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
+    cost = D("9") * IDLE_RATE  # recovery priced for 9 node-hours (the account's rate × the gap's held nodes)
+    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", 8, t, t + timedelta(hours=2), cost)])
+    h0, h1 = occ.hours[4 * 24], occ.hours[4 * 24 + 1]
+    assert h1.idle_node_hours == 1 and h0.idle_node_hours == 8
+    # weights: 8 and 1 node-hours: 8/9 and 1/9 of the cost = exactly each hour's idle cost
+    assert (h0.recovery_cost, h1.recovery_cost) == (h0.idle_cost, h1.idle_cost)
+    assert sum(h.recovery_cost for h in occ.hours) == cents(cost)
+
+    occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
+    attribute_recovery(occ, [RecoverySpan("c1", "c1-2", 8, t, t + timedelta(hours=2), D(12) * IDLE_RATE)])
+    h0, h1, h2 = occ.hours[4 * 24: 4 * 24 + 3]
+    assert (h0.recovery_cost, h1.recovery_cost) == (h0.idle_cost, h1.idle_cost)  # both hours full
+    # the 3 node-hours beyond the gap's idle go to the month's other idle hours, by the idle each has
+    assert sum(h.recovery_cost for h in occ.hours) == cents(D(12) * IDLE_RATE)
+    assert all(h.recovery_cost <= h.idle_cost for h in occ.hours)

@@ -60,14 +60,17 @@ def goodput_advise(month: Annotated[Optional[str], typer.Option(help="YYYY-MM: t
 
 
 def _advice_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import table
+    from ledger.reports.present import key_values
 
-    cols = ["node_type", "nodes", "runs", "interruptions", "mtbi_hours", "save_seconds", "current_interval_hours",
-            "suggested_interval_hours", "current_lost_work_cost_per_month", "suggested_lost_work_cost_per_month",
-            "current_checkpoint_cost_per_month", "suggested_checkpoint_cost_per_month", "saving_per_month_cost"]
-    notes = [f"{f['node_type']} x {f['nodes']}: {f['note']}" for f in d["families"] if f["note"]]
-    return "\n".join([f"months {', '.join(d['months'])} ({d['timezone']}), money in {d['currency']}; model: {d['model']}",
-                      table(d["families"], cols), *notes])
+    keys = ["runs", "interruptions", "exposure_hours", "mtbi_hours", "save_seconds", "save_seconds_basis",
+            "current_interval_hours", "suggested_interval_hours", "current_monthly_lost_work_cost",
+            "suggested_monthly_lost_work_cost", "current_monthly_checkpoint_cost", "suggested_monthly_checkpoint_cost",
+            "monthly_saving_cost"]
+    blocks = [f"months {', '.join(d['months'])} ({d['timezone']}), money in {d['currency']}; model: {d['model']}"]
+    for f in d["families"]:
+        blocks.append(f"\n{f['node_type']} x {f['nodes']} nodes" + (f": {f['note']}" if f["note"] else "") + "\n"
+                      + key_values({k: f[k] for k in keys}))
+    return "\n".join(blocks)
 
 
 def register_commands(group: typer.Typer) -> None:

@@ -46,6 +46,7 @@ from ledger.store.types import utcnow
 SAVE_PHASE = "checkpoint_save"
 WINDOW_MONTHS = 3
 INTERRUPTED = tuple(s.value for s in WASTE_STATUSES)
+MICRO = Decimal("0.000001")
 
 
 def young_daly_interval_hours(mtbi_hours: Decimal, save_hours: Decimal) -> Decimal:
@@ -159,7 +160,7 @@ def _month_rows(fam: _Family, months: list[str], lines: dict, intervals: dict[st
 def _advise_family(fam: _Family, months: list[str], lines: dict, save_seconds: Optional[Decimal]) -> dict[str, Any]:
     k = fam.interruptions
     mtbi = fam.exposure_hours / k if k else None
-    measured_save = fam.save_seconds / fam.saves if fam.saves else None
+    measured_save = (fam.save_seconds / fam.saves).quantize(MICRO) if fam.saves else None  # µs, as measured
     save_s = save_seconds if save_seconds is not None else measured_save
     current = fam.saved_wall_hours / fam.node_saves if fam.node_saves else None
     suggested = young_daly_interval_hours(mtbi, save_s / 3600) if mtbi is not None and save_s else None
@@ -173,11 +174,10 @@ def _advise_family(fam: _Family, months: list[str], lines: dict, save_seconds: O
     for name in ("current", "suggested"):
         for what in ("lost_work_cost", "checkpoint_cost"):
             vals = [r[f"{name}_{what}"] for r in rows]
-            out[f"{name}_{what}_per_month"] = (sum(vals, ZERO) / len(vals)) if vals and None not in vals else None
-    cur, sug = out["current_lost_work_cost_per_month"], out["suggested_lost_work_cost_per_month"]
-    cur_ck, sug_ck = out["current_checkpoint_cost_per_month"], out["suggested_checkpoint_cost_per_month"]
-    out["saving_per_month_cost"] = ((cur + (cur_ck or ZERO)) - (sug + sug_ck)
-                                    if None not in (cur, sug, sug_ck) else None)
+            out[f"{name}_monthly_{what}"] = (sum(vals, ZERO) / len(vals)) if vals and None not in vals else None
+    cur, sug = out["current_monthly_lost_work_cost"], out["suggested_monthly_lost_work_cost"]
+    cur_ck, sug_ck = out["current_monthly_checkpoint_cost"], out["suggested_monthly_checkpoint_cost"]
+    out["monthly_saving_cost"] = ((cur + (cur_ck or ZERO)) - (sug + sug_ck) if None not in (cur, sug, sug_ck) else None)
     return out
 
 

@@ -234,27 +234,57 @@ class RecoverySpan:
 
     chain: str
     run_id: str  # the resumed run the account charges it to
+    nodes: int
     start: datetime
     end: datetime
     cost: Decimal
 
 
 def attribute_recovery(occ: Occupancy, spans: Iterable[RecoverySpan]) -> None:
-    """Mark the part of each hour's idle cost that is a chain's recovery: each span's cost shared over the hours
-    it overlaps by time, then rounded to cents by largest remainder against Σ spans' cost in cents."""
+    """Mark the part of each hour's idle cost that is a chain's recovery (never more than the hour's idle).
+
+    Each span's cost is shared over the hours it overlaps by the idle node-hours the gap could have held in
+    each, min(its nodes × overlap, the hour's idle node-hours) (by overlap when the fleet had no idle during
+    the gap), each hour capped at its idle cost not yet owned; what the caps leave goes to the span's other
+    hours with idle left, then to the month's, by the idle left in each. Rounded to cents by largest
+    remainder against Σ spans' cost in cents."""
     parts = [ZERO] * len(occ.hours)
     total = ZERO
     for sp in spans:
-        span_us = rollup._micros(sp.start, sp.end)
-        if span_us <= 0 or sp.cost <= 0:
+        if sp.end <= sp.start or sp.cost <= 0:
             continue
         total += sp.cost
-        for i, h in enumerate(occ.hours):
-            a, b = max(h.start, sp.start), min(h.start + HOUR, sp.end)
-            if b > a:
-                parts[i] += (sp.cost * rollup._micros(a, b) / span_us).quantize(SLICE_QUANTUM)
-    for h, c in zip(occ.hours, round_preserving_sum(parts, total=cents(total))):
+        overlap = {i: Decimal(rollup._micros(max(h.start, sp.start), min(h.start + HOUR, sp.end))) / US_PER_HOUR
+                   for i, h in enumerate(occ.hours) if h.start < sp.end and h.start + HOUR > sp.start}
+        weight = {i: min(sp.nodes * o, occ.hours[i].idle_node_hours) for i, o in overlap.items()}
+        if not sum(weight.values(), ZERO):
+            weight = overlap
+        w_total = sum(weight.values(), ZERO)
+        excess = ZERO
+        for i, w in weight.items():
+            want = sp.cost * w / w_total
+            take = max(ZERO, min(want, occ.hours[i].idle_cost - parts[i]))
+            parts[i] += take
+            excess += want - take
+        for scope in (list(overlap), range(len(occ.hours))):
+            excess = _spread(parts, occ.hours, scope, excess)
+        if excess > 0:  # more recovery than idle (the account caps it: rounding at most)
+            parts[max(overlap or [0], key=lambda i: parts[i])] += excess
+    exact = [p.quantize(SLICE_QUANTUM) for p in parts]
+    for h, c in zip(occ.hours, round_preserving_sum(exact, total=cents(total))):
         h.recovery_cost = c
+
+
+def _spread(parts: list[Decimal], hours: list[Hour], scope: Iterable[int], excess: Decimal) -> Decimal:
+    """Give ``excess`` to the hours of ``scope`` by the idle cost each has left (none beyond it); the rest back."""
+    room = {i: hours[i].idle_cost - parts[i] for i in scope if hours[i].idle_cost > parts[i]}
+    left = sum(room.values(), ZERO)
+    if excess <= 0 or not left:
+        return excess
+    give = min(excess, left)
+    for i, r in room.items():
+        parts[i] += give * r / left
+    return excess - give
 
 
 def recovery_spans(session: Session, month: str, *, currency: Optional[str] = None,
@@ -278,7 +308,7 @@ def recovery_spans(session: Session, month: str, *, currency: Optional[str] = No
         theirs = run_interval(p.started_at, p.ended_at, p.status.value, p.heartbeat_at, now) if p else None
         if theirs is None or mine is None or mine.started_at is None:
             continue
-        out.append(RecoverySpan(a.chain, a.run_id, max(theirs[1], ms), min(mine.started_at, me),
+        out.append(RecoverySpan(a.chain, a.run_id, a.nodes, max(theirs[1], ms), min(mine.started_at, me),
                                 a.cost[Category.recovery]))
     return out
 
