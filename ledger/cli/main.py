@@ -21,6 +21,7 @@ from ledger.cli import (
     fleet,
     forecast,
     fx,
+    goodput,
     imports,
     metrics,
     plan,
@@ -54,6 +55,7 @@ for _module in (db, demo, imports, runs, track, settings):
 _register_parts()
 for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):
     _module.register(app)
+goodput.register(app)
 
 
 def _goodput_interim() -> None:  # until the goodput group (issue #25 core) lands: h25b's commands under it

@@ -290,24 +290,34 @@ def phase_timeline(session: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
-    """The report as JSON-ready dicts (money and seconds as strings via the CLI's encoder)."""
+    """The report as JSON-ready dicts (keys named so that ``ledger.reports.present`` rounds money to cents,
+    percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals)."""
     def cats(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
         return {c.value: d[c] for c in CATEGORIES}
+
+    def hours(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
+        return {c.value: d[c] / 3600 for c in CATEGORIES}
 
     return {
         "currency": rep.currency, "totals": rep.totals,
         "months": [{"month": m.month, "period": m.period, "currency": m.currency, "spend": m.spend,
-                    "goodput": m.goodput, "badput": m.badput, "idle": m.idle, "goodput_pct": m.goodput_pct,
-                    "ettr": m.ettr, "runs": m.runs, "identity_residual": m.identity_residual, "cost": cats(m.by_category), "node_seconds": cats(m.seconds)}
+                    "goodput_cost": m.goodput, "badput_cost": m.badput, "idle_cost": m.idle,
+                    "goodput_pct": m.goodput_pct, "ettr": _ratio(m.ettr), "runs": m.runs,
+                    "identity_residual": m.identity_residual, "cost": cats(m.by_category),
+                    "node_hours": hours(m.seconds)}
                    for m in rep.months],
         "runs": [{"run_id": r.run_id, "name": r.name, "project": r.project, "status": r.status, "month": r.month,
                   "node_type": r.node_type, "offer_kind": r.offer_kind, "nodes": r.nodes, "chain": r.chain,
                   "resume_of": r.resume_of, "start": r.start, "end": r.end, "run_cost": r.run_cost,
                   "recovery_cost": r.recovery_cost, "total_cost": r.total_cost, "goodput_pct": r.goodput_pct,
-                  "cost": cats(r.cost), "node_seconds": cats(r.seconds), "data_quality": r.data_quality}
+                  "cost": cats(r.cost), "node_hours": hours(r.seconds), "data_quality": r.data_quality}
                  for r in rep.runs],
         "chains": rep.chains, "projects": rep.projects,
     }
+
+
+def _ratio(x: Optional[Decimal]) -> Optional[float]:
+    return None if x is None else float(x.quantize(Decimal("0.0001")))
 
 
 def sum_categories(items: Iterable[Mapping[Category, Decimal]]) -> dict[Category, Decimal]:

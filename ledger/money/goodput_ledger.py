@@ -232,6 +232,10 @@ class _MonthBuilder:
                             period=s.get("period", ""), runs=len(accounts))
 
 
+def _ratio(x: Optional[Decimal]) -> Optional[float]:
+    return None if x is None else float(x.quantize(Decimal("0.0001")))
+
+
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
     r = goodput_ratio(part, whole)
     return None if r is None else r * HUNDRED
@@ -286,9 +290,9 @@ def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
         secs = sum_categories(r.seconds for r in rs)
         total = sum((r.total_cost for r in rs), ZERO)
         out.append({key: name, "runs": len({r.run_id for r in rs}), "total_cost": total,
-                    "goodput": cost[Category.productive], "badput": sum((cost[c] for c in BADPUT), ZERO),
+                    "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
                     "goodput_pct": _pct(cost[Category.productive], total),
-                    "ettr": goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO)),
+                    "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
                     "cost": {c.value: cost[c] for c in CATEGORIES}})
     return out
 
@@ -306,10 +310,10 @@ def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optiona
         secs = sum_categories(r.seconds for r in runs)
         idle = None
     goodput = by[Category.productive]
-    return {"spend": spend, "goodput": goodput, "badput": sum((by[c] for c in BADPUT), ZERO), "idle": idle,
-            "goodput_pct": _pct(goodput, spend),
-            "ettr": goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO)),
-            "cost": {c.value: by[c] for c in CATEGORIES}, "node_seconds": {c.value: secs[c] for c in CATEGORIES},
+    return {"spend": spend, "goodput_cost": goodput, "badput_cost": sum((by[c] for c in BADPUT), ZERO),
+            "idle_cost": idle, "goodput_pct": _pct(goodput, spend),
+            "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
+            "cost": {c.value: by[c] for c in CATEGORIES}, "node_hours": {c.value: secs[c] / 3600 for c in CATEGORIES},
             "scope": "month" if project is None and run_id is None else ("project" if run_id is None else "run")}
 
 

@@ -163,7 +163,7 @@ class TrackedRun:
         self.writer = LedgerWriter(self.db, jdir, self.run_id, self.flush_s, self.heartbeat_s,
                                    beats=None if self.attached else run_heartbeat, journal_name=name)
         self.writer.on_error = lambda: None  # log() raises the journal's error in the training step
-        self._attach_phases(self.env.get("TRAINLEDGER_PROCESS_START"))
+        self._attach_phases()
         self._peak = self._lookup_peak()
         if not self.attached:
             self._register()
@@ -176,18 +176,13 @@ class TrackedRun:
                                      self.sampler.source if self.sampler else "cpu")
         return self
 
-    def _attach_phases(self, process_start: Optional[str]) -> None:
-        """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread. Start-up counts
-        from ``$TRAINLEDGER_PROCESS_START`` (epoch seconds, set by a launcher) when given, else the run's start."""
+    def _attach_phases(self) -> None:
+        """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
+        from the run's start (the paid interval's start)."""
         from ledger.sources.phases import PhaseRecorder, PhaseSource
 
-        started = self.started_at.timestamp()
-        try:
-            started = min(started, float(process_start)) if process_start else started
-        except ValueError:
-            pass
         self.phases = PhaseRecorder()
-        self.writer.sources.append(PhaseSource(self.phases, started, socket.gethostname()).events)
+        self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname()).events)
 
     def _register(self) -> None:
         from ledger.sources.sampling import UtilSampler, node_probe, process_tree
@@ -334,6 +329,13 @@ class TrackedRun:
         from ledger.sources.phases import _Phase, phase_name
 
         return _Phase(self.phases, phase_name(name))
+
+    def phase_span(self, name: str, seconds: float) -> None:
+        """A phase of ``seconds`` that ended now (a framework hook that fires only at the end of one)."""
+        if self.phases is not None and self._open:
+            from ledger.sources.phases import SPAN, phase_name
+
+            self.phases.events.append((SPAN, (phase_name(name), float(seconds)), self.phases.clock()))
 
     def step_begin(self) -> None:
         """A training step starts now (the callbacks call it; ``run.log`` ends the step)."""

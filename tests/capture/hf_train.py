@@ -3,10 +3,15 @@ by ``ledger.sources.integrations.hf.LedgerCallback``. Used by tests/capture/test
 and under ``torchrun --nproc-per-node 2``.
 
     python tests/capture/hf_train.py OUTPUT_DIR STEPS [SAVE_STEPS] [FAIL_AT_STEP]
+
+``TL_EVAL_STEPS=N`` evaluates every N steps; ``TL_STAMPS=FILE`` writes the hooks' own times (JSON lines) there,
+from a callback that runs right after the ledger's.
 """
 
+import json
 import os
 import sys
+import time
 
 import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
@@ -24,6 +29,29 @@ class FailAt(TrainerCallback):
             raise RuntimeError(f"injected failure at step {self.step}")
 
 
+class Stamps(TrainerCallback):
+    """The hooks' own times: what the goodput phases must match."""
+
+    def __init__(self, path):
+        self.fh = open(path, "a")
+
+    def _stamp(self, hook):
+        self.fh.write(json.dumps([hook, time.time()]) + "\n")
+        self.fh.flush()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._stamp("step_begin")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._stamp("step_end")
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._stamp("evaluate")
+
+    def on_save(self, args, state, control, **kwargs):
+        self._stamp("save")
+
+
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
     save = int(sys.argv[3]) if len(sys.argv) > 3 else 0
@@ -33,11 +61,16 @@ def main() -> None:
     args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, use_cpu=True,
                              report_to=[], logging_steps=1, save_strategy="steps" if save else "no",
                              save_steps=save or 500, include_num_input_tokens_seen="all", disable_tqdm=True,
-                             dataloader_num_workers=0, learning_rate=1e-3)
+                             dataloader_num_workers=0, learning_rate=1e-3,
+                             **({"eval_strategy": "steps", "eval_steps": int(os.environ["TL_EVAL_STEPS"]),
+                                 "per_device_eval_batch_size": BATCH} if os.environ.get("TL_EVAL_STEPS") else {}))
     callbacks = [LedgerCallback(project=os.environ.get("TL_PROJECT", "hf"), name="hf-tiny-gpt2")]
+    if os.environ.get("TL_STAMPS"):
+        callbacks.append(Stamps(os.environ["TL_STAMPS"]))
     if fail:
         callbacks.append(FailAt(fail))
-    Trainer(model=model, args=args, train_dataset=Tokens(labels=True), callbacks=callbacks).train()
+    evals = Tokens(labels=True) if os.environ.get("TL_EVAL_STEPS") else None
+    Trainer(model=model, args=args, train_dataset=Tokens(labels=True), eval_dataset=evals, callbacks=callbacks).train()
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 processes started from plain ``python``. Used by tests/capture/test_frameworks.py.
 
     python tests/capture/lightning_train.py OUTPUT_DIR STEPS
+
+``TL_VAL_STEPS=N`` validates and saves a checkpoint every N steps; ``TL_STAMPS=FILE`` writes the hooks' own
+times (JSON lines) there, from a callback that runs right after the ledger's.
 """
 
+import json
 import os
 import sys
+import time
 
 import lightning as L
 import torch
@@ -26,18 +31,55 @@ class TinyLlama(L.LightningModule):
     def training_step(self, batch, batch_idx):
         return self.model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
 
+    def validation_step(self, batch, batch_idx):
+        return self.model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
+
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class Stamps(L.Callback):
+    """The hooks' own times: what the goodput phases must match."""
+
+    def __init__(self, path):
+        self.fh = open(path, "a")
+
+    def _stamp(self, hook):
+        self.fh.write(json.dumps([hook, time.time()]) + "\n")
+        self.fh.flush()
+
+    def on_validation_start(self, trainer, pl_module):
+        self._stamp("validation_start")
+
+    def on_validation_end(self, trainer, pl_module):
+        self._stamp("validation_end")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._stamp("save_checkpoint")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._stamp("train_batch_start")
+
+    def on_train_end(self, trainer, pl_module):
+        self._stamp("train_end")
 
 
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
     devices = int(os.environ.get("DEVICES", "1"))
+    val = int(os.environ.get("TL_VAL_STEPS", "0"))
+    callbacks = [LedgerCallback(project="lightning", name="lightning-tiny-llama")]
+    if val:
+        callbacks.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=out, every_n_train_steps=val, save_top_k=-1))
+    if os.environ.get("TL_STAMPS"):
+        callbacks.append(Stamps(os.environ["TL_STAMPS"]))
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
                         max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=out, callbacks=[LedgerCallback(project="lightning", name="lightning-tiny-llama")])
-    trainer.fit(TinyLlama(), torch.utils.data.DataLoader(Tokens(), batch_size=BATCH))
+                        default_root_dir=out, callbacks=callbacks, num_sanity_val_steps=0,
+                        **({"val_check_interval": val, "limit_val_batches": 2} if val else {}))
+    loader = torch.utils.data.DataLoader(Tokens(), batch_size=BATCH)
+    trainer.fit(TinyLlama(), loader, loader if val else None)
 
 
 if __name__ == "__main__":

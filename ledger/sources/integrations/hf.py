@@ -9,7 +9,12 @@ Tokens are the Trainer's ``state.num_input_tokens_seen`` (the global count, set
 with ``include_num_input_tokens_seen``; without it no token count is recorded),
 the loss and the other logged numbers come from ``on_log``, every ``on_save``
 is a checkpoint (``<output_dir>/checkpoint-<step>``), ``on_train_end`` ends the
-run. The callback runs on every rank; only rank 0 records. MFU needs
+run. Phases for the goodput account (:mod:`ledger.sources.phases`): steps from
+``on_step_begin`` to ``on_step_end``; an evaluation from the step's end (or the
+last hook) to ``on_evaluate``; a checkpoint save from the last hook to ``on_save``
+(the Trainer has no hook before either starts, so these are the callbacks' own
+timestamps); start-up from ``on_train_begin`` to the first step (a checkpoint the
+Trainer restores before ``on_train_begin`` is not seen). The callback runs on every rank; only rank 0 records. MFU needs
 ``flops_per_token`` (default: Hugging Face's own estimate, 6 × the model's
 non-embedding parameters, the figure ``Trainer.floating_point_ops`` uses) and a
 GPU. A run that dies in the training loop (an exception, SIGTERM) is ended
@@ -22,6 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 from typing import Any, Optional
 
 from transformers import TrainerCallback
@@ -42,6 +48,7 @@ class LedgerCallback(TrainerCallback):
         self.track_kwargs = track_kwargs
         self.run: Optional[TrackedRun] = None
         self._error: Optional[BaseException] = None
+        self._mark = 0.0  # time of the last step end, eval or save: where the next eval or save began
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         fpt = self.flops_per_token
@@ -57,9 +64,20 @@ class LedgerCallback(TrainerCallback):
     def _tokens(self, state) -> Optional[int]:
         return state.num_input_tokens_seen or None
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.run is not None:
+            self.run.step_begin()
+
     def on_step_end(self, args, state, control, **kwargs):
         if self.run is not None:
             self.run.log(step=state.global_step, tokens_total=self._tokens(state))
+            self._mark = time.time()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.run is not None and self._mark:
+            now = time.time()
+            self.run.phase_span("eval", now - self._mark)
+            self._mark = now
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.run is None or not logs or "train_loss" in logs:  # "train_loss": the end-of-training summary
@@ -70,8 +88,10 @@ class LedgerCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if self.run is not None:
-            self.run.checkpoint(step=state.global_step,
+            now = time.time()
+            self.run.checkpoint(step=state.global_step, seconds=(now - self._mark) if self._mark else None,
                                 path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+            self._mark = now
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.run is not None:

@@ -9,13 +9,19 @@ function of the batch; default: the number of elements of the batch's
 ``input_ids``, or of the batch when it is one tensor) × the world size; the
 loss is the training step's output; every checkpoint Lightning saves is
 recorded (``on_save_checkpoint``); ``on_train_end`` and ``on_exception`` end the
-run. The callback runs on every rank; only global rank 0 records. Under
+run. The run opens at ``setup`` (fit), so the goodput account sees start-up,
+the checkpoint restore (``on_load_checkpoint`` to ``on_train_start``) and the
+sanity check; steps are ``on_train_batch_start`` to ``on_train_batch_end``;
+validation (``on_validation_start`` to ``on_validation_end``) is ``eval``; a save
+runs from ``on_save_checkpoint`` (called before the file is written) to the next
+hook that fires (:mod:`ledger.sources.phases`). The callback runs on every rank; only global rank 0 records. Under
 ``trainledger run`` the wrapper records the status, the nodes and the utilization.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Optional, Union
 
 from lightning.pytorch import Callback
@@ -41,12 +47,53 @@ class LedgerCallback(Callback):
         self.tokens_per_batch = tokens_per_batch
         self.track_kwargs = track_kwargs
         self.run: Optional[TrackedRun] = None
+        self._loaded_at: Optional[float] = None  # on_load_checkpoint: a restore in progress
+        self._saving: Optional[tuple[float, int, Any]] = None  # on_save_checkpoint: (began, step, dir)
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def _open(self, trainer) -> None:
+        if self.run is not None and self.run._open:
+            return
         env = dict(os.environ)
         env.update(RANK=str(trainer.global_rank), WORLD_SIZE=str(trainer.world_size),
                    LOCAL_WORLD_SIZE=str(trainer.num_devices))
         self.run = TrackedRun(self.project, env=env, **self.track_kwargs).start()
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self._open(trainer)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._loaded_at = time.time()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._open(trainer)
+        if self._loaded_at is not None:
+            self.run.phase_span("checkpoint_restore", time.time() - self._loaded_at)
+            self._loaded_at = None
+
+    def _saved(self) -> None:
+        """The save begun at ``on_save_checkpoint`` is over by the next hook: record the checkpoint and its time."""
+        if self._saving is not None and self.run is not None:
+            began, step, path = self._saving
+            self._saving = None
+            self.run.checkpoint(step=step, path=path, seconds=time.time() - began)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._saved()
+        if self.run is not None and self.run.active:
+            self.run.step_begin()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._saved()
+        if self.run is not None and self.run.active:
+            self._eval = self.run.phase("eval")
+            self._eval.__enter__()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        eval_ = getattr(self, "_eval", None)
+        if eval_ is not None:
+            self._eval = None
+            eval_.__exit__(None, None, None)
 
     def _tokens(self, batch: Any, world: int) -> Optional[int]:
         t = self.tokens_per_batch
@@ -62,11 +109,13 @@ class LedgerCallback(Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.run is not None:
+            self._saved()
             ckpt = trainer.checkpoint_callback
-            self.run.checkpoint(step=trainer.global_step, path=getattr(ckpt, "dirpath", None))
+            self._saving = (time.time(), trainer.global_step, getattr(ckpt, "dirpath", None))
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.run is not None:
+            self._saved()
             self.run.finish(None)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

@@ -1,0 +1,173 @@
+"""Phases captured by real runs: Hugging Face and Lightning callbacks (durations from their own hook times)
+and a ``ledger.track`` run killed after a checkpoint and resumed (lost work, restore, recovery)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from sqlmodel import Session, select
+
+from ledger.money.goodput import Category, goodput_account, phase_timeline
+from ledger.money.months import month_of
+from ledger.store.db import make_engine
+from ledger.store.models import Run, RunPhase, RunStatus
+from ledger.store.settings import display_timezone
+from tests.capture.conftest import HERE, REPO, all_runs
+from tests.helpers import add_fleet
+
+pytestmark = pytest.mark.slow
+
+
+def _python(script: str, *args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(HERE / script), *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+def _stamps(path) -> list[tuple[str, float]]:
+    return [tuple(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def _phases(url: str, run_id: str) -> dict[str, RunPhase]:
+    engine = make_engine(url)
+    try:
+        with Session(engine) as s:
+            return {r.phase: r for r in s.exec(select(RunPhase).where(RunPhase.run_id == run_id)).all()}
+    finally:
+        engine.dispose()
+
+
+def _account(url: str, run: Run):
+    engine = make_engine(url)
+    try:
+        with Session(engine) as s:
+            now = run.ended_at + timedelta(minutes=1)
+            rep = goodput_account(s, month=month_of(run.started_at, display_timezone(s)), run_id=run.id, now=now)
+            return rep, phase_timeline(s, run.id)
+    finally:
+        engine.dispose()
+
+
+def _spans(stamps, ends: str, starts: tuple[str, ...]) -> list[float]:
+    """Durations from the latest stamp in ``starts`` to each ``ends`` stamp."""
+    out, last = [], None
+    for hook, t in stamps:
+        if hook == ends and last is not None:
+            out.append(t - last)
+        if hook in starts or hook == ends:
+            last = t
+    return out
+
+
+def test_hf_run_with_a_save_and_an_eval_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
+    pytest.importorskip("transformers")
+    stamps = tmp_path / "stamps.jsonl"
+    env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_EVAL_STEPS": "3", "TL_STAMPS": str(stamps)}
+    out = _python("hf_train.py", tmp_path / "out", 6, 3, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = all_runs(ledger_url)
+    rows = _phases(ledger_url, run.id)
+    st = _stamps(stamps)
+    evals = _spans(st, "evaluate", ("step_end", "save"))
+    saves = _spans(st, "save", ("step_end", "evaluate"))
+    assert (rows["eval"].count, rows["checkpoint_save"].count, rows["step"].count) == (2, 2, 6)
+    assert rows["eval"].seconds == pytest.approx(sum(evals), abs=0.01) and rows["eval"].seconds > 0
+    assert rows["checkpoint_save"].seconds == pytest.approx(sum(saves), abs=0.01) and rows["checkpoint_save"].seconds > 0
+    rep, timeline = _account(ledger_url, run)
+    (acct,) = rep.runs
+    assert acct.cost[Category.eval] > 0 and acct.cost[Category.checkpoint_save] > 0
+    assert sum(acct.cost.values()) == acct.total_cost == acct.run_cost
+    assert {r["phase"] for r in timeline} >= {"startup", "step", "eval", "checkpoint_save"}
+
+
+def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
+    pytest.importorskip("lightning")
+    stamps = tmp_path / "stamps.jsonl"
+    env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3", "TL_STAMPS": str(stamps)}
+    out = _python("lightning_train.py", tmp_path / "out", 6, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = all_runs(ledger_url)
+    rows = _phases(ledger_url, run.id)
+    st = _stamps(stamps)
+    evals = [b[1] - a[1] for a, b in zip(st, st[1:]) if a[0] == "validation_start" and b[0] == "validation_end"]
+    saves = []
+    for i, (hook, t) in enumerate(st):
+        if hook == "save_checkpoint":
+            nxt = next(u for h, u in st[i + 1:] if h in ("train_batch_start", "validation_start", "train_end",
+                                                          "save_checkpoint"))
+            saves.append(nxt - t)
+    assert len(evals) == rows["eval"].count == 2 and len(saves) == rows["checkpoint_save"].count >= 2
+    assert rows["eval"].seconds == pytest.approx(sum(evals), abs=0.01) and rows["eval"].seconds > 0
+    assert rows["checkpoint_save"].seconds == pytest.approx(sum(saves), abs=0.01) and rows["checkpoint_save"].seconds > 0
+    rep, _ = _account(ledger_url, run)
+    (acct,) = rep.runs
+    assert acct.cost[Category.eval] > 0 and acct.cost[Category.checkpoint_save] > 0
+    assert sum(acct.cost.values()) == acct.total_cost
+
+
+def _wait_checkpoint(url: str, run_id: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Poll the ledger until the run's checkpoint is there and a heartbeat after it (work to lose), or fail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        engine = make_engine(url)
+        try:
+            with Session(engine) as s:
+                run = s.get(Run, run_id)
+                if run is not None and run.last_checkpoint_step == 3 and run.heartbeat_at > run.last_checkpoint_at:
+                    return
+        finally:
+            engine.dispose()
+        time.sleep(0.2)
+    raise AssertionError("the run never recorded its checkpoint")
+
+
+def test_a_run_killed_after_a_checkpoint_and_resumed_shows_lost_work_restore_and_recovery(ledger_url, capture_env,
+                                                                                          tmp_path):
+    from ledger.runs.registry import reap_stale
+    from ledger.sources.journal import sync_all
+
+    engine = make_engine(ledger_url)
+    with Session(engine) as s:
+        add_fleet(s, 8)  # an owned fleet: the recovery gap is held capacity, priced at its idle rate
+        s.commit()
+    env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url}
+    (tmp_path / "ckpt").mkdir()
+    first = subprocess.Popen([sys.executable, str(HERE / "phase_job.py"), "gp-1", str(tmp_path / "ckpt"), "6",
+                              "--hang-after-checkpoint"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        _wait_checkpoint(ledger_url, "gp-1", first)
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    sync_all(engine, tmp_path / "journal")  # what the killed writer journaled but had not applied
+    with Session(engine) as s:
+        assert reap_stale(s, now=s.get(Run, "gp-1").heartbeat_at + timedelta(hours=1)) == 1
+        s.commit()
+    out = _python("phase_job.py", "gp-2", tmp_path / "ckpt", 8, "--resume-of", "gp-1", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with Session(engine) as s:
+        runs = {r.id: r for r in s.exec(select(Run)).all()}
+        assert runs["gp-1"].status == RunStatus.crashed and runs["gp-2"].status == RunStatus.succeeded
+        rep = goodput_account(s, month=month_of(runs["gp-2"].started_at, display_timezone(s)),
+                              now=runs["gp-2"].ended_at + timedelta(minutes=1))
+    engine.dispose()
+    acct = {a.run_id: a for a in rep.runs}
+    killed, resumed = acct["gp-1"], acct["gp-2"]
+    assert killed.cost[Category.lost_work] > 0 and killed.seconds[Category.lost_work] > 0
+    assert killed.cost[Category.lost_work] == next(r for r in rep.runs if r.run_id == "gp-1").cost[Category.lost_work]
+    assert resumed.seconds[Category.checkpoint_restore] > 0 and resumed.cost[Category.checkpoint_restore] > 0
+    gap = (runs["gp-2"].started_at - runs["gp-1"].ended_at).total_seconds()
+    assert gap > 0 and float(resumed.seconds[Category.recovery]) == pytest.approx(gap * runs["gp-2"].nodes, abs=1e-6)
+    assert resumed.cost[Category.recovery] == resumed.recovery_cost > 0
+    assert resumed.chain == "gp-1" and killed.chain == "gp-1"
+    (month,) = rep.months
+    assert month.goodput + month.badput + month.idle == month.spend
+    assert abs(month.identity_residual) < 1e-9

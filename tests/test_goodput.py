@@ -1,0 +1,189 @@
+"""The goodput account: its time split, its money split, and its identities (SQLite and PostgreSQL).
+
+Per run the categories add up to its cost exactly; per month goodput + badput + idle = spend exactly, and idle
+is the monthly report's idle less what recovery took from it (to the cent). Bad phase data is clipped and
+reported, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+from sqlmodel import Session, select
+
+from ledger.demo import generate_demo
+from ledger.money import costs
+from ledger.money.goodput import (
+    BADPUT,
+    CATEGORIES,
+    Category,
+    PhaseTotal,
+    account_seconds,
+    goodput_account,
+    split_cost,
+)
+from ledger.money.monthly import monthly_report
+from ledger.money.months import months_between
+from ledger.sources import phases as ph
+from ledger.sources.journal import Journal, sync_journal
+from ledger.store.db import make_engine, session_scope
+from ledger.store.models import Run, RunPhase, RunStatus
+from tests.helpers import add_fleet, add_run
+
+D = Decimal
+UTC = timezone.utc
+NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
+DEMO_MONTHS = months_between("2026-07", "2026-12")
+
+
+def _rows(**phases) -> dict[str, PhaseTotal]:
+    return {k: PhaseTotal(*v) if isinstance(v, tuple) else PhaseTotal(v, 1) for k, v in phases.items()}
+
+
+def test_a_run_s_time_splits_by_its_phases_and_the_rest_is_unattributed():
+    rows = _rows(startup=100.0, step=700.0, data=50.0, eval=30.0, checkpoint_save=20.0)
+    out = account_seconds(D(1000), D(0), 2, {"n0": rows}, False)
+    # one node reported for a 2-node run: its figures stand for both
+    assert out == {Category.productive: D(1400), Category.startup: D(200), Category.data_wait: D(100),
+                   Category.checkpoint_save: D(40), Category.checkpoint_restore: D(0), Category.eval: D(60),
+                   Category.lost_work: D(0), Category.recovery: D(0), Category.straggler_wait: D(0),
+                   Category.unattributed: D(200)}
+
+
+def test_an_interrupted_run_keeps_its_checkpoint_s_figures_and_loses_the_rest():
+    rows = {"startup": PhaseTotal(100.0, 1, 100.0, 1), "step": PhaseTotal(800.0, 80, 500.0, 50),
+            "checkpoint_save": PhaseTotal(20.0, 2, 10.0, 1)}
+    out = account_seconds(D(1000), D(350), 1, {"n0": rows}, True, recovery_s=D(90))
+    assert (out[Category.productive], out[Category.startup], out[Category.checkpoint_save]) == (D(500), D(100), D(10))
+    assert (out[Category.lost_work], out[Category.recovery], out[Category.unattributed]) == (D(350), D(90), D(40))
+    assert sum(out.values()) == D(1000 + 90)
+
+
+def test_a_run_seen_only_by_the_wrapper_is_all_unattributed_never_guessed():
+    out = account_seconds(D(3600), D(0), 4, {}, False)
+    assert out[Category.unattributed] == D(4 * 3600) and sum(out.values()) == D(4 * 3600)
+
+
+def test_phases_longer_than_the_run_are_clipped_and_reported():
+    quality: list[str] = []
+    rows = _rows(startup=-5.0, step=900.0, eval=400.0, checkpoint_restore=200.0)
+    out = account_seconds(D(1000), D(0), 1, {"n0": rows}, False, quality=quality)
+    # restore, then eval take their time first; steps get what is left
+    assert (out[Category.checkpoint_restore], out[Category.eval], out[Category.productive]) == (D(200), D(400), D(400))
+    assert out[Category.startup] == 0 and out[Category.unattributed] == 0 and sum(out.values()) == D(1000)
+    assert any("negative" in q for q in quality) and any("productive 900.000000s exceeds" in q for q in quality)
+    quality = []
+    out = account_seconds(D(100), D(250), 1, {}, True, quality=quality)
+    assert out[Category.lost_work] == D(100) and sum(out.values()) == D(100) and "clipped" in quality[0]
+
+
+def test_a_cost_splits_exactly_with_the_remainder_to_the_largest_category():
+    cost = D(100) / D(3)
+    weights = {Category.productive: D(7), Category.eval: D(1), Category.startup: D(1)}
+    out = split_cost(cost, D("1.11"), weights)
+    assert sum(out.values()) == cost and out[Category.lost_work] == D("1.11")
+    assert out[Category.eval] == out[Category.startup] == ((cost - D("1.11")) / 9).quantize(D("1e-12"), "ROUND_FLOOR")
+    assert split_cost(D(10), D(0), {})[Category.unattributed] == D(10)
+
+
+def test_the_aggregator_takes_nested_phases_out_of_steps_and_clips_bad_events():
+    agg = ph.PhaseAggregator(1000.0)
+    agg.feed([(ph.BEGIN, "checkpoint_restore", 1002.0), (ph.END, "checkpoint_restore", 1005.0),
+              (ph.STEP_BEGIN, None, 1010.0), (ph.BEGIN, "data", 1010.0), (ph.END, "data", 1011.0),
+              (ph.RANKS, (4.0, 2.0, 2.0, 4.0), 1015.0), (ph.STEP_END, None, 1015.0),
+              (ph.BEGIN, "eval", 1015.0), (ph.END, "eval", 1018.0),
+              (ph.BEGIN, "checkpoint_save", 1018.0), (ph.END, "checkpoint_save", 1020.0), (ph.CHECKPOINT, None, 1020.0),
+              (ph.STEP_BEGIN, None, 1020.0), (ph.END, "nothing", 1021.0), (ph.STEP_END, None, 1019.0),
+              (ph.BEGIN, "eval", 1022.0), (ph.BEGIN, "eval", 1023.0), (ph.END, "eval", 1024.0)])
+    rows = agg.rows()
+    assert rows["startup"][:2] == [7.0, 1]  # 10 s to the first step, less the 3 s restore
+    assert rows["straggler_wait"][:2] == [1.0, 1]  # (0 + 2 + 2 + 0) / 4
+    # step 1: 1010 → 1020 less data 1, straggler 1, eval 3, save 2 = 3; step 2 ended "at 1019" (held at 1021)
+    assert rows["step"][2:4] == [3.0, 1]
+    assert rows["eval"][:2] == [5.0, 3]  # 3 + the overlapping one closed at 1023 (1) + 1
+    assert {k: v[1] for k, v in rows.items() if k.startswith("quality:")} == {
+        "quality:end_without_begin": 1, "quality:out_of_order": 1, "quality:overlapping": 1}
+
+
+def test_a_journal_replayed_twice_sets_the_same_phase_rows(ledger_url, tmp_path):
+    engine = make_engine(ledger_url)
+    journal = Journal(tmp_path, "ph-1")
+    now = datetime.now(UTC).isoformat()
+    journal.append([{"type": "run", "fields": {"status": "running", "node_type": "rtx4090-8x", "nodes": 1,
+                                               "gpus_per_node": 8, "started_at": now}},
+                    {"type": "phases", "node": "h0", "rows": {"eval": [3.5, 2, 1.5, 1, now, now], "step": [9.0, 9]}},
+                    {"type": "phases", "node": "h0", "rows": {"eval": [4.5, 3, 1.5, 1, now, now]}}])
+    assert sync_journal(engine, journal) == 3
+    journal.mark_applied(0)
+    assert sync_journal(engine, journal) == 3
+    with Session(engine) as s:
+        rows = {r.phase: (r.seconds, r.count, r.ckpt_seconds) for r in s.exec(select(RunPhase)).all()}
+    assert rows == {"eval": (4.5, 3, 1.5), "step": (9.0, 9, None)}
+    engine.dispose()
+
+
+@pytest.fixture
+def demo_session(ledger_url):
+    engine = make_engine(ledger_url)
+    with session_scope(engine) as s:
+        generate_demo(s, end_month=DEMO_MONTHS[-1], now=NOW)
+    with Session(engine) as s:
+        yield s
+    engine.dispose()
+
+
+@pytest.mark.slow
+def test_the_identities_hold_for_every_run_and_month_of_the_demo(demo_session):
+    s = demo_session
+    recovered = 0
+    for month in DEMO_MONTHS:
+        rep = goodput_account(s, month=month, now=NOW)
+        report = monthly_report(s, month, now=NOW)
+        (m,) = rep.months
+        assert m.goodput + m.badput + m.idle == m.spend == report.summary["actual_cost"]
+        recovery = sum((r.recovery_cost for r in rep.runs), D(0))
+        assert costs.cents(m.idle) == costs.cents(report.summary["idle_cost"] - recovery)
+        assert abs(m.identity_residual) < D("1e-9")
+        assert costs.cents(m.by_category[Category.lost_work]) == costs.cents(report.summary["lost_work_cost"])
+        lines = {r.run_id: r for r in report.runs}
+        assert {r.run_id for r in rep.runs} == set(lines)
+        for r in rep.runs:
+            assert sum(r.cost.values()) == r.total_cost == lines[r.run_id].cost + r.recovery_cost
+            assert r.cost[Category.lost_work] == lines[r.run_id].lost_work_cost
+            assert r.recovery_cost == 0 or r.resume_of is not None
+            assert all(v >= 0 for v in r.cost.values()) and not r.data_quality
+        recovered += recovery > 0
+        assert m.by_category[Category.productive] > 0 and all(m.by_category[c] >= 0 for c in BADPUT)
+    assert recovered >= 1  # the demo's restart chains hold capacity between attempts
+
+
+def test_the_cli_prints_the_api_s_figures_and_refuses_bad_input(cli, ledger_url):
+    engine = make_engine(ledger_url)
+    with session_scope(engine) as s:
+        add_fleet(s, 8)
+        add_run(s, "a", datetime(2026, 11, 3, tzinfo=UTC), 10, nodes=2, status=RunStatus.failed)
+        s.get(Run, "a").last_checkpoint_at = datetime(2026, 11, 3, 6, tzinfo=UTC)
+        add_run(s, "b", datetime(2026, 11, 3, 12, tzinfo=UTC), 5, nodes=2)
+        s.get(Run, "b").resume_of = "a"
+    res = cli("goodput", "--month", "2026-11", "--json", "--now", "2026-12-02T00:00:00Z")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    with Session(engine) as s:
+        rep = goodput_account(s, month="2026-11", now=datetime(2026, 12, 2, tzinfo=UTC))
+    engine.dispose()
+    (m,) = data["months"]
+    assert m["spend"] == str(costs.cents(rep.months[0].spend)) and m["runs"] == 2
+    runs = {r["run_id"]: r for r in data["runs"]}
+    # a: 4 h after its checkpoint lost of 10 h; b: resumed 2 h after a ended, on an owned fleet: recovery
+    assert runs["a"]["node_hours"]["lost_work"] == 8.0 and runs["a"]["node_hours"]["unattributed"] == 12.0
+    assert runs["b"]["node_hours"]["recovery"] == 4.0 and D(runs["b"]["recovery_cost"]) > 0
+    assert set(runs["a"]["cost"]) == {c.value for c in CATEGORIES}
+    text = cli("goodput", "show", "--month", "2026-11", "--now", "2026-12-02T00:00:00Z")
+    assert text.exit_code == 0 and "bought kept training progress" in text.output and "recovery" in text.output
+    for args, field in ((["--month", "2026-13"], "--month"), (["--run", "../x"], "--run"),
+                        (["--project", "nope"], "--project")):
+        bad = cli("goodput", *args)
+        assert bad.exit_code == 2 and field in bad.output and "Traceback" not in bad.output
