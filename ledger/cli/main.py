@@ -22,6 +22,7 @@ from ledger.cli import (
     forecast,
     fx,
     goodput,
+    goodput_ops,
     imports,
     metrics,
     plan,
@@ -56,18 +57,7 @@ _register_parts()
 for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):
     _module.register(app)
 goodput.register(app)
-
-
-def _goodput_interim() -> None:  # until the goodput group (issue #25 core) lands: h25b's commands under it
-    from ledger.cli import goodput_ops
-    from ledger.cli.common import group
-
-    g = group("Goodput: what every paid GPU-hour bought.")
-    goodput_ops.register_commands(g)
-    app.add_typer(g, name="goodput")
-
-
-_goodput_interim()
+goodput_ops.register_commands(goodput.app)  # `goodput idle` and `goodput advise` (issue #25, h25b)
 
 
 def main() -> None:
