@@ -116,3 +116,28 @@ def test_run_detail_shows_its_phases_per_node(demo_url, app_env, monkeypatch):
     assert len(want) > 0 and len(table) == len(want)
     assert [(r["node"], r["phase"], r["count"]) for r in want] == list(zip(table["node"], table["phase"], table["count"]))
     assert [D(repr(r["seconds"])) for r in want] == [D(repr(x)) for x in table["seconds"]]
+
+
+def test_goodput_page_on_day_3_is_to_date(tmp_path_factory, app_env, monkeypatch):
+    """On 2026-12-03 the month is to date: every figure says so, and equals the account and idle map at that instant."""
+    from tests.app.test_dashboard_month_to_date import DAY3, LABEL, build_day3
+    from tests.app.test_dashboard_month_to_date import MONTH as DEC
+
+    url = build_day3(f"sqlite:///{tmp_path_factory.mktemp('gp-day3') / 'ledger.db'}")
+    monkeypatch.setenv("TRAINLEDGER_NOW", DAY3.isoformat())
+    app_env(url)
+    at = run_page(make_app(DEC), "goodput")
+    from ledger.money.goodput import goodput_account
+    from ledger.money.occupancy import month_occupancy
+    from tests.app.helpers import with_session
+
+    m = with_session(url, lambda s: goodput_account(s, month=DEC, now=DAY3)).months[0]
+    occ = with_session(url, lambda s: month_occupancy(s, DEC, now=DAY3))
+    shown = metrics(at)
+    assert shown["Spend, to date (CNY)"] == _money(m.spend) and shown["Goodput, to date (CNY)"] == _money(m.goodput)
+    assert shown["Idle cost, to date (CNY)"] == _money(occ.idle_cost)
+    assert occ.period == LABEL and len(occ.hours) == 2 * 24 + 8  # 00:00 on the 1st to 07:07:30 on the 3rd
+    assert any(LABEL in x.value for x in at.info)
+    at.switch_page("pages/overview.py").run()
+    line = next(x.value for x in at.markdown if x.value.startswith("**Goodput"))
+    assert line.startswith(f"**Goodput ({LABEL}):** of {_money(m.spend)} CNY")
