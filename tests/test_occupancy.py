@@ -264,3 +264,17 @@ def test_recovery_beyond_an_hours_idle_moves_to_the_spans_other_idle_hours(sessi
     # the 3 node-hours beyond the gap's idle go to the month's other idle hours, by the idle each has
     assert sum(h.recovery_cost for h in occ.hours) == cents(D(12) * IDLE_RATE)
     assert all(h.recovery_cost <= h.idle_cost for h in occ.hours)
+
+
+def test_a_dst_month_has_its_repeated_hour_twice_and_one_heat_map_cell(session):
+    from ledger.store.settings import set_setting
+
+    set_setting(session, "timezone", "America/New_York")  # 2026-11-01: 02:00 EDT → 01:00 EST, a 721-hour month
+    add_fleet(session, 8)
+    occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
+    assert len(occ.hours) == 721 and [(h.day, h.hour) for h in occ.hours[:3]] == [
+        ("2026-11-01", 0), ("2026-11-01", 1), ("2026-11-01", 1)]
+    cells = heat_map(occ, "held_node_hours")
+    assert len(cells) == 720 and cells[1] == {"day": "2026-11-01", "hour": 1, "held_node_hours": 16}
+    assert occ.idle_cost == cents(monthly_report(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC)
+                                                 ).summary["idle_cost"]) == sum(h.idle_cost for h in occ.hours)
