@@ -51,6 +51,9 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
     assert metrics(at)["Idle cost (USD)"] == f"{D(want['idle_cost']):,.2f}"
     days = _table(at, "day")
     assert [D(x.replace(",", "")) for x in days["idle (USD)"]] == [D(d["idle_cost"]) for d in want["days"]]
+    m = _account(demo_url, currency="USD").months[0]
+    assert m.currency == "USD" and metrics(at)["Spend (USD)"] == _money(m.spend)
+    assert metrics(at)["Goodput (USD)"] == _money(m.goodput) and metrics(at)["Badput (USD)"] == _money(m.badput)
 
 
 def _account(url: str, month: str = MONTH, currency=None):
