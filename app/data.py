@@ -115,8 +115,15 @@ def report(url: str, month: str, lines: bool = False, currency: Optional[str] = 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def presented(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> dict[str, Any]:
-    """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use."""
-    return presented_report(report(url, month, lines, currency))
+    """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use (with each run
+    line's goodput and badput, as ``report monthly`` writes them)."""
+    rep = report(url, month, lines, currency)
+    if not rep.runs:
+        return presented_report(rep)
+    from ledger.reports.goodput_columns import run_goodput
+
+    with read_session(url) as s:
+        return presented_report(rep, run_goodput(s, rep, now()))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

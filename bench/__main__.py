@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from bench import RESULTS_DIR, ROOT, Result, log
 
 KEYS = ("tracking_overhead", "wrapper_overhead", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard",
-        "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m")
+        "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m", "goodput")
 
 
 def _mfu(quick: bool) -> Result:
@@ -66,7 +66,8 @@ def _runner(key: str) -> Callable[[bool], Result]:
     module, _, fn = {"tracking_overhead": "bench.overhead", "wrapper_overhead": "bench.capture:run_wrapper",
                      "api_overhead": "bench.capture:run_api", "ingest_sqlite": "bench.ingest",
                      "ingest_pg": "bench.ingest_pg", "rollup": "bench.rollup", "dashboard": "bench.dashboard",
-                     "runs_list": "bench.runs_list", "exporter": "bench.exporter", "plan_recommend": "bench.plan"}[key].partition(":")
+                     "runs_list": "bench.runs_list", "exporter": "bench.exporter", "plan_recommend": "bench.plan",
+                     "goodput": "bench.goodput"}[key].partition(":")
     return getattr(importlib.import_module(module), fn or "run")
 
 

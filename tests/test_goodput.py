@@ -187,3 +187,29 @@ def test_the_cli_prints_the_api_s_figures_and_refuses_bad_input(cli, ledger_url)
                         (["--project", "nope"], "--project")):
         bad = cli("goodput", *args)
         assert bad.exit_code == 2 and field in bad.output and "Traceback" not in bad.output
+
+
+def test_the_monthly_export_and_focus_carry_goodput_and_badput_per_run(session):
+    from ledger.reports.export import presented_report
+    from ledger.reports.focus import focus_export
+    from ledger.reports.goodput_columns import run_goodput
+
+    add_fleet(session, 8)
+    add_run(session, "a", datetime(2026, 11, 3, tzinfo=UTC), 10, nodes=2, status=RunStatus.failed)
+    session.get(Run, "a").last_checkpoint_at = datetime(2026, 11, 3, 6, tzinfo=UTC)
+    add_run(session, "b", datetime(2026, 11, 30, 20, tzinfo=UTC), 8, nodes=2, offer_name="rtx4090-rent")
+    session.add(RunPhase(run_id="b", node="h", phase="step", seconds=6 * 3600.0, count=10))
+    session.commit()
+    now = datetime(2026, 12, 3, tzinfo=UTC)
+    rep = monthly_report(session, "2026-11", now=now)
+    split = run_goodput(session, rep, now)
+    p = presented_report(rep, split)
+    runs = {r["run_id"]: r for r in p["runs"]}
+    assert runs["a"]["goodput_cost"] == "0.00" and runs["a"]["badput_cost"] == runs["a"]["cost"]
+    b = runs["b"]
+    assert D(b["goodput_cost"]) + D(b["badput_cost"]) == D(b["cost"]) and D(b["goodput_cost"]) > 0
+    # b runs 4 h in November, its steps 6 of its 8 h: its November cost splits 3:1
+    assert abs(split["b"][0] - rep.runs[1].cost * 3 / 4) < D("1e-9")
+    rows = [r for r in focus_export(session, "2026-11", now=now).rows if r["x_RunId"]]
+    assert all(r["x_GoodputCost"] + r["x_BadputCost"] == r["EffectiveCost"] for r in rows)
+    assert costs.cents(sum((r["x_GoodputCost"] for r in rows), D(0))) == costs.cents(split["a"][0] + split["b"][0])

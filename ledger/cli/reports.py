@@ -31,6 +31,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
     from ledger.money.monthly import monthly_report
     from ledger.reports.export import presented_report
+    from ledger.reports.goodput_columns import run_goodput
     from ledger.reports.present import key_values
     from ledger.store.files import check_output, write_output
 
@@ -44,7 +45,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     from ledger.reports.quality import render_report, with_warnings
 
     with session(db) as s:
-        p = presented_report(monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency))
+        rep = monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency)
+        p = presented_report(rep, run_goodput(s, rep, clock(now)))
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
     data = render_report(p, fmt)

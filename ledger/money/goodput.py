@@ -77,6 +77,8 @@ class Category(str, enum.Enum):
     straggler_wait = "straggler_wait"
     unattributed = "unattributed"
 
+    __hash__ = str.__hash__  # C-level hashing: categories key every per-run dict (Enum's own hash is Python code)
+
 
 CATEGORIES: tuple[Category, ...] = tuple(Category)
 BADPUT: tuple[Category, ...] = tuple(c for c in Category if c is not Category.productive)
@@ -323,6 +325,6 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
 def sum_categories(items: Iterable[Mapping[Category, Decimal]]) -> dict[Category, Decimal]:
     out = zero_account()
     for d in items:
-        for c in CATEGORIES:
-            out[c] += d.get(c, ZERO)
+        for c, v in d.items():
+            out[c] += v
     return out

@@ -236,6 +236,12 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
     return None if x is None else float(x.quantize(Decimal("0.0001")))
 
 
+def run_accounts(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> list[RunAccount]:
+    """The goodput account of every run line of an already computed monthly report (the exports use it)."""
+    builder = _MonthBuilder(session, rep, now or utcnow(), display_timezone(session))
+    return builder.build()[1]
+
+
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
     r = goodput_ratio(part, whole)
     return None if r is None else r * HUNDRED
@@ -280,19 +286,23 @@ def build_account(session: Session, *, month: Optional[str] = None, project: Opt
 
 def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
     """Runs summed per chain or project: cost by category, goodput %, ETTR (productive ÷ all node-time)."""
-    groups: dict[str, list[RunAccount]] = defaultdict(list)
+    acc: dict[str, list] = {}
     for r in runs:
-        groups[getattr(r, key)].append(r)
+        g = acc.get(getattr(r, key))
+        if g is None:
+            g = acc[getattr(r, key)] = [set(), zero_account(), ZERO, ZERO, ZERO]
+        g[0].add(r.run_id)
+        for c, v in r.cost.items():
+            g[1][c] += v
+        g[2] += r.total_cost
+        g[3] += r.seconds[Category.productive]
+        g[4] += sum(r.seconds.values(), ZERO)
     out = []
-    for name in sorted(groups):
-        rs = groups[name]
-        cost = sum_categories(r.cost for r in rs)
-        secs = sum_categories(r.seconds for r in rs)
-        total = sum((r.total_cost for r in rs), ZERO)
-        out.append({key: name, "runs": len({r.run_id for r in rs}), "total_cost": total,
+    for name in sorted(acc):
+        ids, cost, total, productive, seconds = acc[name]
+        out.append({key: name, "runs": len(ids), "total_cost": total,
                     "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
-                    "goodput_pct": _pct(cost[Category.productive], total),
-                    "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
+                    "goodput_pct": _pct(cost[Category.productive], total), "ettr": _ratio(goodput_ratio(productive, seconds)),
                     "cost": {c.value: cost[c] for c in CATEGORIES}})
     return out
 
@@ -324,4 +334,4 @@ def load_timeline(session: Session, run_id: str) -> list[dict[str, Any]]:
              "first_at": r.first_at, "last_at": r.last_at} for r in rows]
 
 
-__all__ = ["build_account", "load_timeline", "zero_account"]
+__all__ = ["build_account", "load_timeline", "run_accounts", "zero_account"]

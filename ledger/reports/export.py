@@ -34,7 +34,7 @@ PROJECT_COLUMNS = ["project", "runs", "node_hours", "gpu_hours", "tokens", "cost
 RUN_COLUMNS = ["run_id", "name", "project", "user", "status", "strategy", "node_type", "offer", "nodes",
                "gpus_per_node", "start", "end", "node_hours", "gpu_hours", "tokens", "gpu_util_mean",
                "util_source", "mfu", "cost", "cost_if_elastic", "cost_if_own", "split", "lost_gpu_hours",
-               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis"]
+               "lost_work_cost", "energy_kwh", "co2e_kg", "co2e_basis", "goodput_cost", "badput_cost"]
 NODE_TYPE_COLUMNS = ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost", "idle_cost",
                      "own_offer", "own_nodes", "own_nodes_from", "own_cost", "elastic_offer", "elastic_cost",
                      "reserved_offer", "reserved_cost"]
@@ -71,8 +71,10 @@ def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
     return out, rounded[len(known):]
 
 
-def presented_report(rep: MonthlyReport) -> dict[str, Any]:
-    """The report rounded for people: JSON-ready dict with summary, node types, projects, runs."""
+def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decimal]] | None = None) -> dict[str, Any]:
+    """The report rounded for people: JSON-ready dict with summary, node types, projects, runs. ``goodput``:
+    run id → (goodput cost, badput cost) (``ledger.reports.goodput_columns.run_goodput``); each line's two
+    add up to its presented cost."""
     s = rep.summary
     # idle is presented on its own (so the summary never depends on the run lines); the
     # lines share the rest of the presented total
@@ -93,11 +95,14 @@ def presented_report(rep: MonthlyReport) -> dict[str, Any]:
         row = jsonable(p)
         row["cost"] = str(c)
         projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
+    good = [goodput[r.run_id][0] if goodput and r.run_id in goodput else None for r in rep.runs]
+    run_good, _ = _rounded_column(good, [], sum((g for g in good if g is not None), ZERO))
     runs = []
-    for r, c, ce, co, lw in zip(rep.runs, run_cost, run_el, run_own, run_lost):
+    for r, c, ce, co, lw, g in zip(rep.runs, run_cost, run_el, run_own, run_lost, run_good):
         row = jsonable(r)
         row.update(cost=str(c), cost_if_elastic=None if ce is None else str(ce),
-                   cost_if_own=None if co is None else str(co), lost_work_cost=str(lw))
+                   cost_if_own=None if co is None else str(co), lost_work_cost=str(lw),
+                   goodput_cost=None if g is None else str(g), badput_cost=None if g is None else str(c - g))
         runs.append({k: row.get(k) for k in RUN_COLUMNS})
     node_types = [{k: v for k, v in jsonable(n).items() if k in NODE_TYPE_COLUMNS} for n in rep.node_types]
     return {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}

@@ -58,11 +58,11 @@ FOCUS_COLUMNS = [
 FOCUS_13_COLUMNS = ["HostProviderName", "ServiceProviderName"]
 EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nodes", "x_GpuHours", "x_Tokens", "x_MFU",
                      "x_GpuUtil", "x_EnergyKWh", "x_CO2eKg", "x_CO2eBasis", "x_OfferKind", "x_PriceVersion",
-                     "x_OfferCurrency", "x_FxRate"]
+                     "x_OfferCurrency", "x_FxRate", "x_GoodputCost", "x_BadputCost"]
 COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
                    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
-                   "x_CO2eKg", "x_FxRate"}
+                   "x_CO2eKg", "x_FxRate", "x_GoodputCost", "x_BadputCost"}
 INTEGER_COLUMNS = {"x_Nodes", "x_Tokens", "x_PriceVersion"}
 FLOAT_COLUMNS = {"x_MFU", "x_GpuUtil"}
 DATETIME_COLUMNS = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}
@@ -87,11 +87,27 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
     rep = charges.report
     period = {"BillingCurrency": rep.currency, "BillingPeriodStart": charges.start, "BillingPeriodEnd": charges.end}
     rows = [_run_row(line, period) for line in charges.lines]
+    _goodput_columns(session, rep, rows, now)
     for fc in charges.fleets:
         rows += _fleet_rows(fc, period)
     rows.sort(key=lambda r: (r["ChargePeriodStart"], r["ChargeCategory"] != "Purchase", r["ResourceId"] or "",
                              r["CommitmentDiscountStatus"] or ""))
     return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
+
+
+def _goodput_columns(session: Session, rep: Any, rows: list[dict[str, Any]], now: Optional[datetime]) -> None:
+    """x_GoodputCost / x_BadputCost of each run row: its cost split as the run's month splits (they add up to it)."""
+    from ledger.reports.goodput_columns import run_goodput
+
+    split = run_goodput(session, rep, now)
+    month_cost = {line.run_id: line.cost for line in rep.runs}
+    for row in rows:
+        rid = row["x_RunId"]
+        if rid in split and month_cost.get(rid):
+            good = (row["EffectiveCost"] * split[rid][0] / month_cost[rid]).quantize(PLACES)
+            row["x_GoodputCost"], row["x_BadputCost"] = good, row["EffectiveCost"] - good
+        elif rid in split:
+            row["x_GoodputCost"], row["x_BadputCost"] = ZERO, row["EffectiveCost"]
 
 
 def _provider(offer: Any) -> dict[str, str]:

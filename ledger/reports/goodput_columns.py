@@ -1,0 +1,26 @@
+"""Goodput and badput per run line for the monthly export and the FOCUS export (ledger.money.goodput).
+
+A run line's ``goodput_cost`` is the part of its cost that bought kept training progress (``productive``), its
+``badput_cost`` the rest of its own cost (start-up, data and straggler waits, checkpoints, eval, lost work,
+unattributed): they add up to the line's cost. Recovery is not in a run line (in the monthly report it is part
+of idle; ``trainledger goodput`` moves it to the resumed run).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Optional
+
+from ledger.money.goodput import Category
+from ledger.money.monthly import MonthlyReport
+
+
+def run_goodput(session: Any, rep: MonthlyReport, now: Optional[datetime] = None) -> dict[str, tuple[Decimal, Decimal]]:
+    """Run id → (goodput cost, badput cost) of its line in the report (its own cost, exactly split)."""
+    if not rep.runs:
+        return {}
+    from ledger.money.goodput_ledger import run_accounts
+
+    return {a.run_id: (a.cost[Category.productive], a.run_cost - a.cost[Category.productive])
+            for a in run_accounts(session, rep, now)}
