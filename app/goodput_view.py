@@ -48,12 +48,14 @@ def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) 
 def heat_chart(hours: list[dict[str, Any]], cur: str) -> alt.Chart:
     """Day (rows) × hour of the day (columns), coloured by idle cost; a DST-repeated hour added into one cell."""
     df = pd.DataFrame([{"day": h["day"], "hour": h["hour"], "idle": float(Decimal(h["idle_cost"])),
-                        "held": h["held_node_hours"], "used": h["used_node_hours"]} for h in hours])
+                        "recovery": float(Decimal(h["recovery_cost"])), "held": h["held_node_hours"],
+                        "used": h["used_node_hours"]} for h in hours])
     df = df.groupby(["day", "hour"], as_index=False).sum()
     return (alt.Chart(df).mark_rect()
             .encode(x=alt.X("hour:O", title="hour of the day"), y=alt.Y("day:O", title=None),
                     color=alt.Color("idle:Q", title=f"idle ({cur})", scale=alt.Scale(scheme="orangered")),
                     tooltip=["day", "hour", alt.Tooltip("idle:Q", title=f"idle ({cur})", format=",.2f"),
+                             alt.Tooltip("recovery:Q", title=f"of which recovery ({cur})", format=",.2f"),
                              alt.Tooltip("held:Q", title="held node-hours", format=",.3f"),
                              alt.Tooltip("used:Q", title="used node-hours", format=",.3f")])
             .properties(height=max(ui.MIN_CHART_HEIGHT, 14 * df["day"].nunique())))

@@ -67,6 +67,8 @@ def _advice_text(d: dict[str, Any]) -> str:
             "suggested_monthly_lost_work_cost", "current_monthly_checkpoint_cost", "suggested_monthly_checkpoint_cost",
             "monthly_saving_cost"]
     blocks = [f"months {', '.join(d['months'])} ({d['timezone']}), money in {d['currency']}; model: {d['model']}"]
+    if not d["families"]:
+        blocks.append("no run ended in these months: nothing to advise")
     for f in d["families"]:
         blocks.append(f"\n{f['node_type']} x {f['nodes']} nodes" + (f": {f['note']}" if f["note"] else "") + "\n"
                       + key_values({k: f[k] for k in keys}))
