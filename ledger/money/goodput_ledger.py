@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from ledger.errors import LedgerInputError
 from ledger.money.costs import hours_between
-from ledger.money.goodput import (
+from ledger.money.goodput_core import (
     BADPUT,
     CATEGORIES,
     QUALITY_PREFIX,

@@ -12,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Optional
 
-from ledger.money.goodput import Category
+from ledger.money.goodput_core import Category
 from ledger.money.monthly import MonthlyReport
 
 

@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from ledger.money.goodput import (
+from ledger.money.goodput_core import (
     PHASE_ALIASES,
     PHASE_DATA,
     PHASE_SAVE,
@@ -262,14 +262,15 @@ class PhaseSource:
         return [{"type": "phases", "node": self.node, "rows": rows}]
 
 
-def apply_phases(session: Any, run_id: str, ev: dict[str, Any]) -> None:
-    """Journal handler: set a node's ``run_phase`` rows to the event's totals (idempotent)."""
+def apply_phases(session: Any, run_id: str, ev: dict[str, Any], registered: Any, ts: Any) -> None:
+    """Journal handler: set a node's ``run_phase`` rows to the event's totals (idempotent). ``registered`` and
+    ``ts`` are the journal's (the run must be in the ledger; ISO text → datetime)."""
     from sqlmodel import select
 
-    from ledger.sources.journal import _registered, _ts
     from ledger.store.models import RunPhase
 
-    _registered(session, run_id)
+    registered(session, run_id)
+    _ts = ts
     node = str(ev.get("node") or "")[:200]
     existing = {r.phase: r for r in session.exec(
         select(RunPhase).where(RunPhase.run_id == run_id, RunPhase.node == node)).all()}
