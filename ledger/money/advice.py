@@ -37,13 +37,14 @@ from sqlmodel import Session
 from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.costs import ZERO
+from ledger.money.goodput_core import PHASE_SAVE
 from ledger.money.monthly import monthly_report
 from ledger.money.months import month_bounds, month_of, months_between
 from ledger.store.models import WASTE_STATUSES, NodeType, Run, RunPhase, RunStatus
 from ledger.store.settings import display_timezone
 from ledger.store.types import utcnow
 
-SAVE_PHASE = "checkpoint_save"
+SAVE_PHASE = PHASE_SAVE  # the phase a blocking checkpoint save is recorded under
 WINDOW_MONTHS = 3
 INTERRUPTED = tuple(s.value for s in WASTE_STATUSES)
 MICRO = Decimal("0.000001")
