@@ -101,6 +101,8 @@ class LedgerTracker:
         self._pending: list[list[Any]] = []
         self._every = 1
         self.signals = StopSignals(self._journal_error)
+        self.phases = None  # rank 0: phase timing for the goodput account (ledger.sources.phases)
+        self._step_end_at = 0.0
         self._closed = False  # the writer is closed: nothing more can be recorded
         self._handed_at = time.monotonic()
         # fault injection for tests and drills: raise in the training step at this step
@@ -149,10 +151,27 @@ class LedgerTracker:
             "started_at": now.isoformat(), "heartbeat_at": now.isoformat(), "ended_at": None,
             "tokens_per_epoch": info["samples_per_epoch"] * shape["seq_len"], "error": None, "exit_code": None,
         }})
+        self._attach_phases(now, info["hostname"])
         if self.o.launcher == "local":  # not started by `trainledger launch`, which records its own process
             self.writer.queue.put({"type": "run", "fields": {"hostname": info["hostname"], "pid": os.getpid()}})
         self.writer.flush()
         self.writer.start()
+
+    def _attach_phases(self, started: datetime, hostname: str) -> None:
+        """Steps and checkpoint saves for the goodput account, aggregated on the writer thread: a step began
+        ``step_time_s`` before ``on_step``; a save runs from the step's end to ``on_checkpoint``; start-up is
+        from the run's registration to the first step (the engine does not time data waits separately)."""
+        from ledger.sources.phases import PhaseRecorder, PhaseSource
+
+        self.phases = PhaseRecorder()
+        self.writer.sources.append(PhaseSource(self.phases, started.timestamp(), hostname).events)
+
+    def _phase_step(self, seconds: float) -> None:
+        from ledger.sources.phases import STEP_BEGIN, STEP_END
+
+        t = time.time()
+        self.phases.events += [(STEP_BEGIN, None, t - max(0.0, float(seconds or 0.0))), (STEP_END, None, t)]
+        self._step_end_at = t
 
     def on_step(self, step: int, metrics: dict) -> None:
         if step == self._fault_step:
@@ -161,6 +180,8 @@ class LedgerTracker:
             self.exporter.on_step(metrics, self.info["tokens_per_step"])
         if self.rank != 0:
             return
+        if self.phases is not None:
+            self._phase_step(metrics.get("step_time_s"))
         if step % self._every == 0 or step == self.info["steps"] - 1:
             ts = _now().isoformat()
             self._pending.append(["", -1, "loss", ts, metrics["loss"]])
@@ -206,6 +227,8 @@ class LedgerTracker:
     def on_checkpoint(self, step: int, path: str) -> None:
         """A checkpoint of the first ``step`` steps is saved: lost work, if the run dies, starts here."""
         if self.rank == 0 and self.writer is not None and not self._closed:
+            if self.phases is not None:  # the save ran from the step's end to now
+                self.phases.checkpoint(time.time() - self._step_end_at if self._step_end_at else None)
             self.writer.put({"type": "checkpoint", "ts": _now().isoformat(), "step": step, "path": str(path)})
 
     def on_error(self, exc: BaseException) -> None:

@@ -59,6 +59,7 @@ from ledger.money.goodput_core import (  # noqa: F401  (the account's vocabulary
     BADPUT,
     CATEGORIES,
     CLIP_ORDER,
+    NAMED,
     PHASE_ALIASES,
     PHASE_CATEGORY,
     PHASE_DATA,

@@ -39,6 +39,8 @@ class Category(str, enum.Enum):
 
 
 CATEGORIES: tuple[Category, ...] = tuple(Category)
+#: (category, its name): reading ``.value`` is slow Python code, and reports read it per run
+NAMED: tuple[tuple[Category, str], ...] = tuple((c, c.value) for c in CATEGORIES)
 BADPUT: tuple[Category, ...] = tuple(c for c in Category if c is not Category.productive)
 
 # phase names as recorded (run.phase(NAME), the callbacks, the trainer)
@@ -237,10 +239,10 @@ def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
     """The report as JSON-ready dicts (keys named so that ``ledger.reports.present`` rounds money to cents,
     percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals)."""
     def cats(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
-        return {c.value: d[c] for c in CATEGORIES}
+        return {name: d[c] for c, name in NAMED}
 
     def hours(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
-        return {c.value: d[c] / 3600 for c in CATEGORIES}
+        return {name: d[c] / 3600 for c, name in NAMED}
 
     return {
         "currency": rep.currency, "totals": rep.totals,

@@ -15,11 +15,13 @@ of the report's own lines leaves, ~1e-20).
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from sqlmodel import Session, col, select
 
@@ -28,6 +30,7 @@ from ledger.money.costs import hours_between
 from ledger.money.goodput_core import (
     BADPUT,
     CATEGORIES,
+    NAMED,
     QUALITY_PREFIX,
     ZERO,
     Category,
@@ -238,8 +241,8 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
 
 def run_accounts(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> list[RunAccount]:
     """The goodput account of every run line of an already computed monthly report (the exports use it)."""
-    builder = _MonthBuilder(session, rep, now or utcnow(), display_timezone(session))
-    return builder.build()[1]
+    with _gc_paused():
+        return _MonthBuilder(session, rep, now or utcnow(), display_timezone(session)).build()[1]
 
 
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
@@ -266,7 +269,25 @@ def build_account(session: Session, *, month: Optional[str] = None, project: Opt
                   run_id: Optional[str] = None, currency: Optional[str] = None,
                   now: Optional[datetime] = None) -> GoodputReport:
     """:func:`ledger.money.goodput.goodput_account`: months, runs (filtered), chains, projects and totals."""
-    now = now or utcnow()
+    with _gc_paused():
+        return _build(session, month, project, run_id, currency, now or utcnow())
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The account allocates small objects per run beside the report's millions: cyclic GC passes over that heap
+    would cost more than the account itself (nothing here makes cycles); collection resumes afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build(session: Session, month: Optional[str], project: Optional[str], run_id: Optional[str],
+           currency: Optional[str], now: datetime) -> GoodputReport:
     tz = display_timezone(session)
     if project is not None and session.exec(select(Project.id).where(Project.name == project)).first() is None:
         raise LedgerInputError(f"--project: no project {project!r} in the ledger")
@@ -303,7 +324,7 @@ def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
         out.append({key: name, "runs": len(ids), "total_cost": total,
                     "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
                     "goodput_pct": _pct(cost[Category.productive], total), "ettr": _ratio(goodput_ratio(productive, seconds)),
-                    "cost": {c.value: cost[c] for c in CATEGORIES}})
+                    "cost": {name: cost[c] for c, name in NAMED}})
     return out
 
 
@@ -323,7 +344,7 @@ def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optiona
     return {"spend": spend, "goodput_cost": goodput, "badput_cost": sum((by[c] for c in BADPUT), ZERO),
             "idle_cost": idle, "goodput_pct": _pct(goodput, spend),
             "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
-            "cost": {c.value: by[c] for c in CATEGORIES}, "node_hours": {c.value: secs[c] / 3600 for c in CATEGORIES},
+            "cost": {name: by[c] for c, name in NAMED}, "node_hours": {name: secs[c] / 3600 for c, name in NAMED},
             "scope": "month" if project is None and run_id is None else ("project" if run_id is None else "run")}
 
 

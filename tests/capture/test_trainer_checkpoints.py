@@ -6,12 +6,12 @@ import json
 import sys
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from ledger.money import costs
 from ledger.runs.registry import show_run
 from ledger.store.db import make_engine
-from ledger.store.models import RunStatus
+from ledger.store.models import RunPhase, RunStatus
 from tests.capture.conftest import samples_of
 from tests.tracking.conftest import CONFIGS, kill_leftover_runs, make_track_env, run_row, trainledger
 
@@ -43,6 +43,12 @@ def test_a_trainer_run_failing_after_a_checkpoint_loses_the_work_since_it(ledger
         lost_h = costs.hours_between(run.last_checkpoint_at, run.ended_at)
         assert shown["lost_since"] == "checkpoint" and 0 < shown["lost_gpu_hours"]
         assert shown["lost_gpu_hours"] == costs.gpu_hours(costs.node_hours(1, lost_h), run.gpus_per_node)
+        # goodput phases: 7 steps done, 6 of them kept by the checkpoint after step 6; two timed saves
+        with Session(engine) as s:
+            phases = {r.phase: r for r in s.exec(select(RunPhase).where(RunPhase.run_id == run.id)).all()}
+        assert (phases["step"].count, phases["step"].ckpt_count) == (7, 6)
+        assert phases["checkpoint_save"].count == 2 and phases["checkpoint_save"].seconds > 0
+        assert phases["startup"].seconds > 0
         engine.dispose()
     finally:
         kill_leftover_runs(ledger_url, [d["run_id"]])
