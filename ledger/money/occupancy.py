@@ -15,8 +15,8 @@ of the month gets:
 * ``idle_node_hours`` = max(0, held − used) and ``idle_cost``.
 
 **Identity.** The month's idle cost is the monthly report's (``idle_cost``: each
-fleet's idle node-hours at its idle rate, per charge period,
-:func:`ledger.money.monthly.month_charges`). Each fleet's idle cost of a charge
+fleet's idle node-hours at its idle rate, per charge period, as
+:func:`ledger.money.monthly.month_charges` lists them). Each fleet's idle cost of a charge
 period is shared over its hours by their idle node-hours (an hour cut by a
 charge period gets a part from each); with no over-use that is exactly idle
 node-hours × the idle rate. The hours are then rounded to cents by largest
@@ -42,10 +42,10 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
 
-from ledger.money import costs, rollup
+from ledger.money import costs, monthly, rollup
 from ledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from ledger.money.costs import ZERO, cents, round_preserving_sum
-from ledger.money.monthly import SLICE_QUANTUM, FleetCharge, month_charges
+from ledger.money.monthly import SLICE_QUANTUM, FleetCharge, MonthlyReport
 from ledger.money.months import month_bounds, month_period, run_interval
 from ledger.store.models import Fleet, RollupSlice, Run
 from ledger.store.settings import display_timezone
@@ -151,6 +151,22 @@ def _members(session: Session, charges: list[FleetCharge], fleets: dict[int, lis
     return out
 
 
+def _fleet_charges(session: Session, month: str, currency: Optional[str], now: datetime
+                   ) -> tuple[MonthlyReport, list[FleetCharge]]:
+    """The month's report (totals only) and each fixed-cost fleet's charge per charge period: what
+    :func:`ledger.money.monthly.month_charges` returns, without its per-run lines (not needed here, and most
+    of its time on a large month)."""
+    m, offers, costings, nt_months, currencies = monthly._cost_month(session, month, (None, None, None), now, currency)
+    rep = monthly._assemble(session, m, offers, costings, nt_months, currencies, False, False)
+    out = []
+    for ps, c in costings.items():
+        for off_id, fm in c.fleet_months.items():
+            offer = c.cat.offers[off_id]
+            out.append(FleetCharge(offer, ps, c.period_end.get(offer.node_type_id, m.end), fm,
+                                   sorted(f.name for f in m.fleets.get(off_id, []))))
+    return rep, out
+
+
 def _hours(start: datetime, end: datetime, tz: ZoneInfo) -> list[Hour]:
     out, t = [], start
     while t < end:
@@ -197,16 +213,15 @@ def month_occupancy(session: Session, month: str, *, now: Optional[datetime] = N
     now = now or utcnow()
     tz = display_timezone(session)
     period = month_period(month, tz, now)
-    charges = month_charges(session, month, currency=currency, now=now)
-    rep = charges.report
+    rep, fleet_charges = _fleet_charges(session, month, currency, now)
     fleets = fleets_by_offer(session, period.start, period.month_end, tz)
     cap_end = period.end
     hours = _hours(period.start, cap_end, tz)
     live = rollup.live_slices(session.connection(), month, tz, now, period.month_end)
-    members = _members(session, charges.fleets, fleets)
+    members = _members(session, fleet_charges, fleets)
     usage: dict[int, _Usage] = {}
     per_fleet: dict[int, dict[str, Any]] = {}
-    for fc in sorted(charges.fleets, key=lambda c: (c.start, c.offer.name)):
+    for fc in sorted(fleet_charges, key=lambda c: (c.start, c.offer.name)):
         off = fc.offer
         if off.id not in usage:
             usage[off.id] = _Usage(_usage_steps(session, month, off.node_type_id, members[off.id], live))
