@@ -36,6 +36,11 @@ def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) 
         st.caption(f"No owned or reserved fleet in {month}: nothing was held idle.")
         return occ
     ui.show_chart(heat_chart(occ["hours"], cur))
+    if occ["recovery"]:
+        st.markdown("**Idle with an owner**: the gaps between an interruption and the resumed run of its chain")
+        st.dataframe(ui.frame(occ["recovery"], ["chain", "run_id", "nodes", "start", "end", "recovery_cost"],
+                              {"run_id": "resumed run", "recovery_cost": f"recovery ({occ['currency']})"}),
+                     hide_index=True)
     st.dataframe(ui.frame(occ["days"], ["day", "held_node_hours", "used_node_hours", "idle_node_hours", "idle_cost",
                                         "recovery_cost", "costliest_hour"],
                           {"held_node_hours": "held node-hours", "used_node_hours": "used node-hours",

@@ -199,6 +199,11 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
                 acct = goodput_account(s, month=month, currency=currency, now=DEMO_NOW).months[0]
                 assert sum(h.recovery_cost for h in occ.hours) == cents(acct.by_category[Category.recovery])
                 assert all(h.recovery_cost <= h.idle_cost for h in occ.hours)
+                assert cents(sum((r["recovery_cost"] for r in occ.recovery), D(0))) == cents(
+                    acct.by_category[Category.recovery])
+                assert {r["run_id"] for r in occ.recovery} == {
+                    a.run_id for a in goodput_account(s, month=month, currency=currency, now=DEMO_NOW).runs
+                    if a.cost[Category.recovery] > 0}
                 # the account's idle = idle − recovery, exact; each side rounded to cents on its own: within a cent
                 assert abs(cents(acct.idle) - (occ.idle_cost - sum(h.recovery_cost for h in occ.hours))) <= D("0.01")
                 recovered += acct.by_category[Category.recovery] > 0

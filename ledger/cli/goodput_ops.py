@@ -36,6 +36,8 @@ def _text(d: dict[str, Any], hours: bool) -> str:
     cols = ["held_node_hours", "used_node_hours", "idle_node_hours", "idle_cost", "recovery_cost"]
     parts = [key_values(head),
              "\nfleets\n" + table(d["fleets"], ["offer", "kind", *cols[:4]]),
+             "\nrecovery: idle the interrupted chains own (gap from the interruption to the resumed run)\n"
+             + table(d["recovery"], ["chain", "run_id", "nodes", "start", "end", "recovery_cost"]),
              "\nper day\n" + table(d["days"], ["day", *cols, "costliest_hour"]),
              "\nper hour of the day (the month's hours added up)\n" + table(d["hours_of_day"], ["hour", *cols])]
     if hours:

@@ -85,6 +85,7 @@ class Occupancy:
     idle_cost: Decimal
     hours: list[Hour]
     fleets: list[dict[str, Any]] = field(default_factory=list)
+    recovery: list[dict[str, Any]] = field(default_factory=list)  # the chains' gaps (attribute_recovery)
 
     def totals(self) -> dict[str, Decimal]:
         return {k: sum((getattr(h, k) for h in self.hours), ZERO)
@@ -269,6 +270,8 @@ def attribute_recovery(occ: Occupancy, spans: Iterable[RecoverySpan]) -> None:
         if sp.end <= sp.start or sp.cost <= 0:
             continue
         total += sp.cost
+        occ.recovery.append({"chain": sp.chain, "run_id": sp.run_id, "nodes": sp.nodes, "start": sp.start,
+                             "end": sp.end, "recovery_cost": sp.cost})
         overlap = {i: Decimal(rollup._micros(max(h.start, sp.start), min(h.start + HOUR, sp.end))) / US_PER_HOUR
                    for i, h in enumerate(occ.hours) if h.start < sp.end and h.start + HOUR > sp.start}
         weight = {i: min(sp.nodes * o, occ.hours[i].idle_node_hours) for i, o in overlap.items()}
@@ -369,7 +372,7 @@ def occupancy_to_dict(occ: Occupancy, hours: bool = True) -> dict[str, Any]:
            "idle_cost": occ.idle_cost, "recovery_cost": t["recovery_cost"],
            "held_node_hours": t["held_node_hours"], "used_node_hours": t["used_node_hours"],
            "idle_node_hours": t["idle_node_hours"], "fleets": occ.fleets, "days": by_day(occ),
-           "hours_of_day": by_hour_of_day(occ)}
+           "hours_of_day": by_hour_of_day(occ), "recovery": occ.recovery}
     if hours:
         out["hours"] = [h.as_dict() for h in occ.hours]
     return out

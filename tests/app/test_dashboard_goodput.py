@@ -144,3 +144,16 @@ def test_goodput_page_on_day_3_is_to_date(tmp_path_factory, app_env, monkeypatch
     at.switch_page("pages/overview.py").run()
     line = next(x.value for x in at.markdown if x.value.startswith("**Goodput"))
     assert line.startswith(f"**Goodput ({LABEL}):** of {_money(m.spend)} CNY")
+
+
+def test_idle_with_an_owner_lists_the_chains_recovery(demo_url, app_env, monkeypatch):
+    monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
+    app_env(demo_url)
+    at = run_page(make_app("2026-08"), "goodput")
+    want = _cli(demo_url, "goodput", "idle", "--month", "2026-08")
+    assert want["recovery"] and D(want["recovery_cost"]) > 0
+    table = _table(at, "chain")
+    assert list(table["resumed run"]) == [r["run_id"] for r in want["recovery"]]
+    assert list(table["recovery (CNY)"]) == [_money(r["recovery_cost"]) for r in want["recovery"]]
+    assert metrics(at)["of which recovery (CNY)"] == _money(want["recovery_cost"])
+    assert sum(D(h["recovery_cost"]) for h in want["hours"]) == D(want["recovery_cost"])
