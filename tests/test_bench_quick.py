@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = ("tracking_overhead", "wrapper_overhead", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard",
-        "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m")
+        "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m", "goodput")
 
 
 @pytest.mark.slow

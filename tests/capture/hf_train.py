@@ -11,7 +11,6 @@ from a callback that runs right after the ledger's.
 import json
 import os
 import sys
-import time
 
 import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, Tokens  # this script's folder is on sys.path
@@ -30,17 +29,15 @@ class FailAt(TrainerCallback):
 
 
 class Stamps(TrainerCallback):
-    """The hooks' own times: what the goodput phases must match."""
+    """The times the ledger's callback read at each hook (it runs just before): what the phases must match."""
 
-    def __init__(self, path):
+    def __init__(self, path, ledger_callback):
         self.fh = open(path, "a")
+        self.ledger = ledger_callback
 
     def _stamp(self, hook):
-        self.fh.write(json.dumps([hook, time.time()]) + "\n")
+        self.fh.write(json.dumps([hook, self.ledger.mark]) + "\n")
         self.fh.flush()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._stamp("step_begin")
 
     def on_step_end(self, args, state, control, **kwargs):
         self._stamp("step_end")
@@ -66,7 +63,7 @@ def main() -> None:
                                  "per_device_eval_batch_size": BATCH} if os.environ.get("TL_EVAL_STEPS") else {}))
     callbacks = [LedgerCallback(project=os.environ.get("TL_PROJECT", "hf"), name="hf-tiny-gpt2")]
     if os.environ.get("TL_STAMPS"):
-        callbacks.append(Stamps(os.environ["TL_STAMPS"]))
+        callbacks.append(Stamps(os.environ["TL_STAMPS"], callbacks[0]))
     if fail:
         callbacks.append(FailAt(fail))
     evals = Tokens(labels=True) if os.environ.get("TL_EVAL_STEPS") else None

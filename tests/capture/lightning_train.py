@@ -11,7 +11,6 @@ times (JSON lines) there, from a callback that runs right after the ledger's.
 import json
 import os
 import sys
-import time
 
 import lightning as L
 import torch
@@ -39,13 +38,14 @@ class TinyLlama(L.LightningModule):
 
 
 class Stamps(L.Callback):
-    """The hooks' own times: what the goodput phases must match."""
+    """The times the ledger's callback read at each hook (it runs just before): what the phases must match."""
 
-    def __init__(self, path):
+    def __init__(self, path, ledger_callback):
         self.fh = open(path, "a")
+        self.ledger = ledger_callback
 
     def _stamp(self, hook):
-        self.fh.write(json.dumps([hook, time.time()]) + "\n")
+        self.fh.write(json.dumps([hook, self.ledger.mark]) + "\n")
         self.fh.flush()
 
     def on_validation_start(self, trainer, pl_module):
@@ -73,7 +73,7 @@ def main() -> None:
     if val:
         callbacks.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=out, every_n_train_steps=val, save_top_k=-1))
     if os.environ.get("TL_STAMPS"):
-        callbacks.append(Stamps(os.environ["TL_STAMPS"]))
+        callbacks.append(Stamps(os.environ["TL_STAMPS"], callbacks[0]))
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
                         max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=out, callbacks=callbacks, num_sanity_val_steps=0,

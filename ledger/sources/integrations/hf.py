@@ -48,7 +48,7 @@ class LedgerCallback(TrainerCallback):
         self.track_kwargs = track_kwargs
         self.run: Optional[TrackedRun] = None
         self._error: Optional[BaseException] = None
-        self._mark = 0.0  # time of the last step end, eval or save: where the next eval or save began
+        self.mark = 0.0  # time of the last step end, eval or save: where the next eval or save began
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         fpt = self.flops_per_token
@@ -71,13 +71,13 @@ class LedgerCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.run is not None:
             self.run.log(step=state.global_step, tokens_total=self._tokens(state))
-            self._mark = time.time()
+            self.mark = time.time()
 
     def on_evaluate(self, args, state, control, **kwargs):
-        if self.run is not None and self._mark:
+        if self.run is not None and self.mark:
             now = time.time()
-            self.run.phase_span("eval", now - self._mark)
-            self._mark = now
+            self.run.phase_span("eval", now - self.mark)
+            self.mark = now
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.run is None or not logs or "train_loss" in logs:  # "train_loss": the end-of-training summary
@@ -89,9 +89,9 @@ class LedgerCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self.run is not None:
             now = time.time()
-            self.run.checkpoint(step=state.global_step, seconds=(now - self._mark) if self._mark else None,
+            self.run.checkpoint(step=state.global_step, seconds=(now - self.mark) if self.mark else None,
                                 path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
-            self._mark = now
+            self.mark = now
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.run is not None:

@@ -49,6 +49,12 @@ class LedgerCallback(Callback):
         self.run: Optional[TrackedRun] = None
         self._loaded_at: Optional[float] = None  # on_load_checkpoint: a restore in progress
         self._saving: Optional[tuple[float, int, Any]] = None  # on_save_checkpoint: (began, step, dir)
+        self._val_at: Optional[float] = None  # on_validation_start
+        self.mark = 0.0  # the time this callback's last hook read (its durations are differences of these)
+
+    def _now(self) -> float:
+        self.mark = time.time()
+        return self.mark
 
     def _open(self, trainer) -> None:
         if self.run is not None and self.run._open:
@@ -63,37 +69,36 @@ class LedgerCallback(Callback):
             self._open(trainer)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        self._loaded_at = time.time()
+        self._loaded_at = self._now()
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._open(trainer)
+        now = self._now()
         if self._loaded_at is not None:
-            self.run.phase_span("checkpoint_restore", time.time() - self._loaded_at)
+            self.run.phase_span("checkpoint_restore", now - self._loaded_at)
             self._loaded_at = None
 
-    def _saved(self) -> None:
+    def _saved(self, now: float) -> None:
         """The save begun at ``on_save_checkpoint`` is over by the next hook: record the checkpoint and its time."""
         if self._saving is not None and self.run is not None:
             began, step, path = self._saving
             self._saving = None
-            self.run.checkpoint(step=step, path=path, seconds=time.time() - began)
+            self.run.checkpoint(step=step, path=path, seconds=now - began)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._saved()
+        self._saved(self._now())
         if self.run is not None and self.run.active:
             self.run.step_begin()
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self._saved()
-        if self.run is not None and self.run.active:
-            self._eval = self.run.phase("eval")
-            self._eval.__enter__()
+        self._val_at = self._now()
+        self._saved(self._val_at)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        eval_ = getattr(self, "_eval", None)
-        if eval_ is not None:
-            self._eval = None
-            eval_.__exit__(None, None, None)
+        now = self._now()
+        if self._val_at is not None and self.run is not None and self.run.active:
+            self.run.phase_span("eval", now - self._val_at)
+        self._val_at = None
 
     def _tokens(self, batch: Any, world: int) -> Optional[int]:
         t = self.tokens_per_batch
@@ -109,13 +114,14 @@ class LedgerCallback(Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.run is not None:
-            self._saved()
+            now = self._now()
+            self._saved(now)
             ckpt = trainer.checkpoint_callback
-            self._saving = (time.time(), trainer.global_step, getattr(ckpt, "dirpath", None))
+            self._saving = (now, trainer.global_step, getattr(ckpt, "dirpath", None))
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.run is not None:
-            self._saved()
+            self._saved(self._now())
             self.run.finish(None)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
