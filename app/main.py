@@ -46,6 +46,7 @@ SECTIONS: dict[str, list[PageSpec]] = {
         PageSpec("pages/runs.py", "Runs", ":material/list:", "runs"),
         PageSpec("pages/rent_vs_own.py", "Rent vs own", ":material/balance:", "rent-vs-own"),
         PageSpec("pages/roi.py", "Monthly ROI", ":material/trending_up:", "roi"),
+        PageSpec("pages/goodput.py", "Goodput", ":material/target:", "goodput"),
     ],
     "Training": [
         PageSpec("pages/strategies.py", "Strategies", ":material/compare_arrows:", "strategies"),

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, figures, ui
+from app import access, data, figures, goodput_view, ui
 from ledger.money import costs
 from ledger.money.capacity import warning_text
 from ledger.money.waste import RUN_REASONS
@@ -90,6 +90,8 @@ if own is not None and elastic is not None and (own or elastic):
         text = f"the same {span}."
     cheapest = OPTION.get(s["cheapest_option"])
     st.markdown(f"**Own vs rent:** {text}" + (f" Cheapest of all options: **{cheapest}**." if cheapest else ""))
+
+goodput_view.overview_figure(url, month, currency, s)  # issue #25: what the spend bought
 
 if p["node_types"]:
     st.dataframe(ui.frame(p["node_types"], ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost",

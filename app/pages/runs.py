@@ -19,7 +19,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, predictions, ui
+from app import access, data, goodput_view, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money import costs, explain
 from ledger.money.waste import check_reason
@@ -247,6 +247,8 @@ else:
     util = pd.DataFrame([{"node": n["hostname"], f"{short} %": (n["gpu_util_mean"] or 0) * 100,
                           "flag": "straggler" if n.get("straggler") else "ok"} for n in nodes])
     st.bar_chart(util, x="node", y=f"{short} %", color="flag", height=300)
+
+goodput_view.phase_timeline(url, d["id"])  # issue #25
 
 st.markdown("**Loss**")
 loss = data.loss_curve(url, d["id"])

@@ -22,6 +22,7 @@ from ledger.cli import (
     forecast,
     fx,
     goodput,
+    goodput_ops,
     imports,
     metrics,
     plan,
@@ -56,6 +57,7 @@ _register_parts()
 for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):
     _module.register(app)
 goodput.register(app)
+goodput_ops.register_commands(goodput.app)  # `goodput idle` and `goodput advise` (issue #25, h25b)
 
 
 def main() -> None:

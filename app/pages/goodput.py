@@ -1,0 +1,34 @@
+"""Goodput: what the month's spend bought (issue #25).
+
+Numbers: the goodput account (``trainledger goodput --month M``, ``ledger.money.goodput``): spend = goodput +
+badput + idle, badput by category per project and per month, runs ranked by badput; where idle sits hour by
+hour (``trainledger goodput idle --month M``, ``ledger.money.occupancy``). Sections in :mod:`app.goodput_view`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import access, data, goodput_data, goodput_view, ui
+
+access.page_gate()
+url = data.ledger_url()
+month = ui.month_picker(url)
+currency = ui.currency_picker(url)
+s = data.presented(url, month, currency=currency)["summary"]
+cur = ui.md(s["currency"])
+st.title("Goodput")
+st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'])} · money in {cur} · the same figures "
+           f"as `trainledger goodput --month {month} --currency {cur}`")
+ui.to_date_note(month, s)
+
+m = goodput_view.month_account(url, month, currency)
+if m is None:
+    ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")
+else:
+    goodput_view.month_metrics(m, s)
+    acct = goodput_data.account(url, month, currency)
+    goodput_view.badput_by_project(acct, cur)
+    goodput_view.ranked_runs(acct, cur)
+goodput_view.idle_heat_map(url, month, currency, s)
+goodput_view.badput_trend(url, data.trend_months(url, month, n=6), currency, cur)
