@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -152,26 +153,20 @@ def _wrap(req) -> int:
         return EXIT_NOT_RECORDED
 
 
-class _SafeStream:
-    """stderr that never raises: a closed or broken stderr must not stop the wrapper (or its writer thread)."""
+class _SafeRaw(io.RawIOBase):
+    """fd 2 that never raises: a closed or broken stderr must not stop the wrapper (or its writer thread)."""
 
-    def __init__(self, stream):
-        self._stream = stream
+    def writable(self) -> bool:
+        return True
 
-    def write(self, text: str) -> int:
+    def fileno(self) -> int:
+        return 2
+
+    def write(self, data) -> int:
         try:
-            return self._stream.write(text)
-        except Exception:
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except Exception:
-            pass
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
+            return os.write(2, data)
+        except OSError:
+            return len(data)
 
 
 def safe_stdio() -> None:
@@ -187,9 +182,8 @@ def safe_stdio() -> None:
             if devnull != fd:
                 os.dup2(devnull, fd)
                 os.close(devnull)
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)
-    sys.stderr = _SafeStream(sys.stderr)
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(_SafeRaw()), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True, write_through=True)
 
 
 def _exit(code: int) -> None:

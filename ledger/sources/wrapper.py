@@ -257,6 +257,9 @@ class Wrapper:
             self.kept.abort()
             keeper.read_messages(self.kept)
             raise
+        if not self.req.quiet:
+            role = "registers" if self.topo.owns_run else "joins"
+            say(f"node {self.topo.node_rank} of {self.topo.nodes} {role} run {self.topo.run_id}")
         self.kept.go()
         self._start_threads()
 
@@ -542,9 +545,6 @@ def run_wrapped(req: WrapRequest) -> int:
         if req.require_ledger:
             raise RecordingImpossible(why) from None
         run_bare(req.command, f"{why}; the command runs unrecorded")
-    if not req.quiet:
-        role = "registers" if req.topology.owns_run else "joins"
-        say(f"node {req.topology.node_rank} of {req.topology.nodes} {role} run {req.topology.run_id}")
     try:
         w.start()
     except (LedgerInputError, RecordingImpossible):
