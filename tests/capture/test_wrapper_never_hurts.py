@@ -109,10 +109,25 @@ def locker():
         lk.release()
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """A failed test leaves no wrapper running (its keeper then ends the job)."""
+    yield
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=60)
+
+
 def start(url: str, env: dict, *args, command: list[str], **kw) -> subprocess.Popen:
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
-    return subprocess.Popen(wrap_cmd(url, *args, command=command), env=env, cwd=REPO, **kw)
+    STARTED.append(subprocess.Popen(wrap_cmd(url, *args, command=command), env=env, cwd=REPO, **kw))
+    return STARTED[-1]
 
 
 # --- 1. `trainledger run -- CMD` runs CMD ------------------------------------------------------
@@ -182,6 +197,7 @@ def test_a_job_that_reads_the_terminal_gets_its_line_and_ctrl_c_cancels_it(ledge
                                                               "--wait-for", tmp_path / "never")),
                          env=capture_env, cwd=REPO, stdin=slave, stdout=slave, stderr=slave,
                          preexec_fn=own_terminal)
+    STARTED.append(p)
     os.close(slave)
     try:
         os.write(master, b"typed at the terminal\n")
