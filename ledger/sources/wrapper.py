@@ -186,7 +186,6 @@ def _engine_without_waiting(url: str):
             cur.execute(f"PRAGMA busy_timeout={CHECK_BUSY_MS}")
         else:
             cur.execute(f"SET lock_timeout = {CHECK_BUSY_MS}")
-            cur.execute(f"SET statement_timeout = {CHECK_BUSY_MS * 10}")
             dbapi_conn.commit()
         cur.close()
 
