@@ -66,7 +66,7 @@ def fill_up(folder: Path) -> None:
 
 class Locker:
     """A real second process that holds the ledger's write lock until :meth:`release`: an open
-    ``BEGIN IMMEDIATE`` on SQLite, ``LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`` on PostgreSQL."""
+    ``BEGIN IMMEDIATE`` on SQLite, ``LOCK TABLE run IN ACCESS EXCLUSIVE MODE`` on PostgreSQL."""
 
     CODE = r"""
 import sys
@@ -78,7 +78,7 @@ if url.startswith("sqlite"):
     con.execute("BEGIN IMMEDIATE")
 else:
     con = create_engine(url).connect()
-    con.execute(text("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE"))
+    con.execute(text("LOCK TABLE run IN ACCESS EXCLUSIVE MODE"))
 print("locked", flush=True)
 sys.stdin.readline()
 """
