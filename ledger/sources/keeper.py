@@ -34,7 +34,6 @@ then ``exit <returncode>`` (negative: killed by that signal), or
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import signal
@@ -271,33 +270,87 @@ def stop_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> None:
 
 def read_messages(kept: Kept, on_pid=None, on_stop=None) -> tuple[Optional[int], Optional[int], Optional[str]]:
     """Block until the keeper is done: ``(command pid, returncode, start error)``; ``on_pid`` is called as soon
-    as the command runs. Signals interrupt the wait only to run their handlers (PEP 475)."""
+    as the command runs, ``on_stop`` when it stopped. The wait wakes up for every signal (``set_wakeup_fd``):
+    a signal the kernel hands to another thread of ours must still run its handler (forwarding) at once."""
     buf, pid, code, error = b"", None, None, None
-    while True:
-        try:
-            chunk = os.read(kept.status_fd, 4096)
-        except OSError as exc:
-            if exc.errno == errno.EINTR:
+    wake, old = _wakeup_pipe()
+    try:
+        while True:
+            watch = [kept.status_fd] + ([wake] if wake is not None else [])
+            try:
+                ready, _, _ = select.select(watch, [], [], 1.0)
+            except InterruptedError:
                 continue
-            chunk = b""
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            kind, _, rest = line.decode(errors="replace").partition(" ")
-            if kind == "pid":
-                pid = int(rest)
-                if on_pid is not None:
-                    on_pid(pid)
-            elif kind == "stopped" and on_stop is not None:
-                on_stop(int(rest))
-            elif kind == "exit":
-                code = int(rest)
-            elif kind == "error":
-                error = rest
+            if wake is not None and wake in ready:
+                _drain(wake)
+            if kept.status_fd not in ready:
+                continue
+            try:
+                chunk = os.read(kept.status_fd, 4096)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                kind, _, rest = line.decode(errors="replace").partition(" ")
+                if kind == "pid":
+                    pid = int(rest)
+                    if on_pid is not None:
+                        on_pid(pid)
+                elif kind == "stopped" and on_stop is not None:
+                    on_stop(int(rest))
+                elif kind == "exit":
+                    code = int(rest)
+                elif kind == "error":
+                    error = rest
+    finally:
+        _close_wakeup(wake, old)
     try:
         os.waitpid(kept.keeper_pid, 0)
     except ChildProcessError:
         pass
     return pid, code, error
+
+
+def _wakeup_pipe() -> tuple[Optional[int], Optional[int]]:
+    """A pipe that signals wake (the main thread only); ``(read end, previous wakeup fd)``."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None, None
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(r)
+        os.close(w)
+        return None, None
+    _WAKE_W[r] = w
+    return r, old
+
+
+_WAKE_W: dict[int, int] = {}
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:
+        pass
+
+
+def _close_wakeup(r: Optional[int], old: Optional[int]) -> None:
+    if r is None:
+        return
+    try:
+        signal.set_wakeup_fd(old if old is not None else -1)
+    except (ValueError, OSError):
+        pass
+    for fd in (r, _WAKE_W.pop(r, None)):
+        if fd is not None:
+            os.close(fd)

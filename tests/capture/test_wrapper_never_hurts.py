@@ -382,3 +382,39 @@ def test_an_unexpected_error_inside_the_wrapper_runs_the_command_once_with_its_e
     assert len(lines(tmp_path / "n")) == 1  # exactly once, never twice
     assert "Traceback" not in out.stderr.decode()
     assert len([line for line in ours(out.stderr) if "internal error (RuntimeError: a bug of ours)" in line]) == 1
+
+
+def test_ctrl_z_stops_the_job_and_the_wrapper_and_sigcont_resumes_both(ledger_url, capture_env, tmp_path):
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    started, done = tmp_path / "started", tmp_path / "done"
+    p = subprocess.Popen(wrap_cmd(ledger_url, command=hostile("--started", started, "--wait-for", done)),
+                         env=capture_env, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal)
+    STARTED.append(p)
+    os.close(slave)
+    try:
+        wait_for(started.exists, 60, "the job to start")
+        job = int(lines(started)[0])
+        os.write(master, b"\x1a")  # Ctrl-Z: the job stops, then the wrapper (so that a shell would see it stopped)
+        wait_for(lambda: _state(job) == "T" and _state(p.pid) == "T", 60, "the job and the wrapper to stop")
+        os.killpg(p.pid, signal.SIGCONT)  # what the shell's `fg` sends to the wrapper's group
+        wait_for(lambda: _state(job) in ("S", "R") and _state(p.pid) in ("S", "R"), 60, "both to go on")
+        done.touch()
+        output = _drain(master, p)
+    finally:
+        os.close(master)
+    assert p.returncode == 0, output
+    assert run_row(ledger_url, run_id_of(output.encode())).status == RunStatus.succeeded
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
