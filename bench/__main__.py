@@ -26,8 +26,9 @@ from typing import Callable, Optional
 
 from bench import RESULTS_DIR, ROOT, Result, log
 
-KEYS = ("tracking_overhead", "wrapper_overhead", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup", "dashboard",
-        "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m", "goodput")
+KEYS = ("tracking_overhead", "wrapper_overhead", "wrapper_start", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup",
+        "dashboard", "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m",
+        "goodput")
 
 
 def _mfu(quick: bool) -> Result:
@@ -64,6 +65,7 @@ def _runner(key: str) -> Callable[[bool], Result]:
         return {"slurm_parse": slurm.run_parse, "slurm_import": slurm.run_import, "slurm_import_1m": slurm.run_1m}[key]
 
     module, _, fn = {"tracking_overhead": "bench.overhead", "wrapper_overhead": "bench.capture:run_wrapper",
+                     "wrapper_start": "bench.capture:run_wrapper_start",
                      "api_overhead": "bench.capture:run_api", "ingest_sqlite": "bench.ingest",
                      "ingest_pg": "bench.ingest_pg", "rollup": "bench.rollup", "dashboard": "bench.dashboard",
                      "runs_list": "bench.runs_list", "exporter": "bench.exporter", "plan_recommend": "bench.plan",

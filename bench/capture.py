@@ -16,6 +16,13 @@ ABBA order; its writer thread journals (fsync) and applies to a SQLite ledger
 every 2 s as in production. Measured: the median step time logged ÷ not
 (target ≤ 1.01), and the cost of one ``run.log`` call in µs (the mean over
 every call, and the p99).
+
+``wrapper_start``: the time from starting ``trainledger run`` to the first
+instruction of its command (``date +%s.%N`` printed by the command itself),
+with a free SQLite ledger and with the same ledger locked by a real second
+process (an open ``BEGIN IMMEDIATE``), alternating. Target: the command
+starts within 1 s whatever the ledger's state (before issue 24 the lock
+delayed it by the 60 s busy timeout, twice). The ratio is locked ÷ free.
 """
 
 from __future__ import annotations
@@ -157,4 +164,69 @@ def run_api(quick: bool) -> Result:
     res.absolute = (f"step {statistics.median(logged) * 1000:.3f} vs {statistics.median(plain) * 1000:.3f} ms "
                     f"({len(logged)} + {len(plain)} steps); run.log {res.measured['log_call_mean_us']:.1f} µs mean, "
                     f"{res.measured['log_call_p99_us']:.1f} µs p99")
+    return res
+
+
+_LOCKER = r"""
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _start_delay(work: Path, db_url: str, then=None) -> float:
+    """Seconds from starting the wrapper to its command's first instruction; ``then()`` runs as soon as the
+    command has started (the lock is released there, so the wrapper's end does not wait for it)."""
+    env = {**_env(work), "TRAINLEDGER_LEDGER_WAIT_S": "0"}
+    cmd = [sys.executable, "-m", "ledger.cli", "run", "--quiet", "--db", db_url, "--", "date", "+%s.%N"]
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    if then is not None:
+        then()
+    _, err = proc.communicate(timeout=600)
+    if proc.returncode != 0 or not first.strip():
+        raise RuntimeError(f"wrapped date exited {proc.returncode}: {err.strip()[-300:]}")
+    return float(first.split()[0]) - t0
+
+
+def run_wrapper_start(quick: bool) -> Result:
+    res = Result("wrapper_start", "trainledger run: start of the command with a SQLite ledger locked by another writer",
+                 "the same with a free ledger, alternating", None, "<=")
+    res.target_text = "≤ 1 s locked"
+    rounds = 2 if quick else 6
+    free, locked = [], []
+    with tempfile.TemporaryDirectory(prefix="tl-bench-start-") as tmp:
+        work = Path(tmp)
+        db_url = f"sqlite:///{work / 'ledger.db'}"
+        from ledger.store.db import make_engine
+
+        make_engine(db_url).dispose()
+        for i in range(rounds):
+            log(f"wrapper start: round {i + 1}/{rounds}", progress=True)
+            free.append(_start_delay(work, db_url))
+            holder = subprocess.Popen([sys.executable, "-c", _LOCKER, str(work / "ledger.db")], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            def release() -> None:
+                if not holder.stdin.closed:
+                    holder.stdin.close()
+            try:
+                assert holder.stdout.readline().strip() == "locked"
+                locked.append(_start_delay(work, db_url, then=release))
+            finally:
+                release()
+                holder.wait(timeout=60)
+    free_s, locked_s = statistics.median(free), statistics.median(locked)
+    t0 = time.perf_counter()  # the floor: the interpreter and the CLI's imports alone, on the same machine now
+    subprocess.run([sys.executable, "-c", "import ledger.cli.main"], env=_env(Path(tempfile.gettempdir())), cwd=ROOT,
+                   check=True, timeout=600)
+    res.measured["cli_import_s"] = time.perf_counter() - t0
+    res.ratio = locked_s / free_s
+    res.extra_targets.append({"name": "start with a locked ledger (s)", "value": max(locked), "target": 1.0, "op": "<="})
+    res.measured.update(free_s=free, locked_s=locked, free_median_s=free_s, locked_median_s=locked_s, rounds=rounds)
+    res.absolute = (f"command starts {locked_s:.2f} s (max {max(locked):.2f}) after the wrapper with a locked ledger, "
+                    f"{free_s:.2f} s with a free one (medians of {rounds}); importing the CLI alone "
+                    f"{res.measured['cli_import_s']:.2f} s")
     return res

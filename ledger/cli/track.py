@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -23,6 +24,9 @@ class DashDashCommand(TyperCommand):
         return [*super().collect_usage_pieces(ctx), "-- COMMAND [ARGS]..."]
 
     def parse_args(self, ctx, args):
+        if not args and not ctx.resilient_parsing:  # `trainledger run` alone: the help
+            typer.echo(ctx.get_help())
+            ctx.exit(0)
         if "--" not in args:
             if any(a in ("--help", "-h") for a in args):
                 return super().parse_args(ctx, args)
@@ -72,6 +76,7 @@ def run_command(
     metrics_addr: Annotated[str, typer.Option(help="Address of the metrics endpoint.")] = "127.0.0.1",
     journal_dir: Annotated[Optional[Path], typer.Option(help="Run journal directory (default: $TRAINLEDGER_JOURNAL_DIR or the user data dir).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing of our own (the command's output is unchanged).")] = False,
+    require_ledger: Annotated[bool, typer.Option("--require-ledger", help="Start the command only once its run is registered in the ledger; else exit 75 without starting it (default: the command always runs, recorded or not).")] = False,
     db: DbOpt = None,
 ) -> None:
     """Run COMMAND and record it in the ledger: nodes, duration, status, utilization, cost.
@@ -80,43 +85,118 @@ def run_command(
     python, srun, ...), never a shell string. Its output passes through and its exit
     status is ours. On several nodes run one wrapper per node with the same run id
     (under Slurm: `srun --ntasks-per-node=1 trainledger run -- torchrun ...`).
-    SIGINT/SIGTERM cancel the run (forwarded to the command, SIGKILL after --grace).
+    SIGINT/SIGTERM cancel the run (forwarded to the command, SIGKILL after --grace);
+    every other signal (USR1, USR2, HUP, QUIT, WINCH, CONT, ...) is forwarded. When the
+    run cannot be recorded (a full or read-only journal disk, a locked or unreachable
+    ledger, a closed stderr), it says so once and runs the command anyway.
     """
-    from ledger.sources.journal import default_journal_dir
-    from ledger.sources.sampling import nvml_gpu_count
-    from ledger.sources.topology import Flags, resolve
-    from ledger.sources.wrapper import WrapRequest, check_ledger, find_command, run_passive, run_wrapped
-    from ledger.store.db import resolve_url
-    from ledger.store.ids import validate_run_id
-
     argv = ctx.meta.get(COMMAND_KEY) or []
     if not argv:
         raise LedgerInputError(f"COMMAND: nothing after `--`; {USAGE}")
-    tags = _tags(tag)
-    if resume_of is not None:
-        validate_run_id(resume_of, "--resume-of")
-    flags = Flags(run_id=run_id, nodes=nodes, node_rank=node_rank, gpus_per_node=gpus_per_node, node_name=node_name,
-                  cluster=cluster, resume_of=resume_of)
+    safe_stdio()
+    from ledger.store.db import LedgerURLError
+
+    try:
+        req = _request(argv, locals())
+    except (LedgerInputError, LedgerURLError, typer.Exit):
+        raise
+    except Exception as exc:  # the last resort: a bug of ours never keeps the command from running
+        from ledger.sources.wrapper import run_bare
+
+        if require_ledger:
+            raise LedgerInputError(f"--require-ledger: cannot prepare the run ({type(exc).__name__}: {exc})") from None
+        run_bare(argv, f"internal error ({type(exc).__name__}: {str(exc)[:200]}); the command runs unrecorded")
+    _exit(_wrap(req))
+
+
+def _request(argv: list[str], o: dict):
+    """The :class:`WrapRequest` of the command line (``o``: the command's options), or one-line errors."""
+    from ledger.sources.journal import default_journal_dir
+    from ledger.sources.sampling import nvml_gpu_count
+    from ledger.sources.topology import Flags, resolve, slurm_part
+    from ledger.sources.wrapper import WrapRequest, find_command, run_passive
+    from ledger.store.db import resolve_url
+    from ledger.store.ids import validate_run_id
+
+    tags = _tags(o["tag"])
+    if o["resume_of"] is not None:
+        validate_run_id(o["resume_of"], "--resume-of")
+    flags = Flags(run_id=o["run_id"], nodes=o["nodes"], node_rank=o["node_rank"], gpus_per_node=o["gpus_per_node"],
+                  node_name=o["node_name"], cluster=o["cluster"], resume_of=o["resume_of"])
     topology = resolve(flags, os.environ, argv, nvml_gpus=nvml_gpu_count(os.environ))
     if topology.passive:
-        run_passive(argv, topology.passive, quiet)
+        run_passive(argv, topology.passive, o["quiet"])
     try:
         find_command(argv, dict(os.environ))
     except LedgerInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(127) from None
-    req = WrapRequest(command=argv, topology=topology, db_url=resolve_url(db),
-                      journal_dir=Path(journal_dir) if journal_dir else default_journal_dir(), node_type=node_type,
-                      offer=offer, project=project, user=user or os.environ.get("USER") or None, name=name, tags=tags,
-                      grace_s=grace, metrics_port=metrics_port, metrics_addr=metrics_addr,
-                      flush_s=_env_float("TRAINLEDGER_FLUSH_S", 2.0), heartbeat_s=_env_float("TRAINLEDGER_HEARTBEAT_S", 5.0),
-                      ledger_wait_s=_env_float("TRAINLEDGER_LEDGER_WAIT_S", 30.0),
-                      util_interval_s=_env_float("TRAINLEDGER_UTIL_INTERVAL_S", 1.0), quiet=quiet)
-    warning = check_ledger(req)
-    if warning and not quiet:
-        typer.echo(f"[trainledger] warning: {warning}", err=True)
-    raise typer.Exit(run_wrapped(req))
+    journal_dir = Path(o["journal_dir"]) if o["journal_dir"] else default_journal_dir()
+    slurm_part(topology, journal_dir)
+    return WrapRequest(
+        command=argv, topology=topology, db_url=resolve_url(o["db"]), journal_dir=journal_dir,
+        node_type=o["node_type"], offer=o["offer"], project=o["project"], user=o["user"] or os.environ.get("USER") or None,
+        name=o["name"], tags=tags, grace_s=o["grace"], metrics_port=o["metrics_port"], metrics_addr=o["metrics_addr"],
+        flush_s=_env_float("TRAINLEDGER_FLUSH_S", 2.0), heartbeat_s=_env_float("TRAINLEDGER_HEARTBEAT_S", 5.0),
+        ledger_wait_s=_env_float("TRAINLEDGER_LEDGER_WAIT_S", 30.0),
+        util_interval_s=_env_float("TRAINLEDGER_UTIL_INTERVAL_S", 1.0), quiet=o["quiet"],
+        require_ledger=o["require_ledger"])
+
+
+def _wrap(req) -> int:
+    from ledger.sources.wrapper import EXIT_NOT_RECORDED, RecordingImpossible, run_wrapped
+
+    try:
+        return run_wrapped(req)
+    except RecordingImpossible as exc:
+        typer.echo(f"error: {exc}; the command was not started (--require-ledger)", err=True)
+        return EXIT_NOT_RECORDED
+
+
+class _SafeRaw(io.RawIOBase):
+    """fd 2 that never raises: a closed or broken stderr must not stop the wrapper (or its writer thread)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 2
+
+    def write(self, data) -> int:
+        try:
+            return os.write(2, data)
+        except OSError:
+            return len(data)
+
+
+def safe_stdio() -> None:
+    """Closed descriptors 0-2 are opened on /dev/null (else our own pipes and files would take them and the
+    command's output would go there), and ``sys.stderr`` never raises."""
+    import sys
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(_SafeRaw()), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True, write_through=True)
+
+
+def _exit(code: int) -> None:
+    """Exit with the command's status, whatever our stdout/stderr are (a broken pipe must not make it 120)."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def register(root: typer.Typer) -> None:
-    root.command("run", cls=DashDashCommand, no_args_is_help=True)(run_command)
+    root.command("run", cls=DashDashCommand)(run_command)

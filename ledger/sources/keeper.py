@@ -15,14 +15,25 @@ defaults and ``PR_SET_PDEATHSIG`` so that the command dies with the keeper.
 * When the command exits, descendants it left behind get SIGTERM, then SIGKILL
   after :data:`LEFTOVER_GRACE_S`, and the keeper reports the exit status.
 
-Messages from the keeper, one per line: ``pid <command pid>``, then
-``exit <returncode>`` (negative: killed by that signal), or
+* Held start (``hold=True``): the keeper is forked at once, before the wrapper
+  touches the ledger, and starts the command on ``G`` (``A``: it never starts).
+  The wrapper's checks never wait on a lock, so the command starts at once.
+* Signals: the keeper ignores every signal the wrapper forwards (it must
+  outlive a SIGUSR1 or SIGHUP meant for the job); the command starts with them
+  at their defaults, except those the wrapper itself was started with ignored
+  (``nohup``), which stay ignored, as they would unwrapped.
+* The terminal: when the wrapper runs in the terminal's foreground, the command's
+  process group becomes the foreground group (a job that reads the terminal must
+  not stop on SIGTTIN). A stop of the command (Ctrl-Z) is reported, so that the
+  wrapper stops too and the shell gets the terminal back.
+
+Messages from the keeper, one per line: ``pid <command pid>``, ``stopped <signal>``,
+then ``exit <returncode>`` (negative: killed by that signal), or
 ``error <errno> <message>`` when the command could not be started.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import signal
@@ -31,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ledger.sources.signals import become_subreaper, die_with_parent
+from ledger.sources.signals import FORWARDED, become_subreaper, die_with_parent, give_terminal
 
 LEFTOVER_GRACE_S = 5.0
 
@@ -45,15 +56,36 @@ class Kept:
     status_fd: int  # read: the keeper's messages
     stderr_fd: int  # read: the command's stderr
 
-    def kill_tree(self) -> None:
+    def _send(self, what: bytes) -> None:
         try:
-            os.write(self.control_fd, b"K")
+            os.write(self.control_fd, what)
         except OSError:
             pass
 
+    def kill_tree(self) -> None:
+        self._send(b"K")
 
-def spawn(command: Sequence[str], env: Mapping[str, str]) -> Kept:
+    def go(self) -> None:
+        """Start the held command."""
+        self._send(b"G")
+
+    def abort(self) -> None:
+        """Never start the held command (the keeper exits)."""
+        self._send(b"A")
+
+
+@dataclass
+class Start:
+    """How the keeper starts the command."""
+
+    ignored: frozenset = frozenset()  # forwarded signals the command starts with ignored (nohup's HUP)
+    tty_fd: Optional[int] = None  # the terminal to give the command's process group (None: none)
+    hold: bool = False  # wait for go()/abort() before starting it
+
+
+def spawn(command: Sequence[str], env: Mapping[str, str], how: Optional[Start] = None) -> Kept:
     """Fork the keeper, which starts ``command``; call before starting any thread (fork copies one thread)."""
+    how = how or Start()
     r_ctl, w_ctl = os.pipe()
     r_st, w_st = os.pipe()
     r_err, w_err = os.pipe()
@@ -63,7 +95,7 @@ def spawn(command: Sequence[str], env: Mapping[str, str]) -> Kept:
         try:
             for fd in (w_ctl, r_st, r_err):
                 os.close(fd)
-            code = _keep(list(command), dict(env), r_ctl, w_st, w_err)
+            code = _keep(list(command), dict(env), r_ctl, w_st, w_err, how)
         finally:
             os._exit(code)
     for fd in (r_ctl, w_st, w_err):
@@ -72,12 +104,27 @@ def spawn(command: Sequence[str], env: Mapping[str, str]) -> Kept:
     return Kept(pid, w_ctl, r_st, r_err)
 
 
-def _child_setup() -> None:
-    """In the command, between fork and exec: its own process group, default signals, die with the keeper."""
+def _child_setup(how: Start) -> None:
+    """In the command, between fork and exec: its own process group (the terminal's foreground one when the
+    wrapper had the terminal), signals as they would be unwrapped, die with the keeper."""
     os.setpgid(0, 0)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+    if how.tty_fd is not None:
+        give_terminal(how.tty_fd, os.getpgrp())
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN if sig in how.ignored else signal.SIG_DFL)
     die_with_parent(signal.SIGKILL)
+
+
+def _held(control_fd: int) -> bool:
+    """Wait for the wrapper's go (True) or abort / its end (False)."""
+    while True:
+        try:
+            data = os.read(control_fd, 1)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        return data == b"G"
 
 
 def _say(fd: int, text: str) -> None:
@@ -87,18 +134,22 @@ def _say(fd: int, text: str) -> None:
         pass
 
 
-def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr_fd: int) -> int:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # the wrapper decides what a signal means; the command gets defaults
+def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr_fd: int, how: Start) -> int:
+    for sig in FORWARDED:
+        if sig != signal.SIGCONT:
+            signal.signal(sig, signal.SIG_IGN)  # the wrapper decides what a signal means; the command gets defaults
     become_subreaper()
+    if how.hold and not _held(control_fd):
+        return 0
     try:
-        proc = subprocess.Popen(command, env=env, stderr=stderr_fd, preexec_fn=_child_setup, close_fds=True)
+        proc = subprocess.Popen(command, env=env, stderr=stderr_fd, preexec_fn=lambda: _child_setup(how),
+                                close_fds=True)
     except OSError as exc:
         _say(status_fd, f"error {exc.errno or 0} {exc.strerror or exc}")
         return 0
     os.close(stderr_fd)
     _say(status_fd, f"pid {proc.pid}")
-    wrapper_gone = _wait(proc, control_fd)
+    wrapper_gone = _wait(proc, control_fd, status_fd)
     if wrapper_gone:
         kill_descendants(signal.SIGKILL)
         return 0
@@ -108,7 +159,7 @@ def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr
     return 0
 
 
-def _wait(proc: subprocess.Popen, control_fd: int) -> bool:
+def _wait(proc: subprocess.Popen, control_fd: int, status_fd: int) -> bool:
     """Wait for the command to exit; True if the wrapper went away first (the tree has then been killed)."""
     pidfd = _pidfd(proc.pid)
     watch = [control_fd] + ([pidfd] if pidfd is not None else [])
@@ -125,6 +176,17 @@ def _wait(proc: subprocess.Popen, control_fd: int) -> bool:
                 kill_descendants(signal.SIGKILL, keep=proc.pid)
         if proc.poll() is not None:
             return False
+        _report_stop(proc.pid, status_fd)
+
+
+def _report_stop(pid: int, status_fd: int) -> None:
+    """Tell the wrapper when the command stopped (Ctrl-Z at the terminal it has): the wrapper stops too."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return
+    if info is not None and info.si_code == os.CLD_STOPPED:
+        _say(status_fd, f"stopped {info.si_status}")
 
 
 def _pidfd(pid: int) -> Optional[int]:
@@ -206,33 +268,89 @@ def stop_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> None:
     kill_descendants(signal.SIGKILL)
 
 
-def read_messages(kept: Kept, on_pid=None) -> tuple[Optional[int], Optional[int], Optional[str]]:
+def read_messages(kept: Kept, on_pid=None, on_stop=None) -> tuple[Optional[int], Optional[int], Optional[str]]:
     """Block until the keeper is done: ``(command pid, returncode, start error)``; ``on_pid`` is called as soon
-    as the command runs. Signals interrupt the wait only to run their handlers (PEP 475)."""
+    as the command runs, ``on_stop`` when it stopped. The wait wakes up for every signal (``set_wakeup_fd``):
+    a signal the kernel hands to another thread of ours must still run its handler (forwarding) at once."""
     buf, pid, code, error = b"", None, None, None
-    while True:
-        try:
-            chunk = os.read(kept.status_fd, 4096)
-        except OSError as exc:
-            if exc.errno == errno.EINTR:
+    wake, old = _wakeup_pipe()
+    try:
+        while True:
+            watch = [kept.status_fd] + ([wake] if wake is not None else [])
+            try:
+                ready, _, _ = select.select(watch, [], [], 1.0)
+            except InterruptedError:
                 continue
-            chunk = b""
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            kind, _, rest = line.decode(errors="replace").partition(" ")
-            if kind == "pid":
-                pid = int(rest)
-                if on_pid is not None:
-                    on_pid(pid)
-            elif kind == "exit":
-                code = int(rest)
-            elif kind == "error":
-                error = rest
+            if wake is not None and wake in ready:
+                _drain(wake)
+            if kept.status_fd not in ready:
+                continue
+            try:
+                chunk = os.read(kept.status_fd, 4096)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                kind, _, rest = line.decode(errors="replace").partition(" ")
+                if kind == "pid":
+                    pid = int(rest)
+                    if on_pid is not None:
+                        on_pid(pid)
+                elif kind == "stopped" and on_stop is not None:
+                    on_stop(int(rest))
+                elif kind == "exit":
+                    code = int(rest)
+                elif kind == "error":
+                    error = rest
+    finally:
+        _close_wakeup(wake, old)
     try:
         os.waitpid(kept.keeper_pid, 0)
     except ChildProcessError:
         pass
     return pid, code, error
+
+
+def _wakeup_pipe() -> tuple[Optional[int], Optional[int]]:
+    """A pipe that signals wake (the main thread only); ``(read end, previous wakeup fd)``."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None, None
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(r)
+        os.close(w)
+        return None, None
+    _WAKE_W[r] = w
+    return r, old
+
+
+_WAKE_W: dict[int, int] = {}
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:
+        pass
+
+
+def _close_wakeup(r: Optional[int], old: Optional[int]) -> None:
+    if r is None:
+        return
+    try:
+        signal.set_wakeup_fd(old if old is not None else -1)
+    except (ValueError, OSError):
+        pass
+    for fd in (r, _WAKE_W.pop(r, None)):
+        if fd is not None:
+            os.close(fd)

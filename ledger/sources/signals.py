@@ -96,3 +96,54 @@ class StopSignals:
         for sig, handler in self._prev.items():
             signal.signal(sig, handler)
         self._prev = {}
+
+
+# --- the run wrapper: the job gets every signal it would get unwrapped ------------------------
+
+#: signals ``trainledger run`` passes on to the command's process group. INT/TERM also cancel the run;
+#: the others (Slurm's ``--signal USR1@60``, HUP, WINCH, CONT, ...) are only forwarded. Not here: KILL/STOP
+#: (uncatchable), CHLD (the wrapper's own), PIPE/XFSZ/XCPU (the kernel's about the wrapper's own writes and
+#: limits) and the terminal's TSTP/TTIN/TTOU (the job is in the terminal's foreground group itself).
+FORWARDED = tuple(s for s in (getattr(signal, n, None) for n in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCONT", "SIGWINCH", "SIGPWR",
+    "SIGURG", "SIGVTALRM", "SIGPROF")) if s is not None)
+
+
+def inherited_ignored() -> frozenset:
+    """The forwarded signals this process was started with ignored (``nohup`` ignores HUP, a shell's
+    background job INT and QUIT): the command inherits them ignored, as it would unwrapped."""
+    return frozenset(s for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN)
+
+
+def controlling_tty() -> Optional[int]:
+    """A descriptor of this process's controlling terminal when its process group is the terminal's
+    foreground group (an interactive run), else None."""
+    import os
+
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.tcgetpgrp(fd) == os.getpgrp():
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def give_terminal(fd: int, pgid: int) -> bool:
+    """Make ``pgid`` the terminal's foreground process group (SIGTTOU held off while doing it, as a shell does)."""
+    import os
+
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        os.tcsetpgrp(fd, pgid)
+        return True
+    except OSError:
+        return False
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTTOU, old)

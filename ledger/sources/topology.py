@@ -22,6 +22,13 @@ the job's accounting record; a requeued job (``SLURM_RESTART_COUNT`` N > 0) is
 ``<that id>-r<N>`` (:func:`ledger.store.ids.slurm_attempt_id`, the id the sync gives that
 attempt's record too), recorded as a restart of ``-r<N−1>`` (or of the first run).
 
+A Slurm job is one run (the allocation, what is paid for), whatever its steps: the
+first wrapped step (the batch script, or step 0) owns it; a later step (``SLURM_STEP_ID``
+> 0), or a wrapper started after the job's run already ended, is a *part*: it adds
+its node row ``NODE/stepN`` to the job's run and never registers or ends it.
+``srun -N k`` in the command is a step on k nodes of an n-node allocation; the run
+keeps the allocation's n nodes.
+
 One wrapper per node records the node. A wrapper started for a second task of
 the same node (``SLURM_LOCALID`` or ``LOCAL_RANK`` > 0) or inside another
 wrapper's command (``TRAINLEDGER_WRAPPED``) records nothing and just runs the
@@ -73,11 +80,22 @@ class Topology:
     resume_of: Optional[str] = None
     passive: Optional[str] = None  # why this wrapper records nothing (None: it records its node)
     facts: dict = field(default_factory=dict)  # what was detected where, recorded with the run
+    part: Optional[str] = None  # a later part of a Slurm job's run (``step3``): adds its node, never owns
 
     @property
     def owns_run(self) -> bool:
-        """Node 0 registers the run and records its end; the others add their node."""
-        return self.node_rank == 0
+        """Node 0 registers the run and records its end; the others add their node (as do later parts of a
+        Slurm job: its steps after the first)."""
+        return self.node_rank == 0 and self.part is None
+
+    @property
+    def node_key(self) -> str:
+        """The name this wrapper's node row has in the run: the node's name, ``NODE/stepN`` for a part."""
+        return self.node_name if self.part is None else f"{self.node_name}/{self.part}"[:200]
+
+    def make_part(self, part: str) -> None:
+        """Record this wrapper as a later part of its (Slurm job's) run, not as its owner."""
+        self.part = part
 
 
 def _int(value: Optional[str], what: str) -> Optional[int]:
@@ -162,7 +180,15 @@ def _slurm(env: Mapping[str, str]) -> dict:
             "node_rank": _int(env.get("SLURM_NODEID"), "SLURM_NODEID"), "gpus": gpus,
             "local_id": _int(env.get("SLURM_LOCALID"), "SLURM_LOCALID"),
             "restarts": _int(env.get("SLURM_RESTART_COUNT"), "SLURM_RESTART_COUNT") or 0,
-            "node_name": env.get("SLURMD_NODENAME")}
+            "node_name": env.get("SLURMD_NODENAME"), "step": _step(env),
+            "step_nodes": _int(env.get("SLURM_STEP_NUM_NODES"), "SLURM_STEP_NUM_NODES")}
+
+
+def _step(env: Mapping[str, str]) -> Optional[int]:
+    """The job step this wrapper runs in (``srun``), None in the batch script or an ``salloc`` shell (Slurm's
+    special step ids, batch/extern/interactive, are above 0xFFFFFFF0)."""
+    step = _int(env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"), "SLURM_STEP_ID")
+    return step if step is not None and step < 0xFFFFFFF0 else None
 
 
 def _elastic(env: Mapping[str, str]) -> dict:
@@ -212,9 +238,11 @@ def resolve(flags: Flags, env: Mapping[str, str], command: Sequence[str],
             nvml_gpus: Optional[int] = None) -> Topology:
     """The topology of this wrapper from its flags, its environment and its command (see the module doc)."""
     cmd, slurm, elastic = parse_command(command), _slurm(env), _elastic(env)
+    # inside an allocation, `srun -N k` is a step on k of its nodes: the run is the allocation (what is paid for)
+    cmd_nodes = None if slurm and cmd.launcher == "srun" else cmd.nodes
     nodes = _agree("--nodes", flags.nodes, [("SLURM_JOB_NUM_NODES", slurm.get("nodes")),
                                             ("WORLD_SIZE ÷ LOCAL_WORLD_SIZE", elastic.get("nodes")),
-                                            (f"{cmd.launcher} nodes in the command", cmd.nodes)]) or 1
+                                            (f"{cmd.launcher} nodes in the command", cmd_nodes)]) or 1
     node_rank = _agree("--node-rank", flags.node_rank, [("SLURM_NODEID", slurm.get("node_rank")),
                                                        ("GROUP_RANK", elastic.get("node_rank")),
                                                        (f"{cmd.launcher} node rank in the command", cmd.node_rank)]) or 0
@@ -233,8 +261,18 @@ def resolve(flags: Flags, env: Mapping[str, str], command: Sequence[str],
         passive = f"local rank {elastic['local_rank']}; local rank 0 records the node"
     node_name = flags.node_name or slurm.get("node_name") or socket.gethostname()
     facts = {"command": vars(cmd), "slurm": slurm or None, "elastic": elastic or None, "gpus": gpus}
+    part = f"step{slurm['step']}" if source == "slurm" and (slurm.get("step") or 0) > 0 else None
     return Topology(run_id, source, nodes, node_rank, node_name[:200], gpn, processes, cmd.launcher, gpus,
-                    flags.resume_of or resume_of, passive, facts)
+                    flags.resume_of or resume_of, passive, facts, part)
+
+
+def slurm_part(topology: Topology, journal_dir) -> None:
+    """A later wrapped part of a Slurm job on this node (its run's journal is here already): a part of the
+    job's run, never its second owner (see docs/SLURM.md)."""
+    from pathlib import Path
+
+    if topology.run_id_from == "slurm" and topology.owns_run and (Path(journal_dir) / f"{topology.run_id}.jsonl").exists():
+        topology.make_part(f"part-{os.getpid()}")
 
 
 def _run_id(flags: Flags, env: Mapping[str, str], slurm: dict, elastic: dict, cmd: CommandFacts,

@@ -29,10 +29,8 @@ callbacks inside it attach to this run instead of opening another.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -43,7 +41,9 @@ from typing import Any, Optional
 from ledger.errors import LedgerInputError
 from ledger.sources import keeper
 from ledger.sources.exporter import Exporter
+from ledger.sources.redact import redact_argv, redact_text
 from ledger.sources.sampling import UtilSampler, node_probe, process_tree, sample_rows
+from ledger.sources.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
 from ledger.sources.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
 from ledger.sources.writer import LedgerWriter, utc_now
 
@@ -52,8 +52,22 @@ ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
 ENV_NODE_TYPE = "TRAINLEDGER_NODE_TYPE"
 ENV_NODE_RANK = "TRAINLEDGER_NODE_RANK"
 STDERR_TAIL_LINES = 20
-#: option names whose value is not recorded with the command line
-SECRET_OPTION = re.compile(r"(token|secret|password|passwd|api[-_]?key|credential)", re.I)
+#: how long the checks before the start may wait for a locked SQLite ledger (the command waits for them)
+CHECK_BUSY_MS = 200
+#: exit status of ``--require-ledger`` when the run cannot be recorded (EX_TEMPFAIL: try again later)
+EXIT_NOT_RECORDED = 75
+
+
+class RecordingImpossible(RuntimeError):
+    """``--require-ledger``: the run cannot be recorded, so the command is not started."""
+
+
+def say(text: str) -> None:
+    """One line of ours on stderr; a closed or broken stderr is never an error (the job runs anyway)."""
+    try:
+        os.write(2, f"[trainledger] {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 @dataclass
@@ -78,26 +92,12 @@ class WrapRequest:
     ledger_wait_s: float = 30.0
     util_interval_s: float = 1.0
     quiet: bool = False
+    require_ledger: bool = False
 
 
 def redact_command(command: list[str]) -> list[str]:
-    """The command line as recorded: values of options named like a secret (``--hf-token X``,
-    ``--api_key=X``) become ``***``."""
-    out, hide_next = [], False
-    for arg in command:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if arg.startswith("-") and SECRET_OPTION.search(arg.split("=", 1)[0]):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
+    """The command line as recorded (:func:`ledger.sources.redact.redact_argv`: credentials become ``***``)."""
+    return redact_argv(command)
 
 
 def find_command(command: list[str], env: dict) -> str:
@@ -124,22 +124,22 @@ def default_name(command: list[str]) -> str:
 # --- before anything starts: what the ledger must agree to -------------------------------
 
 def check_ledger(req: WrapRequest) -> Optional[str]:
-    """Refuse an unknown node type or offer, an unknown ``--resume-of``, or a run id that already ended.
+    """Refuse an unknown node type or offer, or an unknown ``--resume-of``; never wait on a lock.
 
-    Returns a warning when the ledger cannot be reached (the run then starts anyway
-    and its events wait in the journal); raises :class:`LedgerInputError` otherwise.
+    Returns a warning when the ledger cannot be reached, is locked by another writer or cannot be
+    created (the run then starts anyway and its events wait in the journal); raises
+    :class:`LedgerInputError` otherwise. A run id that already ended makes a later wrapped part of
+    a Slurm job a part of its run (``topology.part``); elsewhere it is refused.
     """
-    from sqlalchemy.exc import OperationalError
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine, redact_url
+    from ledger.store.db import redact_url, upgrade_schema
     from ledger.store.models import LIVE_STATUSES, NodeType, Offer, Run
 
+    engine = None
     try:
-        engine = make_engine(req.db_url)
-    except OperationalError as exc:
-        return f"ledger {redact_url(req.db_url)} unreachable ({_reason(exc)}); the run starts and its events wait in the journal"
-    try:
+        engine = _engine_without_waiting(req.db_url)
+        upgrade_schema(engine)
         with Session(engine) as s:
             nt = s.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
             if nt is None:
@@ -156,13 +156,41 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
                 raise LedgerInputError(f"--resume-of: no run {req.topology.resume_of!r} in the ledger")
             existing = s.get(Run, req.topology.run_id)
             if existing is not None and req.topology.owns_run and existing.status not in LIVE_STATUSES:
+                if req.topology.run_id_from == "slurm":
+                    req.topology.make_part(f"part-{os.getpid()}")
+                    return None
                 raise LedgerInputError(f"--run-id: run {existing.id} already ended ({existing.status.value}); "
                                        f"a restart is a new run: --resume-of {existing.id}")
-    except OperationalError as exc:
-        return f"ledger {redact_url(req.db_url)} unreachable ({_reason(exc)}); the run starts and its events wait in the journal"
+    except LedgerInputError:
+        raise
+    except Exception as exc:  # unreachable, locked, uncreatable: never a reason not to run the job
+        return f"ledger {redact_url(req.db_url)} not usable now ({_reason(exc)}); the run starts and its events wait in the journal"
     finally:
-        engine.dispose()
+        if engine is not None:
+            engine.dispose()
     return None
+
+
+def _engine_without_waiting(url: str):
+    """The ledger's engine for the checks before the start: a locked SQLite file answers "database is locked"
+    after :data:`CHECK_BUSY_MS` instead of the writers' busy timeout; PostgreSQL gives up on a lock as soon."""
+    from sqlalchemy import event
+
+    from ledger.store.db import make_engine
+
+    engine = make_engine(url, upgrade=False)
+
+    def short_waits(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        if engine.dialect.name == "sqlite":
+            cur.execute(f"PRAGMA busy_timeout={CHECK_BUSY_MS}")
+        else:
+            cur.execute(f"SET lock_timeout = {CHECK_BUSY_MS}")
+            dbapi_conn.commit()
+        cur.close()
+
+    event.listen(engine, "connect", short_waits)
+    return engine
 
 
 def _reason(exc: BaseException) -> str:
@@ -172,7 +200,10 @@ def _reason(exc: BaseException) -> str:
 # --- the run --------------------------------------------------------------------------------
 
 class Wrapper:
-    """One node's wrapper: start, watch, end. Use :func:`run_wrapped`."""
+    """One node's wrapper: start, watch, end. Use :func:`run_wrapped`.
+
+    Raises at construction when the journal cannot be opened (a read-only or missing folder).
+    """
 
     def __init__(self, req: WrapRequest):
         self.req = req
@@ -186,16 +217,22 @@ class Wrapper:
         self.sampler: Optional[UtilSampler] = None
         self.exporter: Optional[Exporter] = None
         self.started_at = utc_now()
+        self.tty: Optional[int] = None  # the terminal whose foreground the command holds
+        self.teeing = False
         self._grace: Optional[threading.Timer] = None
         self._prev: dict[int, Any] = {}
+        self._pending: list[int] = []  # signals that came before the command's pid was known
         self.writer = LedgerWriter(req.db_url, req.journal_dir, self.topo.run_id, req.flush_s, req.heartbeat_s,
                                    beats=self._beats, journal_name=self._journal_name())
+        self.writer.on_error = lambda: None  # a journal that fails turns recording off; the job goes on
 
     def _journal_name(self) -> str:
+        if self.topo.part:
+            return f"{self.topo.run_id}.{self.topo.part}.node{self.topo.node_rank}"
         return self.topo.run_id if self.topo.owns_run else f"{self.topo.run_id}.node{self.topo.node_rank}"
 
     def _beats(self, ts: str) -> list[dict]:
-        out = [{"type": "node_beat", "hostname": self.topo.node_name, "ts": ts}]
+        out = [{"type": "node_beat", "hostname": self.topo.node_key, "ts": ts}]
         return ([{"type": "heartbeat", "ts": ts}] + out) if self.topo.owns_run else out
 
     def _child_env(self) -> dict:
@@ -207,18 +244,54 @@ class Wrapper:
 
     # -- start --
     def start(self) -> None:
-        """Register (journal + ledger, before the command starts), fork the keeper, then start the threads."""
+        """Fork the keeper holding the command, check the ledger without waiting on it, start the command,
+        then register (journal, then ledger) off the main thread: the command never waits on the ledger."""
+        self.tty = controlling_tty()
+        ignored = inherited_ignored()
+        self._install_signals(ignored)
+        self.kept = keeper.spawn(self.req.command, self._child_env(), keeper.Start(ignored, self.tty, hold=True))
+        try:
+            self._before_go()
+        except BaseException:
+            self.kept.abort()
+            keeper.read_messages(self.kept)
+            raise
+        if not self.req.quiet:
+            role = "registers" if self.topo.owns_run else "joins"
+            say(f"node {self.topo.node_rank} of {self.topo.nodes} {role} run {self.topo.run_id}")
+        self.kept.go()
+        self._start_threads()
+
+    def _before_go(self) -> None:
+        """The checks (never waiting on a lock) and, with ``--require-ledger``, the registration itself."""
+        warning = check_ledger(self.req)
+        if warning:
+            self.writer.ledger_ok = False  # said once here; the writer says when it is back
+            if not self.req.quiet or self.req.require_ledger:
+                say(("error: " if self.req.require_ledger else "warning: ") + warning)
+        if self.req.require_ledger and warning:
+            raise RecordingImpossible(warning)
+        self._queue_registration()
+        if self.req.require_ledger:
+            from ledger.sources.journal import JournalWriteError
+
+            try:
+                self.writer.flush()
+            except JournalWriteError as exc:
+                raise RecordingImpossible(str(exc)) from None
+            if not self.writer.ledger_ok:
+                raise RecordingImpossible(f"run {self.topo.run_id} could not be registered in the ledger")
+
+    def _queue_registration(self) -> None:
         if self.topo.owns_run:
             self.writer.put(self._start_event())
         self.writer.put({"type": "nodes", "rows": [{
-            "hostname": self.topo.node_name, "node_rank": self.topo.node_rank, "status": "running",
+            "hostname": self.topo.node_key, "node_rank": self.topo.node_rank, "status": "running",
             "heartbeat_at": self.started_at.isoformat(), "processes": self.topo.processes_per_node}]})
-        self.writer.flush()
-        self.writer.release()  # the keeper must not inherit open ledger connections
-        self._install_signals()
-        self.kept = keeper.spawn(self.req.command, self._child_env())
-        self.writer.start()
-        threading.Thread(target=self._tee, daemon=True, name="trainledger-stderr").start()
+
+    def _start_threads(self) -> None:
+        threading.Thread(target=self._register, daemon=True, name="trainledger-register").start()
+        self._start_tee()
         self.sampler = UtilSampler(node_probe(os.environ, process_tree(self.kept.keeper_pid)), self.req.util_interval_s)
         self.sampler.start()
         if self.req.metrics_port is not None:
@@ -226,6 +299,23 @@ class Wrapper:
                                      self.topo.node_name, "node", self.sampler.source)
             threading.Thread(target=self._export, daemon=True, name="trainledger-export").start()
         threading.Thread(target=self._discover, daemon=True, name="trainledger-workers").start()
+
+    def _start_tee(self) -> None:
+        if not self.teeing:
+            self.teeing = True
+            threading.Thread(target=self._tee, daemon=True, name="trainledger-stderr").start()
+
+    def _register(self) -> None:
+        """Journal and apply the registration now (not a flush period later), then keep the writer going.
+        A journal that cannot be written has said so (the writer) and the end goes straight to the ledger."""
+        try:
+            self.writer.flush()
+        except Exception:
+            pass
+        try:
+            self.writer.start()
+        except RuntimeError:
+            pass
 
     def _start_event(self) -> dict:
         req, topo, now = self.req, self.topo, self.started_at.isoformat()
@@ -242,21 +332,26 @@ class Wrapper:
 
     # -- while it runs --
     def _tee(self) -> None:
-        """Copy the command's stderr to ours unchanged, keeping its last lines."""
-        partial = b""
+        """Copy the command's stderr to ours unchanged, keeping its last lines. Our stderr closed or broken:
+        keep reading (and dropping), so that the command never blocks on a full pipe."""
+        partial, ours = b"", True
         while True:
             try:
                 chunk = os.read(self.kept.stderr_fd, 65536)
+            except InterruptedError:
+                continue
             except OSError:
                 break
             if not chunk:
                 break
             view = memoryview(chunk)
-            while view:
+            while view and ours:
                 try:
                     view = view[os.write(2, view):]
+                except InterruptedError:
+                    continue
                 except OSError:
-                    break
+                    ours = False
             lines = (partial + chunk).split(b"\n")
             partial = lines.pop()[-4096:]
             self.stderr_tail.extend(line[-1000:] for line in lines)
@@ -293,11 +388,13 @@ class Wrapper:
             time.sleep(1.0 if not ranks else 5.0)
 
     # -- signals --
-    def _install_signals(self) -> None:
+    def _install_signals(self, ignored: frozenset) -> None:
+        """Every forwarded signal the wrapper was not started with ignored: forwarded to the command."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            self._prev[sig] = signal.signal(sig, self._on_signal)
+        for sig in FORWARDED:
+            if sig not in ignored:
+                self._prev[sig] = signal.signal(sig, self._on_signal)
 
     def _restore_signals(self) -> None:
         for sig, handler in self._prev.items():
@@ -305,20 +402,29 @@ class Wrapper:
         self._prev = {}
 
     def _on_signal(self, signum, frame) -> None:
-        """First SIGINT/SIGTERM: cancel (forward to the command's group, SIGKILL after the grace period);
-        a second one: SIGKILL now."""
-        if self.cancelled is not None:
-            self._kill_now()
-            return
-        self.cancelled = signum
-        self._forward(signum)
-        self._grace = threading.Timer(self.req.grace_s, self._kill_now)
-        self._grace.daemon = True
-        self._grace.start()
+        """SIGINT/SIGTERM cancel the run: forwarded, SIGKILL after the grace period (a second one: now).
+        Every other signal is only forwarded; SIGCONT also gives the terminal back to the command."""
+        try:
+            if signum not in (signal.SIGINT, signal.SIGTERM):
+                if signum == signal.SIGCONT and self.tty is not None and self.command_pid is not None:
+                    give_terminal(self.tty, self.command_pid)
+                self._forward(signum)
+                return
+            if self.cancelled is not None:
+                self._kill_now()
+                return
+            self.cancelled = signum
+            self._forward(signum)
+            self._grace = threading.Timer(self.req.grace_s, self._kill_now)
+            self._grace.daemon = True
+            self._grace.start()
+        except Exception:  # a signal handler must never end the wrapper
+            pass
 
     def _forward(self, signum: int) -> None:
         if self.command_pid is None:
-            return  # not running yet: forwarded as soon as the keeper reports its pid
+            self._pending.append(signum)  # forwarded as soon as the keeper reports the command's pid
+            return
         try:
             os.killpg(self.command_pid, signum)
         except (ProcessLookupError, PermissionError):
@@ -331,15 +437,26 @@ class Wrapper:
 
     def _on_pid(self, pid: int) -> None:
         self.command_pid = pid
-        if self.cancelled is not None:
-            self._forward(self.cancelled)
+        pending, self._pending = self._pending, []
+        for sig in pending:
+            self._forward(sig)
+
+    def _on_stop(self, signum: int) -> None:
+        """The command stopped (Ctrl-Z): take the terminal back and stop, so that the shell sees the job
+        stopped; its ``fg`` continues us (SIGCONT), and we continue the command."""
+        if self.tty is None:
+            return
+        give_terminal(self.tty, os.getpgrp())
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
 
     # -- end --
     def wait(self) -> tuple[Optional[int], Optional[str]]:
         """Block until the command is done: ``(returncode, start error)``."""
-        _, code, error = keeper.read_messages(self.kept, on_pid=self._on_pid)
+        _, code, error = keeper.read_messages(self.kept, on_pid=self._on_pid, on_stop=self._on_stop)
         if self._grace is not None:
             self._grace.cancel()
+        if self.tty is not None:
+            give_terminal(self.tty, os.getpgrp())
         return code, error
 
     def finish(self, code: Optional[int], error: Optional[str]) -> int:
@@ -351,31 +468,35 @@ class Wrapper:
             self.exporter = None
         status, exit_status, text = self._outcome(code, error)
         summary = self.sampler.summary()
-        self.writer.put({"type": "samples", "rows": sample_rows(summary, self.topo.node_name)})
+        self.writer.put({"type": "samples", "rows": sample_rows(summary, self.topo.node_key)})
         processes = (len(self.workers.get("local_ranks", ())) or self.topo.processes_per_node
                      or (1 if self.topo.launcher == "python" else None))
         self.writer.put({"type": "nodes", "rows": [{
-            "hostname": self.topo.node_name, "node_rank": self.topo.node_rank, "status": status,
+            "hostname": self.topo.node_key, "node_rank": self.topo.node_rank, "status": status,
             "heartbeat_at": ended.isoformat(), "exit_code": exit_status, "processes": processes,
             "gpu_util_mean": summary["mean"], "gpu_util_p95": summary["p95"], "util_source": summary["source"],
             "mem_peak_bytes": summary["mem_peak_bytes"], "energy_kwh": summary["energy_kwh"]}]})
         if self.topo.owns_run:
-            world = self.workers.get("world_size")
-            fields = {"status": status, "ended_at": ended.isoformat(), "heartbeat_at": ended.isoformat(),
-                      "exit_code": exit_status, "error": text, "peak_mem_bytes": summary["mem_peak_bytes"],
-                      "mem_kind": "nvml_used" if summary["source"] == "nvml" else "cpu_rss_tree"}
-            if self.topo.nodes == 1:  # several nodes: the ledger averages their RunNodes (journal._run_util_from_nodes)
-                fields.update(gpu_util_mean=summary["mean"], gpu_util_p95=summary["p95"], util_source=summary["source"])
-            if world or processes:
-                fields["world_size"] = int(world) if world else self.topo.nodes * processes
-            self.writer.put({"type": "run", "fields": fields})
+            self.writer.put({"type": "run", "fields": self._end_fields(status, ended, exit_status, text, summary,
+                                                                        processes)})
         ok = self.writer.close(self.req.ledger_wait_s)
         self._restore_signals()
         if not self.req.quiet:
             where = "" if ok else " (kept in the journal; `trainledger sync` applies it)"
-            print(f"[trainledger] run {self.topo.run_id} node {self.topo.node_rank}: {status} (exit {exit_status}){where}",
-                  file=sys.stderr, flush=True)
+            say(f"run {self.topo.run_id} node {self.topo.node_rank}: {status} (exit {exit_status}){where}")
         return exit_status
+
+    def _end_fields(self, status: str, ended, exit_status: int, text: Optional[str], summary: dict,
+                    processes: Optional[int]) -> dict:
+        world = self.workers.get("world_size")
+        fields = {"status": status, "ended_at": ended.isoformat(), "heartbeat_at": ended.isoformat(),
+                  "exit_code": exit_status, "error": text, "peak_mem_bytes": summary["mem_peak_bytes"],
+                  "mem_kind": "nvml_used" if summary["source"] == "nvml" else "cpu_rss_tree"}
+        if self.topo.nodes == 1:  # several nodes: the ledger averages their RunNodes (journal._run_util_from_nodes)
+            fields.update(gpu_util_mean=summary["mean"], gpu_util_p95=summary["p95"], util_source=summary["source"])
+        if world or processes:
+            fields["world_size"] = int(world) if world else self.topo.nodes * processes
+        return fields
 
     def _outcome(self, code: Optional[int], error: Optional[str]) -> tuple[str, int, Optional[str]]:
         """``(status, exit status, error text)`` from the command's return code (negative: killed by a signal)."""
@@ -390,29 +511,72 @@ class Wrapper:
                                                      if self.killed_after_grace else "")
         if code == 0:
             return "succeeded", 0, None
+        if code == -signal.SIGINT and self.tty is not None:  # Ctrl-C at the terminal the command held
+            return "cancelled", exit_status, "cancelled by SIGINT from the terminal"
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        tail = b"\n".join(self.stderr_tail).decode("utf-8", errors="replace").strip()
+        tail = redact_text(b"\n".join(self.stderr_tail).decode("utf-8", errors="replace").strip())
         return "failed", exit_status, (f"{how}" + (f"; stderr:\n{tail}" if tail else ""))[-4000:]
+
+    def degrade(self, exc: BaseException) -> int:
+        """The last resort after an unexpected error of ours once the keeper exists: the command runs (or goes
+        on running) unrecorded, and its exit status is ours."""
+        say(f"warning: internal error ({type(exc).__name__}: {str(exc)[:200]}); the command runs unrecorded")
+        self.kept.go()  # a second go is ignored by a keeper that started the command
+        self._start_tee()
+        _, code, error = keeper.read_messages(self.kept, on_pid=self._on_pid, on_stop=self._on_stop)
+        if error is not None:
+            return 127
+        return 128 + signal.SIGKILL if code is None else (code if code >= 0 else 128 - code)
 
 
 def run_wrapped(req: WrapRequest) -> int:
-    """Run the command under a wrapper that records this node; returns the exit status to exit with."""
-    w = Wrapper(req)
-    if not req.quiet:
-        role = "registers" if req.topology.owns_run else "joins"
-        print(f"[trainledger] node {req.topology.node_rank} of {req.topology.nodes} {role} run {req.topology.run_id}",
-              file=sys.stderr, flush=True)
-    w.start()
-    code, error = w.wait()
-    return w.finish(code, error)
+    """Run the command under a wrapper that records this node; returns the exit status to exit with.
+
+    Whatever goes wrong on the recording side, the command runs: a journal that cannot be opened runs it
+    unrecorded (:func:`run_bare`), and an unexpected error of ours after the keeper exists lets it run on
+    (:meth:`Wrapper.degrade`). Only bad input (:class:`LedgerInputError`) and ``--require-ledger``
+    (:class:`RecordingImpossible`) keep it from starting.
+    """
+    try:
+        w = Wrapper(req)
+    except Exception as exc:
+        why = f"cannot open the run journal in {req.journal_dir} ({_reason(exc)})"
+        if req.require_ledger:
+            raise RecordingImpossible(why) from None
+        run_bare(req.command, f"{why}; the command runs unrecorded")
+    try:
+        w.start()
+    except (LedgerInputError, RecordingImpossible):
+        raise
+    except Exception as exc:
+        if w.kept is None:
+            run_bare(req.command, f"internal error ({type(exc).__name__}: {str(exc)[:200]}); the command runs unrecorded")
+        return w.degrade(exc)
+    try:
+        code, error = w.wait()
+    except Exception as exc:
+        return w.degrade(exc)
+    try:
+        return w.finish(code, error)
+    except Exception as exc:
+        say(f"warning: the end of run {req.topology.run_id} was not recorded ({type(exc).__name__}: {str(exc)[:200]})")
+        return w._outcome(code, error)[1]
+
+
+def run_bare(command: list[str], why: Optional[str]) -> None:
+    """Run the command in place of this process (``exec``): nothing is recorded; says ``why`` once."""
+    import sys
+
+    if why:
+        say(f"not recording: {why}")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os.execvp(command[0], command)
 
 
 def run_passive(command: list[str], why: str, quiet: bool) -> None:
     """Run the command in place of this process (``exec``): nothing is recorded here."""
-    if not quiet:
-        print(f"[trainledger] not recording: {why}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(command[0], command)
-
-
+    run_bare(command, None if quiet else why)
