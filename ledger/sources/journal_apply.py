@@ -157,7 +157,7 @@ def _apply_phases(session: Session, rid: str, ev: dict[str, Any]) -> None:
     """A node's phase totals (ledger.sources.phases): its ``run_phase`` rows set to them."""
     from ledger.sources.phases import apply_phases
 
-    apply_phases(session, rid, ev)
+    apply_phases(session, rid, ev, _registered, _ts)
 
 
 _HANDLERS = {"run": _apply_run, "heartbeat": _apply_heartbeat, "samples": _apply_samples, "nodes": _apply_nodes,
