@@ -245,10 +245,13 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     assert costs.cents(line.lost_work_cost) == costs.cents(line.cost * lost_us / run_us) > 0
 
 
-def test_nvml_samples_only_the_gpus_the_job_owns(ledger_url, capture_env, fake_nvml):
+def test_nvml_samples_only_the_gpus_the_job_owns(ledger_url, capture_env, fake_nvml, tmp_path):
+    reads = tmp_path / "nvml-power-reads"
     env = {**capture_env, "LD_LIBRARY_PATH": str(fake_nvml), "CUDA_VISIBLE_DEVICES": "1,3",
-           "FAKE_NVML_UTIL": "10,20,30,40", "FAKE_NVML_MEM_MIB": "100,200,300,400", "FAKE_NVML_POWER_W": "50,100,150,200"}
-    out = run_wrapped(ledger_url, env, command=job("--sleep", 2.5))
+           "FAKE_NVML_UTIL": "10,20,30,40", "FAKE_NVML_MEM_MIB": "100,200,300,400", "FAKE_NVML_POWER_W": "50,100,150,200",
+           "FAKE_NVML_READS_FILE": str(reads)}
+    # the job lasts until the wrapper has read both GPUs' power twice: two samples, so energy accrues between them
+    out = run_wrapped(ledger_url, env, command=job("--wait-bytes", reads, 4))
     assert out.returncode == 0, out.stderr.decode()
     (run,) = all_runs(ledger_url)
     (node,) = nodes_of(ledger_url, run.id)
