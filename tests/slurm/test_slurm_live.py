@@ -141,10 +141,10 @@ def jobs(slurm, ledger, release, tmp_path_factory) -> dict[str, str]:
         "--offer", "a100-rent")
     j = {
         "launch": _launch(slurm, ledger, tmp_path_factory.mktemp("launch")),
-        # held, not timed: the first attempt of "rq" runs until it is requeued (its restart ends at once), "long"
+        # held, not timed: the first attempt of "rq" runs until it is requeued (its restart then works 8 s), "long"
         # runs at least 5 s and until the release after the first sync, so both are running when the test needs it
         "rq": slurm.sbatch("-p", "debug", "--gpus=1", "-J", "rq", "--wrap",
-                           f'[ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] || {_until(release)}'),
+                           f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then sleep 8; else {_until(release)}; fi'),
         "timeout": slurm.sbatch("-p", "debug", "-J", "timeout", "--time=1", "--wrap", "sleep 600"),
         "ok": slurm.sbatch("-p", "batch", "--gpus=1", "-J", "ok", "--wrap", "sleep 2"),
         "fail3": slurm.sbatch("-p", "debug", "-J", "fail3", "--wrap", "exit 3"),
