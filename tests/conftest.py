@@ -121,8 +121,17 @@ def fake_popen(monkeypatch):
 ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults")
 
 
+#: Folders whose every test runs real processes or servers (DeepSpeed ranks, PostgreSQL clusters, Slurm,
+#: Prometheus): all ``slow``, so `bash tests/run.sh --fast` (``-m "not slow"``) leaves them out.
+SLOW_FOLDERS = ("faults", "tracking", "slurm", "collect")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(Path(__file__).parent)
+        if len(rel.parts) > 1 and rel.parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:

@@ -1,84 +1,23 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs on a fresh Debian machine, start the
-# services it talks to, and run the whole suite. Used by .ci/run and the README.
+# Install everything the test suite needs on a fresh Debian machine (tests/setup.sh), start the services it
+# talks to, and run the suite. Used by .ci/run and the README.
+#
+#   bash tests/run.sh [--fast] [PYTEST ARGS...]
+#
+# Without --fast: every test (what CI runs). --fast: the day-to-day tier, `-m "not slow"`: unit and CLI tests
+# without multi-process runs, Slurm, Prometheus or Chromium (tests/conftest.py marks whole folders slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV=${VENV:-.venv}
-PY=${PYTHON:-python3}
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-
-# --- Python environment ------------------------------------------------------
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-# The CPU torch pin first: an unpinned torch would pull a multi-GB CUDA build.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[train,test,hf,lightning]"  # hf, lightning: tests/capture's real tiny runs
-
-# --- PostgreSQL at 127.0.0.1:5432 (tests create and drop their own databases) --
-apt_updated=""
-apt_install() {
-  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
-}
-if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v pg_dump >/dev/null 2>&1; then
-  apt_install postgresql postgresql-client
-fi
-if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  for v in $(ls /etc/postgresql 2>/dev/null); do
-    $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
-  done
-  for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
-fi
-if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null 2>&1; then
-  # a fresh Debian cluster: let the local postgres user in without a password over loopback
-  hba=$(ls /etc/postgresql/*/main/pg_hba.conf | head -1)
-  $SUDO sed -i -E 's/^(host\s+all\s+all\s+127\.0\.0\.1\/32\s+)\S+/\1trust/' "$hba"
-  for v in $(ls /etc/postgresql); do $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main reload || true; done
-  sleep 1
-fi
-psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1" >/dev/null
-
-# --- Chromium for the dashboard's browser test (Playwright drives the Debian build; no browser downloads) --
-if [ ! -x /usr/bin/chromium ]; then
-  apt_install chromium
+FAST=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  FAST=(-m "not slow")
 fi
 
-# --- Prometheus (and promtool) for tests/collect and tests/test_exporter.py (each starts its own server on a free loopback port) --
-if ! command -v prometheus >/dev/null 2>&1; then
-  apt_install prometheus
-fi
-
-# --- Slurm for tests/slurm (a session fixture starts munged, slurmdbd, slurmctld and slurmd in a temporary
-# directory with their own config and ports; nothing is started here) and the MariaDB server slurmdbd
-# stores into (127.0.0.1:3306, root without a password; the fixture creates and drops its own database) --
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-  apt_install slurm-wlm slurmdbd munge
-fi
-if ! mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1; then
-  if ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1; then
-    apt_install mariadb-server
-  fi
-  # no systemd in CI containers: start the server directly (as the mysql user), then wait for it
-  $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld
-  (command -v mysqld_safe >/dev/null 2>&1 && $SUDO mysqld_safe --bind-address=127.0.0.1 --port=3306 >/dev/null 2>&1 &) || true
-  for _ in $(seq 60); do mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1 && break; sleep 1; done
-  if ! mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null 2>&1; then
-    # a fresh Debian server lets root in by unix socket only: allow root over loopback without a password
-    $SUDO mysql -u root -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''; \
-      GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;" || true
-  fi
-fi
-mysql -h 127.0.0.1 -P 3306 -u root -e "select 1" >/dev/null
-# --- a C compiler for tests/capture's NVML test double (libnvidia-ml.so.1 built from tests/capture/fake_nvml.c) --
-if ! command -v cc >/dev/null 2>&1; then
-  apt_install gcc libc6-dev
-fi
+source tests/setup.sh
 
 # --- the suite -----------------------------------------------------------------
 # pytest-xdist: independent test files on several workers (tests/conftest.py keeps a file, and the folders that
 # share a session fixture, on one worker); most tests wait on processes, so 3 workers fill 2 cores
-exec "$VENV/bin/python" -m pytest -q -n "${TRAINLEDGER_TEST_WORKERS:-3}" --dist loadgroup "$@"
+exec "$VENV/bin/python" -m pytest -q -n "${TRAINLEDGER_TEST_WORKERS:-3}" --dist loadgroup "${FAST[@]}" "$@"

@@ -16,10 +16,13 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlmodel import Session, func, select
 
 from ledger.store.db import make_engine
 from ledger.store.models import Run
+
+pytestmark = pytest.mark.slow  # real import processes on large inputs: not in `tests/run.sh --fast`
 
 HEADER = "id,name,project,user,node_type,nodes,start,end,status\n"
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ledger.sources.exporter import Exporter
+from ledger.sources.hold import Holds
 from ledger.sources.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
 from ledger.sources.signals import RunCancelled, StopSignals, die_with_parent
 from ledger.sources.writer import LedgerWriter
@@ -108,6 +109,7 @@ class LedgerTracker:
         # fault injection for tests and drills: raise in the training step at this step
         fault = os.environ.get("TRAINLEDGER_FAULT_STEP")
         self._fault_step = int(fault) if fault else None
+        self._holds = Holds()  # test-only: TRAINLEDGER_TEST_HOLD (ledger/sources/hold.py); inert when unset
 
     @property
     def run_id(self) -> str:
@@ -179,6 +181,7 @@ class LedgerTracker:
         if self.exporter is not None:
             self.exporter.on_step(metrics, self.info["tokens_per_step"])
         if self.rank != 0:
+            self._holds.after(step + 1)
             return
         if self.phases is not None:
             self._phase_step(metrics.get("step_time_s"))
@@ -193,6 +196,7 @@ class LedgerTracker:
                 self._handed_at = now
         if self.writer.error is not None:
             raise self.writer.error
+        self._holds.after(step + 1, self._hand_over_samples)
 
     def on_end(self, result) -> None:
         import torch.distributed as dist

@@ -2,8 +2,11 @@
  * answering from environment variables (comma-separated, one value per device):
  *   FAKE_NVML_UTIL     GPU-Util in percent     FAKE_NVML_MEM_MIB  memory used in MiB
  *   FAKE_NVML_POWER_W  power draw in watts
+ *   FAKE_NVML_READS_FILE  (optional) a file that gets one byte per power read: a test waits on it to know
+ *                         how many sampling rounds have happened, instead of sleeping
  * The device count is the number of FAKE_NVML_UTIL values. Build: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +68,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *m) {
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) {
+    const char *reads = getenv("FAKE_NVML_READS_FILE");
+    if (reads && *reads) {
+        FILE *f = fopen(reads, "a");
+        if (f) { fputc('.', f); fclose(f); }
+    }
     *mw = value("FAKE_NVML_POWER_W", idx(h), 0) * 1000;
     return 0;
 }

@@ -2,10 +2,12 @@
 
     python job.py [--out TEXT] [--err-lines N] [--busy SECONDS] [--exit CODE] [--started FILE]
                   [--on-term FILE] [--ignore-term] [--child FILE] [--setsid-child FILE] [--sleep SECONDS]
+                  [--wait-bytes FILE N]
                   [--track STEPS] [--checkpoint-at STEP] [--flops N --peak TFLOPS]
 
 ``--child``/``--setsid-child`` start a grandchild (in this process group, or in a session of its own
-like torchrun's workers) and write its pid to FILE. ``--track`` logs STEPS steps through ``ledger.track``.
+like torchrun's workers) and write its pid to FILE. ``--track`` logs STEPS steps through ``ledger.track``. ``--wait-bytes`` waits (up to 600 s) until FILE holds
+N bytes: the NVML double's read counter (FAKE_NVML_READS_FILE), so the job outlives N sampling reads.
 """
 
 import argparse
@@ -32,6 +34,7 @@ def main() -> int:
     p.add_argument("--checkpoint-at", type=int, default=-1)
     p.add_argument("--flops", type=float, default=None)
     p.add_argument("--peak", type=float, default=None)
+    p.add_argument("--wait-bytes", nargs=2, default=None)
     a = p.parse_args()
     if a.started:
         with open(a.started, "w") as fh:
@@ -69,6 +72,11 @@ def main() -> int:
     while time.time() < end:
         pass
     time.sleep(a.sleep)
+    if a.wait_bytes:
+        path, n = a.wait_bytes[0], int(a.wait_bytes[1])
+        deadline = time.monotonic() + 600
+        while (not os.path.exists(path) or os.path.getsize(path) < n) and time.monotonic() < deadline:
+            time.sleep(0.05)
     return a.exit
 
 

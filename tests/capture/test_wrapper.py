@@ -77,7 +77,7 @@ def test_sigterm_cancels_forwards_to_the_process_group_and_kills_after_the_grace
     p = subprocess.Popen(wrap_cmd(ledger_url, "--grace", 60, command=job("--started", started, "--on-term", term,
                                                                       "--child", child, "--sleep", 600)),
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(lambda: started.exists() and child.exists(), 60, "the job to start")
+    wait_for(lambda: started.exists() and child.exists(), 180, "the job to start")
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 7  # the command's exit status is the wrapper's
@@ -90,7 +90,7 @@ def test_sigterm_cancels_forwards_to_the_process_group_and_kills_after_the_grace
     p = subprocess.Popen(wrap_cmd(ledger_url, "--grace", 1, command=job("--started", started2, "--ignore-term",
                                                                      "--sleep", 600)),
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(started2.exists, 60, "the second job to start")
+    wait_for(started2.exists, 180, "the second job to start")
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGKILL
@@ -104,7 +104,7 @@ def test_kill9_of_the_wrapper_leaves_no_orphan_and_reaps_as_crashed(ledger_url, 
     p = subprocess.Popen(wrap_cmd(ledger_url, command=job("--started", started, "--child", child,
                                                          "--setsid-child", loner, "--sleep", 600)),
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(lambda: started.exists() and child.exists() and loner.exists(), 60, "the job and its children")
+    wait_for(lambda: started.exists() and child.exists() and loner.exists(), 180, "the job and its children")
     pids = [int(f.read_text()) for f in (started, child, loner)]
     run_id = None
 
@@ -113,14 +113,14 @@ def test_kill9_of_the_wrapper_leaves_no_orphan_and_reaps_as_crashed(ledger_url, 
         runs = all_runs(ledger_url)
         run_id = runs[0].id if runs else None
         return runs and runs[0].heartbeat_at > runs[0].started_at
-    wait_for(registered, 60, "a heartbeat after the start")
+    wait_for(registered, 180, "a heartbeat after the start")
     p.kill()
     p.wait(timeout=30)
     # the job, its grandchild and one in a session of its own (as torchrun's workers are): all gone
     wait_for(lambda: not any(alive(pid) for pid in pids), 30, "no process of the job left")
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.running  # nobody wrote an end: the reaper will
-    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 60, "the reaper to find the stale heartbeat")
+    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 180, "the reaper to find the stale heartbeat")
     run = run_row(ledger_url, run_id)
     assert (run.status, run.ended_at) == (RunStatus.crashed, run.heartbeat_at)
     assert (run.lost_from, run.lost_until) == (run.started_at, run.heartbeat_at)
@@ -130,15 +130,18 @@ def test_kill9_of_the_wrapper_leaves_no_orphan_and_reaps_as_crashed(ledger_url, 
 
 def test_two_wrappers_with_one_run_id_make_one_run_with_two_nodes(ledger_url, capture_env, tmp_path):
     common = ["--run-id", "shared-run", "--nodes", 2]
-    # node 1 starts first: its events wait in its journal until node 0 has registered the run
+    # node 1 starts first: its events wait in its journal until node 0 has registered the run. Its wrapper waits
+    # for that as long as it takes (600 s: an upper bound, not the 20 s of capture_env that a slow start of node 0
+    # on a loaded machine outlasted), so node 0 may start as late as it likes
     n1 = subprocess.Popen(wrap_cmd(ledger_url, *common, "--node-rank", 1, "--node-name", "node-b",
-                                   command=job("--busy", 1.5)), env=capture_env, stdout=subprocess.PIPE,
+                                   command=job("--busy", 1.5)), env={**capture_env, "TRAINLEDGER_LEDGER_WAIT_S": "600"},
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(lambda: list((tmp_path / "journal").glob("shared-run.node1.jsonl")), 60, "node 1's journal")
+    wait_for(lambda: list((tmp_path / "journal").glob("shared-run.node1.jsonl")), 180, "node 1's journal")
     n0 = subprocess.Popen(wrap_cmd(ledger_url, *common, "--node-rank", 0, "--node-name", "node-a",
                                    command=job("--busy", 1.5)), env=capture_env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, cwd=REPO)
-    assert n0.wait(timeout=120) == 0 and n1.wait(timeout=120) == 0, (n0.stderr.read(), n1.stderr.read())
+    assert n0.wait(timeout=300) == 0 and n1.wait(timeout=700) == 0, (n0.stderr.read(), n1.stderr.read())
     (run,) = all_runs(ledger_url)
     assert (run.id, run.nodes, run.status) == ("shared-run", 2, RunStatus.succeeded)
     nodes = nodes_of(ledger_url, run.id)
@@ -208,7 +211,7 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     p = subprocess.Popen(wrap_cmd(ledger_url, "--gpus-per-node", 8, command=job("--track", 5, "--checkpoint-at", 4,
                                                                               "--started", started, "--sleep", 600)),
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(started.exists, 60, "the job")
+    wait_for(started.exists, 180, "the job")
     run_id = None
 
     def checkpointed():
@@ -217,10 +220,10 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
         ok = runs and runs[0].last_checkpoint_at is not None and runs[0].heartbeat_at > runs[0].last_checkpoint_at
         run_id = runs[0].id if ok else None
         return ok
-    wait_for(checkpointed, 60, "the checkpoint and a later heartbeat")
+    wait_for(checkpointed, 180, "the checkpoint and a later heartbeat")
     p.kill()
     p.wait(timeout=30)
-    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 60, "the reaper to find the stale heartbeat")
+    wait_for(lambda: _reap(ledger_url, capture_env) == 1, 180, "the reaper to find the stale heartbeat")
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.crashed and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
     from sqlmodel import Session
@@ -245,10 +248,13 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     assert costs.cents(line.lost_work_cost) == costs.cents(line.cost * lost_us / run_us) > 0
 
 
-def test_nvml_samples_only_the_gpus_the_job_owns(ledger_url, capture_env, fake_nvml):
+def test_nvml_samples_only_the_gpus_the_job_owns(ledger_url, capture_env, fake_nvml, tmp_path):
+    reads = tmp_path / "nvml-power-reads"
     env = {**capture_env, "LD_LIBRARY_PATH": str(fake_nvml), "CUDA_VISIBLE_DEVICES": "1,3",
-           "FAKE_NVML_UTIL": "10,20,30,40", "FAKE_NVML_MEM_MIB": "100,200,300,400", "FAKE_NVML_POWER_W": "50,100,150,200"}
-    out = run_wrapped(ledger_url, env, command=job("--sleep", 2.5))
+           "FAKE_NVML_UTIL": "10,20,30,40", "FAKE_NVML_MEM_MIB": "100,200,300,400", "FAKE_NVML_POWER_W": "50,100,150,200",
+           "FAKE_NVML_READS_FILE": str(reads)}
+    # the job lasts until the wrapper has read both GPUs' power twice: two samples, so energy accrues between them
+    out = run_wrapped(ledger_url, env, command=job("--wait-bytes", reads, 4))
     assert out.returncode == 0, out.stderr.decode()
     (run,) = all_runs(ledger_url)
     (node,) = nodes_of(ledger_url, run.id)
@@ -266,7 +272,7 @@ def test_runs_cancel_stops_a_wrapped_run(ledger_url, capture_env, tmp_path):
     started, term = tmp_path / "started", tmp_path / "term"
     p = subprocess.Popen(wrap_cmd(ledger_url, command=job("--started", started, "--on-term", term, "--sleep", 600)),
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(lambda: started.exists() and all_runs(ledger_url), 60, "the job and its run")
+    wait_for(lambda: started.exists() and all_runs(ledger_url), 180, "the job and its run")
     run_id = all_runs(ledger_url)[0].id
     out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "cancel", run_id, "--db", ledger_url, "--json"],
                          env=capture_env, capture_output=True, text=True, cwd=REPO, timeout=120)

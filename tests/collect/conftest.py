@@ -46,6 +46,8 @@ IB_BPS = {"node-a": 5e9, "node-b": 5e9, "node-c": 1e9}
 TRAINER_RUN = "run-prom-trainer"
 TRAINER_LOSS = 2.5
 TRAINER_UTIL = 0.97
+#: one series of each scraped source: the fake DCGM/node_exporter cluster and the trainer's exporters
+SOURCES = ("DCGM_FI_DEV_GPU_UTIL", "trainledger_loss", "node_infiniband_port_data_received_bytes_total")
 WINDOW_S = 20  # the test runs' window, fully covered by scraped data
 
 
@@ -168,12 +170,21 @@ scrape_configs:
                 return proc.poll() is not None and _raise(log)
 
         # the first sample of every source, then WINDOW_S seconds of data after a margin
-        wait_for(lambda: has('DCGM_FI_DEV_GPU_UTIL') and has('trainledger_loss') and has('node_infiniband_port_data_received_bytes_total'),
-                  60, "Prometheus to scrape its targets")
+        wait_for(lambda: all(has(q) for q in SOURCES), 120, "Prometheus to scrape its targets")
         first = datetime.now(timezone.utc)
         start = first + timedelta(seconds=6)
         end = start + timedelta(seconds=WINDOW_S)
-        wait_for(lambda: datetime.now(timezone.utc) > end + timedelta(seconds=2), 60, "the test window to fill")
+        # filled when every series of every source has a scrape after the window's end (Prometheus's own
+        # timestamps: a scrape delayed by a loaded machine is waited for, not assumed)
+
+        def scraped_after(query: str, t: datetime) -> bool:
+            try:
+                got = pc.custom_query(f"min(timestamp({query}))")
+            except Exception:
+                return proc.poll() is not None and _raise(log)
+            return bool(got) and float(got[0]["value"][1]) > t.timestamp() + 1
+
+        wait_for(lambda: all(scraped_after(q, end) for q in SOURCES), 180, "a scrape of every source after the window")
         yield PromEnv(url=url, start=start, end=end, log=log)
     finally:
         stop.set()

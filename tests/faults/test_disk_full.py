@@ -95,7 +95,10 @@ def tiny_disk(tmp_path):
 
 
 def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shard_cache, tiny_disk, fault_tally):
-    env = {**make_track_env(tmp_path, shard_cache), "TRAINLEDGER_JOURNAL_DIR": str(tiny_disk.dir)}
+    # held after step 3 (TRAINLEDGER_TEST_HOLD) until the disk is full: the run is still running when it fills
+    gate = tmp_path / "disk-filled"
+    env = {**make_track_env(tmp_path, shard_cache), "TRAINLEDGER_JOURNAL_DIR": str(tiny_disk.dir),
+           "TRAINLEDGER_TEST_HOLD": f"3:{gate}"}
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     engine = make_engine(url)
     launch = subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
@@ -107,6 +110,7 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
         wait_for(lambda: training(engine, rid), 300, "the run to train")
         recorded_before = sample_counts(engine, rid)["loss"]
         tiny_disk.fill(run_row(engine, rid))
+        gate.touch()
         out, err = launch.communicate(timeout=180)
     finally:
         if launch.poll() is None:

@@ -30,11 +30,13 @@ from tests.tracking.conftest import (
     make_track_env,
     processes_of_run,
     run_row,
+    sample_counts,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow
 CASES = ("rank0", "rank1", "launcher")
+HOLD_AT = 3
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +47,13 @@ def runs(tmp_path_factory, shard_cache):
     env = make_track_env(base, shard_cache)
     url = f"sqlite:///{base / 'ledger.db'}"
     make_engine(url).dispose()
+    # each run holds after step HOLD_AT (TRAINLEDGER_TEST_HOLD) until its kill is due: all three are still
+    # training when the kills come, however long the others took to start
+    gates = {case: base / f"go-{case}" for case in CASES}
     procs = {case: subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
                                      "--steps", "1000", "--name", f"kill-{case}", "--db", url, "--detach", "--json"],
-                                    env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                    env={**env, "TRAINLEDGER_TEST_HOLD": f"{HOLD_AT}:{gates[case]}"}, cwd=REPO,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for case in CASES}
     rids = {}
     for case, proc in procs.items():
@@ -59,8 +65,11 @@ def runs(tmp_path_factory, shard_cache):
         killed_at = {}
         for case in CASES:
             rid = rids[case]
-            wait_for(lambda: training(engine, rid), 300, f"run {rid} ({case}) to train")
+            wait_for(lambda: training(engine, rid, min_steps=HOLD_AT), 300, f"run {rid} ({case}) to train and hold")
         for case in CASES:
+            gates[case].touch()  # released: killed while it trains again (past the hold), not while it waits
+            wait_for(lambda: sample_counts(engine, rids[case]).get("loss", 0) > HOLD_AT, 120,
+                     f"run {rids[case]} ({case}) to train past its hold")
             supervisor = run_row(engine, rids[case]).pid
             launcher = wait_for(lambda: children(supervisor), 30, "the launcher process")[0]
             victim = launcher if case == "launcher" else wait_for(lambda: rank_pid(launcher, int(case[-1])), 30, case)

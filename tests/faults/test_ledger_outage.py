@@ -5,6 +5,10 @@ Training goes on; rank 0 journals everything and replays it when the ledger is b
 outage outlasts the run, so neither rank 0 nor the supervisor can write the end: ``trainledger
 sync`` does it later. Every step must be in the ledger exactly once, also after a second replay
 of the whole journal.
+
+The run is held, not raced: ``TRAINLEDGER_TEST_HOLD`` (ledger/sources/hold.py) stops it after step
+``HOLD_AT`` until the first outage has begun, and before its last step until the second one has, so
+it is still running at both outages however slow the machine is.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from tests.tracking.conftest import (
 )
 
 pytestmark = pytest.mark.slow
-STEPS = 50
+STEPS = 30
+HOLD_AT = 10  # the first outage begins with the run held after this step
 
 
 def _journaled_steps(path: Path) -> int:
@@ -44,27 +49,33 @@ def _ended_in_journal(path: Path) -> bool:
 def test_ledger_outages_mid_run_and_past_its_end_lose_and_double_nothing(tmp_path, shard_cache, pg_cluster, fault_tally):
     pg = pg_cluster
     # rank 0 waits 1 s (not 30) for a ledger that is down at the end of the run
-    env = {**make_track_env(tmp_path, shard_cache), "TRAINLEDGER_LEDGER_WAIT_S": "1"}
+    go1, go2 = tmp_path / "outage-1-begun", tmp_path / "outage-2-begun"
+    env = {**make_track_env(tmp_path, shard_cache), "TRAINLEDGER_LEDGER_WAIT_S": "1",
+           "TRAINLEDGER_TEST_HOLD": f"{HOLD_AT}:{go1},{STEPS - 1}:{go2}"}
     engine = make_engine(pg.url)
     rid = launch_detached(pg.url, env, "--steps", STEPS, "--gpus-per-node", 1, config="dp.yaml")  # rank 0 is all it takes
     journal = tmp_path / "journal" / f"{rid}.jsonl"
-    wait_for(lambda: training(engine, rid), 300, "the run to train")
+    # held after step HOLD_AT: exactly that many steps reach the ledger
+    wait_for(lambda: training(engine, rid, min_steps=HOLD_AT), 300, f"the run to train {HOLD_AT} steps and hold")
+    assert sample_counts(engine, rid)["loss"] == HOLD_AT
     log_path = run_row(engine, rid).log_path
     engine.dispose()
 
     # outage 1, mid-run: training goes on into the journal; the ledger catches up when it is back
     pg.stop()
-    at_stop = _journaled_steps(journal)
-    wait_for(lambda: _journaled_steps(journal) >= at_stop + 5, 120, "five more steps journaled during the outage")
+    go1.touch()
+    wait_for(lambda: _journaled_steps(journal) >= HOLD_AT + 5, 300, "five more steps journaled during the outage")
     pg.start()
-    wait_for(lambda: "reachable again" in Path(log_path).read_text(), 60, "rank 0 to reach the ledger again")
+    wait_for(lambda: "reachable again" in Path(log_path).read_text(), 120, "rank 0 to reach the ledger again")
     engine = make_engine(pg.url)
-    wait_for(lambda: sample_counts(engine, rid).get("loss", 0) >= at_stop + 5, 60, "the outage's steps in the ledger")
+    wait_for(lambda: sample_counts(engine, rid).get("loss", 0) >= HOLD_AT + 5, 120, "the outage's steps in the ledger")
     engine.dispose()
 
-    # outage 2, until the run is over: nobody can write its end to the ledger
-    assert not _ended_in_journal(journal), f"the run ended before the second outage; raise STEPS ({STEPS})"
+    # outage 2, until the run is over: nobody can write its end to the ledger. The run is held before its last step.
+    wait_for(lambda: _journaled_steps(journal) == STEPS - 1, 300, "the run to hold before its last step")
+    assert not _ended_in_journal(journal)
     pg.stop()
+    go2.touch()
     wait_for(lambda: not processes_of_run(rid), 300, "the run to finish during the outage")
     assert _ended_in_journal(journal)
     pg.start()

@@ -9,6 +9,7 @@ option, a missing argument) are one line too.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_usage_errors_are_one_line(sqlite_ledger):
         assert_refused(invoke(args, ledger), needle, context=args)
 
 
+@pytest.mark.slow  # one real process per case: not in `tests/run.sh --fast`
 def test_real_processes_show_the_same_one_line(sqlite_ledger, tmp_path):
     ledger = sqlite_ledger
     """The console entry point, not the test runner: exit status and streams as a shell sees them."""

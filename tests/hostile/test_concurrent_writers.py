@@ -27,6 +27,8 @@ from sqlalchemy import create_engine, text
 
 from tests.hostile.conftest import REPO
 
+pytestmark = pytest.mark.slow  # many real CLI processes at once: not in `tests/run.sh --fast`
+
 BARRIER = """
 import sys, time
 from pathlib import Path

@@ -54,6 +54,7 @@ deadline = time.monotonic() + 600
 while restart == 0 and not os.path.exists(release) and time.monotonic() < deadline:
     time.sleep(0.1)
 """
+LONG_MIN_S = 5  # the "long" job runs at least this long, then until the release
 TOKENS = {"wrapped": 4242, "late": 1717, "wrq": 999}
 
 
@@ -112,6 +113,11 @@ def release(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("release") / "go"
 
 
+def _until(path: Path) -> str:
+    """A shell loop that waits until ``path`` exists (the paths here are pytest temp dirs: no quoting needed)."""
+    return f"while [ ! -e {path} ]; do sleep 0.2; done"
+
+
 def _wrapped(slurm, url: str, name: str, release: Path, journal: Path, *, wait: bool = False) -> str:
     """A job whose batch script runs `srun <python> -m ledger.cli run ... -- <python> -c TRAIN` (argument lists
     throughout: sbatch passes the script its arguments as they are)."""
@@ -135,12 +141,15 @@ def jobs(slurm, ledger, release, tmp_path_factory) -> dict[str, str]:
         "--offer", "a100-rent")
     j = {
         "launch": _launch(slurm, ledger, tmp_path_factory.mktemp("launch")),
-        "rq": slurm.sbatch("-p", "debug", "--gpus=1", "-J", "rq", "--wrap", "sleep 8"),
+        # held, not timed: the first attempt of "rq" runs until it is requeued (its restart then works 8 s), "long"
+        # runs at least 5 s and until the release after the first sync, so both are running when the test needs it
+        "rq": slurm.sbatch("-p", "debug", "--gpus=1", "-J", "rq", "--wrap",
+                           f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then sleep 8; else {_until(release)}; fi'),
         "timeout": slurm.sbatch("-p", "debug", "-J", "timeout", "--time=1", "--wrap", "sleep 600"),
         "ok": slurm.sbatch("-p", "batch", "--gpus=1", "-J", "ok", "--wrap", "sleep 2"),
         "fail3": slurm.sbatch("-p", "debug", "-J", "fail3", "--wrap", "exit 3"),
         "cancel": slurm.sbatch("-p", "debug", "-J", "cancel", "--wrap", "sleep 600"),
-        "long": slurm.sbatch("-p", "debug", "-J", "long", "--wrap", "sleep 45"),
+        "long": slurm.sbatch("-p", "debug", "-J", "long", "--wrap", f"sleep {LONG_MIN_S}; {_until(release)}"),
     }
     journal = tmp_path_factory.mktemp("journal")
     j["wrapped"] = _wrapped(slurm, ledger, "wrapped", release, journal)
@@ -223,7 +232,7 @@ def test_finished_jobs_have_status_nodes_and_duration(slurm, ledger, jobs):
         record = acct(slurm, jobs[name])[-1]
         assert run.nodes == int(record["NNodes"]) == 1, name
         assert seconds(run) == int(record["ElapsedRaw"]), (name, record)
-    assert seconds(r["timeout"]) >= 60 and seconds(r["long"]) >= 45
+    assert seconds(r["timeout"]) >= 60 and seconds(r["long"]) >= LONG_MIN_S
     with Session(make_engine(ledger)) as s:
         a100, rtx = node_type(s, "a100-8x").id, node_type(s, "rtx4090-8x").id
     # a typed GPU on `batch`: the GPU-type rule; no GPU on `debug`: costed by node (gpus_per_node 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from decimal import Decimal
 
 import pytest
@@ -41,6 +40,13 @@ def _scrape(port: int, name: str) -> list[tuple[dict, float]]:
     except OSError:
         return []
     return [(s.labels, s.value) for fam in text_string_to_metric_families(body) for s in fam.samples if s.name == name]
+
+
+def _beat_after_start(engine, rid: str) -> bool:
+    """The run is running and has heartbeaten since it started (its first heartbeat is its start)."""
+    run = _run(engine, rid)
+    return run is not None and run.status == RunStatus.running and run.heartbeat_at is not None \
+        and run.heartbeat_at > run.started_at
 
 
 def test_launched_zero2_run_is_recorded_with_every_field(sqlite_url, track_env):
@@ -104,8 +110,7 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
 
     # kill -9 of the launcher (torchrun) mid-run: ranks die with it, the run ends crashed at its last heartbeat
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000")
-    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 300, "running")
-    time.sleep(2)
+    wait_for(lambda: _beat_after_start(engine, rid), 300, "running, with a heartbeat after its start")
     supervisor = _run(engine, rid).pid
     torchrun = wait_for(lambda: children(supervisor), 30, "the launcher process")[0]
     os.kill(torchrun, signal.SIGKILL)
@@ -120,14 +125,18 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
 def test_stale_heartbeat_is_reaped_as_crashed(sqlite_url, track_env):
     engine = make_engine(sqlite_url)
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000")
-    wait_for(lambda: _run(engine, rid).status == RunStatus.running, 300, "running")
-    time.sleep(2)
+    wait_for(lambda: _beat_after_start(engine, rid), 300, "running, with a heartbeat after its start")
     os.killpg(_run(engine, rid).pgid, signal.SIGKILL)  # everything dies at once: nobody settles the run
     wait_for(lambda: not processes_of_run(rid), 30, "all processes gone")
     assert _run(engine, rid).status == RunStatus.running
-    time.sleep(3)
-    out = json.loads(trainledger(["runs", "reap", "--stale-after", "2", "--db", sqlite_url, "--json"], track_env).stdout)
-    assert out == {"reaped": 1}
+    # a fresh heartbeat is not stale: nothing reaped; once it is older than 2 s, the run is
+    out = json.loads(trainledger(["runs", "reap", "--stale-after", "3600", "--db", sqlite_url, "--json"], track_env).stdout)
+    assert out == {"reaped": 0}
+
+    def reaped():
+        return json.loads(trainledger(["runs", "reap", "--stale-after", "2", "--db", sqlite_url, "--json"],
+                                      track_env).stdout)["reaped"]
+    assert wait_for(reaped, 60, "the reaper to find the stale heartbeat") == 1
     run = _run(engine, rid)
     assert run.status == RunStatus.crashed and run.ended_at == run.heartbeat_at
 
@@ -144,16 +153,26 @@ def test_exception_in_training_step_fails_the_run_with_its_error(sqlite_url, tra
 
 
 def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg_cluster):
+    """The run is held (TRAINLEDGER_TEST_HOLD, ledger/sources/hold.py) after step 10 until the ledger is down, and
+    before its last step until it is back: the outage hits it mid-run however fast or slow the machine is."""
     pg = pg_cluster
     url = pg.url
+    steps = 40
+    down, back = tmp_path / "ledger-down", tmp_path / "ledger-back"
+    env = {**track_env, "TRAINLEDGER_TEST_HOLD": f"10:{down},{steps - 1}:{back}"}
     make_engine(url).dispose()
-    rid = _launch_detached(url, track_env, "--steps", "200")
+    rid = _launch_detached(url, env, "--steps", str(steps))
     engine = make_engine(url)
-    wait_for(lambda: _run(engine, rid) is not None and _run(engine, rid).status == RunStatus.running, 300, "running")
+    wait_for(lambda: sample_counts(engine, rid).get("loss", 0) == 10, 300, "the run to hold after step 10")
+    log_path = _run(engine, rid).log_path
     engine.dispose()
     pg.stop()
-    time.sleep(4)  # training goes on; events pile up in the journal
+    down.touch()  # training goes on; events pile up in the journal
+    journal_path = tmp_path / "journal" / f"{rid}.jsonl"
+    wait_for(lambda: sum(r[2] == "loss" for r in journal_samples(journal_path)) >= 15, 300, "steps journaled meanwhile")
     pg.start()
+    wait_for(lambda: "reachable again" in open(log_path).read(), 120, "rank 0 to reach the ledger again")
+    back.touch()
     engine = make_engine(url)
     wait_for(lambda: _run(engine, rid).status == RunStatus.succeeded, 300, "succeeded")
     wait_for(lambda: not processes_of_run(rid), 60, "run processes gone")
@@ -163,10 +182,10 @@ def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg
     journal.mark_applied(0)
     trainledger(["sync", "--db", url], track_env)
     counts = sample_counts(engine, rid)
-    assert counts["loss"] == 200 and counts["step_seconds"] == 200 and counts["tokens"] == 200
-    assert len(journal_losses) == 200
+    assert counts["loss"] == steps and counts["step_seconds"] == steps and counts["tokens"] == steps
+    assert len(journal_losses) == steps
     run = _run(engine, rid)
-    assert run.steps == 200 and run.status == RunStatus.succeeded
+    assert run.steps == steps and run.status == RunStatus.succeeded
     # the outage really hit the run: rank 0 saw the ledger go and come back
     log = open(run.log_path).read()
     assert "unreachable" in log and "training continues" in log and "reachable again" in log
