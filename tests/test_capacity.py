@@ -57,9 +57,11 @@ def test_capacity_warnings_of_a_month(session):
 def _export(session, fmt: str) -> bytes:
     from ledger.money.monthly import monthly_report
     from ledger.reports.export import presented_report, render
+    from ledger.reports.goodput_columns import run_goodput
 
     session.expire_all()
-    data = render(presented_report(monthly_report(session, "2026-11")), fmt)
+    rep = monthly_report(session, "2026-11")
+    data = render(presented_report(rep, run_goodput(session, rep)), fmt)  # as `report monthly` writes it
     session.commit()  # end the read, so the CLI can write (SQLite)
     return data
 

@@ -19,13 +19,17 @@ one request per connection.
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import ThreadingMixIn
 from typing import Iterable
 
 from ledger.sources.hosts import HostPolicy, server_policy, split_host
+
+log = logging.getLogger("trainledger")
 
 MAX_CONNECTIONS = 32
 IDLE_TIMEOUT_S = 10.0
@@ -134,6 +138,14 @@ class MetricsServer(ThreadingMixIn, HTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A scraper that hangs up or times out mid-answer is the scraper's business: never a traceback on the
+        stderr of the process being measured (socketserver prints one by default)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            return
+        log.warning("metrics request from %s failed: %s", client_address[0] if client_address else "?", exc)
 
 
 def serve(registry, addr: str, port: int, allowed_hosts: Iterable[str] = (), **limits) -> tuple[MetricsServer, threading.Thread]:
