@@ -24,13 +24,7 @@ class TinyDisk:
             pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
 
     def fill(self) -> None:
-        with open(self.dir / ".filler", "wb", buffering=0) as fh:
-            for chunk in (65536, 4096, 1):
-                try:
-                    while True:
-                        fh.write(b"\0" * chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
+        fill_to_enospc(self.dir / ".filler")
 
     def free(self) -> None:
         (self.dir / ".filler").unlink(missing_ok=True)
@@ -49,3 +43,14 @@ def mounted(path: Path, size: str = "1m"):
         yield disk
     finally:
         disk.unmount()
+
+
+def fill_to_enospc(path: Path) -> None:
+    """Write ``path`` until the file system it is on has not one byte left (ENOSPC, nothing else)."""
+    with open(path, "wb", buffering=0) as fh:
+        for chunk in (65536, 4096, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc

@@ -12,7 +12,6 @@ its end written, costed, and a later ``trainledger sync`` changes nothing.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import resource
@@ -25,6 +24,7 @@ from ledger.sources.journal import read_events
 from ledger.store.db import make_engine
 from ledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, rank_pid, run_lost, training
+from tests.tmpfs import fill_to_enospc
 from tests.tracking.conftest import (
     CONFIGS,
     REPO,
@@ -56,13 +56,7 @@ class TinyDisk:
 
     def fill(self, run) -> None:
         if self.mounted:
-            with open(self.dir / "filler", "wb", buffering=0) as fh:
-                for chunk in (65536, 4096, 1):
-                    try:
-                        while True:
-                            fh.write(b"\0" * chunk)
-                    except OSError as exc:
-                        assert exc.errno == errno.ENOSPC, exc
+            fill_to_enospc(self.dir / "filler")
             return
         # rank 0 may not grow any file past the journal's size now; the log is far smaller than the
         # journal (one line per 10 steps vs three samples per step), so its lines still get out
