@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from ledger.sources.metrics_http import MAX_CONNECTIONS
 from tests.test_exporter import Exporter, _ledger
 from tests.tracking.conftest import wait_for
+
+pytestmark = pytest.mark.slow  # real exporter processes and held-open connections: not in `tests/run.sh --fast`
 
 #: generous upper bound for one socket read; the exporter's own header timeout is 10 s
 READ_S = 120

@@ -13,6 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a fake sacct process group killed at its timeout: not in `tests/run.sh --fast`
+
 REPO = Path(__file__).resolve().parents[1]
 
 FAKE = """#!/bin/sh

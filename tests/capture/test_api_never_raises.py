@@ -112,6 +112,7 @@ def test_a_dead_writer_thread_turns_recording_off_once(ledger_url, tmp_path, cap
     assert (row.name, row.status, row.exit_code) == ("dead-writer", RunStatus.succeeded, 0)
 
 
+@pytest.mark.slow  # a real framework run
 def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, capfd):
     L = pytest.importorskip("lightning")
     import torch
@@ -150,6 +151,7 @@ def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, cap
     assert (row.name, row.status) == ("lt-full", RunStatus.succeeded)
 
 
+@pytest.mark.slow  # a real framework run
 def test_hf_trainer_never_sees_a_full_journal_disk(ledger_url, tiny_disk, tmp_path, capfd):
     pytest.importorskip("transformers")
     import torch
