@@ -74,3 +74,15 @@ def offer_price(url: str, name: str = "rtx4090-rent"):
         price = s.exec(select(Offer.price_per_node_month).where(Offer.name == name)).one()
     engine.dispose()
     return price
+
+
+#: one elastic offer on the RTX 4090 node type at 10 CNY per node-hour from 2025-01-01 (`pricing import`)
+RENT_OFFER_TOML = """
+[[offer]]
+name = "gpu-rent"
+node_type = "rtx4090-8x"
+kind = "rent_elastic"
+currency = "CNY"
+price_per_node_hour = "10"
+valid_from = 2025-01-01
+"""

@@ -22,19 +22,11 @@ from ledger.money.monthly import monthly_report
 from ledger.store.db import make_engine, upgrade_schema
 from ledger.store.models import Offer, OfferPrice, RollupSlice, Run
 from ledger.store.settings import set_setting
+from tests.helpers import RENT_OFFER_TOML as OFFER
 from tests.helpers import add_run
 
 D = Decimal
 UTC = timezone.utc
-OFFER = """
-[[offer]]
-name = "gpu-rent"
-node_type = "rtx4090-8x"
-kind = "rent_elastic"
-currency = "CNY"
-price_per_node_hour = "10"
-valid_from = 2025-01-01
-"""
 
 
 def _setup(cli, engine, tmp_path) -> None:

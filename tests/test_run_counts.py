@@ -8,18 +8,10 @@ from datetime import datetime, timezone
 
 from sqlmodel import Session
 
+from tests.helpers import RENT_OFFER_TOML as OFFER
 from tests.helpers import add_run
 
 UTC = timezone.utc
-OFFER = """
-[[offer]]
-name = "gpu-rent"
-node_type = "rtx4090-8x"
-kind = "rent_elastic"
-currency = "CNY"
-price_per_node_hour = "10"
-valid_from = 2025-01-01
-"""
 
 
 def test_a_run_cut_by_a_price_change_counts_once(cli, engine, tmp_path):

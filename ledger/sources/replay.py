@@ -87,19 +87,29 @@ def _one_by_one(engine: Engine, journal: Journal, pending: list[dict[str, Any]])
     last = None
     try:
         for ev in pending:
-            try:
-                _apply(engine, [ev])
+            reason = _apply_one(engine, ev)
+            if reason is None:
                 applied += 1
-            except TRANSIENT:
-                raise
-            except Exception as exc:
-                _quarantine(journal, ev, _reason(exc))
+            else:
+                _quarantine(journal, ev, reason)
             last = ev["seq"]
     except TRANSIENT:
         if last is not None:
             journal.mark_applied(last)
         raise
     return applied
+
+
+def _apply_one(engine: Engine, ev: dict[str, Any]) -> Optional[str]:
+    """Apply one event in its own transaction: None if it was applied, else why it is poison. A transient
+    failure (ledger unreachable or locked, run not registered yet) is raised: the event is retried later."""
+    try:
+        _apply(engine, [ev])
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        return _reason(exc)
+    return None
 
 
 def _quarantine(journal: Journal, ev: Optional[dict[str, Any]], reason: str, offset: Optional[int] = None,
@@ -203,13 +213,11 @@ def retry_quarantine(engine: Engine, directory: Path) -> dict[str, int]:
             if "raw" in ev or not isinstance(ev, dict):
                 still.append(e)
                 continue
-            try:
-                _apply(engine, [ev])
+            reason = _apply_one(engine, ev)
+            if reason is None:
                 applied += 1
-            except TRANSIENT:
-                raise
-            except Exception as exc:
-                still.append({**e, "reason": _reason(exc)})
+            else:
+                still.append({**e, "reason": reason})
         kept += len(still)
         tmp = path.with_suffix(SUFFIX + ".tmp")
         tmp.unlink(missing_ok=True)
