@@ -117,9 +117,17 @@ def chromium(p, *names: str):
 
 
 def settle(page) -> None:
-    """Wait until Streamlit has finished the script run and drawn its widgets (no status widget, no skeletons)."""
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-                           " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
+    """Wait until Streamlit has finished the script run and drawn its widgets.
+
+    The state waited for is Streamlit's own: the app root's ``data-test-script-state`` is ``notRunning`` (it reads
+    ``initial`` before the first run and ``running`` during one), and no status widget or skeleton is left. The
+    status widget alone is not enough: Streamlit shows it only some time after a run starts, so on a loaded
+    machine its absence can be seen before the page's script has drawn anything below the heading.
+    """
+    page.wait_for_function(
+        "() => !!document.querySelector('[data-testid=\"stApp\"][data-test-script-state=\"notRunning\"]')"
+        " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
 
 
 @contextlib.contextmanager

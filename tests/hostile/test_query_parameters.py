@@ -57,6 +57,7 @@ def test_bad_query_parameters_are_one_line_in_the_browser(served):
                 expect(page.get_by_test_id("stException")).to_have_count(0)
                 body = page.inner_text("body").replace("\u2060", "")
                 assert "Traceback" not in body and 'File "' not in body and "/site-packages/" not in body, path
+                expect(page.get_by_test_id("stAlert").filter(has_text=line).first).to_be_visible()  # waits for the line
                 alerts = [a.replace("\u2060", "") for a in page.get_by_test_id("stAlert").all_inner_texts()]
                 said = [a for a in alerts if line in a]
                 assert said and all(len(a.strip().splitlines()) == 1 for a in said), (path, alerts)
