@@ -19,7 +19,9 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 PG_ADMIN = os.environ.get("TRAINLEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-BACKENDS = ["sqlite", "postgresql"]
+#: Every ledger test runs on both backends in the full suite (CI). The PostgreSQL leg is ``slow``: the fast tier
+#: (`bash tests/run.sh --fast`) checks the SQLite leg only, which keeps it under 5 minutes on 2 cores.
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
 
 
 def _pg_admin():
