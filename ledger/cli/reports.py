@@ -88,6 +88,28 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
          f"EffectiveCost {d['effective_cost']:,.2f} {d['currency']} = the monthly report's actual cost)")
 
 
+@app.command("chargeback")
+@command
+def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
+                      output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the statements to (made if missing; its parent must exist).")],
+                      project: Annotated[Optional[str], typer.Option(help="Only this project's statement (the totals still cover every project).")] = None,
+                      force: Annotated[bool, typer.Option("--force", help="Replace statements already in the folder.")] = False,
+                      currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """Chargeback statements: one per project (its runs with GPU-hours and cost, its share of idle, lost work,
+    total) as XLSX and a printable HTML page, and a summary CSV; they add up to the month's spend to the cent.
+
+    Idle is charged back under each fleet's policy (`trainledger fleet set NAME --idle-share proportional`);
+    the default, none, leaves it its own line."""
+    from ledger.cli.chargeback import write_statements
+
+    with session(db) as s:
+        summary = write_statements(s, month, output, project=project, currency=currency, force=force, now=clock(now))
+    emit(summary, as_json, lambda d: "\n".join(
+        [f"{r['statement']}: {r['total']} {d['currency']}" for r in d["lines"]]
+        + [f"wrote {len(d['files'])} files to {d['output']} (statements + idle not charged back = spend "
+           f"{d['spend']} {d['currency']})"]))
+
+
 @app.command("weekly")
 @command
 def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (default: the latest sweep).")] = None,
