@@ -115,6 +115,10 @@ def _check_policy(cli, session, tmp_path, policy):
     page = (out / f"{MONTH}-llm.html").read_text()
     assert f"<td class=\"n\">{rows['llm']['total']}</td>" in page
     assert json.loads(r.output)["spend"] == str(SPEND.quantize(CENT))
+    if policy == "none":  # showback: each statement's total is the monthly export's project line
+        monthly = json.loads(cli("report", "monthly", "--month", MONTH, "--format", "json", "--now", "2026-12-05T00:00:00Z").output)
+        assert {p["project"]: p["cost"] for p in monthly["projects"]} == {k: v["total"] for k, v in rows.items()
+                                                                          if k in ("llm", "vision")}
 
 
 BAD = [("weights:llm=1,nosuch=2", "--idle-share: unknown project 'nosuch'"),
