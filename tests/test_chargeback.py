@@ -139,6 +139,9 @@ def test_bad_policy_is_refused_and_nothing_written(cli, session):
 
 def test_project_filter_and_existing_files(cli, session, tmp_path):
     _ledger(session)
+    evil = '=HYPERLINK("http://x")<b>'
+    add_run(session, "evil-1", datetime(2026, 11, 20, tzinfo=UTC), 1, nodes=1, project=evil, offer_name="rtx4090-rent")
+    session.commit()
     out = tmp_path / "st"
     r = cli("report", "chargeback", "--month", MONTH, "-o", out, "--project", "nosuch")
     assert r.exit_code == 2 and "--project: 'nosuch'" in r.output and not out.exists()
@@ -149,3 +152,11 @@ def test_project_filter_and_existing_files(cli, session, tmp_path):
     r = cli("report", "chargeback", "--month", MONTH, "-o", out)
     assert r.exit_code == 2 and "--force" in r.output
     assert not (out / f"{MONTH}-llm.xlsx").exists()  # nothing written: the summary was already there
+    r = cli("report", "chargeback", "--month", MONTH, "-o", out, "--force", "--project", evil)
+    assert r.exit_code == 0, r.output
+    (xlsx,) = out.glob(f"{MONTH}-HYPERLINK_http_x_b-*.xlsx")  # a safe file name, with a hash of the project's
+    items = dict(load_workbook(xlsx)["Statement"].iter_rows(min_row=2, values_only=True))
+    assert items["project"] == "'" + evil  # a text cell, not a formula
+    assert D(str(items["total"])) == (RENT * 1).quantize(CENT)  # one started hour on 1 rented node
+    page = xlsx.with_suffix(".html").read_text()
+    assert "&lt;b&gt;" in page and "<b>" not in page
