@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import access, data, ui
+from app.chargeback_view import chargeback_section
 from ledger.reports.present import label, labelled_rows
 
 FORMATS = {"csv": ("CSV", "text/csv"),
@@ -56,3 +57,5 @@ if p["runs"]:
     st.dataframe(ui.frame(p["runs"], list(p["runs"][0]), {k: label(k) for k in p["runs"][0]}), hide_index=True)
 else:
     st.caption("No run in this month.")
+
+chargeback_section(url, month, currency)

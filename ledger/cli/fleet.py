@@ -12,7 +12,7 @@ from ledger.errors import LedgerInputError
 
 app = group("Fleets: clusters held under own or reserved offers (their capacity is paid whether used or not).")
 
-FLEET_COLUMNS = ["name", "offer", "kind", "node_count", "valid_from", "valid_to"]
+FLEET_COLUMNS = ["name", "offer", "kind", "node_count", "valid_from", "valid_to", "idle_share"]
 
 
 def _date(value: Optional[str], flag: str) -> Optional[date]:
@@ -43,8 +43,10 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
               nodes: Annotated[Optional[int], typer.Option(help="Nodes held.", min=1, max=100000)] = None,
               valid_from: Annotated[Optional[str], typer.Option("--from", help="First day held (YYYY-MM-DD).")] = None,
               valid_to: Annotated[Optional[str], typer.Option("--to", help="Day it is no longer held (YYYY-MM-DD, exclusive); '' = still held.")] = None,
+              idle_share: Annotated[Optional[str], typer.Option("--idle-share", help="How its idle is charged back: none (default: idle is its own line) | proportional | even | weights:<project=w,...> (docs/MONEY.md).")] = None,
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add a fleet, or change one: options left out keep the fleet's current values (all but --to are needed to add one)."""
+    from ledger.money.idle_share import check_policy, set_fleet_policy
     from ledger.store.fleets import list_fleets, save_fleet
 
     with session(db) as s:
@@ -56,13 +58,18 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
         else:
             offer = offer if offer is not None else current["offer"]
             nodes = nodes if nodes is not None else current["node_count"]
+        if idle_share is not None:
+            check_policy(s, idle_share)  # before anything is written
         start = _date(valid_from, "--from") or current["valid_from"]
         end = _date(valid_to, "--to") if valid_to is not None else (current["valid_to"] if current else None)
         result = save_fleet(s, name, offer, nodes, start, end, original=name if current else None)
+        if idle_share is not None:
+            set_fleet_policy(s, name, idle_share)
         row = next(f for f in list_fleets(s) if f["name"] == name)
     emit({"result": result, "fleet": row}, as_json,
          lambda d: f"{d['result']} fleet {name}: {d['fleet']['node_count']} nodes under {d['fleet']['offer']} "
-                   f"from {d['fleet']['valid_from']}" + (f" to {d['fleet']['valid_to']}" if d["fleet"]["valid_to"] else ""))
+                   f"from {d['fleet']['valid_from']}" + (f" to {d['fleet']['valid_to']}" if d["fleet"]["valid_to"] else "")
+                   + f"; idle share: {d['fleet']['idle_share']}")
 
 
 @app.command("remove")

@@ -67,25 +67,51 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
                  output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
                  fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
                  force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
+                 focus_version: Annotated[str, typer.Option("--focus-version", help="1.2 (default) | 1.3: adds the split cost allocation columns, filled where a fleet shares its idle (`fleet set --idle-share`).")] = "1.2",
                  currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """The month as a FOCUS 1.2 dataset (FinOps Open Cost and Usage Specification): one row per run and
-    charge period, plus each fleet's purchase and idle; x_ columns carry tokens, MFU, GPU-hours, energy and CO2e."""
-    from ledger.reports.focus import FOCUS_VERSION, focus_export, render
+    charge period, plus each fleet's purchase and idle; x_ columns carry tokens, MFU, GPU-hours, energy and CO2e.
+    With --focus-version 1.3, idle shared back to projects is split into allocated charges."""
+    from ledger.reports.focus import FOCUS_VERSIONS, focus_export, render
     from ledger.store.files import check_output, write_output
 
     if fmt not in ("csv", "parquet"):
         raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
+    if focus_version not in FOCUS_VERSIONS:
+        raise LedgerInputError(f"--focus-version: expected {' or '.join(FOCUS_VERSIONS)}, got {focus_version!r}")
     check_output(output, force=force)
     with session(db) as s:
-        export = focus_export(s, month, currency=currency)
+        export = focus_export(s, month, currency=currency, version=focus_version)
     data = render(export, fmt)
     write_output(output, data, force=force)
     total = sum((r["EffectiveCost"] for r in export.rows), Decimal(0))
-    summary = {"month": month, "focus_version": FOCUS_VERSION, "format": fmt, "rows": len(export.rows),
+    summary = {"month": month, "focus_version": export.version, "format": fmt, "rows": len(export.rows),
                "currency": export.currency, "effective_cost": total, "billed_cost": sum((r["BilledCost"] for r in export.rows), Decimal(0)),
                "output": str(output)}
-    emit(summary, as_json, lambda d: f"wrote {output} (FOCUS {FOCUS_VERSION}, {fmt}, {d['rows']} rows; "
+    emit(summary, as_json, lambda d: f"wrote {output} (FOCUS {d['focus_version']}, {fmt}, {d['rows']} rows; "
          f"EffectiveCost {d['effective_cost']:,.2f} {d['currency']} = the monthly report's actual cost)")
+
+
+@app.command("chargeback")
+@command
+def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
+                      output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the statements to (made if missing; its parent must exist).")],
+                      project: Annotated[Optional[str], typer.Option(help="Only this project's statement (the totals still cover every project).")] = None,
+                      force: Annotated[bool, typer.Option("--force", help="Replace statements already in the folder.")] = False,
+                      currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """Chargeback statements: one per project (its runs with GPU-hours and cost, its share of idle, lost work,
+    total) as XLSX and a printable HTML page, and a summary CSV; they add up to the month's spend to the cent.
+
+    Idle is charged back under each fleet's policy (`trainledger fleet set NAME --idle-share proportional`);
+    the default, none, leaves it its own line."""
+    from ledger.cli.chargeback import write_statements
+
+    with session(db) as s:
+        summary = write_statements(s, month, output, project=project, currency=currency, force=force, now=clock(now))
+    emit(summary, as_json, lambda d: "\n".join(
+        [f"{r['statement']}: {r['total']} {d['currency']}" for r in d["lines"]]
+        + [f"wrote {len(d['files'])} files to {d['output']} (statements + idle not charged back = spend "
+           f"{d['spend']} {d['currency']})"]))
 
 
 @app.command("weekly")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Optional
@@ -37,7 +37,8 @@ from ledger.money.costs import ZERO
 from ledger.money.monthly import FleetCharge, RunSlice, month_charges
 from ledger.reports.export import LFWriter, guard_formula
 
-FOCUS_VERSION = "1.2"
+FOCUS_VERSION = "1.2"  # the default
+FOCUS_VERSIONS = ("1.2", "1.3")
 PLACES = Decimal("1e-10")
 UNIT = "Node-Hours"
 SERVICE = {"ServiceCategory": "Compute", "ServiceSubcategory": "Virtual Machines", "ServiceName": "GPU nodes"}
@@ -61,6 +62,16 @@ EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nod
                      "x_GpuUtil", "x_EnergyKWh", "x_CO2eKg", "x_CO2eBasis", "x_OfferKind", "x_PriceVersion",
                      "x_OfferCurrency", "x_FxRate", "x_CostFinality", "x_GoodputCost", "x_BadputCost"]
 COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
+
+
+def columns(version: str) -> list[str]:
+    """The dataset's columns: 1.2 as above; 1.3 adds the allocation columns and the provider names as FOCUS
+    columns (in alphabetical order among them), then the x_ training columns."""
+    if version == "1.2":
+        return COLUMNS
+    from ledger.reports.focus_allocation import ALLOCATION_COLUMNS
+
+    return sorted(FOCUS_COLUMNS + ALLOCATION_COLUMNS + [c[2:] for c in FOCUS_13_COLUMNS]) + EXTENSION_COLUMNS
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
                    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
                    "x_CO2eKg", "x_FxRate", "x_GoodputCost", "x_BadputCost"}
@@ -77,11 +88,18 @@ class FocusExport:
     currency: str
     rows: list[dict[str, Any]]
     actual_cost: Decimal  # the monthly report's (unrounded)
+    version: str = FOCUS_VERSION
+    columns: list[str] = field(default_factory=lambda: COLUMNS)
 
 
 def focus_export(session: Session, month: str, *, currency: Optional[str] = None,
-                 now: Optional[datetime] = None) -> FocusExport:
-    """The FOCUS rows of ``month``; a month with no run and no fleet is refused (nothing to export)."""
+                 now: Optional[datetime] = None, version: str = FOCUS_VERSION) -> FocusExport:
+    """The FOCUS rows of ``month``; a month with no run and no fleet is refused (nothing to export).
+
+    ``version`` 1.3: the provider names become FOCUS columns and a fleet's idle shared back to projects
+    (``fleet set --idle-share``) is split into allocated charges (:mod:`ledger.reports.focus_allocation`)."""
+    if version not in FOCUS_VERSIONS:
+        raise LedgerInputError(f"--focus-version: expected {' or '.join(FOCUS_VERSIONS)}, got {version!r}")
     charges = month_charges(session, month, currency=currency, now=now)
     if not charges.lines and not charges.fleets:
         raise LedgerInputError(f"--month: {month} has no runs and no fleet in this ledger; nothing to export")
@@ -93,7 +111,14 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
         rows += _fleet_rows(fc, period)
     rows.sort(key=lambda r: (r["ChargePeriodStart"], r["ChargeCategory"] != "Purchase", r["ResourceId"] or "",
                              r["CommitmentDiscountStatus"] or ""))
-    return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
+    if version == "1.2":
+        return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
+    from ledger.money.idle_share import share_idle
+    from ledger.reports.focus_allocation import split_rows
+
+    cols = columns(version)
+    rows = [{c: r.get(c, r.get(f"x_{c}")) for c in cols} for r in split_rows(rows, share_idle(session, charges), PLACES)]
+    return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"], version, cols)
 
 
 def _goodput_columns(session: Session, rep: Any, rows: list[dict[str, Any]], now: Optional[datetime]) -> None:
@@ -221,9 +246,9 @@ def to_csv(export: FocusExport) -> bytes:
     """CSV with a header of Column IDs; null is an empty field (FOCUS NullHandling); deterministic bytes."""
     buf = io.StringIO()
     w = LFWriter(buf)  # the monthly CSV's writer: a CR inside a name is quoted, not a row break
-    w.writerow(COLUMNS)
+    w.writerow(export.columns)
     for r in export.rows:
-        w.writerow([_text(c, r[c]) for c in COLUMNS])
+        w.writerow([_text(c, r[c]) for c in export.columns])
     return buf.getvalue().encode("utf-8")
 
 
@@ -236,7 +261,7 @@ def to_parquet(export: FocusExport) -> bytes:
         raise LedgerInputError("--format parquet needs pyarrow: pip install 'trainledger[focus]' "
                                "(or use --format csv)") from None
     arrays, fields = [], []
-    for c in COLUMNS:
+    for c in export.columns:
         values = [r[c] for r in export.rows]
         if c in DECIMAL_COLUMNS:
             t = pa.decimal128(38, 10)
@@ -253,7 +278,7 @@ def to_parquet(export: FocusExport) -> bytes:
         arrays.append(pa.array(values, type=t))
         fields.append(pa.field(c, t, nullable=True))
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={
-        b"focus_version": FOCUS_VERSION.encode(), b"generator": b"trainledger"}))
+        b"focus_version": export.version.encode(), b"generator": b"trainledger"}))
     out = io.BytesIO()
     pq.write_table(table, out)
     return out.getvalue()

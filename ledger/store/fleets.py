@@ -15,7 +15,7 @@ from ledger.store.models import Fleet, Offer, OfferKind
 def list_fleets(session: Session) -> list[dict[str, Any]]:
     rows = session.exec(select(Fleet, Offer.name, Offer.kind).join(Offer, Offer.id == Fleet.offer_id).order_by(Fleet.name)).all()
     return [{"name": f.name, "offer": oname, "kind": getattr(kind, "value", kind), "node_count": f.node_count,
-             "valid_from": f.valid_from, "valid_to": f.valid_to} for f, oname, kind in rows]
+             "valid_from": f.valid_from, "valid_to": f.valid_to, "idle_share": f.idle_share or "none"} for f, oname, kind in rows]
 
 
 def save_fleet(session: Session, name: str, offer: str, node_count: int, valid_from: date,

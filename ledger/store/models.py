@@ -183,6 +183,8 @@ class Fleet(SQLModel, table=True):
     node_count: int
     valid_from: date
     valid_to: Optional[date] = None  # exclusive; None = still held
+    #: how its idle is charged back: none (NULL) | proportional | even | weights:<project=w,...> (ledger.money.idle_share)
+    idle_share: Optional[str] = Field(default=None, max_length=1000)
 
 
 class Project(SQLModel, table=True):

@@ -1,0 +1,79 @@
+"""The Export page's chargeback statements: what ``trainledger report chargeback --month M`` writes, as downloads.
+
+One table (a line per project: runs, GPU-hours, runs' cost, share of idle, total; then idle not charged back
+and the month's spend, which the lines add up to) and, for the project picked, its statement as XLSX and as a
+printable HTML page, plus the summary CSV. The bytes are ``ledger.reports.chargeback.files``: the CLI's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pandas as pd
+import streamlit as st
+
+from app import data
+
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+@st.cache_data(ttl=data.TTL, show_spinner=False)
+def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``{"presented": presented(chargeback(month)), "files": {name: bytes}}``, as the CLI writes them."""
+    from ledger.money.chargeback import chargeback
+    from ledger.reports.chargeback import files, presented
+
+    with data.read_session(url) as s:
+        p = presented(chargeback(s, month, currency=currency, now=data.now()))
+    return {"presented": p, "files": files(p)}
+
+
+def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
+    from ledger.errors import LedgerInputError
+    from ledger.reports.chargeback import SUMMARY_COLUMNS, summary_rows
+
+    st.subheader("Chargeback statements")
+    try:
+        cb = statements(url, month, currency)
+    except LedgerInputError as exc:
+        st.info(str(exc))
+        return
+    p = cb["presented"]
+    s = p["summary"]
+    st.caption(f"One statement per project: its runs (GPU-hours, cost, lost work) and its share of idle under each "
+               f"fleet's policy (`trainledger fleet set NAME --idle-share proportional`; the default, none, keeps idle "
+               f"its own line). The statements plus idle not charged back ({s['idle_not_charged_back']}) add up to the "
+               f"month's spend ({s['spend']} {s['currency']}) to the cent. Same files as `trainledger report chargeback "
+               f"--month {month} --currency {s['currency']} -o DIR`.")
+    labels = {"statement": "statement", "runs": "runs", "gpu_hours": "GPU-hours", "run_cost": f"runs ({s['currency']})",
+              "idle_share": f"share of idle ({s['currency']})", "total": f"total ({s['currency']})",
+              "lost_work_cost": f"of which lost work ({s['currency']})"}
+    rows = summary_rows(p)
+    st.dataframe(pd.DataFrame(rows, columns=SUMMARY_COLUMNS).rename(columns=labels), hide_index=True,
+                 key="chargeback_table")
+    if not p["statements"]:
+        st.caption("No project to charge this month.")
+        return
+    names = [st_["project"] for st_ in p["statements"]]
+    project = st.selectbox("Statement of", names, key="chargeback_project")
+    stem = _stem(cb["files"], month, names, project)
+    c = st.columns(3)
+    c[0].download_button("Statement XLSX", cb["files"][f"{stem}.xlsx"], file_name=f"{stem}.xlsx", mime=XLSX,
+                         key="chargeback_xlsx", icon=":material/download:", on_click="ignore")
+    c[1].download_button("Statement HTML (printable)", cb["files"][f"{stem}.html"], file_name=f"{stem}.html",
+                         mime="text/html", key="chargeback_html", icon=":material/download:", on_click="ignore")
+    summary = f"{month}-chargeback-summary.csv"
+    c[2].download_button("Summary CSV", cb["files"][summary], file_name=summary, mime="text/csv",
+                         key="chargeback_csv", icon=":material/download:", on_click="ignore")
+
+
+def _stem(files: dict[str, bytes], month: str, names: list[str], project: str) -> str:
+    """The file stem of ``project``'s statement, as :func:`ledger.reports.chargeback.files` named it."""
+    from ledger.reports.chargeback import file_stem
+
+    taken: set[str] = set()
+    for name in names:
+        stem = file_stem(month, name, taken)
+        if name == project:
+            return stem
+    raise KeyError(project)

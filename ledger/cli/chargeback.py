@@ -1,0 +1,41 @@
+"""``trainledger report chargeback``: the statements of a month written to a folder, all or nothing."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlmodel import Session
+
+from ledger.errors import LedgerInputError
+
+
+def write_statements(session: Session, month: str, output: Path, *, project: Optional[str] = None,
+                     currency: Optional[str] = None, force: bool = False,
+                     now: Optional[datetime] = None) -> dict[str, Any]:
+    """Render every file first, check every target, then write: a bad input writes nothing."""
+    from ledger.money.chargeback import chargeback
+    from ledger.reports.chargeback import files, presented, summary_rows
+    from ledger.store.files import check_output, write_output
+
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise LedgerInputError(f"--output: {output} is a file; give a folder for the statements")
+    if not output.exists() and not output.parent.is_dir():
+        raise LedgerInputError(f"--output: the folder {output.parent} does not exist")
+    cb = chargeback(session, month, currency=currency, now=now)
+    if project is not None:
+        cb.statement(project)  # one line naming the projects when it has none
+    p = presented(cb)
+    out = files(p, project)
+    if output.exists():
+        for name in out:
+            check_output(output / name, force=force)
+    else:
+        output.mkdir()
+    for name, data in out.items():
+        write_output(output / name, data, force=force)
+    return {"month": month, "currency": p["summary"]["currency"], "spend": p["summary"]["spend"],
+            "idle_not_charged_back": p["summary"]["idle_not_charged_back"], "output": str(output),
+            "files": sorted(out), "lines": summary_rows(p)[:-1]}

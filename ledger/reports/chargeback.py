@@ -1,0 +1,219 @@
+"""Chargeback statements: one per project, as XLSX and as a printable HTML page, and a summary CSV.
+
+:func:`presented` rounds once, as the monthly export does (docs/MONEY.md, "Rounding"): the idle left
+unshared is rounded on its own, the statements' totals are apportioned (largest remainder) against the
+rounded spend less it, and inside a statement its run lines and idle parts are apportioned against its
+total. So Σ statements + idle not charged back = the month's spend to the cent, and each statement's
+lines add up to its total. Every writer renders that one structure: the same figures in every format.
+
+Text cells a spreadsheet would run as a formula are escaped (``ledger.reports.export.guard_formula``);
+HTML is escaped. Output is deterministic: the same ledger and month give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import io
+import re
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from ledger.money.chargeback import Chargeback, Statement
+from ledger.money.costs import cents, round_preserving_sum
+from ledger.money.idle_share import NO_PROJECT
+from ledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
+
+RUN_COLUMNS = ["run_id", "name", "user", "status", "node_type", "offer", "start", "end", "gpu_hours", "cost",
+               "lost_work_cost", "finality"]
+IDLE_COLUMNS = ["fleet_offer", "charge_period_start", "charge_period_end", "policy", "ratio", "amount"]
+SUMMARY_COLUMNS = ["statement", "runs", "gpu_hours", "run_cost", "idle_share", "total", "lost_work_cost"]
+MONEY = {"cost", "lost_work_cost", "amount", "run_cost", "idle_share", "total", "spend", "idle_cost",
+         "idle_shared", "idle_not_charged_back"}
+HOURS = Decimal("0.001")
+
+
+def _hours(x: Decimal) -> str:
+    return str(x.quantize(HOURS))
+
+
+def _when(d: datetime) -> str:
+    return d.isoformat()
+
+
+def presented(cb: Chargeback) -> dict[str, Any]:
+    """The statements rounded for people: ``{"summary", "statements": [{"project", "totals", "runs", "idle"}]}``
+    (money as cent strings)."""
+    spend = cents(cb.spend)
+    unshared = cents(cb.unshared_idle)
+    totals = round_preserving_sum([s.total for s in cb.statements], total=spend - unshared) if cb.statements else []
+    statements = [_statement(s, t) for s, t in zip(cb.statements, totals)]
+    summary = {"month": cb.month, "currency": cb.currency, "timezone": cb.timezone}
+    if cb.summary.get("is_partial"):
+        summary["period"] = cb.summary["period"]
+    summary.update({
+        "spend": str(spend), "idle_cost": str(cents(cb.idle)), "idle_shared": str(sum((Decimal(x["totals"]["idle_share"]) for x in statements), Decimal(0))),
+        "idle_not_charged_back": str(unshared), "statements": len(statements),
+        "idle_share_policies": [f"{c.offer.name} {c.start.date()}: {c.policy}" + (f" ({c.note})" if c.note else "")
+                                for c in cb.sharing.charges],
+    })
+    if cb.summary.get("fx_rates"):
+        summary["fx_rates"] = cb.summary["fx_rates"]
+    return {"summary": summary, "statements": statements}
+
+
+def _statement(s: Statement, total: Decimal) -> dict[str, Any]:
+    parts = round_preserving_sum([r.cost for r in s.runs] + [p.amount for p in s.idle], total=total)
+    run_cost, idle_parts = parts[:len(s.runs)], parts[len(s.runs):]
+    lost = round_preserving_sum([r.lost_work_cost for r in s.runs], total=cents(s.lost_work)) if s.runs else []
+    runs = [{"run_id": r.run_id, "name": r.name, "user": r.user, "status": r.status, "node_type": r.node_type,
+             "offer": r.offer, "start": _when(r.start), "end": _when(r.end), "gpu_hours": _hours(r.gpu_hours),
+             "cost": str(c), "lost_work_cost": str(lw), "finality": r.finality}
+            for r, c, lw in zip(s.runs, run_cost, lost)]
+    idle = [{"fleet_offer": p.offer, "charge_period_start": _when(p.start), "charge_period_end": _when(p.end),
+             "policy": p.policy, "ratio": str(p.ratio), "amount": str(a)} for p, a in zip(s.idle, idle_parts)]
+    runs_total, idle_total = sum(run_cost, Decimal(0)), sum(idle_parts, Decimal(0))
+    return {"project": s.project, "totals": {
+        "runs": len(s.runs), "gpu_hours": _hours(s.gpu_hours), "run_cost": str(runs_total),
+        "idle_share": str(idle_total), "total": str(runs_total + idle_total), "lost_work_cost": str(sum(lost, Decimal(0)))},
+        "runs": runs, "idle": idle}
+
+
+# --- files ---------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_stem(month: str, project: str, taken: set[str]) -> str:
+    """``<month>-<project>``: the name made safe for a file (a short hash keeps two names apart)."""
+    slug = "no-project" if project == NO_PROJECT else _UNSAFE.sub("_", project).strip("._") or "project"
+    stem = f"{month}-{slug[:60]}"
+    if stem.lower() in taken or slug != project and project != NO_PROJECT:
+        stem = f"{stem}-{hashlib.sha256(project.encode()).hexdigest()[:8]}"
+    taken.add(stem.lower())
+    return stem
+
+
+def files(p: dict[str, Any], project: str | None = None) -> dict[str, bytes]:
+    """File name → bytes: each statement (or only ``project``'s) as XLSX and HTML, and the month's summary CSV."""
+    out: dict[str, bytes] = {}
+    taken: set[str] = set()
+    month = p["summary"]["month"]
+    for st in p["statements"]:
+        stem = file_stem(month, st["project"], taken)
+        if project is not None and st["project"] != project:
+            continue
+        out[f"{stem}.xlsx"] = to_xlsx(p["summary"], st)
+        out[f"{stem}.html"] = to_html(p["summary"], st).encode("utf-8")
+    out[f"{month}-chargeback-summary.csv"] = summary_csv(p).encode("utf-8")
+    return out
+
+
+def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per statement, then the idle not charged back and the month's spend (their sum)."""
+    rows = [{"statement": st["project"], **{k: st["totals"][k] for k in SUMMARY_COLUMNS[1:]}} for st in p["statements"]]
+    s = p["summary"]
+    rows.append({"statement": "idle (not charged back)", "runs": None, "gpu_hours": None, "run_cost": None,
+                 "idle_share": None, "total": s["idle_not_charged_back"], "lost_work_cost": None})
+    rows.append({"statement": "spend", "runs": None, "gpu_hours": None, "run_cost": None, "idle_share": None,
+                 "total": s["spend"], "lost_work_cost": None})
+    return rows
+
+
+def summary_csv(p: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = LFWriter(buf)
+    w.writerow(SUMMARY_COLUMNS)
+    for row in summary_rows(p):
+        w.writerow(["" if row[c] is None else guard_formula(str(row[c])) for c in SUMMARY_COLUMNS])
+    return buf.getvalue()
+
+
+def _statement_rows(summary: dict[str, Any], st: dict[str, Any]) -> list[tuple[str, Any]]:
+    t = st["totals"]
+    rows = [("project", st["project"]), ("month", summary["month"])]
+    if summary.get("period"):
+        rows.append(("period", summary["period"]))
+    return rows + [("currency", summary["currency"]), ("runs", t["runs"]), ("gpu_hours", t["gpu_hours"]),
+                   ("run_cost", t["run_cost"]), ("idle_share", t["idle_share"]), ("total", t["total"]),
+                   ("lost_work_cost", t["lost_work_cost"])]
+
+
+def _cell(key: str, v: Any) -> Any:
+    if v is None:
+        return None
+    if key in MONEY or key in ("gpu_hours", "ratio"):
+        return Decimal(v)
+    if isinstance(v, str):
+        return guard_formula(XLSX_ILLEGAL.sub("\ufffd", v))
+    return v
+
+
+def to_xlsx(summary: dict[str, Any], st: dict[str, Any]) -> bytes:
+    """A workbook with Statement, Runs and Idle share sheets (money as numbers, 2 decimals)."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    fixed = datetime(2000, 1, 1)
+    wb.properties.creator = "trainledger"
+    wb.properties.created = fixed
+    wb.properties.modified = fixed
+
+    def sheet(ws, header: list[str], rows: list[list[tuple[str, Any]]]) -> None:
+        ws.append(header)
+        for r_idx, row in enumerate(rows, start=2):
+            ws.append([_cell(k, v) for k, v in row])
+            for c_idx, (k, v) in enumerate(row, start=1):
+                if k in MONEY and v is not None:
+                    ws.cell(row=r_idx, column=c_idx).number_format = "#,##0.00"
+
+    ws = wb.active
+    ws.title = "Statement"
+    sheet(ws, ["item", "value"], [[("item", k), (k, v)] for k, v in _statement_rows(summary, st)])
+    sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in st["runs"]])
+    sheet(wb.create_sheet("Idle share"), IDLE_COLUMNS, [[(c, r[c]) for c in IDLE_COLUMNS] for r in st["idle"]])
+    raw = io.BytesIO()
+    wb.save(raw)
+    return _normalise_zip(raw.getvalue())
+
+
+_CSS = """body{font-family:sans-serif;margin:2em;color:#111}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #999;padding:.25em .5em;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:bold}p.note{font-size:.85em;color:#444}
+@media print{body{margin:0}h2{page-break-after:avoid}table{page-break-inside:auto}tr{page-break-inside:avoid}}"""
+
+
+def _td(key: str, v: Any) -> str:
+    text = "" if v is None else str(v)
+    cls = ' class="n"' if key in MONEY or key in ("gpu_hours", "ratio", "runs") else ""
+    return f"<td{cls}>{html.escape(text)}</td>"
+
+
+def _table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(_td(c, r[c]) for c in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
+    """A printable page: the totals, the runs, the share of idle, and how the month adds up."""
+    cur, t = summary["currency"], st["totals"]
+    title = f"Chargeback statement: {st['project']}, {summary['month']}"
+    period = f" ({summary['period']})" if summary.get("period") else ""
+    totals = "".join(
+        f'<tr{" class=total" if k == "total" else ""}><td>{html.escape(label)}</td>{_td(k, t[k])}</tr>'
+        for k, label in (("runs", "Runs"), ("gpu_hours", "GPU-hours"), ("run_cost", f"Runs ({cur})"),
+                         ("idle_share", f"Share of idle ({cur})"), ("total", f"Total ({cur})"),
+                         ("lost_work_cost", f"of which lost work ({cur})")))
+    runs = _table(RUN_COLUMNS, st["runs"]) if st["runs"] else "<p>No run of this project in the month.</p>"
+    idle = (_table(IDLE_COLUMNS, st["idle"]) if st["idle"]
+            else "<p>No idle is charged back to this project (its fleets' policy is none, or it drew on no shared fleet).</p>")
+    note = (f"Money in {html.escape(cur)}, rounded to the cent so that every statement of {html.escape(summary['month'])} "
+            f"plus idle not charged back ({html.escape(summary['idle_not_charged_back'])}) adds up to the month's spend "
+            f"({html.escape(summary['spend'])}). Lost work is part of the runs' cost. Made by trainledger "
+            f"(`trainledger report chargeback --month {html.escape(summary['month'])}`).")
+    return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}{html.escape(period)}</h1>\n"
+            f"<table>{totals}</table>\n<h2>Runs</h2>\n{runs}\n<h2>Share of idle</h2>\n{idle}\n"
+            f"<p class=note>{note}</p>\n</body></html>\n")
