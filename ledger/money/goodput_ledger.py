@@ -4,9 +4,11 @@ For each month: :func:`ledger.money.monthly.monthly_report` gives every run's co
 own prices (``RunSlice.cost``, its ``lost_work_cost``) and the month's spend and idle. Each run's time
 account (:func:`ledger.money.goodput.account_seconds`) comes from its interval, its lost interval and its
 ``run_phase`` rows; the month's part of it is the run's lost time inside the month plus its kept time in
-the month's share of its kept interval. The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
+the month, split by its phases in the month (the writer's month-edge rows; without them the month's share
+of its kept interval). The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
 so the categories add up to it exactly. ``recovery``: the gap between an interrupted run's end and the start
-of the run that resumes it (``resume_of``), inside the resumed run's first month, × its nodes; on an owned or
+of the run that resumes it (``resume_of``), inside each month it covers, × its nodes (a month before the
+resumed run's first: an account of the gap alone); on an owned or
 reserved fleet priced at the node type's idle rate of the month and taken out of idle (never more than the
 idle there is); on elastic rent the gap was not paid (time only). Identity, per month: goodput + badput +
 idle = spend, exactly (idle is the report's idle less recovery; ``identity_residual`` is what rounding
@@ -239,8 +241,7 @@ class _MonthBuilder:
                 run_id=rid, name=name, project=project, status=run.status, node_type=node_type, offer_kind=kind,
                 nodes=run.nodes, month=self.rep.month, start=max(gap[0], lo), end=min(gap[1], hi),
                 resume_of=run.resume_of, chain=_chain_root(self.runs, rid), seconds=seconds, cost=zero_account(),
-                run_cost=ZERO, recovery_cost=ZERO, total_cost=ZERO, goodput_pct=None,
-                data_quality=["recovery only: the run resumes in a later month"]))
+                run_cost=ZERO, recovery_cost=ZERO, total_cost=ZERO, goodput_pct=None))
         return out
 
     def _describe(self, run_id: str, interrupted: Optional[RunAccount]) -> tuple[str, str, str, str]:
@@ -284,8 +285,8 @@ class _MonthBuilder:
     def _in_month(self, whole: dict[Category, Decimal], run: _RunInfo, interval: tuple[datetime, datetime],
                   lost: Optional[tuple[datetime, datetime]], gap: Optional[tuple[datetime, datetime]],
                   part: tuple[datetime, datetime]) -> dict[Category, Decimal]:
-        """The month's node-seconds of a run: its lost time in the month, its kept time spread evenly over
-        its kept interval, and the recovery gap's part in the month (when the run starts in the month)."""
+        """The month's node-seconds of a run without month-edge rows: its lost time in the month, its kept time
+        spread evenly over its kept interval, and the recovery gap's part in the month."""
         n = Decimal(max(1, run.nodes or 1))
         kept = (interval[0], lost[0]) if lost else interval
         kept_s = _seconds(*kept)
