@@ -39,6 +39,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -393,3 +394,45 @@ class SampleStream:
             rows = [np.frombuffer(next(it)[1], dtype="<u2") for _ in range(self.micro_batch)]
             tokens = torch.from_numpy(np.stack(rows).astype(np.int64))
             yield tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+# --------------------------------------------------------------------------- data waits
+
+#: test-only: every batch takes this many more seconds to arrive (a deliberately slow loader); unset: none
+DATA_DELAY_ENV = "TRAINLEDGER_TEST_DATA_DELAY_S"
+
+
+def knob_seconds(name: str, value: Optional[str]) -> float:
+    """A test knob's seconds (``""``/None: 0); anything but a finite number ≥ 0 is an error naming the variable."""
+    if not value:
+        return 0.0
+    try:
+        secs = float(value)
+    except ValueError:
+        secs = -1.0
+    if not (0 <= secs < float("inf")):
+        raise ValueError(f"{name}: expected seconds ≥ 0, got {value!r}")
+    return secs
+
+
+class TimedBatches:
+    """An iterator of batches that adds up how long the training loop was blocked waiting for the next one
+    (``waited``, seconds): the goodput account's ``data_wait``. ``TRAINLEDGER_TEST_DATA_DELAY_S`` (test-only)
+    makes each batch that much slower, inside the timed wait."""
+
+    def __init__(self, batches: Iterator, delay_s: Optional[float] = None):
+        self.batches = batches
+        self.waited = 0.0
+        self.delay_s = knob_seconds(DATA_DELAY_ENV, os.environ.get(DATA_DELAY_ENV)) if delay_s is None else delay_s
+
+    def __iter__(self) -> "TimedBatches":
+        return self
+
+    def __next__(self):
+        start = time.perf_counter()
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            return next(self.batches)
+        finally:
+            self.waited += time.perf_counter() - start

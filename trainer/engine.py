@@ -15,7 +15,12 @@ Per step, with G = global batch (sequences) and T = seq_len:
   loss        mean next-token cross-entropy over the step's G·T targets
               (averaged over micro-batches and data-parallel ranks)
   step time   wall clock from the step's first micro-batch to its loss on the host
+  data wait   the part of it blocked on the next batch (``TimedBatches``)
+  busy        the step less its time in communication calls: a rank the others wait for is busy longer
   tokens      G·T per step
+
+Test-only knobs: ``TRAINLEDGER_TEST_DATA_DELAY_S`` (every batch that much slower, ``trainer.data``) and
+``TRAINLEDGER_TEST_SLOW_RANK=RANK:SECONDS`` (that rank sleeps SECONDS inside each step: a straggler).
 """
 
 from __future__ import annotations
@@ -31,6 +36,24 @@ from trainer.config import TrainConfig
 from trainer.metrics import TrainResult, percentile
 from trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
 from trainer.shapes import flops_per_token, param_count
+
+#: a callback with ``on_rank_steps`` gets every rank's step figures this often (one all-gather per N steps)
+RANK_STEPS_EVERY = 10
+SLOW_RANK_ENV = "TRAINLEDGER_TEST_SLOW_RANK"
+
+
+def slow_rank(value: Optional[str], rank: int) -> float:
+    """Seconds this rank sleeps in each step under ``TRAINLEDGER_TEST_SLOW_RANK=RANK:SECONDS`` (0 when unset or
+    another rank); a malformed value is an error naming the variable."""
+    if not value:
+        return 0.0
+    from trainer.data import knob_seconds
+
+    who, sep, secs = value.partition(":")
+    if not sep or not who.strip().isdigit():
+        raise ValueError(f"{SLOW_RANK_ENV}: expected RANK:SECONDS, got {value!r}")
+    return knob_seconds(SLOW_RANK_ENV, secs) if int(who) == rank else 0.0
+
 
 if TYPE_CHECKING:
     from trainer.comm import CommTimer
@@ -49,6 +72,12 @@ class Callback:
 
     def on_checkpoint(self, step: int, path: str) -> None:
         """After a checkpoint of the first ``step`` steps was saved under ``path`` (``checkpoint.every``)."""
+
+    def on_rank_steps(self, first_step: int, figures: list) -> None:
+        """Every rank's figures of the steps since the last call (a callback that has this hook makes the loop
+        gather them every :data:`RANK_STEPS_EVERY` steps, before a checkpoint and after the last step):
+        ``figures[i][r] = (data_wait_s, busy_s)`` of step ``first_step + i`` on rank ``r``; ``busy_s`` (the step
+        less its time in communication calls, None without ``comm_timing``) is what the others waited for."""
 
     def on_end(self, result: TrainResult) -> None:
         """Once, after the last step."""
@@ -312,18 +341,30 @@ class Trainer:
     def _train_loop(self, engine, stream: SampleStream, plan: ParallelPlan, grid: Grid, device: str,
                     timer: Optional[CommTimer]) -> tuple[list[float], list[float], float]:
         """Collective: run ``config.steps`` optimizer steps; return losses, step times and communication seconds."""
+        import os
+
+        from trainer.data import TimedBatches
+
         config = self.config
         tokens_per_step = plan.global_batch * config.shape.seq_len
-        batches = stream.micro_batches(device)
+        batches = TimedBatches(stream.micro_batches(device))
+        sleep_s = slow_rank(os.environ.get(SLOW_RANK_ENV), self.rank)
         dp_group = grid.mpu.get_data_parallel_group()
         losses: list[float] = []
         step_times: list[float] = []
         comm_seconds = 0.0
+        # the same callbacks on every rank, so every rank gathers or none does
+        gather = any(getattr(type(cb), "on_rank_steps", Callback.on_rank_steps) is not Callback.on_rank_steps
+                     for cb in self.callbacks)
+        pending: list[tuple] = []
         engine.train()
         for step in range(config.steps):
             lr = float(engine.get_lr()[0])
             comm_before = timer.seconds if timer else 0.0
+            waited_before = batches.waited
             start = time.perf_counter()
+            if sleep_s:
+                time.sleep(sleep_s)
             loss = self._train_step(engine, batches, plan, dp_group)
             loss_value = float(loss)  # the one host sync per step
             elapsed = time.perf_counter() - start
@@ -333,14 +374,34 @@ class Trainer:
             step_times.append(elapsed)
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss became {loss_value} at step {step}: lower optimizer.lr or check the data")
-            metrics = {"loss": loss_value, "lr": lr, "step_time_s": elapsed,
+            data_wait = batches.waited - waited_before
+            metrics = {"loss": loss_value, "lr": lr, "step_time_s": elapsed, "data_wait_s": data_wait,
                        "comm_time_s": comm if timer else None, "tokens": (step + 1) * tokens_per_step}
             self._emit("on_step", step, metrics)
+            if gather:
+                pending.append((data_wait, max(0.0, elapsed - comm) if timer else None))
+                self._maybe_gather_rank_steps(step, pending)
             self._maybe_checkpoint(engine, step + 1)
             if step % config.log_every == 0 or step == config.steps - 1:
                 self._log(f"step {step + 1}/{config.steps} loss {loss_value:.4f} lr {lr:.2e} "
                           f"{elapsed * 1000:.0f} ms {tokens_per_step / elapsed:,.0f} tok/s")
         return losses, step_times, comm_seconds
+
+    def _maybe_gather_rank_steps(self, step: int, pending: list[tuple]) -> None:
+        """Collective: every :data:`RANK_STEPS_EVERY` steps, before a checkpoint and after the last step, all-gather
+        every rank's (data wait, busy) of the steps since the last gather and hand them to ``on_rank_steps``."""
+        from deepspeed import comm as dist
+
+        ckpt, done = self.config.checkpoint, step + 1
+        due = (done % RANK_STEPS_EVERY == 0 or done == self.config.steps
+               or bool(ckpt.every and ckpt.dir and done % ckpt.every == 0))
+        if not due or not pending:
+            return
+        ranks: list = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, list(pending))
+        first = done - len(pending)
+        pending.clear()
+        self._emit("on_rank_steps", first, [list(per_step) for per_step in zip(*ranks)])
 
     def _maybe_checkpoint(self, engine, done: int) -> None:
         """Collective: every ``checkpoint.every`` steps, save the engine under ``checkpoint.dir/step<N>``

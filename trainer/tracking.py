@@ -103,6 +103,7 @@ class LedgerTracker:
         self._every = 1
         self.signals = StopSignals(self._journal_error)
         self.phases = None  # rank 0: phase timing for the goodput account (ledger.sources.phases)
+        self._steps: list[tuple] = []  # rank 0: (begin, end, own data wait) of steps waiting for the ranks' figures
         self._step_end_at = 0.0
         self._closed = False  # the writer is closed: nothing more can be recorded
         self._handed_at = time.monotonic()
@@ -160,20 +161,47 @@ class LedgerTracker:
         self.writer.start()
 
     def _attach_phases(self, started: datetime, hostname: str) -> None:
-        """Steps and checkpoint saves for the goodput account, aggregated on the writer thread: a step began
-        ``step_time_s`` before ``on_step``; a save runs from the step's end to ``on_checkpoint``; start-up is
-        from the run's registration to the first step (the engine does not time data waits separately)."""
-        from ledger.sources.phases import PhaseRecorder, PhaseSource
+        """Steps, data waits, straggler waits and checkpoint saves for the goodput account, aggregated on the
+        writer thread: a step began ``step_time_s`` before ``on_step``; its data wait (the ranks' mean time
+        blocked on the next batch) is at its start and the straggler wait from every rank's busy time
+        (``on_rank_steps``: the steps wait on rank 0 until the ranks' figures arrive); a save runs from the
+        step's end to ``on_checkpoint``; start-up is from the run's registration to the first step."""
+        from ledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
-        self.writer.sources.append(PhaseSource(self.phases, started.timestamp(), hostname).events)
+        self.writer.sources.append(PhaseSource(self.phases, started.timestamp(), hostname,
+                                               ledger_timezone(self.writer)).events)
 
-    def _phase_step(self, seconds: float) -> None:
-        from ledger.sources.phases import STEP_BEGIN, STEP_END
-
+    def _phase_step(self, seconds: float, data_wait: Optional[float]) -> None:
         t = time.time()
-        self.phases.events += [(STEP_BEGIN, None, t - max(0.0, float(seconds or 0.0))), (STEP_END, None, t)]
+        self._steps.append((t - max(0.0, float(seconds or 0.0)), t, data_wait))
         self._step_end_at = t
+
+    def _record_steps(self, figures: Optional[list] = None) -> None:
+        """Rank 0's waiting steps into the phase recorder, with the ranks' figures when they came (else its own
+        data wait and no straggler figure: a run that failed between two gathers)."""
+        from ledger.sources.phases import RANKS, SPAN, STEP_BEGIN, STEP_END
+
+        events = []
+        for i, (begin, end, own_wait) in enumerate(self._steps):
+            ranks = figures[i] if figures is not None and i < len(figures) else None
+            waits = [r[0] for r in ranks if r[0] is not None] if ranks else []
+            wait = sum(waits) / len(waits) if waits else own_wait
+            events.append((STEP_BEGIN, None, begin))
+            if wait:
+                wait = min(float(wait), end - begin)
+                events.append((SPAN, ("data", wait), begin + wait))
+            busy = [r[1] for r in ranks] if ranks else []
+            if len(busy) > 1 and None not in busy:
+                events.append((RANKS, tuple(busy), end))
+            events.append((STEP_END, None, end))
+        self._steps = []
+        self.phases.events += events
+
+    def on_rank_steps(self, first_step: int, figures: list) -> None:
+        """Every rank's (data wait, busy) of the steps since the last call (:meth:`trainer.engine.Callback.on_rank_steps`)."""
+        if self.rank == 0 and self.phases is not None:
+            self._record_steps(figures)
 
     def on_step(self, step: int, metrics: dict) -> None:
         if step == self._fault_step:
@@ -184,7 +212,7 @@ class LedgerTracker:
             self._holds.after(step + 1)
             return
         if self.phases is not None:
-            self._phase_step(metrics.get("step_time_s"))
+            self._phase_step(metrics.get("step_time_s"), metrics.get("data_wait_s"))
         if step % self._every == 0 or step == self.info["steps"] - 1:
             ts = _now().isoformat()
             self._pending.append(["", -1, "loss", ts, metrics["loss"]])
@@ -214,6 +242,8 @@ class LedgerTracker:
         if self.rank != 0:
             return
         self.signals.finishing = True  # from here on, signals must not cut rank 0's final write short
+        if self.phases is not None:
+            self._record_steps()
         self._hand_over_samples()
         nodes_rows, samples, util_mean, util_p95, source = self._per_node(gathered, result)
         self.writer.put({"type": "samples", "rows": samples})
@@ -232,6 +262,7 @@ class LedgerTracker:
         """A checkpoint of the first ``step`` steps is saved: lost work, if the run dies, starts here."""
         if self.rank == 0 and self.writer is not None and not self._closed:
             if self.phases is not None:  # the save ran from the step's end to now
+                self._record_steps()  # (the engine gathered the ranks' figures just before: none wait)
                 self.phases.checkpoint(time.time() - self._step_end_at if self._step_end_at else None)
             self.writer.put({"type": "checkpoint", "ts": _now().isoformat(), "step": step, "path": str(path)})
 
@@ -244,6 +275,8 @@ class LedgerTracker:
         self.signals.finishing = True  # a SIGTERM from the launcher (stopping the ranks) must not cut the final write short
         cancelled = isinstance(exc, (RunCancelled, KeyboardInterrupt))
         text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:1000] if not cancelled else None
+        if self.phases is not None:
+            self._record_steps()  # the steps since the last gather, without the other ranks' figures
         self._hand_over_samples()
         summary = self.sampler.summary() if self.sampler else {"mean": None, "p95": None, "source": None}
         self.writer.put({"type": "nodes", "rows": [{

@@ -31,7 +31,8 @@ that reported. ``recovery`` is the gap before the run when it resumes an interru
 
 **Money** (:func:`split_cost`): a run's cost in a month (the monthly report's line, at the run's own
 prices) is split: ``lost_work`` = the line's ``lost_work_cost``; the rest by the other categories'
-node-seconds in the month (a run's kept time is spread evenly over its kept interval); remainders
+node-seconds in the month (a run across a month edge: its phases where they happened, from the writer's
+``<phase>@<edge>`` rows; without them spread evenly over its kept interval); remainders
 to the largest category, so the categories add up to the cost **exactly** (money here is on the rollup's
 10⁻¹² grid, :func:`on_grid`, so every sum is exact in any order). Recovery on an owned or
 reserved fleet is priced at the fleet's idle rate and moved from idle to the resumed run (on elastic

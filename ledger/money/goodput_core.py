@@ -60,6 +60,8 @@ PHASE_CATEGORY: dict[str, Category] = {
 #: aliases a user may pass to run.phase()
 PHASE_ALIASES = {"data_wait": PHASE_DATA, "save": PHASE_SAVE, "restore": PHASE_RESTORE, "evaluation": PHASE_EVAL}
 QUALITY_PREFIX = "quality:"
+#: a month-edge row: ``<phase>@<edge instant, ISO UTC>``, the phase's cumulative totals at a month edge the run crossed
+EDGE_MARK = "@"
 #: measured categories take their time in this order, each clipped to what is left of the kept time
 CLIP_ORDER = (Category.checkpoint_restore, Category.checkpoint_save, Category.eval, Category.data_wait,
               Category.straggler_wait, Category.startup, Category.productive)

@@ -4,9 +4,11 @@ For each month: :func:`ledger.money.monthly.monthly_report` gives every run's co
 own prices (``RunSlice.cost``, its ``lost_work_cost``) and the month's spend and idle. Each run's time
 account (:func:`ledger.money.goodput.account_seconds`) comes from its interval, its lost interval and its
 ``run_phase`` rows; the month's part of it is the run's lost time inside the month plus its kept time in
-the month's share of its kept interval. The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
+the month, split by its phases in the month (the writer's month-edge rows; without them the month's share
+of its kept interval). The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
 so the categories add up to it exactly. ``recovery``: the gap between an interrupted run's end and the start
-of the run that resumes it (``resume_of``), inside the resumed run's first month, × its nodes; on an owned or
+of the run that resumes it (``resume_of``), inside each month it covers, × its nodes (a month before the
+resumed run's first: an account of the gap alone); on an owned or
 reserved fleet priced at the node type's idle rate of the month and taken out of idle (never more than the
 idle there is); on elastic rent the gap was not paid (time only). Identity, per month: goodput + badput +
 idle = spend, exactly (idle is the report's idle less recovery; ``identity_residual`` is what rounding
@@ -23,6 +25,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterator, Optional
 
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from ledger.errors import LedgerInputError
@@ -30,7 +33,9 @@ from ledger.money.costs import hours_between
 from ledger.money.goodput_core import (
     BADPUT,
     CATEGORIES,
+    EDGE_MARK,
     NAMED,
+    PHASES,
     QUALITY_PREFIX,
     ZERO,
     Category,
@@ -47,7 +52,7 @@ from ledger.money.goodput_core import (
 )
 from ledger.money.monthly import MonthlyReport, RunSlice, monthly_report
 from ledger.money.months import check_month, lost_interval, month_bounds, month_of, months_between, run_interval
-from ledger.store.models import WASTE_STATUSES, Project, Run, RunPhase
+from ledger.store.models import WASTE_STATUSES, NodeType, Offer, Project, Run, RunPhase
 from ledger.store.settings import display_timezone
 from ledger.store.types import utcnow
 
@@ -103,9 +108,12 @@ def _with_ancestors(session: Session, runs: dict[str, _RunInfo]) -> None:
         runs.update(found)
 
 
-def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list[str]]]:
-    """run → node → phase → PhaseTotal, and run → the writer's data-quality notes."""
+def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list[str]], dict]:
+    """run → node → phase → PhaseTotal, run → the writer's data-quality notes, and run → node → month edge →
+    phase → PhaseTotal (the cumulative totals at that instant, ``ledger.sources.phases``' ``<phase>@<edge>`` rows)."""
     phases: dict[str, dict[str, dict[str, PhaseTotal]]] = defaultdict(lambda: defaultdict(dict))
+    edges: dict[str, dict[str, dict[datetime, dict[str, PhaseTotal]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
     notes: dict[str, list[str]] = defaultdict(list)
     for i in range(0, len(ids), _CHUNK):
         rows = session.exec(select(RunPhase.run_id, RunPhase.node, RunPhase.phase, RunPhase.seconds, RunPhase.count,
@@ -114,9 +122,46 @@ def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list
         for rid, node, phase, secs, count, ck_s, ck_n in rows:
             if phase.startswith(QUALITY_PREFIX):
                 notes[rid].append(f"node {node}: {count} × {phase[len(QUALITY_PREFIX):]} (clipped when recorded)")
+            elif EDGE_MARK in phase:
+                name, _, at = phase.partition(EDGE_MARK)
+                try:
+                    edge = datetime.fromisoformat(at)
+                except ValueError:
+                    continue
+                edges[rid][node][edge][name] = PhaseTotal(secs or 0.0, count or 0, ck_s, ck_n)
             else:
                 phases[rid][node][phase] = PhaseTotal(secs or 0.0, count or 0, ck_s, ck_n)
-    return phases, notes
+    return phases, notes, edges
+
+
+def _phases_between(phases: dict[str, dict[str, PhaseTotal]], edges: dict[str, dict[datetime, dict[str, PhaseTotal]]],
+                    interval: tuple[datetime, datetime], part: tuple[datetime, datetime]) -> Optional[dict]:
+    """Each node's phase totals inside ``part`` of the run's ``interval``: the totals at ``part``'s end less those
+    at its start (0 at the run's start, the run's totals at its end, the writer's month-edge rows between).
+    None when the run lies in one part (nothing to split) or a node lacks an edge row (then spread evenly)."""
+    lo, hi = part
+    if not phases or (lo <= interval[0] and hi >= interval[1]):
+        return None
+    out: dict[str, dict[str, PhaseTotal]] = {}
+    for node, rows in phases.items():
+        at = edges.get(node, {})
+
+        def cumulative(x: datetime) -> Optional[dict[str, PhaseTotal]]:
+            if x <= interval[0]:
+                return {}
+            return rows if x >= interval[1] else at.get(x)
+        a, b = cumulative(lo), cumulative(hi)
+        if a is None or b is None:
+            return None
+        out[node] = {}
+        for name in PHASES:
+            if name not in b:
+                continue
+            hi_row, lo_row = b[name], a.get(name, PhaseTotal(0.0, 0, None if b[name].ckpt_seconds is None else 0.0, 0))
+            ck = None if hi_row.ckpt_seconds is None else hi_row.ckpt_seconds - (lo_row.ckpt_seconds or 0.0)
+            out[node][name] = PhaseTotal(hi_row.seconds - lo_row.seconds, hi_row.count - lo_row.count, ck,
+                                         None if ck is None else (hi_row.ckpt_count or 0) - (lo_row.ckpt_count or 0))
+    return out
 
 
 def _chain_root(runs: dict[str, _RunInfo], rid: str) -> str:
@@ -158,13 +203,57 @@ class _MonthBuilder:
         ids = {line.run_id for line in rep.runs}
         self.runs = _load_runs(session, ids)
         _with_ancestors(session, self.runs)
-        self.phases, self.notes = _load_phases(session, sorted(ids))
+        self.phases, self.notes, self.edges = _load_phases(session, sorted(ids))
         self.idle = _idle_rates(rep)
 
     def build(self) -> tuple[MonthAccount, list[RunAccount]]:
         accounts = [self._run(line) for line in self.rep.runs]
+        accounts += self._gaps_only(accounts)
         self._price_recovery(accounts)
         return self._month(accounts), accounts
+
+    def _gaps_only(self, accounts: list[RunAccount]) -> list[RunAccount]:
+        """Recovery inside this month of chains whose resumed run has no cost in it (it starts in a later month):
+        an account with the gap's part of the month and no run cost, so recovery lands where it happened."""
+        have = {a.run_id for a in accounts}
+        lo, hi = self.bounds
+        prev = aliased(Run)
+        found = [rid for rid in self.session.exec(
+            select(Run.id).join(prev, prev.id == Run.resume_of).where(Run.started_at > lo, prev.started_at < hi))
+            if rid not in have]
+        if not found:
+            return []
+        runs = _load_runs(self.session, set(found))
+        _with_ancestors(self.session, runs)
+        self.runs.update({k: v for k, v in runs.items() if k not in self.runs})
+        by_run = {a.run_id: a for a in accounts}
+        out = []
+        for rid in sorted(found):
+            run = self.runs[rid]
+            gap = _recovery_gap(self.runs, run, self.now)
+            secs = self._recovery_in_month(gap, run)
+            if secs <= 0:
+                continue
+            name, project, node_type, kind = self._describe(rid, by_run.get(run.resume_of))
+            seconds = zero_account()
+            seconds[Category.recovery] = secs
+            out.append(RunAccount(
+                run_id=rid, name=name, project=project, status=run.status, node_type=node_type, offer_kind=kind,
+                nodes=run.nodes, month=self.rep.month, start=max(gap[0], lo), end=min(gap[1], hi),
+                resume_of=run.resume_of, chain=_chain_root(self.runs, rid), seconds=seconds, cost=zero_account(),
+                run_cost=ZERO, recovery_cost=ZERO, total_cost=ZERO, goodput_pct=None))
+        return out
+
+    def _describe(self, run_id: str, interrupted: Optional[RunAccount]) -> tuple[str, str, str, str]:
+        """Name, project, node type and offer kind of a run without a line this month (node type and offer:
+        the interrupted run's line when it has one here, else the run's own recorded offer)."""
+        row = self.session.exec(select(Run.name, Project.name, NodeType.name, Offer.kind)
+                                .outerjoin(Project, Project.id == Run.project_id)
+                                .outerjoin(NodeType, NodeType.id == Run.node_type_id)
+                                .outerjoin(Offer, Offer.id == Run.offer_id).where(Run.id == run_id)).one()
+        if interrupted is not None:
+            return row[0] or "", row[1] or "", interrupted.node_type, interrupted.offer_kind
+        return row[0] or "", row[1] or "", row[2] or "", getattr(row[3], "value", row[3]) or ""
 
     def _run(self, line: RunSlice) -> RunAccount:
         run = self.runs[line.run_id]
@@ -174,9 +263,16 @@ class _MonthBuilder:
         quality = list(self.notes.get(run.id, []))
         wall_s = _seconds(*interval)
         lost_s = _seconds(*lost) if lost else ZERO
-        whole = account_seconds(wall_s, lost_s, run.nodes, self.phases.get(run.id, {}), lost is not None,
-                                ZERO, quality)
-        seconds = self._in_month(whole, run, interval, lost, gap, (line.start, line.end))
+        part = (line.start, line.end)
+        by_month = _phases_between(self.phases.get(run.id, {}), self.edges.get(run.id, {}), interval, part)
+        if by_month is not None:  # phases at the time they happened: the month's own time account
+            seconds = account_seconds(_overlap(interval, part), _overlap(lost, part) if lost else ZERO, run.nodes,
+                                      by_month, lost is not None, ZERO, quality)
+            seconds[Category.recovery] = self._recovery_in_month(gap, run)
+        else:
+            whole = account_seconds(wall_s, lost_s, run.nodes, self.phases.get(run.id, {}), lost is not None,
+                                    ZERO, quality)
+            seconds = self._in_month(whole, run, interval, lost, gap, part)
         weights = {c: seconds[c] for c in CATEGORIES if c not in (Category.lost_work, Category.recovery)}
         cost = split_cost(line.cost, line.lost_work_cost, weights)
         return RunAccount(
@@ -189,18 +285,20 @@ class _MonthBuilder:
     def _in_month(self, whole: dict[Category, Decimal], run: _RunInfo, interval: tuple[datetime, datetime],
                   lost: Optional[tuple[datetime, datetime]], gap: Optional[tuple[datetime, datetime]],
                   part: tuple[datetime, datetime]) -> dict[Category, Decimal]:
-        """The month's node-seconds of a run: its lost time in the month, its kept time spread evenly over
-        its kept interval, and the recovery gap's part in the month (when the run starts in the month)."""
+        """The month's node-seconds of a run without month-edge rows: its lost time in the month, its kept time
+        spread evenly over its kept interval, and the recovery gap's part in the month."""
         n = Decimal(max(1, run.nodes or 1))
         kept = (interval[0], lost[0]) if lost else interval
         kept_s = _seconds(*kept)
         share = (_overlap(kept, part) / kept_s) if kept_s > 0 else ZERO
         out = {c: (whole[c] * share) for c in CATEGORIES}
         out[Category.lost_work] = (_overlap(lost, part) * n) if lost else ZERO
-        out[Category.recovery] = ZERO
-        if gap is not None and self.bounds[0] <= interval[0] < self.bounds[1]:
-            out[Category.recovery] = _overlap(gap, self.bounds) * n
+        out[Category.recovery] = self._recovery_in_month(gap, run)
         return out
+
+    def _recovery_in_month(self, gap: Optional[tuple[datetime, datetime]], run: _RunInfo) -> Decimal:
+        """The recovery gap's node-seconds inside this month (where it happened, whichever month the run starts)."""
+        return _overlap(gap, self.bounds) * Decimal(max(1, run.nodes or 1)) if gap is not None else ZERO
 
     def _price_recovery(self, accounts: list[RunAccount]) -> None:
         """Recovery on a fixed-cost fleet at its idle rate, never more than the node type's idle in total."""
@@ -235,7 +333,7 @@ class _MonthBuilder:
         return MonthAccount(month=self.rep.month, currency=self.rep.currency, spend=spend, goodput=goodput,
                             badput=badput, idle=spend - goodput - badput, by_category=by, seconds=secs,
                             goodput_pct=_pct(goodput, spend), ettr=goodput_ratio(secs[Category.productive], total_s),
-                            period=s.get("period", ""), runs=len(accounts))
+                            period=s.get("period", ""), runs=len(self.rep.runs))
 
 
 def _ratio(x: Optional[Decimal]) -> Optional[float]:
@@ -245,7 +343,9 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
 def run_accounts(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> list[RunAccount]:
     """The goodput account of every run line of an already computed monthly report (the exports use it)."""
     with _gc_paused():
-        return _MonthBuilder(session, rep, now or utcnow(), display_timezone(session)).build()[1]
+        lines = {line.run_id for line in rep.runs}
+        return [a for a in _MonthBuilder(session, rep, now or utcnow(), display_timezone(session)).build()[1]
+                if a.run_id in lines]
 
 
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
@@ -352,7 +452,8 @@ def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optiona
 
 
 def load_timeline(session: Session, run_id: str) -> list[dict[str, Any]]:
-    rows = session.exec(select(RunPhase).where(RunPhase.run_id == run_id).order_by(RunPhase.node, RunPhase.first_at,
+    rows = session.exec(select(RunPhase).where(RunPhase.run_id == run_id, ~col(RunPhase.phase).contains(EDGE_MARK))
+                        .order_by(RunPhase.node, RunPhase.first_at,
                                                                                     RunPhase.phase)).all()
     return [{"node": r.node, "phase": r.phase, "seconds": r.seconds, "count": r.count, "ckpt_seconds": r.ckpt_seconds,
              "first_at": r.first_at, "last_at": r.last_at} for r in rows]

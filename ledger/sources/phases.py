@@ -17,7 +17,11 @@ What the aggregator measures (``ledger.money.goodput`` turns it into the account
   one, and the time to the first log is start-up;
 * ``straggler_wait``: per step, Σ over ranks (slowest rank's time − the rank's time) ÷ ranks, the mean time a
   rank waited (``run.step_times([...])``);
-* every phase's seconds and count, and all of it again as of the last checkpoint (what an interrupted run kept).
+* every phase's seconds and count, and all of it again as of the last checkpoint (what an interrupted run kept);
+* at each month edge the run crosses (local midnight of the 1st in the ledger's display time zone, given as
+  ``edges``), the costed phases' cumulative totals **at that instant** (open phases, the open step and a span
+  that straddles the edge cut there): rows ``<phase>@<edge, ISO UTC>``, so the account attributes a
+  month-crossing run's phases to each month at the time they happened (``ledger.money.goodput_ledger``).
 
 Bad input is clipped, never raised: an end without a begin is ignored, a begin of an open phase closes it
 first, time going backwards is held at the last time seen, a negative duration counts 0; each is counted in
@@ -28,16 +32,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import datetime, timezone, tzinfo
+from typing import Any, Callable, Optional
 
 from ledger.money.goodput_core import (
+    EDGE_MARK,
     PHASE_ALIASES,
     PHASE_DATA,
     PHASE_SAVE,
     PHASE_STARTUP,
     PHASE_STEP,
     PHASE_STRAGGLER,
+    PHASES,
     QUALITY_PREFIX,
 )
 
@@ -104,11 +110,28 @@ class _Phase:
         return False
 
 
-class PhaseAggregator:
-    """Folds phase events into per-phase totals (the writer thread's side). ``started``: the run's start (epoch s)."""
+def month_edges(tz: tzinfo) -> Callable[[float], float]:
+    """``next_edge(t)``: the first local month start in ``tz`` strictly after the epoch time ``t`` (epoch s)."""
+    def next_edge(t: float) -> float:
+        d = datetime.fromtimestamp(t, tz)
+        return datetime(d.year + (d.month == 12), d.month % 12 + 1, 1, tzinfo=tz).timestamp()
+    return next_edge
 
-    def __init__(self, started: float):
+
+def edge_row_name(phase: str, edge: float) -> str:
+    return f"{phase}{EDGE_MARK}{_iso(edge)}"
+
+
+class PhaseAggregator:
+    """Folds phase events into per-phase totals (the writer thread's side). ``started``: the run's start (epoch s);
+    ``edges``: next month edge after a time (:func:`month_edges`), or None for no month split."""
+
+    def __init__(self, started: float, edges: Optional[Callable[[float], float]] = None):
         self.started = started
+        self.edges = edges
+        self.next_edge = edges(started) if edges is not None else None
+        self.at_edges: dict[float, dict[str, tuple[float, int]]] = {}  # edge → cumulative totals at that instant
+        self.ckpt_t: Optional[float] = None
         self.totals: dict[str, list] = defaultdict(lambda: [0.0, 0])
         self.first_at: dict[str, float] = {}
         self.last_at: dict[str, float] = {}
@@ -138,6 +161,9 @@ class PhaseAggregator:
 
     def _one(self, kind: int, value: Any, t: float) -> None:
         t = self._clock(t)
+        while self.next_edge is not None and t >= self.next_edge:
+            self._cut(self.next_edge, kind, value, t)
+            self.next_edge = self.edges(self.next_edge)
         if kind == BEGIN:
             if value in self.open:
                 self.quality["overlapping"] += 1
@@ -157,12 +183,30 @@ class PhaseAggregator:
             self.begun = False
             self.last_end, self.nested_at_end = t, self.nested
         elif kind == CHECKPOINT:
-            self.ckpt = self.snapshot(t)
+            self.ckpt, self.ckpt_t = self.snapshot(t), t
         elif kind == RANKS:
             self._ranks(value, t)
         elif kind == SPAN:
             name, secs = value
             self._add(name, max(0.0, min(float(secs), t - self.started)), t - max(0.0, float(secs)), t)
+
+    def _cut(self, edge: float, kind: int, value: Any, t: float) -> None:
+        """The totals at ``edge``, crossed by an event at ``t`` (every earlier event was before it): phases still
+        open, a span ending at ``t`` and the open step interval (or start-up) count up to the edge."""
+        totals = {k: list(v) for k, v in self.totals.items()}
+        nested = self.nested
+        parts = [(name, edge - began) for name, began in self.open.items()]
+        if kind == SPAN:
+            name, secs = value
+            parts.append((name, min(max(0.0, float(secs)), t - self.started) - max(0.0, t - edge)))
+        for name, part in parts:
+            if part > 0:
+                totals.setdefault(name, [0.0, 0])[0] += part
+                nested += part if name != PHASE_STARTUP else 0.0
+        key = PHASE_STARTUP if self.step_at is None else PHASE_STEP
+        net = edge - (self.started if self.step_at is None else self.step_at) - nested
+        totals.setdefault(key, [0.0, 0])[0] += max(0.0, net)
+        self.at_edges[edge] = {k: (v[0], v[1]) for k, v in totals.items() if k in PHASES}
 
     def _close(self, name: str, t: float) -> None:
         self._add(name, t - self.open.pop(name), None, t)
@@ -232,6 +276,16 @@ class PhaseAggregator:
                 ck = (0.0, 0)
             out[name] = [round(secs, 6), count, None if ck is None else round(ck[0], 6), None if ck is None else ck[1],
                          _iso(self.first_at.get(name)), _iso(self.last_at.get(name))]
+        for edge, snap in self.at_edges.items():
+            for name, (secs, count) in snap.items():
+                if self.ckpt is None:
+                    ck = None
+                elif self.ckpt_t >= edge:  # checkpointed after the edge: everything before it was kept
+                    ck = (secs, count)
+                else:
+                    ck = self.ckpt.get(name, (0.0, 0))
+                out[edge_row_name(name, edge)] = [round(secs, 6), count, None if ck is None else round(ck[0], 6),
+                                                   None if ck is None else ck[1], None, _iso(edge)]
         for issue, n in self.quality.items():
             out[QUALITY_PREFIX + issue] = [0.0, n, None, None, None, None]
         return out
@@ -245,13 +299,28 @@ class PhaseSource:
     """Joins a recorder to a run's writer: ``writer.sources.append(source.events)``; each flush drains
     the recorder into the aggregator and journals the node's totals when they changed."""
 
-    def __init__(self, recorder: PhaseRecorder, started: float, node: str):
+    def __init__(self, recorder: PhaseRecorder, started: float, node: str,
+                 timezone_of: Optional[Callable[[], Optional[tzinfo]]] = None):
         self.recorder = recorder
-        self.agg = PhaseAggregator(started)
+        self.started = started
+        self.agg: Optional[PhaseAggregator] = None if timezone_of is not None else PhaseAggregator(started)
+        self.timezone_of = timezone_of
         self.node = node[:200]
         self._last: Optional[dict] = None
 
+    def _aggregator(self) -> PhaseAggregator:
+        """Made at the first flush: the month edges come from the ledger's display time zone (UTC when the
+        ledger cannot say; the account then spreads a month-crossing run's phases evenly)."""
+        if self.agg is None:
+            try:
+                tz = self.timezone_of() or timezone.utc
+            except Exception:
+                tz = timezone.utc
+            self.agg = PhaseAggregator(self.started, month_edges(tz))
+        return self.agg
+
     def events(self) -> list[dict]:
+        self._aggregator()
         drained = self.recorder.drain()
         if drained:
             self.agg.feed(drained)
@@ -260,6 +329,21 @@ class PhaseSource:
             return []
         self._last = rows
         return [{"type": "phases", "node": self.node, "rows": rows}]
+
+
+def ledger_timezone(writer: Any) -> Callable[[], Optional[tzinfo]]:
+    """The display time zone of the ledger a run writer applies to (None when it cannot be read)."""
+    def resolve() -> Optional[tzinfo]:
+        from sqlmodel import Session
+
+        from ledger.store.settings import display_timezone
+
+        try:
+            with Session(writer._engine_or_none()) as s:
+                return display_timezone(s)
+        except Exception:  # an unreachable ledger: month edges in UTC
+            return None
+    return resolve
 
 
 def apply_phases(session: Any, run_id: str, ev: dict[str, Any], registered: Any, ts: Any) -> None:
@@ -289,4 +373,5 @@ def apply_phases(session: Any, run_id: str, ev: dict[str, Any], registered: Any,
     session.flush()
 
 
-__all__ = ["PhaseRecorder", "PhaseAggregator", "PhaseSource", "apply_phases", "phase_name", "PHASE_DATA"]
+__all__ = ["PhaseRecorder", "PhaseAggregator", "PhaseSource", "apply_phases", "ledger_timezone", "month_edges",
+           "phase_name", "PHASE_DATA", "EDGE_MARK"]

@@ -216,10 +216,11 @@ class TrackedRun:
     def _attach_phases(self) -> None:
         """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
         from the run's start (the paid interval's start)."""
-        from ledger.sources.phases import PhaseRecorder, PhaseSource
+        from ledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
-        self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname()).events)
+        self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname(),
+                                               ledger_timezone(self.writer)).events)
 
     def _register(self) -> None:
         from ledger.sources.sampling import UtilSampler, node_probe, process_tree

@@ -5,11 +5,15 @@ and under ``torchrun --nproc-per-node 2``.
     python tests/capture/hf_train.py OUTPUT_DIR STEPS [SAVE_STEPS] [FAIL_AT_STEP]
 
 ``TL_EVAL_STEPS=N`` evaluates every N steps; ``TL_STAMPS=FILE`` writes the hooks' own times (JSON lines) there,
-from a callback that runs right after the ledger's.
+from a callback that runs right after the ledger's; ``TL_RESUME=FILE`` resumes from the output directory's last
+checkpoint and writes the wall time before ``train()`` and at ``on_train_begin`` (before the ledger's callback)
+to FILE.
 """
 
+import json
 import os
 import sys
+import time
 
 import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
@@ -46,6 +50,21 @@ class Stamps(TrainerCallback):
         self._stamp("save")
 
 
+class Restored(TrainerCallback):
+    """Runs before the ledger's callback: the wall time at ``on_train_begin``, once the Trainer has restored."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        _wall_stamp(self.path, "restored", state.global_step)
+
+
+def _wall_stamp(path, hook, step=None):
+    with open(path, "a") as fh:
+        fh.write(json.dumps([hook, time.time(), step]) + "\n")
+
+
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
     save = int(sys.argv[3]) if len(sys.argv) > 3 else 0
@@ -59,12 +78,19 @@ def main() -> None:
                              **({"eval_strategy": "steps", "eval_steps": int(os.environ["TL_EVAL_STEPS"]),
                                  "per_device_eval_batch_size": BATCH} if os.environ.get("TL_EVAL_STEPS") else {}))
     callbacks = [LedgerCallback(project=os.environ.get("TL_PROJECT", "hf"), name="hf-tiny-gpt2")]
+    resume = os.environ.get("TL_RESUME")
     if os.environ.get("TL_STAMPS"):
         callbacks.append(Stamps(os.environ["TL_STAMPS"], callbacks[0]))
     if fail:
         callbacks.append(FailAt(fail))
+    if resume:
+        callbacks.insert(0, Restored(resume))
     evals = Tokens(labels=True) if os.environ.get("TL_EVAL_STEPS") else None
-    Trainer(model=model, args=args, train_dataset=Tokens(labels=True), eval_dataset=evals, callbacks=callbacks).train()
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(labels=True), eval_dataset=evals,
+                      callbacks=callbacks)
+    if resume:
+        _wall_stamp(resume, "train_call")
+    trainer.train(resume_from_checkpoint=True if resume else None)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
@@ -127,6 +128,44 @@ def test_lightning_resumed_from_a_checkpoint_records_its_restore(ledger_url, cap
     assert rows["checkpoint_restore"].count == 1 and rows["checkpoint_restore"].seconds > 0
     assert rows["checkpoint_restore"].seconds == pytest.approx(st["train_start"] - st["load_checkpoint"], abs=1e-5)
     assert "checkpoint_restore" not in _phases(ledger_url, first.id)
+
+
+def test_hf_run_resumed_from_its_checkpoint_records_the_restore_as_recovery(sqlite_url, capture_env, tmp_path):
+    """The Trainer restores before ``on_train_begin``: the callback links the run to the one that saved the
+    checkpoint, and the gap between them (the restore inside it) is the chain's recovery."""
+    pytest.importorskip("transformers")
+    engine = make_engine(sqlite_url)
+    with Session(engine) as s:
+        add_fleet(s, 8)  # an owned fleet: recovery is held capacity, priced at its idle rate
+        s.commit()
+    env = {**capture_env, "TRAINLEDGER_DB_URL": sqlite_url}
+    failed = _python("hf_train.py", tmp_path / "out", 6, 3, 4, env=env)  # saves at step 3, fails at step 4
+    assert failed.returncode != 0 and "injected failure at step 4" in failed.stderr
+    assert (tmp_path / "out" / "checkpoint-3" / "trainledger-run.json").is_file()
+    stamps = tmp_path / "stamps.jsonl"
+    out = _python("hf_train.py", tmp_path / "out", 6, 3, env={**env, "TL_RESUME": str(stamps)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, resumed = sorted(all_runs(sqlite_url), key=lambda r: r.started_at)
+    assert (first.status, resumed.status, resumed.resume_of) == (RunStatus.failed, RunStatus.succeeded, first.id)
+    st = {h: (t, step) for h, t, step in (json.loads(line) for line in stamps.read_text().splitlines())}
+    call, (restored, step) = st["train_call"][0], st["restored"]
+    assert step == 3  # the Trainer had restored checkpoint-3 before on_train_begin
+    utc = timezone.utc
+    # the restore lies between train() and on_train_begin, inside the gap between the two runs
+    assert first.ended_at <= datetime.fromtimestamp(call, utc) < datetime.fromtimestamp(restored, utc) \
+        <= resumed.started_at
+    with Session(engine) as s:
+        rep = goodput_account(s, month=month_of(resumed.started_at, display_timezone(s)),
+                              now=resumed.ended_at + timedelta(minutes=1))
+        phases = {r.phase for r in s.exec(select(RunPhase).where(RunPhase.run_id == resumed.id)).all()}
+    engine.dispose()
+    acct = {a.run_id: a for a in rep.runs}[resumed.id]
+    gap = Decimal(str((resumed.started_at - first.ended_at) / timedelta(microseconds=1))) / 1_000_000
+    assert abs(acct.seconds[Category.recovery] - gap * resumed.nodes) < Decimal("1e-9")  # hours × 3,600
+    assert gap >= Decimal(str(restored - call)) > 0
+    assert acct.cost[Category.recovery] == acct.recovery_cost > 0 and acct.chain == first.id
+    assert "checkpoint_restore" not in phases  # before the run's start: recovery, never counted twice
+    assert sum(acct.cost.values()) == acct.total_cost
 
 
 def _wait_checkpoint(url: str, run_id: str, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -191,3 +191,20 @@ def test_data_prepare_command(tmp_path):
     assert "is not empty" in again.output
     missing = runner.invoke(app, ["data", "prepare", str(tmp_path / "nope"), "--out", str(tmp_path / "t")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_timed_batches_add_up_the_wait_for_each_batch_and_refuse_a_bad_knob(monkeypatch):
+    from trainer.data import DATA_DELAY_ENV, TimedBatches
+    from trainer.engine import SLOW_RANK_ENV, slow_rank
+
+    ticks = iter(range(100))
+    monkeypatch.setattr("trainer.data.time.perf_counter", lambda: float(next(ticks)))
+    batches = TimedBatches(iter(["a", "b"]), delay_s=0.0)
+    assert list(batches) == ["a", "b"] and batches.waited == 3.0  # 1 s for each batch, 1 s to find the end
+    monkeypatch.setenv(DATA_DELAY_ENV, "-1")
+    with pytest.raises(ValueError, match=DATA_DELAY_ENV):
+        TimedBatches(iter([]))
+    assert slow_rank("1:0.25", 1) == 0.25 and slow_rank("1:0.25", 0) == 0.0 and slow_rank(None, 1) == 0.0
+    for bad in ("0.25", "x:1", "1:nan"):
+        with pytest.raises(ValueError, match=SLOW_RANK_ENV):
+            slow_rank(bad, 1)

@@ -13,8 +13,13 @@ run. Phases for the goodput account (:mod:`ledger.sources.phases`): steps from
 ``on_step_begin`` to ``on_step_end``; an evaluation from the step's end (or the
 last hook) to ``on_evaluate``; a checkpoint save from the last hook to ``on_save``
 (the Trainer has no hook before either starts, so these are the callbacks' own
-timestamps); start-up from ``on_train_begin`` to the first step (a checkpoint the
-Trainer restores before ``on_train_begin`` is not seen). The callback runs on every rank; only rank 0 records. MFU needs
+timestamps); start-up from ``on_train_begin`` to the first step. **Resuming**: the
+Trainer restores a checkpoint (``train(resume_from_checkpoint=...)``) before
+``on_train_begin``, where the run starts; the callback sees it (``state.global_step``
+is already the checkpoint's) and links the run to the run that saved it (``resume_of``,
+read from ``trainledger-run.json``, which it leaves in every checkpoint directory it
+saves). When that run was interrupted, the time from its end to this run's start,
+the restore included, is the chain's ``recovery`` (``ledger.money.goodput``). The callback runs on every rank; only rank 0 records. MFU needs
 ``flops_per_token`` (default: Hugging Face's own estimate, 6 × the model's
 non-embedding parameters, the figure ``Trainer.floating_point_ops`` uses) and a
 GPU. A run that dies in the training loop (an exception, SIGTERM) is ended
@@ -25,6 +30,7 @@ wrapper records the status.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import sys
 import time
@@ -32,10 +38,12 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-from ledger.sources.sanitize import Guard
+from ledger.sources.sanitize import Guard, warn
 from ledger.sources.track import TrackedRun
 
 #: logged keys that are not step figures (the running time and rate the Trainer adds to every log)
+#: left in each checkpoint directory the callback saves: which run saved it (a resumed run's ``resume_of``)
+MARKER = "trainledger-run.json"
 _NOT_STEP = ("epoch", "loss", "train_runtime", "train_tokens_per_second", "train_samples_per_second",
              "train_steps_per_second", "total_flos", "num_input_tokens_seen")
 
@@ -58,8 +66,11 @@ class LedgerCallback(TrainerCallback):
         env = dict(os.environ)
         env["RANK"] = str(args.process_index)
         env["WORLD_SIZE"] = str(args.world_size)
+        kwargs = dict(self.track_kwargs)
+        if kwargs.get("resume_of") is None and state.global_step:
+            kwargs["resume_of"] = _saved_by(args, state)
         try:
-            self.run = TrackedRun(self.project, flops_per_token=fpt, env=env, **self.track_kwargs).start()
+            self.run = TrackedRun(self.project, flops_per_token=fpt, env=env, **kwargs).start()
         except Exception as exc:  # e.g. a bad run id: the Trainer trains anyway, unrecorded
             Guard().off(f"LedgerCallback: {exc}")
             return
@@ -94,9 +105,15 @@ class LedgerCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self.run is not None:
             now = time.time()
-            self.run.checkpoint(step=state.global_step, seconds=(now - self.mark) if self.mark else None,
-                                path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+            path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            self.run.checkpoint(step=state.global_step, seconds=(now - self.mark) if self.mark else None, path=path)
             self.mark = now
+            if self.run.active and self.run.run_id and os.path.isdir(path):
+                try:
+                    with open(os.path.join(path, MARKER), "w", encoding="utf-8") as fh:
+                        json.dump({"run_id": self.run.run_id, "step": state.global_step}, fh)
+                except OSError as exc:  # a read-only or full disk: the checkpoint is there, its resume unlinked
+                    warn(f"LedgerCallback: cannot write {MARKER} in {path} ({exc}); a run resumed from it is not linked to this one")
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.run is not None:
@@ -116,3 +133,22 @@ class LedgerCallback(TrainerCallback):
     def _at_exit(self) -> None:
         if self.run is not None and self.run.active:
             self.run.finish(self._error or RuntimeError("the process exited before the Trainer's on_train_end"))
+
+
+def _saved_by(args, state) -> Optional[str]:
+    """The run that saved the checkpoint the Trainer restored (training begins at ``state.global_step`` > 0): its
+    id from the checkpoint's :data:`MARKER` (``args.resume_from_checkpoint``, else the output directory's
+    ``checkpoint-<step>``); None when there is none or it is unreadable."""
+    from ledger.store.ids import validate_run_id
+
+    candidates = [getattr(args, "resume_from_checkpoint", None),
+                  os.path.join(args.output_dir or "", f"checkpoint-{state.global_step}")]
+    for path in candidates:
+        if not isinstance(path, str) or not path:
+            continue
+        try:
+            with open(os.path.join(path, MARKER), encoding="utf-8") as fh:
+                return validate_run_id(str(json.load(fh)["run_id"]), MARKER)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
