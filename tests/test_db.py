@@ -172,3 +172,26 @@ def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
     assert rows["h100-8x"] == (450.0, 5.0, 400.0, 5.0)
     assert rows["mine"] == (None, None, None, None)
     eng.dispose()
+
+
+def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch):
+    from sqlalchemy import text
+
+    from ledger.store.db import LedgerURLError, make_engine, read_only_engine
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    for engine, expected in ((make_engine(url), 60_000),):
+        with engine.connect() as c:
+            assert c.execute(text("PRAGMA busy_timeout")).scalar() == expected
+        engine.dispose()
+    monkeypatch.setenv("TRAINLEDGER_SQLITE_BUSY_S", "2.5")
+    for engine in (make_engine(url), read_only_engine(url)):
+        with engine.connect() as c:
+            assert c.execute(text("PRAGMA busy_timeout")).scalar() == 2500
+        engine.dispose()
+    for bad in ("soon", "0", "-1", "1e9", "nan"):
+        monkeypatch.setenv("TRAINLEDGER_SQLITE_BUSY_S", bad)
+        with pytest.raises(LedgerURLError) as err:
+            make_engine(url)
+        assert str(err.value) == ("TRAINLEDGER_SQLITE_BUSY_S: expected seconds above 0 and at most 86400 such as 60, "
+                                  f"got {bad!r}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +23,7 @@ from sqlmodel import Session, create_engine
 
 ENV_URL = "TRAINLEDGER_DB_URL"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+ENV_SQLITE_BUSY_S = "TRAINLEDGER_SQLITE_BUSY_S"
 
 
 class LedgerURLError(ValueError):
@@ -62,12 +63,27 @@ def redact_url(url: str) -> str:
         return "<unparseable url>"
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
+def sqlite_busy_timeout_ms() -> int:
+    """How long a SQLite writer waits for another writer's lock: ``TRAINLEDGER_SQLITE_BUSY_S`` seconds
+    (default 60). The run wrapper's checks before the start never wait this long (they give up after 200 ms)."""
+    raw = os.environ.get(ENV_SQLITE_BUSY_S, "").strip()
+    if not raw:
+        return SQLITE_BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86_400:
+        raise LedgerURLError(f"{ENV_SQLITE_BUSY_S}: expected seconds above 0 and at most 86400 such as 60, got {raw!r}")
+    return int(seconds * 1000)
+
+
+def _sqlite_pragmas(dbapi_conn, _record, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     # Autocommit at the driver level; SQLAlchemy's "begin" event below issues
     # BEGIN IMMEDIATE so writers take the lock up front (no deadlocking upgrades).
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
@@ -89,8 +105,9 @@ def make_engine(url: str | None = None, *, upgrade: bool = True) -> Engine:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise LedgerURLError(f"--db: cannot create the folder {folder} of the SQLite ledger: {exc.strerror or exc}") from None
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        busy_ms = sqlite_busy_timeout_ms()
+        engine = create_engine(url, connect_args={"timeout": busy_ms / 1000})
+        event.listen(engine, "connect", partial(_sqlite_pragmas, busy_ms=busy_ms))
         event.listen(engine, "begin", _sqlite_begin)
     else:
         engine = create_engine(url, pool_pre_ping=True)
@@ -99,10 +116,10 @@ def make_engine(url: str | None = None, *, upgrade: bool = True) -> Engine:
     return engine
 
 
-def _sqlite_read_pragmas(dbapi_conn, _record) -> None:
+def _sqlite_read_pragmas(dbapi_conn, _record, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     cur.execute("PRAGMA query_only=ON")
     cur.close()
 
@@ -117,8 +134,9 @@ def read_only_engine(url: str | None = None) -> Engine:
     The schema is not upgraded here: open the ledger once with :func:`make_engine` first."""
     url = resolve_url(url)
     if make_url(url).get_backend_name() == "sqlite":
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        event.listen(engine, "connect", _sqlite_read_pragmas)
+        busy_ms = sqlite_busy_timeout_ms()
+        engine = create_engine(url, connect_args={"timeout": busy_ms / 1000})
+        event.listen(engine, "connect", partial(_sqlite_read_pragmas, busy_ms=busy_ms))
         event.listen(engine, "begin", _sqlite_begin_deferred)
         return engine
     return create_engine(url, pool_pre_ping=True).execution_options(postgresql_readonly=True)

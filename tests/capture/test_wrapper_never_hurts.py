@@ -304,9 +304,13 @@ def test_an_uncreatable_sqlite_folder_still_runs_the_job_and_keeps_its_events(ca
 def test_a_ledger_locked_by_another_writer_does_not_delay_the_start(ledger_url, capture_env, tmp_path, locker):
     lock = locker(ledger_url)
     started, done = tmp_path / "started", tmp_path / "done"
-    p = start(ledger_url, capture_env, command=hostile("--started", started, "--wait-for", done))
-    # the job starts while the lock is still held (main: after the 60 s busy timeout, twice)
-    wait_for(started.exists, 30, "the job to start while the ledger is locked")
+    # The lock is held until the job has started. A wrapper that waited on it before the start would wait the
+    # writers' busy timeout (SQLite, made 2 hours here) or for ever (PostgreSQL has no lock timeout), far past
+    # the 600 s upper bound; the wrapper's own check gives up after 200 ms. No race against the clock: a slow
+    # machine only makes the healthy start slower (it took over 30 s at a load average of 28).
+    env = {**capture_env, "TRAINLEDGER_SQLITE_BUSY_S": "7200"}
+    p = start(ledger_url, env, command=hostile("--started", started, "--wait-for", done))
+    wait_for(started.exists, 600, "the job to start while the ledger is locked")
     assert lock.proc.poll() is None
     lock.release()
     done.touch()
