@@ -225,6 +225,28 @@ def leave_one_out(raw: list[dict]) -> list[dict]:
     return rows
 
 
+def repeat_spread(raw: list[dict]) -> dict[str, float]:
+    """Per strategy with more than one run: max ÷ min − 1 of its runs' step time × probed rate (the mean of the
+    probes around the run) — what the probed CPU profile predicts to be one figure for one plan, so its spread is
+    the run-to-run noise no model of the plan can explain."""
+    out = {}
+    for strategy in dict.fromkeys(r["strategy"] for r in raw):
+        work = [r["step_time_median_s"] * statistics.fmean(r["probe_gflops_per_process"]) for r in raw
+                if r["strategy"] == strategy and r.get("probe_gflops_per_process")]
+        if len(work) > 1:
+            out[strategy] = max(work) / min(work) - 1
+    return out
+
+
+def spread_line(raw: list[dict]) -> str:
+    spread = repeat_spread(raw)
+    if not spread:
+        return ""
+    return ("Run-to-run spread of one plan (step time × probed rate, max ÷ min − 1 over its runs): "
+            + ", ".join(f"{k} {v:.0%}" for k, v in spread.items())
+            + f"; median {statistics.median(spread.values()):.0%}.")
+
+
 def loo_markdown(rows: list[dict]) -> str:
     """The leave-one-strategy-out table and its mean absolute errors (medians over a strategy's runs)."""
     lines = ["| left out | processes | dp×tp×pp | ZeRO | step measured | predicted | error | runs: measured min–max | "
@@ -291,6 +313,8 @@ def main(argv=None) -> int:
     if a.from_raw:
         raw = json.loads(a.from_raw.read_text())
         text = loo_markdown(leave_one_out(raw["sweep"]))
+        if spread_line(raw["sweep"]):
+            text += "\n\n" + spread_line(raw["sweep"])
         if raw.get("measured"):
             text = measured_note(raw["measured"], raw["sweep"]) + "\n\n" + text
         print(text)
@@ -322,7 +346,7 @@ def main(argv=None) -> int:
             rows = predict_sweep(url, sweep_ids, probe, cores)
             tiny = {r["strategy"]: r for r in predict_sweep(url, tiny_id, probe, cores)}
     text = ((markdown(rows, tiny) + "\n\n" if tiny else "") + measured_note(measured, raw["sweep"]) + "\n\n"
-            + loo_markdown(leave_one_out(raw["sweep"])))
+            + loo_markdown(leave_one_out(raw["sweep"])) + "\n\n" + spread_line(raw["sweep"]))
     print(text)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"model": a.model, "baseline_model": a.baseline_model, "steps": a.steps,

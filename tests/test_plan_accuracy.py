@@ -102,6 +102,10 @@ def test_repeats_are_summarised_by_their_median():
     assert tp["step_time_error"] == pytest.approx(1 / 1.2 - 1, abs=1e-9)  # −16.7%
     exact = tp["predicted_step_time_s"]
     assert tp["measured_step_range_s"] == pytest.approx([exact, exact * 1.5], rel=1e-9)
+    # the same plan at the same probed rate measured 1.0× and 1.5×: a spread of 50%; the others none
+    spread = pa.repeat_spread(raw)
+    assert spread["tp"] == pytest.approx(0.5, abs=1e-9) and spread["dp"] == pytest.approx(0.0, abs=1e-9)
+    assert pa.spread_line(raw).endswith("tp 50%, 3d 0%; median 0%.")
 
 
 def test_from_raw_prints_the_table_and_its_mean_absolute_errors(tmp_path, capsys):
