@@ -62,8 +62,19 @@ def launch_device() -> str:
     return "gpu" if os.path.exists("/dev/nvidiactl") else "cpu"
 
 
-def cpu_hardware(processes_per_node: int, cores: Optional[int] = None) -> Hardware:
-    """The CPU profile: a nominal FLOP rate per process, shared when processes outnumber the cores."""
+def cpu_hardware(processes_per_node: int, cores: Optional[int] = None,
+                 gflops_per_process: Optional[float] = None) -> Hardware:
+    """The CPU profile: a nominal FLOP rate per process, shared when processes outnumber the cores; or,
+    ``gflops_per_process`` given, the rate a process was measured to get at the time (``bench.cpu_probe``,
+    sharing and the machine's other load included). gloo's collectives run on the same CPUs (copies,
+    reductions, the loopback stack, the wait for a descheduled peer), so the probed profile scales the link
+    by the same share: β × rate ÷ nominal, α × nominal ÷ rate."""
+    if gflops_per_process:
+        share = gflops_per_process / CPU_NOMINAL_GFLOPS_PER_PROCESS
+        link = Link(bytes_per_s=CPU_LINK.bytes_per_s * share, latency_s=CPU_LINK.latency_s / share)
+        return Hardware(name="cpu", gpus_per_node=max(1, processes_per_node), gpu_memory_bytes=float("inf"),
+                        peak_tflops=gflops_per_process / 1e3, efficiency=1.0, intra=link, inter=link,
+                        efficiency_source="cpu profile, probed rate")
     cores = cores or os.cpu_count() or 1
     return Hardware(name="cpu", gpus_per_node=max(1, processes_per_node), gpu_memory_bytes=float("inf"),
                     peak_tflops=CPU_NOMINAL_GFLOPS_PER_PROCESS / 1e3,
