@@ -102,7 +102,10 @@ from ledger.money.rollup_peaks import (  # noqa: F401
     _insert,
     _recompute_peak,
     _scope_rows,
+    _scope_units,
     _set_peak,
+    held_units,
+    peak_of,
     scope_peak_sql,
     sweep_peak,
 )
@@ -183,20 +186,20 @@ def _compute(conn: Connection, run_ids: list[str], tz: ZoneInfo, rules: dict[int
 
 SLICE_COLUMNS = (RollupSlice.run_id, RollupSlice.month, RollupSlice.charge_from, RollupSlice.node_type_id, RollupSlice.offer_id,
                  RollupSlice.project_id, RollupSlice.status, RollupSlice.start_at, RollupSlice.end_at,
-                 RollupSlice.nodes, RollupSlice.gpus_per_node, RollupSlice.split,
+                 RollupSlice.nodes, RollupSlice.gpus_per_node, RollupSlice.split, RollupSlice.held,
                  *(getattr(RollupSlice, k) for k in Facts.INTS), *(getattr(RollupSlice, k) for k in TEXTS))
 
 
 def _slice_from_row(r: Any) -> SliceFact:
     return SliceFact(r.run_id, r.month, r.node_type_id, r.offer_id, r.project_id, r.status, r.start_at, r.end_at,
-                     r.nodes, r.gpus_per_node, bool(r.split), Facts.from_row(r), r.charge_from)
+                     r.nodes, r.gpus_per_node, bool(r.split), Facts.from_row(r), r.charge_from, r.held)
 
 
 def _slice_values(s: SliceFact) -> dict[str, Any]:
     return {"run_id": s.run_id, "month": s.month, "charge_from": s.charge_from, "node_type_id": s.node_type_id,
             "offer_id": s.offer_id,
             "project_id": s.project_id, "status": s.status, "start_at": s.start, "end_at": s.end,
-            "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "split": s.split, **s.facts.values()}
+            "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "split": s.split, "held": s.held, **s.facts.values()}
 
 
 # --- applying changes ------------------------------------------------------------
@@ -332,13 +335,13 @@ def _rebuild_month_rows(conn: Connection, month: str, nt: Optional[int] = None) 
         s = _slice_from_row(r)
         groups[s.key].add(s.facts)
         for ok in (s.offer_id or 0, ALL):
-            scopes[(s.month, s.node_type_id, ok)].append((s.start, s.end, s.nodes))
+            scopes[(s.month, s.node_type_id, ok)].append((s.start, s.end, s.units))
     conn.execute(dm)
     conn.execute(dp)
     if groups:
         conn.execute(mt.insert(), [_month_values(k, f) for k, f in sorted(groups.items())])
     if scopes:
-        conn.execute(pt.insert(), [{"month": k[0], "node_type_id": k[1], "offer_key": k[2], "peak": sweep_peak(v)}
+        conn.execute(pt.insert(), [{"month": k[0], "node_type_id": k[1], "offer_key": k[2], "peak": peak_of(v)}
                                    for k, v in sorted(scopes.items())])
 
 
@@ -393,11 +396,11 @@ def rebuild(conn: Connection, progress: Any = None) -> int:
     peaks = []
     for month, nt in sorted({(k[0], k[2]) for k in groups}):
         scopes: dict[int, list] = defaultdict(list)
-        for s, e, n, off in conn.execute(select(st.c.start_at, st.c.end_at, st.c.nodes, st.c.offer_id)
+        for s, e, n, off in conn.execute(select(st.c.start_at, st.c.end_at, held_units(st), st.c.offer_id)
                                          .where(st.c.month == month, st.c.node_type_id == nt)):
             scopes[off or 0].append((s, e, n))
             scopes[ALL].append((s, e, n))
-        peaks += [{"month": month, "node_type_id": nt, "offer_key": ok, "peak": sweep_peak(v)} for ok, v in scopes.items()]
+        peaks += [{"month": month, "node_type_id": nt, "offer_key": ok, "peak": peak_of(v)} for ok, v in scopes.items()]
     if peaks:
         conn.execute(pt.insert(), peaks)
     _set_rules_marker(conn, rules)
@@ -553,8 +556,8 @@ class MonthFacts:
         elif len(keys) == 1:
             fixed = self._peaks.get((nt, next(iter(keys))), 0)
         else:  # a union of recorded offers: swept from the slices
-            fixed = sweep_peak(iv for ok in sorted(keys) for iv in _scope_rows(self._conn, self.month, nt, ok))
-        live = [(s.start, s.end, s.nodes) for s in self.live
+            fixed = peak_of(iv for ok in sorted(keys) for iv in _scope_units(self._conn, self.month, nt, ok))
+        live = [(s.start, s.end, s.units) for s in self.live
                 if s.node_type_id == nt and (keys is None or (s.offer_id or 0) in keys)]
         if not live:
             return fixed
@@ -563,8 +566,8 @@ class MonthFacts:
         if window[1] <= window[0]:
             return fixed
         rows = [iv for ok in ([ALL] if keys is None else sorted(keys))
-                for iv in _scope_rows(self._conn, self.month, nt, ok, window)]
-        return max(fixed, sweep_peak(rows + live, window))
+                for iv in _scope_units(self._conn, self.month, nt, ok, window)]
+        return max(fixed, peak_of(rows + live, window))
 
 
 def live_slices(conn: Connection, month: str, tz: ZoneInfo, now: datetime, me: datetime) -> list[SliceFact]:
@@ -640,7 +643,7 @@ def check(session: SASession, months: Optional[Iterable[str]] = None) -> list[st
                 continue
             want_groups[s.key].add(s.facts)
             for ok in (s.offer_id or 0, ALL):
-                want_scopes[(s.month, s.node_type_id, ok)].append((s.start, s.end, s.nodes))
+                want_scopes[(s.month, s.node_type_id, ok)].append((s.start, s.end, s.units))
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
     have_groups = {(r.month, r.charge_from, r.node_type_id, r.offer_key, r.project_key, r.status): Facts.from_row(r)
                    for r in conn.execute(select(mt)) if wanted_months is None or r.month in wanted_months}
@@ -654,7 +657,7 @@ def check(session: SASession, months: Optional[Iterable[str]] = None) -> list[st
         if w.values() != h.values():
             problems.append(f"rollup_month {k}: stored {h.values()} != recomputed {w.values()}")
     for k in sorted(set(want_scopes) | set(have_peaks)):
-        w = sweep_peak(want_scopes.get(k, []))
+        w = peak_of(want_scopes.get(k, []))
         if w != have_peaks.get(k, 0):
             problems.append(f"rollup_peak {k}: stored {have_peaks.get(k, 0)} != recomputed {w}")
     return problems

@@ -12,12 +12,9 @@ from functools import lru_cache
 from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import (
-    String,
-    type_coerce,
-)
+from sqlalchemy import String, select, type_coerce
 
-from ledger.money import costs
+from ledger.money import costs, shares
 from ledger.money.costs import ZERO
 from ledger.money.months import (
     lost_interval,
@@ -25,10 +22,8 @@ from ledger.money.months import (
     run_interval,
     time_share,
 )
-from ledger.store.models import (
-    Run,
-    RunStatus,
-)
+from ledger.money.shares import UNITS
+from ledger.store.models import NodeType, Run, RunStatus
 
 US_PER_HOUR = 3_600_000_000
 GRID = Decimal("1e-12")
@@ -216,6 +211,12 @@ class SliceFact:
     split: bool  # the run crosses a month boundary
     facts: Facts
     charge_from: datetime
+    held: Optional[int] = None  # nodes × share in node units (:data:`ledger.money.shares.UNITS`); None: nodes
+
+    @property
+    def units(self) -> int:
+        """Nodes held, in node units (what peaks sweep)."""
+        return self.held if self.held is not None else self.nodes * UNITS
 
     @property
     def key(self) -> tuple:
@@ -223,17 +224,18 @@ class SliceFact:
 
     @property
     def interval(self) -> tuple:
-        return (self.month, self.node_type_id, self.offer_id or 0, self.start, self.end, self.nodes)
+        return (self.month, self.node_type_id, self.offer_id or 0, self.start, self.end, self.units)
 
     def comparable(self) -> tuple:
-        return (self.key, self.start, self.end, self.nodes, self.gpus_per_node, self.split,
+        return (self.key, self.start, self.end, self.nodes, self.gpus_per_node, self.split, self.units,
                 tuple(sorted(self.facts.values().items())))
 
 
 #: columns of ``run`` a slice is computed from (in this order)
 RUN_COLUMNS = (Run.id, Run.status, Run.node_type_id, Run.offer_id, Run.project_id, Run.nodes, Run.gpus_per_node,
                Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens, Run.gpu_util_mean, Run.mfu, Run.util_source,
-               Run.last_checkpoint_at)
+               Run.last_checkpoint_at, Run.share, Run.share_basis,
+               select(NodeType.gpus_per_node).where(NodeType.id == Run.node_type_id).scalar_subquery().label("nt_gpus"))
 
 
 _RAW = {"status", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at"}
@@ -252,7 +254,7 @@ def _utc(v: Any) -> Optional[datetime]:
 def _run_row(row: Any) -> tuple:
     """A row of :data:`RAW_RUN_COLUMNS` as :func:`slices_of_run` takes it (aware UTC timestamps)."""
     r = tuple(row)
-    return (*r[:7], _utc(r[7]), _utc(r[8]), _utc(r[9]), *r[10:14], _utc(r[14]))
+    return (*r[:7], _utc(r[7]), _utc(r[8]), _utc(r[9]), *r[10:14], _utc(r[14]), *r[15:])
 
 
 def _micros(a: datetime, b: datetime) -> int:
@@ -293,8 +295,13 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
     A run's slices add up to the run exactly: node-µs and GPU-µs are integers,
     tokens telescope with ``int``, and billed node-hours and kWh telescope on
     a 1e-12 grid. So does its lost work (:func:`_add_lost`).
+
+    A run that held part of each node (``share``, :mod:`ledger.money.shares`) has its node-µs, billed
+    node-hours and peak units scaled by the share (telescoping from the run's start, so its slices still add
+    up to the run); its GPU-µs are its GPUs held (a MIG run's: share × the node type's GPUs).
     """
-    (rid, status, nt_id, offer_id, project_id, nodes, gpn, started, ended, hb, tokens, util, mfu_, usrc, ckpt) = row
+    (rid, status, nt_id, offer_id, project_id, nodes, gpn, started, ended, hb, tokens, util, mfu_, usrc, ckpt,
+     share_t, basis, nt_gpus) = (*row, None, None, None)[:18]
     status_v = getattr(status, "value", status)
     if is_live(status_v, ended) and now is None:
         return []
@@ -303,7 +310,21 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
         return []
     s, e = interval
     total_h = costs.hours_between(s, e)
-    billed_total = {r: Decimal(nodes) * costs.billed_hours(total_h, *_parse_rule(r)) for r in rules}
+    billed_total = {r: shares.scale(Decimal(nodes) * costs.billed_hours(total_h, *_parse_rule(r)), share_t)
+                    for r in rules}
+    held = shares.held_units(nodes, share_t) if share_t else None
+    mig = bool(share_t) and (basis or "").startswith("mig") and bool(nt_gpus)
+
+    def node_us(a: datetime, b: datetime) -> int:
+        if not share_t:
+            return nodes * _micros(a, b)
+        return shares.scaled_micros(nodes, _micros(s, b), share_t) - shares.scaled_micros(nodes, _micros(s, a), share_t)
+
+    def gpu_us(a: datetime, b: datetime) -> int:
+        if not mig:
+            return nodes * _micros(a, b) * gpn
+        return (shares.scaled_micros(nodes, _micros(s, b), share_t, nt_gpus)
+                - shares.scaled_micros(nodes, _micros(s, a), share_t, nt_gpus))
     lost = lost_interval(status_v, interval, ckpt)
     util_d = Decimal(str(util)) if util is not None else None
     mfu_d = Decimal(str(mfu_)) if mfu_ is not None else None
@@ -320,7 +341,7 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
             continue
         split = s < ms or e > me
         for pa, pb, period in _pieces(a, b, ms, cuts):
-            f = _piece_facts(pa, pb, nodes, gpn, util_d, mfu_d)
+            f = _piece_facts(node_us(pa, pb), gpu_us(pa, pb), util_d, mfu_d)
             n = f.n
             if pa == s and pb == e:  # the whole run (the common case)
                 if tokens is not None:
@@ -338,18 +359,16 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
                     n[_KWH_SLICES], n[_KWH_NODE_US] = 1, n[_NODE_US]
                 f.billed = {r: _q(bt * sb) - _q(bt * sa) for r, bt in billed_total.items()}
             if lost is not None:
-                _add_lost(f, (pa, pb), lost[0], share, billed_total, nodes, gpn, ckpt is not None)
+                _add_lost(f, (pa, pb), lost[0], share, billed_total, node_us, gpu_us, ckpt is not None)
             if usrc:
                 f.sources = {usrc: 1}
-            out.append(SliceFact(rid, month, nt_id, offer_id, project_id, status_v, pa, pb, nodes, gpn, split, f, period))
+            out.append(SliceFact(rid, month, nt_id, offer_id, project_id, status_v, pa, pb, nodes, gpn, split, f, period,
+                                 held))
     return out
 
 
-def _piece_facts(a: datetime, b: datetime, nodes: int, gpn: int, util_d: Optional[Decimal],
-                 mfu_d: Optional[Decimal]) -> Facts:
-    """The time-weighted facts of one slice [a, b]: node-µs, GPU-µs, GPU-Util and MFU weights."""
-    node_us = nodes * _micros(a, b)
-    gpu_us = node_us * gpn
+def _piece_facts(node_us: int, gpu_us: int, util_d: Optional[Decimal], mfu_d: Optional[Decimal]) -> Facts:
+    """The time-weighted facts of one slice: node-µs, GPU-µs, GPU-Util and MFU weights."""
     f = Facts([1, node_us, gpu_us] + [0] * (len(INTS) - 3))
     n = f.n
     if util_d is not None:
@@ -360,7 +379,7 @@ def _piece_facts(a: datetime, b: datetime, nodes: int, gpn: int, util_d: Optiona
 
 
 def _add_lost(f: Facts, slice_: tuple[datetime, datetime], lost_from: datetime, share: Any,
-              billed_total: dict[str, Decimal], nodes: int, gpn: int, checkpointed: bool) -> None:
+              billed_total: dict[str, Decimal], node_us_of: Any, gpu_us_of: Any, checkpointed: bool) -> None:
     """The lost part of one slice, ``[max(slice start, lost_from), slice end]``: its node-µs and GPU-µs,
     and its billed node-hours = the run's bill × the lost part's share of the run's time, on the same
     telescoping grid as the slice's bill (a run that lost everything has lost exactly its bill)."""
@@ -368,9 +387,9 @@ def _add_lost(f: Facts, slice_: tuple[datetime, datetime], lost_from: datetime, 
     la = max(a, lost_from)
     if la >= b:
         return
-    node_us = nodes * _micros(la, b)
+    node_us, gpu_us = node_us_of(la, b), gpu_us_of(la, b)
     billed = {r: _q(bt * share(b)) - _q(bt * share(la)) for r, bt in billed_total.items()}
     if checkpointed:
-        f.n[_LOST_CKPT_NODE_US], f.n[_LOST_CKPT_GPU_US], f.lost_ckpt_billed = node_us, node_us * gpn, billed
+        f.n[_LOST_CKPT_NODE_US], f.n[_LOST_CKPT_GPU_US], f.lost_ckpt_billed = node_us, gpu_us, billed
     else:
-        f.n[_LOST_NODE_US], f.n[_LOST_GPU_US], f.lost_billed = node_us, node_us * gpn, billed
+        f.n[_LOST_NODE_US], f.n[_LOST_GPU_US], f.lost_billed = node_us, gpu_us, billed

@@ -17,6 +17,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from ledger.money.rollup_facts import SliceFact
+from ledger.money.shares import UNITS, peak_nodes
 from ledger.store.models import (
     RollupPeak,
     RollupSlice,
@@ -45,6 +46,31 @@ def _scope_rows(conn: Connection, month: str, nt: int, offer_key: int,
     if window is not None:
         q = q.where(t.c.start_at < window[1], t.c.end_at > window[0])
     return [tuple(r) for r in conn.execute(q)]
+
+
+def _scope_units(conn: Connection, month: str, nt: int, offer_key: int,
+                window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
+    """The scope's slices as (start, end, nodes held in node units)."""
+    t = RollupSlice.__table__
+    q = select(t.c.start_at, t.c.end_at, held_units(t)).where(t.c.month == month, t.c.node_type_id == nt)
+    if offer_key == 0:
+        q = q.where(t.c.offer_id.is_(None))
+    elif offer_key != ALL:
+        q = q.where(t.c.offer_id == offer_key)
+    if window is not None:
+        q = q.where(t.c.start_at < window[1], t.c.end_at > window[0])
+    return [tuple(r) for r in conn.execute(q)]
+
+
+def held_units(t: Any) -> Any:
+    """A slice's nodes held in node units (:mod:`ledger.money.shares`), as SQL: ``held``, else nodes × UNITS."""
+    return func.coalesce(t.c.held, t.c.nodes * UNITS)
+
+
+def peak_of(intervals: Iterable[tuple[datetime, datetime, int]],
+            window: Optional[tuple[datetime, datetime]] = None) -> int:
+    """Peak whole nodes in use of intervals in node units: :func:`sweep_peak`, a node partly held counted."""
+    return peak_nodes(sweep_peak(intervals, window))
 
 
 def sweep_peak(intervals: Iterable[tuple[datetime, datetime, int]],
@@ -79,7 +105,7 @@ def _set_peak(conn: Connection, scope: tuple[str, int, int], value: Optional[int
 
 def _recompute_peak(conn: Connection, scope: tuple[str, int, int]) -> None:
     month, nt, ok = scope
-    _set_peak(conn, scope, value=sweep_peak(_scope_rows(conn, month, nt, ok)))
+    _set_peak(conn, scope, value=peak_of(_scope_units(conn, month, nt, ok)))
 
 
 def scope_peak_sql(conn: Connection, scope: tuple[str, int, int]) -> int:
@@ -93,11 +119,11 @@ def scope_peak_sql(conn: Connection, scope: tuple[str, int, int]) -> int:
         cond.append(t.c.offer_id.is_(None))
     elif ok != ALL:
         cond.append(t.c.offer_id == ok)
-    events = union_all(select(t.c.start_at.label("at"), t.c.nodes.label("delta")).where(*cond),
-                       select(t.c.end_at.label("at"), (-t.c.nodes).label("delta")).where(*cond)).subquery()
+    events = union_all(select(t.c.start_at.label("at"), held_units(t).label("delta")).where(*cond),
+                       select(t.c.end_at.label("at"), (-held_units(t)).label("delta")).where(*cond)).subquery()
     running = select(func.sum(events.c.delta).over(order_by=(events.c.at, events.c.delta), rows=(None, 0))
                      .label("cur")).subquery()
-    return max(0, int(conn.execute(select(func.max(running.c.cur))).scalar() or 0))
+    return peak_nodes(max(0, int(conn.execute(select(func.max(running.c.cur))).scalar() or 0)))
 
 
 def _apply_peaks(conn: Connection, old: list[SliceFact], new: list[SliceFact]) -> None:
@@ -121,5 +147,5 @@ def _apply_peaks(conn: Connection, old: list[SliceFact], new: list[SliceFact]) -
         best = 0
         for (_, _, _, a, b, _) in added[scope]:
             if b > a:
-                best = max(best, sweep_peak(_scope_rows(conn, scope[0], scope[1], scope[2], (a, b)), (a, b)))
+                best = max(best, peak_of(_scope_units(conn, scope[0], scope[1], scope[2], (a, b)), (a, b)))
         _set_peak(conn, scope, at_least=best)
