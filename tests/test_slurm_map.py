@@ -22,10 +22,13 @@ def test_add_list_remove(cli):
     # tried most specific first: nodes (4), GPU type + partition (3), then partition with a cluster before without
     assert [r["id"] for r in rules] == [c["id"], b["id"], d["id"], a["id"]] == [3, 2, 4, 1]
     assert rules[0] == {"id": 3, "cluster": "", "partition": "", "gpu_type": "", "node_pattern": "h200-*",
-                        "node_type": "h200-8x", "offer": None, "by_node": True, "specificity": [4, 0, -3]}
+                        "node_type": "h200-8x", "offer": None, "by_node": True, "specificity": [4, 0, -3],
+                        "billing_weights": "", "max_tres": False, "node_tres": "", "share_rule": "node"}
+    assert [r["share_rule"] for r in rules] == ["node", "gpus", "gpus", "gpus"]  # by node; else GPUs held ÷ the type's
     text = cli("slurm", "map", "list").output.splitlines()
-    assert text[0].split() == ["id", "cluster", "partition", "GPU", "type", "nodes", "node", "type", "offer", "by", "node"]
-    assert text[2].split() == ["3", "*", "*", "*", "h200-*", "h200-8x", "-", "yes"]
+    assert text[0].split() == ["id", "cluster", "partition", "GPU", "type", "nodes", "node", "type", "offer", "by", "node",
+                               "share"]
+    assert text[2].split() == ["3", "*", "*", "*", "h200-*", "h200-8x", "-", "yes", "node"]
     gone = _json(cli("slurm", "map", "remove", "2", "--json"))
     assert (gone["result"], gone["gpu_type"]) == ("removed", "a100")
     assert [r["id"] for r in _json(cli("slurm", "map", "list", "--json"))] == [3, 4, 1]
@@ -38,6 +41,14 @@ def test_add_list_remove(cli):
      "--offer: 'rtx4090-rent' is not an offer for a100-8x; use one of (none)"),
     (["--partition", "a b", "--node-type", "a100-8x"], "--partition: 'a b' may not contain spaces, commas, '|' or control characters"),
     (["--gpu-type", "x" * 101, "--node-type", "a100-8x"], "--gpu-type: at most 100 characters, got 101"),
+    (["--partition", "gpu", "--node-type", "a100-8x", "--billing-weights", "CPU=one"],
+     "--billing-weights: 'CPU=one' must be NAME=NUMBER[,...] as Slurm writes it (e.g. CPU=1.0,Mem=0.25G,GRES/gpu=2.0), "
+     "at most 400 characters"),
+    (["--partition", "gpu", "--node-type", "a100-8x", "--billing-weights", "CPU=1", "--by-node"],
+     "--billing-weights: a --by-node rule pays the whole node; drop one of them"),
+    (["--partition", "gpu", "--node-type", "a100-8x", "--billing-weights", "CPU=1", "--node-tres", "mem=10G"],
+     "--node-tres: one node (mem=10G) bills 0 under CPU=1; give the TRES of one whole node of the partition, e.g. "
+     "cpu=64,mem=512G,gres/gpu=8"),
 ])
 def test_bad_rules_are_one_line_and_write_nothing(cli, args, error):
     r = cli("slurm", "map", "add", *args)

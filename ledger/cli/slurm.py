@@ -18,7 +18,8 @@ GpuTypeOpt = Annotated[str, typer.Option("--gpu-type", help="GPU type: the TYPE 
 NodesOpt = Annotated[str, typer.Option("--nodes", help="Shell glob every node of the job must match (e.g. 'gpu-a*').")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="Only jobs of this cluster (default: any).")]
 COLUMNS = [("id", "id"), ("cluster", "cluster"), ("partition", "partition"), ("gpu_type", "GPU type"),
-           ("node_pattern", "nodes"), ("node_type", "node type"), ("offer", "offer"), ("by_node", "by node")]
+           ("node_pattern", "nodes"), ("node_type", "node type"), ("offer", "offer"), ("by_node", "by node"),
+           ("share_rule", "share")]
 
 
 def _table(rules: list[dict[str, Any]]) -> str:
@@ -39,16 +40,23 @@ def map_add(node_type: Annotated[str, typer.Option("--node-type", help="Node typ
             offer: Annotated[Optional[str], typer.Option(help="Offer they are paid under (default: the fleet, else elastic rent).")] = None,
             by_node: Annotated[bool, typer.Option("--by-node", help="Jobs pay for every node they touch (exclusive nodes): uneven GPU spreads and jobs without GPUs are costed too.")] = False,
             replace: Annotated[bool, typer.Option("--replace", help="Change the rule with the same --partition/--gpu-type/--nodes/--cluster.")] = False,
+            billing_weights: Annotated[str, typer.Option("--billing-weights", help="The partition's TRESBillingWeights (e.g. CPU=1.0,Mem=0.25G,GRES/gpu=2.0): a job pays its Slurm billing ÷ a whole node's.")] = "",
+            max_tres: Annotated[bool, typer.Option("--max-tres", help="With --billing-weights: PriorityFlags=MAX_TRES (the largest weighted TRES, not the sum).")] = False,
+            node_tres: Annotated[str, typer.Option("--node-tres", help="With --billing-weights: the TRES of one whole node (e.g. cpu=64,mem=512G,gres/gpu=8; default: its GPUs).")] = "",
             db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Add a mapping rule: jobs matching every given field are costed as --node-type (and --offer)."""
+    """Add a mapping rule: jobs matching every given field are costed as --node-type (and --offer).
+
+    A job pays for its share of each node (share column of `slurm map list`): GPUs held ÷ GPUs of the node type
+    by default, the whole node with --by-node, Slurm's billing ÷ a whole node's with --billing-weights."""
     from ledger.store.slurm_map import add_rule
 
     with session(db) as s:
         rule, result = add_rule(s, node_type=node_type, offer=offer, partition=partition, gpu_type=gpu_type,
-                                node_pattern=nodes, cluster=cluster, by_node=by_node, replace=replace)
+                                node_pattern=nodes, cluster=cluster, by_node=by_node, replace=replace,
+                                billing_weights=billing_weights, max_tres=max_tres, node_tres=node_tres)
     out = {**rule.as_dict(), "result": result}
     emit(out, as_json, lambda d: f"rule {d['id']} {d['result']}: {_describe(d)} → {d['node_type']}"
-         + (f" ({d['offer']})" if d["offer"] else "") + (", by node" if d["by_node"] else ""))
+         + (f" ({d['offer']})" if d["offer"] else "") + f", share by {d['share_rule']}")
 
 
 def _describe(d: dict[str, Any]) -> str:

@@ -71,6 +71,8 @@ def run_command(
     gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node to record (default: the job's GPUs; on CPU its processes per node).", min=1, max=1024)] = None,
     node_name: Annotated[Optional[str], typer.Option(help="This node's name (default: $SLURMD_NODENAME, else the host name).")] = None,
     cluster: Annotated[Optional[str], typer.Option(help="Slurm cluster name for the run id slurm-CLUSTER-JOBID: the --cluster that `slurm sync` is given (default: none, slurm-JOBID).")] = None,
+    exclusive: Annotated[bool, typer.Option("--exclusive", help="The run holds its nodes whole (pays the whole node, whatever GPUs it uses); default: its share, the GPUs it owns (CUDA_VISIBLE_DEVICES / SLURM_GPUS_ON_NODE) ÷ the node type's.")] = False,
+    mig_profile: Annotated[Optional[str], typer.Option(help="MIG profile of the MIG devices in CUDA_VISIBLE_DEVICES (e.g. 1g.10gb): the run pays its slices (default: $TRAINLEDGER_MIG_PROFILE).")] = None,
     grace: Annotated[float, typer.Option(help="Seconds between forwarding SIGTERM/SIGINT and SIGKILL.", min=0, max=86400)] = 30.0,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve this node's Prometheus metrics on PORT (0 picks a free one).", min=0, max=65535)] = None,
     metrics_addr: Annotated[str, typer.Option(help="Address of the metrics endpoint.")] = "127.0.0.1",
@@ -122,7 +124,8 @@ def _request(argv: list[str], o: dict):
     if o["resume_of"] is not None:
         validate_run_id(o["resume_of"], "--resume-of")
     flags = Flags(run_id=o["run_id"], nodes=o["nodes"], node_rank=o["node_rank"], gpus_per_node=o["gpus_per_node"],
-                  node_name=o["node_name"], cluster=o["cluster"], resume_of=o["resume_of"])
+                  node_name=o["node_name"], cluster=o["cluster"], resume_of=o["resume_of"], exclusive=o["exclusive"],
+                  mig_profile=o["mig_profile"])
     topology = resolve(flags, os.environ, argv, nvml_gpus=nvml_gpu_count(os.environ))
     if topology.passive:
         run_passive(argv, topology.passive, o["quiet"])

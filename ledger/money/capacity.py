@@ -2,7 +2,8 @@
 
 :func:`over_capacity` is pure: run intervals + the fleet's node count in, the peak
 and the runs in the over-used stretches out. Intervals are half-open ``[start, end)``:
-a run that ends exactly when another starts does not overlap it.
+a run that ends exactly when another starts does not overlap it. A run that held part of each node
+(``run.share``, :mod:`ledger.money.shares`) counts its share: two 4-GPU runs on one 8-GPU node are one node.
 :func:`capacity_warnings` reads one month's runs and fleets from the ledger.
 """
 
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, col, or_, select
 
+from ledger.money import shares
 from ledger.money.catalog import fleets_by_offer, load_catalog
 from ledger.money.months import month_period
 from ledger.store.models import NodeType, OfferKind, Run
@@ -26,7 +30,7 @@ class Interval:
     run_id: str
     start: datetime
     end: datetime  # exclusive
-    nodes: int
+    nodes: int | Fraction  # nodes × share
 
 
 def over_capacity(intervals: Sequence[Interval], fleet_nodes: int) -> Optional[dict[str, Any]]:
@@ -51,7 +55,14 @@ def over_capacity(intervals: Sequence[Interval], fleet_nodes: int) -> Optional[d
             in_use -= iv.nodes
     if peak <= fleet_nodes:
         return None
-    return {"peak_nodes": peak, "fleet_nodes": fleet_nodes, "runs": sorted(involved)}
+    return {"peak_nodes": _number(peak), "fleet_nodes": fleet_nodes, "runs": sorted(involved)}
+
+
+def _number(x: int | Fraction) -> int | Decimal:
+    """A node count as shown: whole, else a Decimal (a share of a node, to 4 places)."""
+    if isinstance(x, Fraction) and x.denominator != 1:
+        return (Decimal(x.numerator) / x.denominator).quantize(Decimal("0.0001"))
+    return int(x)
 
 
 def capacity_warnings(session: Session, month: str, *, now: Optional[datetime] = None) -> list[dict[str, Any]]:
@@ -76,11 +87,12 @@ def capacity_warnings(session: Session, month: str, *, now: Optional[datetime] =
         entry["nodes"] += sum(f.node_count for f in fleets)
     out = []
     for nt_id, entry in by_nt.items():
-        rows = session.exec(select(Run.id, Run.started_at, Run.ended_at, Run.nodes).where(
+        rows = session.exec(select(Run.id, Run.started_at, Run.ended_at, Run.nodes, Run.share).where(
             Run.node_type_id == nt_id, col(Run.started_at).is_not(None), Run.started_at < end,
             or_(col(Run.ended_at).is_(None), Run.ended_at > start),
             or_(col(Run.offer_id).is_(None), col(Run.offer_id).in_(sorted(entry["offers"]))))).all()
-        intervals = [Interval(rid, max(s, start), min(e or end, end), n) for rid, s, e, n in rows]
+        intervals = [Interval(rid, max(s, start), min(e or end, end), n * shares.parse(sh) if sh else n)
+                     for rid, s, e, n, sh in rows]
         found = over_capacity(intervals, entry["nodes"])
         if found:
             name = session.get(NodeType, nt_id).name

@@ -47,6 +47,7 @@ from ledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer,
 from ledger.money.costs import ZERO, cents, round_preserving_sum
 from ledger.money.monthly import SLICE_QUANTUM, FleetCharge, MonthlyReport
 from ledger.money.months import month_bounds, month_period, run_interval
+from ledger.money.shares import UNITS
 from ledger.store.models import Fleet, RollupSlice, Run
 from ledger.store.settings import display_timezone
 from ledger.store.types import utcnow
@@ -96,7 +97,8 @@ class Occupancy:
 
 def _usage_steps(session: Session, month: str, node_type_id: int, offer_keys: set[int],
                  live: Iterable[rollup.SliceFact]) -> list[tuple[datetime, int]]:
-    """``[(instant, change in nodes in use)]`` sorted: the runs recorded with ``offer_keys`` (0: none)."""
+    """``[(instant, change in nodes in use)]`` sorted: the runs recorded with ``offer_keys`` (0: none); nodes
+    in node units (:data:`ledger.money.shares.UNITS`: a run holding part of a node counts its share)."""
     st = RollupSlice.__table__
     ids = sorted(k for k in offer_keys if k)
     none = [and_(st.c.offer_id.is_(None), st.c.node_type_id == node_type_id)] if 0 in offer_keys else []
@@ -104,12 +106,12 @@ def _usage_steps(session: Session, month: str, node_type_id: int, offer_keys: se
     delta: dict[datetime, int] = defaultdict(int)
     conn = session.connection()
     for column, sign in ((st.c.start_at, 1), (st.c.end_at, -1)):
-        for at, nodes in conn.execute(select(column, func.sum(st.c.nodes)).where(*conds).group_by(column)):
+        for at, nodes in conn.execute(select(column, func.sum(rollup.held_units(st))).where(*conds).group_by(column)):
             delta[rollup._utc(at)] += sign * int(nodes)
     for s in live:
         if (s.offer_id in ids) or (s.offer_id is None and 0 in offer_keys and s.node_type_id == node_type_id):
-            delta[s.start] += s.nodes
-            delta[s.end] -= s.nodes
+            delta[s.start] += s.units
+            delta[s.end] -= s.units
     return sorted((t, d) for t, d in delta.items() if d)
 
 
@@ -135,7 +137,7 @@ class _Usage:
                 at, lvl = self.steps[j][0], lvl + self.steps[j][1]
                 j += 1
             node_us += lvl * rollup._micros(at, b)
-            out.append(Decimal(node_us) / US_PER_HOUR)
+            out.append(Decimal(node_us) / (US_PER_HOUR * UNITS))
         return out
 
 

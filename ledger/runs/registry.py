@@ -15,7 +15,7 @@ from sqlalchemy import func, update
 from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.money import costs, rollup
+from ledger.money import costs, rollup, shares
 from ledger.money.monthly import monthly_report
 from ledger.money.months import month_bounds, month_of, run_interval
 from ledger.store.lookup import get_run
@@ -101,7 +101,7 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     reap_stale(session)
     q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
                 Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
-                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id, Run.lost_from, Run.lost_until)
+                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id, Run.lost_from, Run.lost_until, Run.share)
          .join(NodeType, NodeType.id == Run.node_type_id)
          .outerjoin(Project, Project.id == Run.project_id)
          .outerjoin(User, User.id == Run.user_id))
@@ -111,10 +111,10 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     tz = display_timezone(session)
     out = []
     for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
-         sweep_id, lost_from, lost_until) in session.exec(q).all():
+         sweep_id, lost_from, lost_until, share) in session.exec(q).all():
         st_v = getattr(st, "value", st)
         iv = run_interval(started, ended, st_v, hb, now)
-        nh = costs.node_hours(nodes, costs.hours_between(*iv)) if iv else costs.ZERO
+        nh = shares.scale(costs.node_hours(nodes, costs.hours_between(*iv)), share) if iv else costs.ZERO  # held
         out.append({"id": rid, "name": name, "project": proj, "user": usr, "status": st_v, "strategy": strat,
                     "node_type": nt, "nodes": nodes, "gpus_per_node": gpn,
                     "started_at": started.astimezone(tz) if started else None,
@@ -247,8 +247,9 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
     now = now or report_clock()
     iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
     duration = costs.hours_between(*iv) if iv else costs.ZERO
-    nh = costs.node_hours(run.nodes, duration)
-    under = cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)
+    nh = shares.scale(costs.node_hours(run.nodes, duration), run.share)  # node-hours held (shares)
+    under = [{**u, "cost": shares.scale(u["cost"], run.share)}  # the run pays its share of each node
+             for u in cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)]
     chain = resume_chain(session, run.id)
     lines, applied = _lines_by_run(session, chain, currency, now)
     monthly = lines[run.id]
@@ -263,7 +264,8 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
     data["user"] = session.get(User, run.user_id).name if run.user_id else None
     data["duration_hours"] = duration
     data["node_hours"] = nh
-    data["gpu_hours"] = costs.gpu_hours(nh, run.gpus_per_node)
+    data["gpu_hours"] = (costs.gpu_hours(nh, nt.gpus_per_node) if run.share and (run.share_basis or "").startswith("mig")
+                         else costs.gpu_hours(costs.node_hours(run.nodes, duration), run.gpus_per_node))
     data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
     data["finality"] = ("provisional" if any(x["finality"] == "provisional" for x in monthly) else "final") \
         if monthly else None

@@ -495,15 +495,15 @@ def _csv_row(rec: dict[str, str], where: str, ctx: Context, opts: ImportOptions,
 INSERT_COLUMNS = ("id", "name", "project_id", "user_id", "launcher", "node_type_id", "offer_id", "nodes",
                   "gpus_per_node", "world_size", "strategy", "model_shape", "status", "created_at", "started_at",
                   "ended_at", "heartbeat_at", "tokens", "mfu", "gpu_util_mean", "util_source", "peak_mem_bytes",
-                  "mem_kind", "final_loss", "exit_code", "error", "config", "resume_of")
+                  "mem_kind", "final_loss", "exit_code", "error", "config", "resume_of", "share", "share_basis")
 #: a run that a sacct record created is a mirror of its record: every one of these follows it
 MIRROR = ("name", "project_id", "user_id", "launcher", "node_type_id", "offer_id", "nodes", "gpus_per_node",
           "world_size", "status", "started_at", "ended_at", "heartbeat_at", "exit_code", "error", "gpu_util_mean",
-          "util_source", "peak_mem_bytes", "mem_kind", "config", "resume_of")
+          "util_source", "peak_mem_bytes", "mem_kind", "config", "resume_of", "share", "share_basis")
 #: columns read of a run that a row may change
 EXISTING = ("id", "name", "project_id", "user_id", "launcher", "node_type_id", "offer_id", "nodes", "gpus_per_node",
             "world_size", "status", "started_at", "ended_at", "heartbeat_at", "exit_code", "error", "gpu_util_mean",
-            "util_source", "peak_mem_bytes", "mem_kind", "config", "resume_of")
+            "util_source", "peak_mem_bytes", "mem_kind", "config", "resume_of", "share", "share_basis")
 LIVE = (RunStatus.queued, RunStatus.running)
 
 
@@ -529,6 +529,8 @@ def merge_tracked(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     if row["started_at"] is not None:
         new["started_at"] = row["started_at"]
         new["nodes"] = row["nodes"]
+        if row.get("share_basis"):  # the allocation's share of each node (ledger.money.shares)
+            new["share"], new["share_basis"] = row.get("share"), row["share_basis"]
     if row["ended_at"] is not None:
         new["ended_at"] = row["ended_at"]
     if run["status"] in LIVE and row["status"] not in LIVE:

@@ -46,6 +46,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from ledger.errors import LedgerInputError
+from ledger.money import shares
 from ledger.sources.importer import (
     FIRST_IDS,
     MAX_NODES,
@@ -177,6 +178,7 @@ class Target:
     node_type: NodeTypeInfo
     offer_id: Optional[int]
     by_node: bool
+    billing: Optional[tuple] = None  # (weights, MAX_TRES, one whole node's TRES counts): share by Slurm billing
 
 
 @dataclass
@@ -244,7 +246,11 @@ class Mapper:
                 pat = rule.node_pattern.casefold()
                 if not hosts or not all(fnmatchcase(h.casefold(), pat) for h in hosts):
                     continue
-            return Target(self.nt_by_id[rule.node_type_id], rule.offer_id, rule.by_node)
+            billing = None
+            if rule.billing_weights:
+                billing = (shares.parse_weights(rule.billing_weights), rule.max_tres,
+                           shares.tres_counts(tres(rule.node_tres)))
+            return Target(self.nt_by_id[rule.node_type_id], rule.offer_id, rule.by_node, billing)
         what = f"partition {partition!r}" + (f", GPU type {types[0]!r}" if types else "")
         return Miss(UNMAPPED, "Partition", f"no Slurm mapping matches {what}",
                     f"add one: trainledger slurm map add --partition {partition or 'NAME'} --node-type NAME")
@@ -263,6 +269,7 @@ class SacctParser:
         self.ctx, self.opts, self.spill, self.receipt, self.name = ctx, opts, spill, receipt, name
         self.zone: ZoneInfo = opts.tz or ctx.display_tz
         self.mapper = Mapper(ctx, opts)
+        self.holds: list[tuple] = []  # (job, node type, node list, start, end, share, basis): overlaps checked at the end
         self.col: dict[str, int] = {}
         self.fields: list[str] = []
         self.width = 0
@@ -347,10 +354,18 @@ class SacctParser:
         gpn = self._gpus_per_node(n_gpus, nodes, target, job, where)
         if gpn is None:
             return None
+        share = self._share(get, target, nodes, gpn, job, where)
+        if share is None:
+            return None
         times = self._times(start, None if status == RunStatus.running else end, get("ElapsedRaw"), job, where)
         if times is None:
             return None
         row = self._row(get, job, where, state, state_text, status, target, nodes, gpn, n_gpus, types, *times)
+        row["share"], row["share_basis"] = share[0], share[1]
+        if share[0] is not None or share[1] == "node":
+            self.holds.append((job, target.node_type.id, get("NodeList"), times[0], times[1], share[0]))
+        if share[2] is not None:
+            row["config"]["slurm"]["billing"] = share[2]
         if state == "REQUEUED":
             self._attempt(row, line)
         else:
@@ -383,6 +398,24 @@ class SacctParser:
             return self._miss(Miss(TOO_MANY, "gpus_per_node", f"{gpn} exceeds the {nt.gpus_per_node} GPUs of node type "
                                    f"{nt.name}", "map the partition or GPU type to the right node type"), job, where)
         return gpn
+
+    def _share(self, get: Any, target: Target, nodes: int, gpn: int, job: str,
+               where: str) -> Optional[tuple[Optional[str], str, Optional[str]]]:
+        """(share, basis, billing units) of the job's allocation (:mod:`ledger.money.shares`); None: skipped."""
+        nt = target.node_type
+        if target.by_node:
+            return None, "node", None
+        try:
+            if target.billing is not None:
+                weights, max_tres, node = target.billing
+                counts = shares.tres_counts(tres(get("AllocTRES")))
+                fr = shares.billing_share(counts, node, weights, max_tres, nodes, nt.name)
+                billed = shares.slurm_billing(counts, weights, max_tres)
+                return shares.text(fr), "billing", str(shares.slurm_billing_units(billed))
+            fr = shares.gpu_share(gpn, nt.gpus_per_node, nt.name, "AllocTRES gres/gpu")
+        except LedgerInputError as exc:
+            return self._miss(Miss(TOO_MANY, "AllocTRES", str(exc), "map the job to the right node type"), job, where)
+        return shares.text(fr), "gpus", None
 
     def _times(self, start: datetime, end: Optional[datetime], elapsed: str, job: str,
                where: str) -> Optional[tuple[datetime, Optional[datetime]]]:
@@ -498,7 +531,9 @@ class SacctParser:
 
     # -- after the last record
     def finish(self) -> None:
-        """Give steps' GPU usage to their jobs, then number requeued jobs' attempts into chains."""
+        """Check that no node was held whole and shared at once, give steps' GPU usage to their jobs, then number
+        requeued jobs' attempts into chains."""
+        self._overlaps()
         self.spill.flush()
         db = self.spill.db
         steps = db.execute("SELECT job, start, elapsed, util, mem FROM steps ORDER BY job").fetchall()
@@ -509,6 +544,21 @@ class SacctParser:
         jobs |= {job for job in known if self.spill.get(job) is not None}
         for job in sorted(jobs):
             self._chain(job, known.get(job, {}))
+
+    def _overlaps(self) -> None:
+        """A job that held a node whole (a by-node rule) overlapping a job that shared it (same node type and
+        host): a one-line error naming both, before anything is written."""
+        far = datetime.max.replace(tzinfo=timezone.utc)
+        by_nt: dict[int, list] = {}
+        for job, nt, nodelist, start, end, share in self.holds:
+            for host in _hosts(nodelist):
+                by_nt.setdefault(nt, []).append((job, host, start, end or far, share))
+        try:
+            for items in by_nt.values():
+                shares.check_overlaps(items)
+        except LedgerInputError as exc:
+            raise LedgerInputError(f"{self.name}: {str(exc).replace('run ', 'job ')}") from None
+        self.holds = []
 
     def _chain(self, job: str, known: dict[int, Optional[datetime]]) -> None:
         """The job's records in this input, in start order, as attempts ``job``, ``job-r1``, ... (Slurm's

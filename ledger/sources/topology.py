@@ -81,6 +81,7 @@ class Topology:
     passive: Optional[str] = None  # why this wrapper records nothing (None: it records its node)
     facts: dict = field(default_factory=dict)  # what was detected where, recorded with the run
     part: Optional[str] = None  # a later part of a Slurm job's run (``step3``): adds its node, never owns
+    alloc: dict = field(default_factory=dict)  # what the node holds: gpus, mig devices, exclusive (shares)
 
     @property
     def owns_run(self) -> bool:
@@ -217,6 +218,22 @@ class Flags:
     node_name: Optional[str] = None
     cluster: Optional[str] = None
     resume_of: Optional[str] = None
+    exclusive: bool = False
+    mig_profile: Optional[str] = None
+
+
+def allocation(flags: Flags, env: Mapping[str, str], command: Sequence[str], gpus: Optional[list[str]],
+               slurm_gpus: Optional[int]) -> dict:
+    """What this node's run holds of it, for its share (:func:`ledger.money.shares.alloc_share`): the GPUs it
+    owns (``CUDA_VISIBLE_DEVICES``, else Slurm's GPU lists, else ``SLURM_GPUS_ON_NODE``; None: not said), its
+    MIG devices with their profile (``--mig-profile`` or ``$TRAINLEDGER_MIG_PROFILE``), and whether it holds
+    the node exclusively (``--exclusive``, or ``srun --exclusive`` / ``--exclusive`` in an sbatch-style command)."""
+    held = len(gpus) if gpus else (slurm_gpus if gpus is None else None)
+    mig = [g for g in gpus or [] if g.startswith("MIG-")]
+    profile = flags.mig_profile or env.get("TRAINLEDGER_MIG_PROFILE") or None
+    exclusive = bool(flags.exclusive) or (bool(command) and os.path.basename(command[0]) in ("srun", "sbatch", "salloc")
+                                          and "--exclusive" in command)
+    return {"gpus": held, "mig": len(mig), "mig_profile": profile, "exclusive": exclusive}
 
 
 def _agree(flag_name: str, flag: Optional[int], found: list[tuple[str, Optional[int]]]) -> Optional[int]:
@@ -262,8 +279,9 @@ def resolve(flags: Flags, env: Mapping[str, str], command: Sequence[str],
     node_name = flags.node_name or slurm.get("node_name") or socket.gethostname()
     facts = {"command": vars(cmd), "slurm": slurm or None, "elastic": elastic or None, "gpus": gpus}
     part = f"step{slurm['step']}" if source == "slurm" and (slurm.get("step") or 0) > 0 else None
+    alloc = allocation(flags, env, command, gpus, slurm.get("gpus"))
     return Topology(run_id, source, nodes, node_rank, node_name[:200], gpn, processes, cmd.launcher, gpus,
-                    flags.resume_of or resume_of, passive, facts, part)
+                    flags.resume_of or resume_of, passive, facts, part, alloc)
 
 
 def slurm_part(topology: Topology, journal_dir) -> None:

@@ -85,7 +85,7 @@ class TrackedRun:
                  journal_dir: Optional[str | Path] = None, flops_per_token: Optional[float] = None,
                  peak_tflops: Optional[float] = None, gpus: Optional[int] = None, metrics_port: Optional[int] = None,
                  flush_s: Optional[float] = None, heartbeat_s: Optional[float] = None,
-                 ledger_wait_s: Optional[float] = None, env: Optional[dict] = None):
+                 ledger_wait_s: Optional[float] = None, env: Optional[dict] = None, exclusive: bool = False):
         from ledger.store.ids import validate_run_id
 
         self.env = dict(os.environ if env is None else env)
@@ -104,6 +104,7 @@ class TrackedRun:
         self.flops_per_token = flops_per_token
         self.peak_tflops = peak_tflops
         self.gpus = gpus
+        self.exclusive = exclusive
         self.metrics_port = metrics_port
         self.flush_s = flush_s if flush_s is not None else float(self.env.get("TRAINLEDGER_FLUSH_S", 2.0))
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else float(self.env.get("TRAINLEDGER_HEARTBEAT_S", 5.0))
@@ -238,8 +239,45 @@ class TrackedRun:
             "user": o["user"] or self.env.get("USER") or None, "launcher": "api", "nodes": max(1, world // local),
             "gpus_per_node": self.gpus or local, "world_size": world, "resume_of": o["resume_of"],
             "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
-            "hostname": socket.gethostname(), "pid": os.getpid(), "config": {"api": {"argv": _argv()},
-                                                                              "tags": o["tags"]}}})
+            "hostname": socket.gethostname(), "pid": os.getpid(), **self._share(),
+            "config": {"api": {"argv": _argv()}, "tags": o["tags"]}}})
+
+    def _share(self) -> dict:
+        """``share``/``share_basis`` of the node this process holds (``CUDA_VISIBLE_DEVICES`` /
+        ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`ledger.money.shares`); {} when the environment
+        does not say or the ledger cannot tell the node type's GPUs (the whole node, as before)."""
+        from ledger.money.shares import alloc_share
+        from ledger.sources.sampling import owned_gpus
+        from ledger.sources.topology import Flags, allocation
+
+        try:
+            slurm_gpus = self.env.get("SLURM_GPUS_ON_NODE")
+            alloc = allocation(Flags(exclusive=self.exclusive), self.env, [], owned_gpus(self.env),
+                               int(slurm_gpus) if slurm_gpus and slurm_gpus.isdigit() else None)
+            if not alloc.get("exclusive") and not alloc.get("gpus"):
+                return {}
+            nt = self._node_type()
+            if nt is None:
+                return {}
+            share, basis = alloc_share(alloc, nt[0], nt[1], nt[2])
+        except Exception as exc:  # never a reason not to train: the whole node, said once
+            warn(f"the run's share of its node is unknown ({_reason(exc)}); it is costed as the whole node")
+            return {}
+        return {"share": share, "share_basis": basis} if basis else {}
+
+    def _node_type(self) -> Optional[tuple]:
+        from sqlmodel import Session, select
+
+        from ledger.store.db import make_engine
+        from ledger.store.models import NodeType
+
+        engine = make_engine(self.db)
+        try:
+            with Session(engine) as s:
+                return s.exec(select(NodeType.name, NodeType.gpu_model, NodeType.gpus_per_node)
+                              .where(NodeType.name == self.opts["node_type"])).first()
+        finally:
+            engine.dispose()
 
     def _lookup_peak(self) -> Optional[float]:
         """Peak dense TFLOP/s per GPU for MFU: ``peak_tflops``, else the node type's; None on CPU."""

@@ -93,6 +93,7 @@ class WrapRequest:
     util_interval_s: float = 1.0
     quiet: bool = False
     require_ledger: bool = False
+    share: Optional[tuple[Optional[str], Optional[str]]] = None  # (share, basis): set by check_ledger
 
 
 def redact_command(command: list[str]) -> list[str]:
@@ -146,6 +147,9 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
                 names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
                 raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
                                        "(add one with `trainledger pricing import`)")
+            from ledger.money.shares import alloc_share
+
+            req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
             if req.offer:
                 off = s.exec(select(Offer).where(Offer.name == req.offer)).first()
                 if off is None or off.node_type_id != nt.id:
@@ -326,6 +330,7 @@ class Wrapper:
             "nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node, "world_size": world,
             "resume_of": topo.resume_of, "started_at": now, "heartbeat_at": now, "ended_at": None,
             "error": None, "exit_code": None, "hostname": topo.node_name, "pid": os.getpid(),
+            **({"share": req.share[0], "share_basis": req.share[1]} if req.share and req.share[1] else {}),
             "config": {"wrapper": {"command": redact_command(req.command), "cwd": os.getcwd(),
                                    "run_id_from": topo.run_id_from, "detected": topo.facts},
                        "tags": req.tags}}}

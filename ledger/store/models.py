@@ -285,6 +285,10 @@ class Run(SQLModel, table=True):
     # [last checkpoint (else start), end]; kept in step with the row by the rollup's session hook
     lost_from: Optional[datetime] = _ts()
     lost_until: Optional[datetime] = _ts()
+    # added in migration 0015 (shared nodes): the part of each node the run held, an exact fraction "N/D"
+    # (None: the whole node), and the rule that gave it (gpus | mig:PROFILE | billing | exclusive | node)
+    share: Optional[str] = Field(default=None, max_length=40)
+    share_basis: Optional[str] = Field(default=None, max_length=60)
 
 
 class SlurmMap(SQLModel, table=True):
@@ -307,6 +311,11 @@ class SlurmMap(SQLModel, table=True):
     node_type_id: int = Field(foreign_key="node_type.id", index=True)
     offer_id: Optional[int] = Field(default=None, foreign_key="offer.id", index=True)
     by_node: bool = False
+    # migration 0015: Slurm's billing for the partition (TRESBillingWeights, PriorityFlags=MAX_TRES) and the
+    # TRES of one whole node it is divided by; empty weights: the share is GPUs held ÷ GPUs of the node type
+    billing_weights: Optional[str] = Field(default=None, max_length=400)
+    max_tres: Optional[bool] = None
+    node_tres: Optional[str] = Field(default=None, max_length=200)
 
 
 class RunNode(SQLModel, table=True):
@@ -406,6 +415,7 @@ class RollupSlice(RollupFacts, table=True):
     nodes: int
     gpus_per_node: int
     split: bool = False
+    held: Optional[int] = Field(default=None, sa_type=BigInteger)  # nodes × share in 1/720720 node units (0015)
 
 
 class RollupMonth(RollupFacts, table=True):

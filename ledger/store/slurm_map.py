@@ -23,6 +23,8 @@ from ledger.store.models import NodeType, Offer, SlurmMap
 
 #: printable text without spaces, commas or '|' (they separate values in sacct output)
 NAME_RE = re.compile(r"[^\s,|\x00-\x1f\x7f]+")
+#: a TRES list as Slurm writes it: NAME=VALUE[,NAME=VALUE...]
+TRES_RE = re.compile(r"[A-Za-z0-9_/:.\-]+=[0-9.]+[KMGTP]?(,[A-Za-z0-9_/:.\-]+=[0-9.]+[KMGTP]?)*", re.I)
 LIMITS = {"cluster": 64, "partition": 100, "gpu_type": 100, "node_pattern": 200}
 FLAGS = {"cluster": "--cluster", "partition": "--partition", "gpu_type": "--gpu-type", "node_pattern": "--nodes"}
 
@@ -41,12 +43,22 @@ class Rule:
     offer: Optional[str]
     offer_id: Optional[int]
     by_node: bool
+    billing_weights: str = ""
+    max_tres: bool = False
+    node_tres: str = ""
+
+    @property
+    def share_rule(self) -> str:
+        """How a job under this rule pays for a node: ``node`` (the whole node), ``billing`` (Slurm's billing ÷ a
+        whole node's) or ``gpus`` (GPUs held ÷ GPUs of the node type)."""
+        return "node" if self.by_node else ("billing" if self.billing_weights else "gpus")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("node_type_id")
         d.pop("offer_id")
         d["specificity"] = specificity(self)
+        d["share_rule"] = self.share_rule
         return d
 
 
@@ -92,7 +104,8 @@ def _offer(session: Session, name: Optional[str], nt: NodeType) -> Optional[Offe
 
 def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, partition: str = "",
              gpu_type: str = "", node_pattern: str = "", cluster: str = "", by_node: bool = False,
-             replace: bool = False) -> tuple[Rule, str]:
+             replace: bool = False, billing_weights: str = "", max_tres: bool = False,
+             node_tres: str = "") -> tuple[Rule, str]:
     """Add a rule (or, with ``replace``, change the node type/offer/by-node of the rule with the same
     match fields); validated first, one-line :class:`LedgerInputError`. Returns (rule, "added"|"updated")."""
     key = {f: _check(f, v) for f, v in
@@ -101,6 +114,7 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
         raise LedgerInputError("slurm map: give at least one of --partition, --gpu-type or --nodes")
     nt = _node_type(session, node_type)
     o = _offer(session, offer, nt)
+    billing_weights, node_tres = _billing(billing_weights, node_tres, by_node, nt)
     row = session.exec(select(SlurmMap).where(*(getattr(SlurmMap, f) == v for f, v in key.items()))).first()
     if row is not None and not replace:
         raise LedgerInputError(f"slurm map: rule {row.id} already matches {_describe(key)}; "
@@ -110,8 +124,35 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
         row = SlurmMap(**key, node_type_id=nt.id)
         session.add(row)
     row.node_type_id, row.offer_id, row.by_node = nt.id, o.id if o else None, bool(by_node)
+    row.billing_weights, row.max_tres, row.node_tres = (billing_weights or None, bool(max_tres) if billing_weights else None,
+                                                        node_tres or None)
     session.flush()
     return _rule(row, nt.name, o.name if o else None), result
+
+
+def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType) -> tuple[str, str]:
+    """The billing weights and whole-node TRES of a rule, checked (Slurm's own spelling kept)."""
+    from ledger.store.slurm_billing import parse_weights, slurm_billing, tres_counts
+
+    weights, node_tres = (weights or "").strip(), (node_tres or "").strip()
+    if not weights:
+        if node_tres:
+            raise LedgerInputError("--node-tres: only with --billing-weights (the TRES of one node the billing divides by)")
+        return "", ""
+    if by_node:
+        raise LedgerInputError("--billing-weights: a --by-node rule pays the whole node; drop one of them")
+    for f, v, limit in (("--billing-weights", weights, 400), ("--node-tres", node_tres, 200)):
+        if len(v) > limit or not TRES_RE.fullmatch(v):
+            raise LedgerInputError(f"{f}: {v!r} must be NAME=NUMBER[,...] as Slurm writes it (e.g. CPU=1.0,Mem=0.25G,"
+                                   f"GRES/gpu=2.0), at most {limit} characters")
+    w = parse_weights(weights)
+    if not node_tres:
+        node_tres = f"gres/gpu={nt.gpus_per_node}" if nt.gpus_per_node else ""
+    counts = tres_counts(dict(p.partition("=")[::2] for p in node_tres.split(",") if p))
+    if slurm_billing(counts, w) <= 0:
+        raise LedgerInputError(f"--node-tres: one node ({node_tres or 'nothing'}) bills 0 under {weights}; give the "
+                               "TRES of one whole node of the partition, e.g. cpu=64,mem=512G,gres/gpu=8")
+    return weights, node_tres
 
 
 def _describe(key: dict[str, str]) -> str:
@@ -121,7 +162,8 @@ def _describe(key: dict[str, str]) -> str:
 def _rule(row: SlurmMap, nt_name: str, offer_name: Optional[str]) -> Rule:
     return Rule(id=row.id, cluster=row.cluster, partition=row.partition, gpu_type=row.gpu_type,
                 node_pattern=row.node_pattern, node_type=nt_name, node_type_id=row.node_type_id,
-                offer=offer_name, offer_id=row.offer_id, by_node=bool(row.by_node))
+                offer=offer_name, offer_id=row.offer_id, by_node=bool(row.by_node),
+                billing_weights=row.billing_weights or "", max_tres=bool(row.max_tres), node_tres=row.node_tres or "")
 
 
 def load_rules(session: Session) -> list[Rule]:

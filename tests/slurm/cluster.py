@@ -42,10 +42,13 @@ def missing_programs() -> list[str]:
 
 
 class SlurmCluster:
-    def __init__(self, name: Optional[str] = None, cpus: int = 4, gpus: int = 2) -> None:
+    def __init__(self, name: Optional[str] = None, cpus: int = 4, gpus: int = 2, extra_conf: str = "",
+                 memory: bool = False) -> None:
         self.name = name or f"tl{uuid.uuid4().hex[:8]}"
         self.db = f"tl_slurm_{uuid.uuid4().hex[:10]}"
         self.cpus, self.gpus = cpus, gpus
+        self.extra_conf = extra_conf  # more slurm.conf lines (partitions with TRESBillingWeights, PriorityFlags)
+        self.select = "CR_Core_Memory" if memory else "CR_Core"  # memory: allocated and accounted (mem= in AllocTRES)
         self.dir = Path(tempfile.mkdtemp(prefix="tl-slurm-"))
         self.dir.chmod(0o755)
         self.ports = {"ctld": _free_port(), "slurmd": _free_port(), "dbd": _free_port()}
@@ -132,7 +135,7 @@ class SlurmCluster:
             f"SlurmctldPidFile={d / 'slurmctld.pid'}\nSlurmdPidFile={d / 'slurmd.pid'}\n"
             f"SlurmctldLogFile={d / 'slurmctld.log'}\nSlurmdLogFile={d / 'slurmd.log'}\n"
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-            "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nMailProg=/bin/true\n"
+            f"SelectType=select/cons_tres\nSelectTypeParameters={self.select}\nMailProg=/bin/true\n"
             "JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=1\nJobCompType=jobcomp/none\n"
             f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
             f"AccountingStoragePort={self.ports['dbd']}\nAccountingStoragePass={self.munge_socket}\n"
@@ -142,7 +145,7 @@ class SlurmCluster:
             f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} "
             f"ThreadsPerCore=1 RealMemory=1000{node_gres} State=UNKNOWN\n"
             "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n"
-            "PartitionName=batch Nodes=localhost MaxTime=INFINITE State=UP\n")
+            "PartitionName=batch Nodes=localhost MaxTime=INFINITE State=UP\n" + self.extra_conf)
         dbd = d / "slurmdbd.conf"
         dbd.write_text(
             f"{auth}DbdHost=localhost\nDbdAddr=127.0.0.1\nDbdPort={self.ports['dbd']}\nSlurmUser={self.user}\n"

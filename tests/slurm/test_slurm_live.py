@@ -243,7 +243,8 @@ def test_finished_jobs_have_status_nodes_and_duration(slurm, ledger, jobs):
     report = cli(ledger, slurm, "report", "monthly", "--month", month, "--format", "json")
     report = json.loads(report)
     costs = {x["run_id"]: Decimal(x["cost"]) for x in report["runs"]}
-    assert costs[slurm_run_id(jobs["ok"])] == Decimal("20.00")  # 1 node, billed 1 h × 20
+    assert costs[slurm_run_id(jobs["ok"])] == Decimal("2.50")  # 1 of the node's 8 GPUs: 1/8 node, billed 1 h × 20
+    assert (r["ok"].share, r["ok"].share_basis) == ("1/8", "gpus")
     rtx_runs = [x for x in report["runs"] if x["node_type"] == "rtx4090-8x"]
     assert all(x["node_hours"] <= 1 for x in rtx_runs)
     billed = sum(1 for x in rtx_runs if x["node_hours"] > 0)  # `exit 3` ended within its first second: 0 s, not billed
