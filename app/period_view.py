@@ -94,6 +94,13 @@ def by_month(rep: dict[str, Any], cur: str) -> None:
                    f"({rep['days'][0]} … {rep['days'][-1]}), each from its daily report.")
 
 
+def _text(key: str, value: Any) -> str:
+    """A figure for a text table: money and ratios as :func:`ui.cell`, counts with thousands separators."""
+    from ledger.reports.present import kind_of
+
+    return ui.cell(key, value) if kind_of(key) in ("money", "ratio") else ui.grouped(key, value)
+
+
 PERIOD_FORMATS = {"csv": ("CSV", "text/csv"), "json": ("JSON", "application/json")}
 
 
@@ -116,8 +123,8 @@ def export_section(url: str, period: Any, currency: Optional[str]) -> None:
                f"{cur} --format csv` (or `--format json`). The monthly export (runs and projects) is per month: "
                "pick Month in Period.")
     prev = rep.get("previous")
-    rows = [{"figure": label(k), "value": ui.cell(k, rep["summary"][k]),
-             "before": ui.cell(k, prev["summary"][k]) if prev else "",
+    rows = [{"figure": label(k), "value": _text(k, rep["summary"][k]),
+             "before": _text(k, prev["summary"][k]) if prev else "",
              "change": "" if rep["change"].get(f"{k}_pct") is None else f"{rep['change'][f'{k}_pct']:+,.1f}%"}
             for k in FIGURES]
     st.table(pd.DataFrame(rows).set_index("figure"))

@@ -191,9 +191,9 @@ def when(value: Any, tz: Optional[ZoneInfo] = None) -> str:
 
 
 def cell(key: str, value: Any, tz: Optional[ZoneInfo] = None) -> Any:
-    """One table cell as people read it: money as the CLI shows it, ratios as percentages, times
-    ``YYYY-MM-DD HH:MM`` in the display time zone, counts and hours with thousands separators, nothing for
-    no value (never "None")."""
+    """One table cell as people read it: money as the CLI shows it ("4,800.00"), ratios as percentages, times
+    ``YYYY-MM-DD HH:MM`` in the display time zone (never seconds or microseconds), other numbers as numbers
+    (a column still sorts by value), nothing for no value (never "None")."""
     k = kind_of(key)
     if k == "money":
         return money(key, value)
@@ -204,23 +204,35 @@ def cell(key: str, value: Any, tz: Optional[ZoneInfo] = None) -> Any:
     if hasattr(value, "strftime") and hasattr(value, "hour") or (isinstance(value, str) and ISO_TIME.match(value)):
         return when(value, tz)
     v = present(key, value)
-    if isinstance(v, bool) or v is None:
-        return "" if v is None else ("yes" if v else "no")
+    return "" if v is None else v
+
+
+def grouped(key: str, value: Any) -> str:
+    """A count or quantity with thousands separators, as text: 1591158542649 → "1,591,158,542,649"."""
+    if value is None or value == "":
+        return ""
+    v = present(key, value)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, int):
         return f"{v:,}"
-    if isinstance(v, float):
-        return fmt_cell(key, value)
-    if isinstance(value, Decimal) and isinstance(v, str):
-        return f"{Decimal(v):,}"
-    return v
+    if isinstance(v, float) or isinstance(value, Decimal):
+        return fmt_cell(key, value) if isinstance(v, float) else f"{Decimal(str(v)):,}"
+    return str(v)
 
 
 def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None) -> pd.DataFrame:
     """A table for st.dataframe: every cell as :func:`cell` shows it (text, so "None" never appears)."""
     labels = labels or {}
     tz = display_tz() if rows else None
-    data = [{labels.get(c, c): cell(c, r.get(c), tz) for c in columns} for r in rows]
-    return pd.DataFrame(data, columns=[labels.get(c, c) for c in columns])
+    data = [{c: cell(c, r.get(c), tz) for c in columns} for r in rows]
+    for c in columns:  # numbers with a gap: the column as text (Arrow takes no "" among numbers)
+        values = [d[c] for d in data]
+        if "" in values and any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            for d in data:
+                d[c] = grouped(c, d[c]) if isinstance(d[c], (int, float)) else d[c]
+    return pd.DataFrame([{labels.get(c, c): d[c] for c in columns} for d in data],
+                        columns=[labels.get(c, c) for c in columns])
 
 
 # --- month -------------------------------------------------------------------------

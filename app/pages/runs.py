@@ -123,7 +123,7 @@ LABELS = {"node_type": "node type", "started_at": "started", "node_hours": "node
           "gpu_hours_month": "GPU-hours", "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss",
           "lost_gpu_hours": "lost GPU-h", "finality": "cost is", **MONEY_COLUMNS}
 NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "cost_per_1m_tokens": "%,.2f", "gpu_hours_month": "%,.1f",
-                  "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f"}
+                  "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f", "final_loss": "%.4f"}
 
 
 def runs_table(rows: list[dict]) -> pd.DataFrame:

@@ -154,7 +154,7 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
     Whole months are their monthly reports (to date for one that has not ended), days left over at either end
     their daily reports; idle, waste, alternatives, ROI, tokens and CO2e only for whole months."""
     from ledger.money.periods import parse_range
-    from ledger.reports.periods import period_csv, period_report, presented_period
+    from ledger.reports.periods import period_csv, period_json, period_report, presented_period
 
     if fmt not in ("table", "csv", "json"):
         raise LedgerInputError(f"--format: expected table, csv or json, got {fmt!r}")
@@ -163,10 +163,10 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
     with session(db) as s:
         period = parse_range(from_, to, today=clock(now).astimezone(display_timezone(s)).date())
         data = presented_period(period_report(s, period, now=clock(now), currency=currency))
-    if fmt == "csv" and not as_json:
-        sys.stdout.write(period_csv(data).decode("utf-8"))
+    if fmt in ("csv", "json") or as_json:  # --json: JSON, whatever --format (as `report monthly`)
+        sys.stdout.write((period_json(data) if as_json or fmt == "json" else period_csv(data)).decode("utf-8"))
         return
-    emit(data, as_json or fmt == "json", _period_text)
+    emit(data, False, _period_text)
 
 
 def _daily_text(d: dict[str, Any]) -> str:

@@ -189,3 +189,10 @@ def period_csv(p: dict[str, Any]) -> bytes:
         w.writerow([key, _csv_value(p["summary"][key]), _csv_value(prev["summary"][key]) if prev else "",
                     _csv_value(p["change"].get(f"{key}_pct")) if prev and key in CHANGE_KEYS else ""])
     return buf.getvalue().encode("utf-8")
+
+
+def period_json(p: dict[str, Any]) -> bytes:
+    """A presented period as JSON: what ``trainledger report period --format json`` prints."""
+    import json
+
+    return (json.dumps(jsonable(p), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
