@@ -30,7 +30,7 @@ def project_links(names: list[str], month: str) -> None:
         return
     cols = st.columns(min(len(names), 4))
     for i, name in enumerate(names):
-        ui.runs_link(f"Runs of {name}", where=cols[i % len(cols)], project=name, month=month,
+        ui.runs_link(f"Runs of {ui.md(name)}", where=cols[i % len(cols)], project=name, month=month,
                      help=f"Runs, filtered to project {ui.md(name)} in {month}")
 
 
