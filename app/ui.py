@@ -273,7 +273,8 @@ def month_picker(url: str) -> str:
 
     options = data.month_options(url)
     default = data.current_month(url)
-    current = valid_month(st.session_state.get(MONTH_STATE)) or month_param() or default
+    # the URL first (a link into the page names its month: Overview → Runs of a project), then the month kept
+    current = month_param() or valid_month(st.session_state.get(MONTH_STATE)) or default
     if current not in options:
         options = sorted(set(options) | {current}, reverse=True)
     choice = st.sidebar.selectbox("Month", options, index=options.index(current), key="month_picker",
@@ -309,7 +310,8 @@ def period_picker(url: str) -> tuple[Any, str]:
 
     today = data.today(url)
     kept = st.session_state.get(PERIOD_STATE) or {}
-    kind = kept.get("kind") or checked_param("period", _check_kind, "a month") or "month"
+    # the URL first (a shared link names its period), then the period kept across pages
+    kind = checked_param("period", _check_kind, "a month") or kept.get("kind") or "month"
     kind = st.sidebar.selectbox("Period", list(P.KINDS), index=list(P.KINDS).index(kind), key="period_picker",
                                 format_func=P.KIND_LABELS.get,
                                 help="A calendar month, a quarter, the year to date or any range of days, in the "
@@ -318,13 +320,13 @@ def period_picker(url: str) -> tuple[Any, str]:
     period, state = None, {"kind": kind}
     if kind == "quarter":
         options = sorted({P.quarter_of(P.month_first(m)) for m in data.month_options(url)}, reverse=True)
-        current = kept.get("quarter") or checked_param("quarter", P.check_quarter, "the latest quarter") or options[0]
+        current = checked_param("quarter", P.check_quarter, "the latest quarter") or kept.get("quarter") or options[0]
         options = sorted(set(options) | {current}, reverse=True)
         state["quarter"] = st.sidebar.selectbox("Quarter", options, index=options.index(current), key="quarter_picker")
         period = P.quarter_period(state["quarter"])
     elif kind == "ytd":
         options = sorted({int(m[:4]) for m in data.month_options(url)}, reverse=True)
-        current = kept.get("year") or checked_param("year", P.check_year, "this year") or today.year
+        current = checked_param("year", P.check_year, "this year") or kept.get("year") or today.year
         options = sorted(set(options) | {current}, reverse=True)
         state["year"] = st.sidebar.selectbox("Year", options, index=options.index(current), key="year_picker")
         period = P.ytd_period(state["year"], today)
@@ -345,8 +347,8 @@ def _range_picker(kept: dict, today, state: dict) -> Any:
     """Two dates (From, To; both included); None, after one line, when they do not make a range."""
     from ledger.money import periods as P
 
-    first = kept.get("from") or checked_param("from", P.check_day, "a month")
-    last = kept.get("to") or checked_param("to", P.check_day, "a month")
+    first = checked_param("from", P.check_day, "a month") or kept.get("from")
+    last = checked_param("to", P.check_day, "a month") or kept.get("to")
     last = last or today
     first = first or last.replace(day=1)
     lo, hi = P.month_first(f"{P.MONTH_YEARS[0]}-01"), P.month_last(f"{P.MONTH_YEARS[1]}-12")
