@@ -44,6 +44,8 @@ def caption(rep: dict[str, Any], cur: str) -> None:
                   if prev else "")
                + f" · the same figures as `trainledger report period --from {rep['from']} --to {rep['to']} "
                f"--currency {cur}`")
+    if rep.get("previous_missing"):
+        st.caption(f"No change shown: the period before cannot be reported ({ui.md(rep['previous_missing'])}).")
     if not rep["whole_months"]:
         st.caption(WHOLE_MONTHS_NOTE)
 

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
+from ledger.errors import LedgerInputError
 from ledger.money import costs
 from ledger.money.costs import ZERO
 from ledger.money.monthly import monthly_report
@@ -140,15 +141,18 @@ def period_report(session: Session, period: ReportPeriod, *, now: datetime, curr
     tz = display_timezone(session)
     today = now.astimezone(tz).date()
     if period.first > today:
-        from ledger.errors import LedgerInputError
-
         raise LedgerInputError(f"--from: {period.first.isoformat()} has not begun yet in {tz}")
     this = _totals(session, period, today, now, currency)
     out = {"period": period.label, "kind": period.kind, "from": period.first, "to": period.last,
            "is_partial": is_partial(period, today), "timezone": str(tz), "currency": this.pop("currency"), **this}
     if compare:
         before = previous(period, today)
-        prev = _totals(session, before, today, now, currency)
+        try:
+            prev = _totals(session, before, today, now, currency)
+        except LedgerInputError as exc:  # e.g. no exchange rate back then: no change, and why
+            out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
+            out["previous_missing"] = f"{before.label}: {str(exc).splitlines()[0]}"
+            return out
         out["previous"] = {"period": before.label, "from": before.first, "to": before.last,
                            "whole_months": prev["whole_months"], "summary": prev["summary"]}
         out["change"] = _change(this["summary"], prev["summary"])
