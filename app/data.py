@@ -91,6 +91,25 @@ def current_month(url: str) -> str:
         return month_of(now(), display_timezone(s))
 
 
+@st.cache_data(ttl=TTL, show_spinner=False)
+def today(url: str):
+    """Today's date in the display time zone (at :func:`now`)."""
+    with read_session(url) as s:
+        return now().astimezone(display_timezone(s)).date()
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict[str, Any]:
+    """``trainledger report period --from F --to T [--currency C] --json``: the period's totals (presented, as the
+    CLI prints them), the period before and each headline figure's change in percent (``change``: ``KEY_pct``)."""
+    from ledger.reports.periods import period_report as report_of
+    from ledger.reports.periods import presented_period
+
+    with read_session(url) as s:
+        rep = report_of(s, period, now=now(), currency=currency)
+    return presented_period(rep)
+
+
 def add_months(month: str, delta: int) -> str:
     y, m = parse_month(month)
     idx = y * 12 + m - 1 + delta
@@ -275,6 +294,13 @@ def fleets(url: str) -> list[dict[str, Any]]:
 def settings(url: str) -> dict[str, str]:
     with read_session(url) as s:
         return {k: get_setting(s, k) for k in DEFAULTS}
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def display_timezone_name(url: str) -> str:
+    """The display time zone's name (Settings → time zone): tables show times in it."""
+    with read_session(url) as s:
+        return str(display_timezone(s))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -86,8 +86,10 @@ def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
             tooltip=["node", "phase", alt.Tooltip("from:T", format="%Y-%m-%d %H:%M:%S"),
                      alt.Tooltip("to:T", format="%Y-%m-%d %H:%M:%S"), alt.Tooltip("seconds:Q", format=",.3f"), "count"])
             .properties(height=max(ui.MIN_CHART_HEIGHT, 40 * spans["node"].nunique())))
+    tz = ui.display_tz()  # times YYYY-MM-DD HH:MM in the display time zone, never microseconds
     st.dataframe(pd.DataFrame([{"node": r["node"], "phase": r["phase"], "seconds": r["seconds"], "count": r["count"],
-                                "first": r.get("first_at"), "last": r.get("last_at")} for r in rows]),
+                                "first": ui.when(r.get("first_at"), tz), "last": ui.when(r.get("last_at"), tz)}
+                               for r in rows]),
                  hide_index=True)
     return rows
 
@@ -119,6 +121,18 @@ def overview_figure(url: str, month: str, currency: str, summary: dict[str, Any]
                      "node-hours no run held. Goodput + badput + idle = spend. `trainledger goodput --month "
                      f"{month}`.")
     st.page_link("pages/goodput.py", label="Where it went", icon=":material/target:", query_params={"month": month})
+
+
+def category_links(m: Any, month: str) -> None:
+    """Each badput category of the month with a cost links to the runs it was spent in (``ui.runs_link``)."""
+    cats = [c for c, v in m.by_category.items() if _label(c) != "productive" and v]
+    if not cats:
+        return
+    st.caption("Badput by category: click one for the runs it was spent in, the most of it first.")
+    cols = st.columns(min(len(cats), 4))
+    for i, c in enumerate(cats):
+        ui.runs_link(f"{_label(c)}: {ui.money('cost', m.by_category[c])}", where=cols[i % len(cols)],
+                     goodput=str(getattr(c, "value", c)), month=month, order="wasted")
 
 
 ACCOUNT_HELP = ("Every run's paid time and cost split into productive (steps whose progress was kept) and badput; "

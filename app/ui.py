@@ -18,8 +18,10 @@ charts and select options are not Markdown and take the text as it is.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Iterable, Optional
+from zoneinfo import ZoneInfo
 
 import altair as alt
 import pandas as pd
@@ -159,25 +161,78 @@ def gib(n_bytes: Any) -> str:
     return DASH if n_bytes is None else f"{n_bytes / 2**30:,.1f} GiB"
 
 
+ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+def display_tz() -> ZoneInfo:
+    """The ledger's display time zone (Settings → time zone), for times in tables."""
+    from app import data
+
+    return ZoneInfo(data.display_timezone_name(data.ledger_url()))
+
+
+def when(value: Any, tz: Optional[ZoneInfo] = None) -> str:
+    """A time as ``YYYY-MM-DD HH:MM`` in the display time zone (a naive time is UTC); "" when there is none.
+
+    Takes a datetime or an ISO 8601 text ("2026-11-20T08:00:00.123456+00:00"); never shows seconds or microseconds.
+    """
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not hasattr(value, "astimezone"):
+        return str(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(tz or display_tz()).strftime("%Y-%m-%d %H:%M")
+
+
+def cell(key: str, value: Any, tz: Optional[ZoneInfo] = None) -> Any:
+    """One table cell as people read it: money as the CLI shows it ("4,800.00"), ratios as percentages, times
+    ``YYYY-MM-DD HH:MM`` in the display time zone (never seconds or microseconds), other numbers as numbers
+    (a column still sorts by value), nothing for no value (never "None")."""
+    k = kind_of(key)
+    if k == "money":
+        return money(key, value)
+    if k == "ratio":
+        return pct(value) if value is not None else ""
+    if value is None:
+        return ""
+    if hasattr(value, "strftime") and hasattr(value, "hour") or (isinstance(value, str) and ISO_TIME.match(value)):
+        return when(value, tz)
+    v = present(key, value)
+    return "" if v is None else v
+
+
+def grouped(key: str, value: Any) -> str:
+    """A count or quantity with thousands separators, as text: 1591158542649 → "1,591,158,542,649"."""
+    if value is None or value == "":
+        return ""
+    v = present(key, value)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float) or isinstance(value, Decimal):
+        return fmt_cell(key, value) if isinstance(v, float) else f"{Decimal(str(v)):,}"
+    return str(v)
+
+
 def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None) -> pd.DataFrame:
-    """A table for st.dataframe: money as the CLI's text, ratios as percentages, other numbers as numbers."""
+    """A table for st.dataframe: every cell as :func:`cell` shows it (text, so "None" never appears)."""
     labels = labels or {}
-    data = []
-    for r in rows:
-        out = {}
-        for c in columns:
-            v = r.get(c)
-            k = kind_of(c)
-            if k == "money":
-                out[labels.get(c, c)] = money(c, v)
-            elif k == "ratio":
-                out[labels.get(c, c)] = pct(v)
-            elif hasattr(v, "strftime"):
-                out[labels.get(c, c)] = fmt_cell(c, v)
-            else:
-                out[labels.get(c, c)] = present(c, v)
-        data.append(out)
-    return pd.DataFrame(data, columns=[labels.get(c, c) for c in columns])
+    tz = display_tz() if rows else None
+    data = [{c: cell(c, r.get(c), tz) for c in columns} for r in rows]
+    for c in columns:  # numbers with a gap: the column as text (Arrow takes no "" among numbers)
+        values = [d[c] for d in data]
+        if "" in values and any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            for d in data:
+                d[c] = grouped(c, d[c]) if isinstance(d[c], (int, float)) else d[c]
+    return pd.DataFrame([{labels.get(c, c): d[c] for c in columns} for d in data],
+                        columns=[labels.get(c, c) for c in columns])
 
 
 # --- month -------------------------------------------------------------------------
@@ -190,16 +245,22 @@ def valid_month(text: Optional[str]) -> Optional[str]:
         return None
 
 
-def month_param() -> Optional[str]:
-    """``?month=`` if it is a month the ledger can report; else None, with a one-line warning when one was given."""
-    raw = st.query_params.get("month")
+def checked_param(name: str, check, fallback: str) -> Optional[Any]:
+    """``?NAME=`` through ``check(text, "?NAME=")`` (the ledger's own validation, which raises LedgerInputError);
+    None when absent, or bad: then one line, "…; showing FALLBACK instead.", never an error page."""
+    raw = st.query_params.get(name)
     if not raw:
         return None
     try:
-        return check_month(raw, "?month=")
+        return check(raw, f"?{name}=")
     except LedgerInputError as exc:
-        st.warning(f"{error_line(exc)}; showing the current month instead.")
+        st.warning(f"{error_line(exc)}; showing {fallback} instead.")
         return None
+
+
+def month_param() -> Optional[str]:
+    """``?month=`` if it is a month the ledger can report; else None, with a one-line warning when one was given."""
+    return checked_param("month", check_month, "the current month")
 
 
 def month_picker(url: str) -> str:
@@ -212,7 +273,8 @@ def month_picker(url: str) -> str:
 
     options = data.month_options(url)
     default = data.current_month(url)
-    current = valid_month(st.session_state.get(MONTH_STATE)) or month_param() or default
+    # the URL first (a link into the page names its month: Overview → Runs of a project), then the month kept
+    current = month_param() or valid_month(st.session_state.get(MONTH_STATE)) or default
     if current not in options:
         options = sorted(set(options) | {current}, reverse=True)
     choice = st.sidebar.selectbox("Month", options, index=options.index(current), key="month_picker",
@@ -221,6 +283,130 @@ def month_picker(url: str) -> str:
     if st.query_params.get("month") != choice:
         st.query_params["month"] = choice
     return choice
+
+
+# --- periods: a month, a quarter, a year to date, a date range (ledger.money.periods) ------------
+
+PERIOD_STATE = "_period"  # the chosen period (kind and bounds), kept across pages
+PERIOD_KEYS = ("period", "quarter", "year", "from", "to")  # its query parameters (a month: ?month= alone)
+
+
+def _check_kind(text: str, flag: str) -> str:
+    from ledger.money.periods import KINDS
+
+    if text not in KINDS:
+        raise LedgerInputError(f"{flag}: expected month, quarter, ytd or range, got {text!r}")
+    return text
+
+
+def period_picker(url: str) -> tuple[Any, str]:
+    """The sidebar's Period (month, quarter, year to date, date range) of Overview, Monthly ROI and Export:
+    ``(ReportPeriod, month)``, ``month`` being the month the page's monthly sections show (the period's last
+    begun month). The URL carries it (``?period=quarter&quarter=2026-Q4``, ``?period=ytd&year=2026``,
+    ``?period=range&from=2026-10-15&to=2026-11-20``; a month: ``?month=2026-11``); a bad value is one line
+    and the month is shown instead. ``trainledger report period --from --to`` reports the same period."""
+    from app import data
+    from ledger.money import periods as P
+
+    today = data.today(url)
+    kept = st.session_state.get(PERIOD_STATE) or {}
+    # the URL first (a shared link names its period), then the period kept across pages
+    kind = checked_param("period", _check_kind, "a month") or kept.get("kind") or "month"
+    kind = st.sidebar.selectbox("Period", list(P.KINDS), index=list(P.KINDS).index(kind), key="period_picker",
+                                format_func=P.KIND_LABELS.get,
+                                help="A calendar month, a quarter, the year to date or any range of days, in the "
+                                     "ledger's display time zone. Headline figures show the change against the "
+                                     "period before of the same length.")
+    period, state = None, {"kind": kind}
+    if kind == "quarter":
+        options = sorted({P.quarter_of(P.month_first(m)) for m in data.month_options(url)}, reverse=True)
+        current = checked_param("quarter", P.check_quarter, "the latest quarter") or kept.get("quarter") or options[0]
+        options = sorted(set(options) | {current}, reverse=True)
+        state["quarter"] = st.sidebar.selectbox("Quarter", options, index=options.index(current), key="quarter_picker")
+        period = P.quarter_period(state["quarter"])
+    elif kind == "ytd":
+        options = sorted({int(m[:4]) for m in data.month_options(url)}, reverse=True)
+        current = checked_param("year", P.check_year, "this year") or kept.get("year") or today.year
+        options = sorted(set(options) | {current}, reverse=True)
+        state["year"] = st.sidebar.selectbox("Year", options, index=options.index(current), key="year_picker")
+        period = P.ytd_period(state["year"], today)
+    elif kind == "range":
+        period = _range_picker(kept, today, state)
+    if period is None:  # a month, or a range that could not be read
+        month = month_picker(url)
+        state = {"kind": "month"}
+        period = P.month_period(month)
+    else:
+        month = P.month_text(min(period.last, today)) if period.first <= today else P.month_text(period.first)
+    st.session_state[PERIOD_STATE] = state
+    _period_url(state)
+    return period, month
+
+
+def _range_picker(kept: dict, today, state: dict) -> Any:
+    """Two dates (From, To; both included); None, after one line, when they do not make a range."""
+    from ledger.money import periods as P
+
+    first = checked_param("from", P.check_day, "a month") or kept.get("from")
+    last = checked_param("to", P.check_day, "a month") or kept.get("to")
+    last = last or today
+    first = first or last.replace(day=1)
+    lo, hi = P.month_first(f"{P.MONTH_YEARS[0]}-01"), P.month_last(f"{P.MONTH_YEARS[1]}-12")
+    first = st.sidebar.date_input("From", value=first, min_value=lo, max_value=hi, key="range_from", format="YYYY-MM-DD")
+    last = st.sidebar.date_input("To (included)", value=last, min_value=lo, max_value=hi, key="range_to",
+                                 format="YYYY-MM-DD")
+    try:
+        period = P.range_period(first, last, ("From", "To"))
+    except LedgerInputError as exc:
+        st.warning(f"{error_line(exc)}; showing a month instead.")
+        return None
+    state.update({"from": first, "to": last})
+    return period
+
+
+def _period_url(state: dict) -> None:
+    """The period into the URL: its own keys set, the other period keys removed."""
+    want = {}
+    if state["kind"] != "month":
+        want["period"] = state["kind"]
+        for key in ("quarter", "year", "from", "to"):
+            if key in state:
+                want[key] = str(state[key])
+    for key in PERIOD_KEYS:
+        if key in want and st.query_params.get(key) != want[key]:
+            st.query_params[key] = want[key]
+        elif key not in want and key in st.query_params:
+            del st.query_params[key]
+
+
+def change_text(report: dict[str, Any], key: str) -> Optional[str]:
+    """A headline figure's delta from a period report (``app.data.period_report``): "+5.5% vs 2026-Q3", the
+    percentage ``trainledger report period`` prints; None when there is nothing to compare with."""
+    pct_ = (report.get("change") or {}).get(f"{key}_pct")
+    if pct_ is None:
+        return None
+    return f"{pct_:+,.1f}% vs {md(report['previous']['period'])}"
+
+
+# --- links into Runs ---------------------------------------------------------------------
+
+#: the Runs page's query parameters (every filter, the order, the month and the page): app/pages/runs.py reads them
+RUNS_PARAMS = ("month", "scope", "project", "user", "status", "strategy", "order", "waste", "goodput", "page", "run")
+
+
+def runs_link(label: str, *, where: Any = None, icon: str = ":material/list:", help: Optional[str] = None,
+              **filters: Any) -> dict[str, str]:
+    """A link to Runs filtered by ``filters`` (``project=``, ``month=``, ``waste=``, ``goodput=``, ``order=``,
+    any of :data:`RUNS_PARAMS`), drawn in ``where`` (a column, the sidebar; default: the page); returns the
+    query parameters, so a chart or table selection can ``st.switch_page("pages/runs.py", query_params=...)``
+    with the same ones. The one way pages link to a filtered list of runs."""
+    unknown = set(filters) - set(RUNS_PARAMS)
+    if unknown:
+        raise TypeError(f"runs_link: unknown filter {sorted(unknown)}")
+    params = {k: str(v) for k, v in filters.items() if v not in (None, "")}
+    if label:
+        (where or st).page_link("pages/runs.py", label=label, icon=icon, help=help, query_params=params)
+    return params
 
 
 # --- a month to date -----------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import access, data, ui
+from app import access, data, period_view, ui
 from app.chargeback_view import chargeback_section
 from ledger.reports.present import label, labelled_rows
 
@@ -19,10 +19,13 @@ FORMATS = {"csv": ("CSV", "text/csv"),
 
 access.page_gate()
 url = data.ledger_url()
-month = ui.month_picker(url)
+period, month = ui.period_picker(url)
 currency = ui.currency_picker(url)
-p = data.presented(url, month, lines=True, currency=currency)
 st.title("Export")
+if period.kind != "month":  # a quarter, a year to date or a date range: the period's totals, as the CLI writes them
+    period_view.export_section(url, period, currency)
+    st.stop()
+p = data.presented(url, month, lines=True, currency=currency)
 st.caption(f"The monthly report for {ui.period_text(month, p['summary'])}: a summary (own vs rent, savings, ROI, idle, "
            "waste), one line per project and one per run. CSV has three blocks separated by a blank line; XLSX has "
            "three sheets. Cells a spreadsheet would run as a formula are escaped.")

@@ -27,6 +27,7 @@ if m is None:
     ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")
 else:
     goodput_view.month_metrics(m, s)
+    goodput_view.category_links(m, month)
     acct = goodput_data.account(url, month, currency)
     goodput_view.badput_by_project(acct, cur)
     goodput_view.ranked_runs(acct, cur)

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, figures, goodput_view, ui
+from app import access, data, figures, goodput_view, period_view, ui
 from ledger.money import costs
 from ledger.money.capacity import warning_text
 from ledger.money.waste import RUN_REASONS
@@ -23,7 +23,7 @@ from ledger.reports.present import fmt_cell
 
 access.page_gate()
 url = data.ledger_url()
-month = ui.month_picker(url)
+period, month = ui.period_picker(url)
 currency = ui.currency_picker(url)
 rep = data.report(url, month, currency=currency)
 p = data.presented(url, month, currency=currency)
@@ -32,6 +32,12 @@ cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value s
 has_runs = s["runs"] > 0
 
 st.title("Overview")
+pr = period_view.report(url, period, currency)
+if period.kind != "month":  # a quarter, a year to date or a date range: its totals, then its latest month below
+    period_view.caption(pr, cur)
+    period_view.overview_headline(pr, cur)
+    period_view.by_month(pr, cur)
+    st.subheader(f"{month}, the period's latest month")
 st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'])} · money in {cur} · the same figures as "
            f"`trainledger report monthly --month {month} --currency {cur}`")
 if s.get("fx_rates"):
@@ -44,12 +50,19 @@ if not has_runs and not rep.node_types:
 
 OPTION = {"own": "owning", "rent_elastic": "renting elastic", "rent_reserved": "renting reserved"}
 c = st.columns(5)
-c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True,
+delta = period.kind == "month"  # a month's cards show its change against the month before (same days while it runs)
+
+
+def change(key: str) -> dict:
+    return {"delta": ui.change_text(pr, key), "delta_color": period_view.delta_color(key)} if delta else {}
+
+
+c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True, **change("actual_cost"),
             help="What the month cost under the offers actually used: owned or reserved fleets in full "
                  "(runs + idle; to now while the month runs), elastic runs as billed.")
-c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True,
+c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True, **change("idle_cost"),
             help="Fleet node-hours no run used, at the idle rate.")
-c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True,
+c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True, **change("waste_cost"),
             help="Lost work (failed, crashed and cancelled runs since their last checkpoint, or since their start "
                  "when they never checkpointed) + idle cost. By reason: "
                  + ", ".join(f"{k.replace('_', ' ')} {ui.money('waste_cost', v)}" for k, v in s["waste_by_reason"].items()))
@@ -59,14 +72,15 @@ c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost"
             help="The same runs rented elastic: only used node-hours, billed per run.")
 
 c = st.columns([1.3, 1, 1.6, 0.9, 1.3])
-c[0].metric(ui.to_date("GPU-hours", s), ui.number("gpu_hours", s["gpu_hours"]), border=True,
+c[0].metric(ui.to_date("GPU-hours", s), ui.number("gpu_hours", s["gpu_hours"]), border=True, **change("gpu_hours"),
             help="Node-hours in runs × GPUs per node.")
 c[4].metric(ui.to_date("CO2e of runs (kg)", s), ui.number("co2e_kg", s["co2e_kg"]), border=True,
             help=f"Energy ({s['co2e_basis']}: measured where collected, else nominal power × node-hours) × grid "
                  "intensity" + (" — the default intensity is an assumption, set yours under Settings." if
                                 s["carbon_intensity_assumed"] else "."))
-c[1].metric(ui.to_date(ui.TIME_UTIL, s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP)
-c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP)
+c[1].metric(ui.to_date(ui.TIME_UTIL, s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP,
+            **change("time_utilization"))
+c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP, **change("gpu_util_mean"))
 c[3].metric(ui.MFU, ui.mfu_text(s["mfu_mean"], s["gpu_util_sources"], has_runs), border=True, help=ui.MFU_HELP)
 notes = []
 if s["gpu_util_coverage"] is not None and s["gpu_util_coverage"] < 1:
@@ -123,8 +137,7 @@ def waste_section() -> None:
     for col, (key, value) in zip(cols, reasons.items()):
         col.metric(REASON_LABELS.get(key, key), ui.money("waste_cost", value), border=True)
         if key in RUN_REASONS:
-            col.page_link("pages/runs.py", label="its runs", icon=":material/list:",  # short: fits a narrow card
-                          query_params={"waste": key, "month": month})
+            ui.runs_link("its runs", where=col, waste=key, month=month)  # short: fits a narrow card
 
 
 def spend_section() -> None:

@@ -11,18 +11,24 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from app import access, data, figures, ui
+from app import access, data, figures, period_view, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 
 access.page_gate()
 url = data.ledger_url()
-month = ui.month_picker(url)
+period, month = ui.period_picker(url)
 currency = ui.currency_picker(url)
 p = data.presented(url, month, currency=currency)
 s = p["summary"]
 cur = ui.md(s["currency"])  # a currency code; escaped like every ledger value shown in Markdown
 st.title("Monthly ROI")
+pr = period_view.report(url, period, currency)
+if period.kind != "month":  # a quarter, a year to date or a date range: its totals, then its latest month below
+    period_view.caption(pr, cur)
+    period_view.roi_headline(pr, cur)
+    period_view.by_month(pr, cur)
+    st.subheader(f"{month}, the period's latest month")
 st.caption(f"{ui.period_text(month, s)} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the "
            "chosen option")
 ui.to_date_note(month, s)
@@ -31,8 +37,10 @@ if not s["runs"] and s["actual_cost"] == "0.00":
     ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")
 else:
     c = st.columns(4)
+    monthly = period.kind == "month"  # a month's cards: the change against the month before (same days while it runs)
     c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True,
-                help=f"Chosen option: {OPTION[s['chosen_option']]}.")
+                help=f"Chosen option: {OPTION[s['chosen_option']]}.",
+                delta=ui.change_text(pr, "actual_cost") if monthly else None, delta_color="inverse")
     c[1].metric(ui.to_date(f"Alternative: {OPTION[s['alternative_option']]} ({cur})", s),
                 ui.money("alternative_cost", s["alternative_cost"]), border=True)
     c[2].metric(ui.to_date(f"Savings vs the alternative ({cur})", s), ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
@@ -44,6 +52,7 @@ else:
     c[1].metric(f"Useful GPU-hours per 1,000 {cur}", ui.number("useful_gpu_hours_per_1000", s["useful_gpu_hours_per_1000"]),
                 border=True, help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
     c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
+                delta=ui.change_text(pr, "waste_cost") if monthly else None, delta_color="inverse",
                 help="Failed, crashed and cancelled runs + idle cost.")
     c[3].metric(f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True)
     if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:

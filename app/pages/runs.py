@@ -19,14 +19,16 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, goodput_view, predictions, ui
+from app import access, data, goodput_data, goodput_view, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money import costs, explain
+from ledger.money.goodput import CATEGORIES
 from ledger.money.waste import check_reason
 from ledger.store.models import RunStatus
 
 PAGE_SIZE = 50
 ALL = "All"
+CATEGORY_NAMES = [str(getattr(c, "value", c)) for c in CATEGORIES]
 
 access.page_gate()
 url = data.ledger_url()
@@ -34,26 +36,43 @@ month = ui.month_picker(url)
 currency = ui.currency_picker(url)
 st.title("Runs")
 
+VIEWS = {"newest": "Newest first", "expensive": "Most expensive", "wasted": "Most wasted"}
+SCOPES = {"month": "this month", "all": "all months"}
+
+
+def url_choice(key: str, param: str, options: list[str], default: str) -> None:
+    """A filter widget's first value from ``?PARAM=`` (the shared URL); one not among ``options``: one line, ``default``."""
+    if key in st.session_state:
+        return
+    raw = st.query_params.get(param)
+    if raw and raw not in options:
+        st.warning(f"?{param}={ui.md(raw)}: not one of the choices; showing {ui.md(default)} instead.")
+        raw = None
+    st.session_state[key] = raw or default
+
+
 values = data.filter_values(url)
+choices = {"project": [ALL] + values["project"], "user": [ALL] + values["user"],
+           "status": [ALL] + [s.value for s in RunStatus], "strategy": [ALL] + values["strategy"]}
 c = st.columns(5)
-project = c[0].selectbox("Project", [ALL] + values["project"], key="runs_project")
-user = c[1].selectbox("User", [ALL] + values["user"], key="runs_user")
-status = c[2].selectbox("Status", [ALL] + [s.value for s in RunStatus], key="runs_status")
-strategy = c[3].selectbox("Strategy", [ALL] + values["strategy"], key="runs_strategy")
-month_filter = c[4].selectbox("Month", [month, ALL], key="runs_month",
-                              format_func=lambda m: "All months" if m == ALL else m,
-                              help="Runs overlapping the month selected in the sidebar, or all.")
+picked = {}
+for col, (name, options) in zip(c, choices.items()):
+    url_choice(f"runs_{name}", name, options, ALL)
+    picked[name] = col.selectbox(name.capitalize(), options, key=f"runs_{name}")
+url_choice("runs_scope", "scope", list(SCOPES), "month")
+scope = c[4].selectbox("Months", list(SCOPES), key="runs_scope",
+                       format_func=lambda k: month if k == "month" else "All months",
+                       help="Runs overlapping the month selected in the sidebar, or all.")
+month_filter = month if scope == "month" else ALL
 
 
 def _opt(v: str):
     return None if v == ALL else v
 
 
-filters = dict(month=_opt(month_filter), project=_opt(project), user=_opt(user), status=_opt(status),
-               strategy=_opt(strategy))
-VIEWS = {"newest": "Newest first", "expensive": "Most expensive", "wasted": "Most wasted"}
-MONEY_COLUMNS = {"cost": f"cost ({currency})", "cost_per_1m_tokens": f"cost per 1M tokens ({currency})",
-                 "waste_cost": f"waste ({currency})"}
+filters = dict(month=_opt(month_filter), **{k: _opt(v) for k, v in picked.items()})
+MONEY_COLUMNS = {"cost": f"cost ({currency})", "waste_cost": f"waste ({currency})",
+                 "cost_per_1m_tokens": f"cost per 1M tokens ({currency})"}
 
 
 def waste_param() -> Optional[str]:
@@ -66,6 +85,16 @@ def waste_param() -> Optional[str]:
     except LedgerInputError as exc:
         st.error(ui.error_line(exc))
         return None
+
+
+def goodput_param() -> Optional[str]:
+    """``?goodput=CATEGORY`` (a badput category of the goodput account), else None; a bad value: one line."""
+    def check(raw: str, flag: str) -> str:
+        if raw not in CATEGORY_NAMES or raw == "productive":
+            raise LedgerInputError(f"{flag}: expected one of {', '.join(c for c in CATEGORY_NAMES if c != 'productive')}, "
+                                   f"got {raw!r}")
+        return raw
+    return ui.checked_param("goodput", check, "every run")
 
 
 PROVISIONAL_HELP = ("Provisional: drawn from an owned or reserved fleet in a month that has not closed, so its share "
@@ -86,37 +115,62 @@ def month_figures(line: Optional[dict]) -> dict:
             "waste_reason": (line["waste_reason"] or "").replace("_", " ")}
 
 
-def runs_table(rows: list[dict]) -> pd.DataFrame:
-    """The runs as a table: money as numbers (so a column sorts by value), a run without a user blank."""
-    cols = ["id", "name", "project", "user", "status", "strategy", "node_type", "nodes", "started_at", "node_hours",
-            "gpu_hours_month", "tokens", "gpu_util_mean", "mfu", "final_loss", "lost_gpu_hours"]
-    df = ui.frame([{**r, "user": r.get("user") or "", "project": r.get("project") or ""} for r in rows], cols,
-                  {"node_type": "node type", "started_at": "started", "node_hours": "node-hours",
-                   "gpu_hours_month": "GPU-hours (month)", "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU,
-                   "final_loss": "final loss", "lost_gpu_hours": "lost GPU-h"})
-    for key, label in MONEY_COLUMNS.items():
-        df[label] = [None if r.get(key) is None else float(r[key]) for r in rows]
-    df["waste reason"] = [r.get("waste_reason") or "" for r in rows]
-    df["cost is"] = [r.get("finality") or "" for r in rows]  # final | provisional (docs/MONEY.md)
-    return df
+#: money first: id and name, then what the run cost, wasted and why, its GPU-hours and cost per 1M tokens
+FIRST = ["id", "name", "cost", "waste_cost", "waste_reason", "gpu_hours_month", "cost_per_1m_tokens"]
+REST = ["status", "project", "user", "strategy", "node_type", "nodes", "started_at", "node_hours", "tokens",
+        "gpu_util_mean", "mfu", "final_loss", "lost_gpu_hours", "finality"]
+LABELS = {"node_type": "node type", "started_at": "started", "node_hours": "node-hours", "waste_reason": "waste reason",
+          "gpu_hours_month": "GPU-hours", "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss",
+          "lost_gpu_hours": "lost GPU-h", "finality": "cost is", **MONEY_COLUMNS}
+NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "cost_per_1m_tokens": "%,.2f", "gpu_hours_month": "%,.1f",
+                  "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f", "final_loss": "%.4f"}
 
+
+def runs_table(rows: list[dict]) -> pd.DataFrame:
+    """The runs, money first: money, hours and counts as numbers (a column sorts by value; shown with thousands
+    separators), times ``YYYY-MM-DD HH:MM`` in the display time zone, an unknown value blank."""
+    tz = ui.display_tz()
+    out = []
+    for r in rows:
+        row = {}
+        for key in FIRST + REST:
+            v = r.get(key)
+            if key in NUMBER_FORMATS:
+                row[LABELS.get(key, key)] = None if v is None else (int(v) if NUMBER_FORMATS[key] == "%,d" else float(v))
+            else:
+                row[LABELS.get(key, key)] = ui.cell(key, v, tz)
+        out.append(row)
+    return pd.DataFrame(out, columns=[LABELS.get(k, k) for k in FIRST + REST])
+
+
+COLUMN_CONFIG = {"id": st.column_config.TextColumn("id", width=110), "name": st.column_config.TextColumn("name", width=150),
+                 LABELS["waste_reason"]: st.column_config.TextColumn(LABELS["waste_reason"], width=110),
+                 **{LABELS.get(k, k): st.column_config.NumberColumn(LABELS.get(k, k), format=f) for k, f in NUMBER_FORMATS.items()}}
 
 reason = waste_param()
+category = goodput_param()
 by_month = month_filter != ALL
-view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="runs_view",
-                index=2 if reason else 0, disabled=not by_month,
+url_choice("runs_view", "order", list(VIEWS), "wasted" if reason or category else "newest")
+view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="runs_view", disabled=not by_month,
                 help="Most expensive / most wasted: the month's runs by their cost or waste in the month "
-                     "(the monthly report's per-run figures), top " + str(PAGE_SIZE) + ".")
+                     "(the cost and waste columns, the monthly report's per-run figures), top " + str(PAGE_SIZE) + ".")
 lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency)} if by_month else {}
-if by_month and (view != "newest" or reason):
+badput = None
+if by_month and category:
+    badput = {r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs}
+if by_month and (view != "newest" or reason or category):
     # from the month's run lines: every run of the month, filtered, ranked
+    def category_cost(run_id: str) -> Decimal:
+        costs_ = badput.get(run_id) or {}
+        return next((v for c, v in costs_.items() if str(getattr(c, "value", c)) == category), Decimal(0))
+
     chosen = [x for x in lines.values()
-              if (filters["project"] is None or x["project"] == filters["project"])
-              and (filters["user"] is None or x["user"] == filters["user"])
-              and (filters["status"] is None or x["status"] == filters["status"])
-              and (filters["strategy"] is None or x["strategy"] == filters["strategy"])
-              and (reason is None or x["waste_reason"] == reason)]
+              if all(filters[k] is None or x[k] == filters[k] for k in ("project", "user", "status", "strategy"))
+              and (reason is None or x["waste_reason"] == reason)
+              and (category is None or category_cost(x["run_id"]) > 0)]
     key = (lambda x: Decimal(x["lost_work_cost"])) if view == "wasted" else (lambda x: Decimal(x["cost"]))
+    if category and view == "wasted":  # a badput category's runs: the most of it first
+        key = (lambda x: category_cost(x["run_id"]))
     chosen.sort(key=lambda x: (-key(x), x["run_id"]))
     rows = [{"id": x["run_id"], "name": x["name"], "project": x["project"], "user": x["user"], "status": x["status"],
              "strategy": x["strategy"], "node_type": x["node_type"], "nodes": x["nodes"], "started_at": x["start"],
@@ -124,13 +178,26 @@ if by_month and (view != "newest" or reason):
              "lost_gpu_hours": x["lost_gpu_hours"], **month_figures(x)} for x in chosen[:PAGE_SIZE]]
     more, page_no = len(chosen) > PAGE_SIZE, 1
     order = (f"{VIEWS[view].lower()} in {month_filter}" + (f", waste: {reason.replace('_', ' ')}" if reason else "")
-             + f", top {PAGE_SIZE}")
+             + (f", badput: {category.replace('_', ' ')}" + (" (the most of it first)" if view == "wasted" else "")
+                if category else "") + f", top {PAGE_SIZE}")
 else:
-    page_no = st.columns(5)[0].number_input("Page", min_value=1, value=1, step=1, key="runs_page")
+    if "runs_page" not in st.session_state:
+        page_text = st.query_params.get("page") or "1"
+        st.session_state["runs_page"] = int(page_text) if page_text.isdigit() and 0 < int(page_text) < 10**6 else 1
+    page_no = st.columns(5)[0].number_input("Page", min_value=1, step=1, key="runs_page")
     rows = data.runs(url, **filters, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE)
     more = len(rows) > PAGE_SIZE
     rows = [{**r, **month_figures(lines.get(r["id"]))} for r in rows[:PAGE_SIZE]]
     order = "newest first"
+
+# the URL carries every filter, the order and the page: a copied link reopens the same rows
+shared = {"scope": None if scope == "month" else scope, **{k: None if v == ALL else v for k, v in picked.items()},
+          "order": None if view == "newest" else view, "page": None if page_no == 1 else str(page_no)}
+for k, v in shared.items():
+    if v is None and k in st.query_params:
+        del st.query_params[k]
+    elif v is not None and st.query_params.get(k) != v:
+        st.query_params[k] = v
 
 if not rows:
     ui.empty("No runs match these filters." if page_no == 1 else "No more runs: go back a page.")
@@ -140,9 +207,9 @@ else:
                + ". Node-hours are each run's whole duration; GPU-hours, cost, cost per 1M tokens and waste are "
                + (f"its part of {month_filter}, as `trainledger report monthly` (waste: lost work since the last "
                   "checkpoint, or since the start when it never checkpointed)." if by_month else
-                  "shown for one month: pick it in Month."))
-    st.dataframe(runs_table(rows), hide_index=True,
-                 column_config={label: st.column_config.NumberColumn(format="%.2f") for label in MONEY_COLUMNS.values()})
+                  "shown for one month: pick it in Months.") + " Times in " + ui.md(ui.display_tz().key) + ".")
+    st.dataframe(runs_table(rows), hide_index=True, column_config=COLUMN_CONFIG, key="runs_table",
+                 placeholder="")  # no value: an empty cell, never "None"
 
 # --- run detail --------------------------------------------------------------------------
 st.header("Run detail")
@@ -184,23 +251,27 @@ if d.get("resume_chain"):
     st.dataframe(ui.frame(ch["runs"], ["id", "status", "resume_of", "started_at", "last_checkpoint_step", "cost",
                                        "lost_work_cost"]), hide_index=True)
 
-c = st.columns(7)
+c = st.columns(4) + st.columns(4)  # two rows: at 1280 px a card holds "20,131,350,411.92" whole
 c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,
             delta="provisional" if d.get("finality") == "provisional" else None, delta_color="off",
             help="What the run cost under its own offer at the prices in force when it ran, summed over its months "
                  "(owned fleets allocated by node-hours). " + PROVISIONAL_HELP)
 co2_label = "CO2e (kg)" + (", estimated" if d["co2e_basis"] in ("estimated", "mixed") else "")
-c[6].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
+c[7].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
             help=f"{ui.number('energy_kwh', d['energy_kwh'])} kWh ({d['co2e_basis'] or 'no'} energy: measured where "
                  "collected, else the node type's nominal power × node-hours) × grid intensity "
                  f"{', '.join(str(g) for g in d['carbon_intensity_g_per_kwh'])} gCO2e/kWh"
                  + (" — the default intensity, an assumption" if d["carbon_intensity_assumed"] else "") + ".")
-c[1].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
+c[4].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
+c[1].metric(f"Lost work ({md(currency)})", ui.money("lost_work_cost", d.get("lost_work_cost")) if d.get("lost_work_cost")
+            is not None else ui.money("lost_work_cost", 0), border=True,
+            help="The run's waste: work since its last checkpoint (or since its start) lost when it failed, crashed "
+                 "or was cancelled; nothing for a run that succeeded or still runs.")
 c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
 c[3].metric(f"Cost per 1M tokens ({md(currency)})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
-c[4].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,
+c[5].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,
             help=ui.GPU_UTIL_HELP + (f" p95: {ui.pct(d.get('gpu_util_p95'))}." if d.get("gpu_util_p95") is not None else ""))
-c[5].metric(ui.MFU, ui.mfu_text(d.get("mfu"), [d.get("util_source")]), border=True, help=ui.MFU_HELP)
+c[6].metric(ui.MFU, ui.mfu_text(d.get("mfu"), [d.get("util_source")]), border=True, help=ui.MFU_HELP)
 
 kinds = {u["offer"]: u["kind"] for u in d["cost_under_offers"]}
 used = list(dict.fromkeys(m["offer"] for m in d["cost_by_month"]))

@@ -150,6 +150,51 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
     emit(data, as_json, text)
 
 
+def _period_text(d: dict[str, Any]) -> str:
+    from ledger.reports.periods import FIGURES
+    from ledger.reports.present import table
+
+    span = f"{d['from']} to {d['to']}"
+    head = (f"{d['period']}{'' if d['period'] == span else ': ' + span} ({d['timezone']}, {d['currency']}"
+            f"{', to date' if d['is_partial'] else ''}); months: {', '.join(d['months']) or 'none'}"
+            + (f"; days: {len(d['days'])}" if d["days"] else ""))
+    prev = d.get("previous")
+    rows = [{"figure": k, "value": d["summary"][k],
+             **({"before": prev["summary"][k], "change_pct": d["change"].get(f"{k}_pct")} if prev else {})}
+            for k in FIGURES]
+    out = head + ("" if not prev else f"\nbefore: {prev['period']} ({prev['from']} to {prev['to']})") + "\n" + table(rows)
+    if not d["whole_months"]:
+        out += "\nidle, waste, the alternatives, ROI, tokens and CO2e: only for whole months (the daily report does not split them)"
+    return out
+
+
+@app.command("period")
+@command
+def report_period(from_: Annotated[str, typer.Option("--from", help="First day, YYYY-MM-DD, or a month YYYY-MM (its first day); display time zone.")],
+                  to: Annotated[str, typer.Option("--to", help="Last day (included), YYYY-MM-DD, or a month YYYY-MM (its last day). A quarter: --from 2026-10 --to 2026-12; the year to date: --from 2026-01 --to today's date.")],
+                  fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+                  currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """A period's totals (spend, idle, waste, alternatives, ROI, GPU-hours, utilizations) and their change against
+    the period before of the same length; what the dashboard's Period selector shows.
+
+    Whole months are their monthly reports (to date for one that has not ended), days left over at either end
+    their daily reports; idle, waste, alternatives, ROI, tokens and CO2e only for whole months."""
+    from ledger.money.periods import parse_range
+    from ledger.reports.periods import period_csv, period_json, period_report, presented_period
+
+    if fmt not in ("table", "csv", "json"):
+        raise LedgerInputError(f"--format: expected table, csv or json, got {fmt!r}")
+    from ledger.store.settings import display_timezone
+
+    with session(db) as s:
+        period = parse_range(from_, to, today=clock(now).astimezone(display_timezone(s)).date())
+        data = presented_period(period_report(s, period, now=clock(now), currency=currency))
+    if fmt in ("csv", "json") or as_json:  # --json: JSON, whatever --format (as `report monthly`)
+        sys.stdout.write((period_json(data) if as_json or fmt == "json" else period_csv(data)).decode("utf-8"))
+        return
+    emit(data, False, _period_text)
+
+
 def _daily_text(d: dict[str, Any]) -> str:
     from ledger.reports.present import key_values, table
 

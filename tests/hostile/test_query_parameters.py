@@ -29,6 +29,15 @@ CASES = [  # path, page heading, what the one line says
     (f"/runs?month={MONTH}&run=no-such-run", "Runs", "RUN_ID: no run 'no-such-run' in this ledger"),
     (f"/launch?run={HOSTILE_RUN}", "Launch", "?run=: '../../../../etc/passwd' is not a run id"),
     ("/strategies?sweep=%3Cscript%3E", "Strategies", "?sweep=<script>: no such sweep in this ledger"),
+    # periods (issue #28): the same one line, then the month instead
+    ("/overview?period=weekly", "Overview", "?period=: expected month, quarter, ytd or range, got 'weekly'"),
+    ("/overview?period=quarter&quarter=2026-Q5", "Overview", "?quarter=: expected YYYY-Qn such as 2026-Q4, got '2026-Q5'"),
+    ("/roi?period=range&from=2026-02-30&to=2026-03-01", "Monthly ROI",
+     "?from=: expected a day YYYY-MM-DD such as 2026-11-05, got '2026-02-30'"),
+    ("/overview?period=range&from=2026-11-20&to=2026-11-01", "Overview", "To: 2026-11-01 is before From 2026-11-20"),
+    # Runs' filters and order in the URL
+    ("/runs?project=%3Cscript%3E", "Runs", "?project=<script>: not one of the choices; showing All instead."),
+    (f"/runs?month={MONTH}&goodput=nope", "Runs", "?goodput=: expected one of startup, data_wait"),
 ]
 
 
