@@ -6,9 +6,10 @@ A :class:`Hosts` set is a bridge in the root namespace (``10.231.0.<16·b + 1>``
 namespace (the bridge address); a server in the root namespace that listens on the bridge address is
 reachable from every host, as a head node's services are on a cluster network.
 
-A process runs *on* a host with :meth:`Host.cmd`: ``ip netns exec NS unshare --uts -- python3 -c SET NAME
-COMMAND...`` — its own UTS namespace whose hostname is the host's name, then ``exec`` of the command (an
-argument list all the way, never a shell). :meth:`Host.kill_all` kills every process in the namespace
+A process runs *on* a host with :meth:`Host.cmd`: ``nsenter --net=/run/netns/NS -- unshare --mount --uts --
+python -c ENTER HOSTS NAME COMMAND...`` — the host's network namespace, a UTS namespace whose hostname is the
+host's name and a mount namespace whose /etc/hosts lists every host, then ``exec`` of the command (an argument
+list all the way, never a shell). :meth:`Host.kill_all` kills every process in the namespace
 (``ip netns pids``): the host "dies"; :meth:`Host.cut` takes its link down.
 
 Parallel test processes never collide: a set holds block ``b`` (0–15) of the /24 by an exclusive ``flock``
@@ -35,13 +36,14 @@ from pathlib import Path
 from typing import Optional
 
 STATE_DIR = Path("/run/trainledger-hosts")
-#: ``ip netns exec NS`` bind-mounts ``/etc/netns/NS/hosts`` over ``/etc/hosts``: the hosts know each other's names
+#: ``/etc/netns/NS/hosts`` is each host's /etc/hosts (as ``ip netns exec NS`` would mount it): they know each other's names
 ETC_NETNS = Path("/etc/netns")
 BLOCKS = 16
 SUBNET = "10.231.0"
 
-#: run by python3 in the host's new UTS namespace: set the hostname, then become the command
-_SET_HOSTNAME = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
+#: run by python in the host's new UTS and mount namespaces: its /etc/hosts, its hostname, then the command
+_ENTER = ("import os, socket, subprocess, sys; subprocess.run(['mount', '--bind', sys.argv[1], '/etc/hosts'], check=True); "
+          "socket.sethostname(sys.argv[2]); os.execvp(sys.argv[3], sys.argv[3:])")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,7 +52,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def unavailable() -> Optional[str]:
     """Why namespaces cannot be made here (None: they can)."""
-    for prog in ("ip", "unshare"):
+    for prog in ("ip", "unshare", "nsenter", "mount"):
         if shutil.which(prog) is None:
             return f"{prog} not found (Debian: iproute2 / util-linux)"
     if os.geteuid() != 0:
@@ -75,9 +77,13 @@ class Host:
     iface: str = "eth0"  # its interface inside the namespace
 
     def cmd(self, command: list[str]) -> list[str]:
-        """``command`` as run on this host: in its network namespace, with its own hostname."""
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--",
-                sys.executable, "-c", _SET_HOSTNAME, self.name, *command]
+        """``command`` as run on this host: in its network namespace, with its own hostname and /etc/hosts.
+
+        ``nsenter --net`` + ``unshare --mount --uts`` (not ``ip netns exec``, which remounts /sys and so hides
+        the cgroup file system slurmd needs); /etc/hosts is bind-mounted in the private mount namespace."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "--mount", "--uts", "--propagation",
+                "private", "--", sys.executable, "-c", _ENTER, str(ETC_NETNS / self.netns / "hosts"), self.name,
+                *command]
 
     def popen(self, command: list[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(self.cmd(command), **kw)
@@ -190,6 +196,9 @@ class Hosts:
 
     def __iter__(self):
         return iter(self.hosts)
+
+    def __len__(self) -> int:
+        return len(self.hosts)
 
     # -- blocks --
     def _state(self) -> Path:
