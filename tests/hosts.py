@@ -15,7 +15,8 @@ list all the way, never a shell). :meth:`Host.kill_all` kills every process in t
 Parallel test processes never collide: a set holds block ``b`` (0–15) of the /24 by an exclusive ``flock``
 on ``/run/trainledger-hosts/<b>.lock`` and names everything ``tl<b:x><token>…`` (15 characters at most, the
 kernel's limit for an interface). The names of a set are written next to its lock before anything is
-created, so a set left behind by a killed test run is removed by the next set that takes its block.
+created, so a set left behind by a killed test run is removed by the next set that starts (any block whose
+lock is free and still has a set).
 
 Needs root (``CAP_NET_ADMIN``/``CAP_SYS_ADMIN``), ``ip`` and ``unshare``; :func:`unavailable` says why not.
 """
@@ -205,6 +206,9 @@ class Hosts:
         return STATE_DIR / f"{self.block}.json"
 
     def _take_block(self) -> int:
+        """The first free block; on the way, every free block's leftover set (its owner is dead: its lock free)
+        is removed."""
+        chosen = None
         for b in range(BLOCKS):
             fd = os.open(STATE_DIR / f"{b}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             try:
@@ -212,10 +216,14 @@ class Hosts:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            self._lock_fd = fd
             _teardown(STATE_DIR / f"{b}.json")  # a set a killed test run left in this block
-            return b
-        raise RuntimeError(f"all {BLOCKS} host blocks of {SUBNET}.0/24 are in use")
+            if chosen is None:
+                chosen, self._lock_fd = b, fd
+            else:
+                os.close(fd)
+        if chosen is None:
+            raise RuntimeError(f"all {BLOCKS} host blocks of {SUBNET}.0/24 are in use")
+        return chosen
 
 
 def _teardown(state: Path) -> None:

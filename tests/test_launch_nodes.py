@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import socket
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from ledger.errors import LedgerInputError
-from ledger.runs.launch import ENV_MEMBER, MASTER_PORT, LaunchRequest, node_of_several, prepare
-from ledger.store.models import Run
+from ledger.runs.launch import ENV_MEMBER, MASTER_PORT, LaunchRequest, node_of_several, prepare, settle_member
+from ledger.store.models import Run, RunStatus
 
 CONFIG = Path(__file__).resolve().parents[1] / "trainer" / "configs" / "dp.yaml"
 
@@ -66,3 +67,51 @@ def test_node_0_registers_the_run_and_the_others_only_start_their_torchrun(sessi
         prepare(session, LaunchRequest(CONFIG, nodes=2, hostfile=hostfile, node_rank=0, run_id="r-2"), url)
     with pytest.raises(LedgerInputError, match="only for --launcher torchrun with --nodes > 1"):
         prepare(session, LaunchRequest(CONFIG, nodes=1, node_rank=1), url)
+
+
+def _running(url: str, beat_ago: timedelta) -> None:
+    from ledger.store.db import make_engine
+    from ledger.store.models import RunNode
+    from tests.helpers import add_run
+
+    engine = make_engine(url)
+    with Session(engine) as s:
+        now = datetime.now(timezone.utc)
+        run = add_run(s, "r-3", now - timedelta(hours=1), 1, status=RunStatus.running)
+        run.ended_at, run.heartbeat_at = None, now - beat_ago
+        s.add(RunNode(run_id="r-3", hostname="head-0", node_rank=0, status="running"))
+        s.add(RunNode(run_id="r-3", hostname=socket.gethostname(), node_rank=1, status="crashed"))
+        s.commit()
+    engine.dispose()
+
+
+def _state(url: str):
+    from ledger.store.db import make_engine
+    from ledger.store.models import RunNode
+
+    engine = make_engine(url)
+    with Session(engine) as s:
+        run = s.get(Run, "r-3")
+        nodes = [(n.hostname, n.status, n.exit_code) for n in s.exec(select(RunNode).order_by(RunNode.node_rank)).all()]
+        out = (run.status, run.ended_at == run.heartbeat_at, run.error, nodes)
+    engine.dispose()
+    return out
+
+
+def test_a_surviving_node_records_its_end_and_leaves_the_run_to_node_0(sqlite_url):
+    """Node 1 exits 1 while node 0's heartbeat is fresh: it records its own node (failed, even over the
+    crashed node 0's settle gave it) and leaves the run running for node 0 to end."""
+    _running(sqlite_url, timedelta(seconds=1))
+    settle_member("r-3", sqlite_url, 1, 1, wait_s=0, stale_s=3600)
+    status, _, error, nodes = _state(sqlite_url)
+    assert (status, error) == (RunStatus.running, None)
+    assert nodes == [("head-0", "running", None), (socket.gethostname(), "failed", 1)]
+
+
+def test_when_node_0_is_gone_too_the_surviving_node_ends_the_run_crashed(sqlite_url):
+    _running(sqlite_url, timedelta(hours=1))
+    settle_member("r-3", sqlite_url, 1, 1, wait_s=0, stale_s=60)
+    status, at_beat, error, nodes = _state(sqlite_url)
+    assert status == RunStatus.crashed and at_beat
+    assert error.startswith(f"node 1 ({socket.gethostname()}): the launcher exited with 1 and node 0 stopped heartbeating")
+    assert nodes == [("head-0", "crashed", None), (socket.gethostname(), "failed", 1)]

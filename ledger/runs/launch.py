@@ -544,12 +544,12 @@ def _lost_nodes(s: Session, run: Run) -> None:
 
 
 def settle_member(run_id: str, db_url: str, exit_code: int, node_rank: int, log_path: Optional[Path] = None,
-                  wait_s: float = MEMBER_WAIT_S, poll_s: float = 0.5) -> None:
+                  wait_s: float = MEMBER_WAIT_S, poll_s: float = 0.5, stale_s: float = MEMBER_WAIT_S) -> None:
     """After node ``node_rank`` (> 0) of a multi-node torchrun launch exits: record this node's end.
 
     Node 0's rank 0 records the run; this node only says how it ended (``failed`` with its exit code, or
-    ``succeeded``). When it failed and the run is still running after ``wait_s`` without a heartbeat
-    for as long (node 0 is gone too), the run is ended here as ``crashed`` at its last heartbeat.
+    ``succeeded``). When it failed and the run is still running after ``wait_s``, without a heartbeat for
+    ``stale_s`` (node 0 is gone too), the run is ended here as ``crashed`` at its last heartbeat.
     """
     from datetime import timedelta
 
@@ -580,11 +580,11 @@ def settle_member(run_id: str, db_url: str, exit_code: int, node_rank: int, log_
                 node = RunNode(run_id=run_id, hostname=host, node_rank=node_rank)
                 s.add(node)
             node.exit_code = exit_code
-            if node.status in (None, "running"):
+            if node.status in (None, "running", "crashed"):  # alive after all: node 0 marked it crashed first
                 node.status = "succeeded" if exit_code == 0 else ("cancelled" if exit_code in _STOP_CODES else "failed")
             now = utcnow()
             beat = run.heartbeat_at
-            if exit_code != 0 and run.status == RunStatus.running and (beat is None or now - _aware(beat) >= timedelta(seconds=wait_s)):
+            if exit_code != 0 and run.status == RunStatus.running and (beat is None or now - _aware(beat) >= timedelta(seconds=stale_s)):
                 failure = first_failure(log_path)
                 run.status, run.ended_at, run.exit_code = RunStatus.crashed, beat or now, exit_code
                 run.error = (f"node {node_rank} ({host}): the launcher exited with {exit_code} and node 0 stopped "
