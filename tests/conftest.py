@@ -120,12 +120,12 @@ def fake_popen(monkeypatch):
 #: Folders whose tests share an expensive session fixture (a Prometheus, a Slurm cluster, the strategy runs) or a
 #: tally: each goes to one worker whole. Every other test file goes to one worker whole (its module fixtures
 #: are set up once).
-ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults")
+ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults", "multihost")
 
 
 #: Folders whose every test runs real processes or servers (DeepSpeed ranks, PostgreSQL clusters, Slurm,
 #: Prometheus): all ``slow``, so `bash tests/run.sh --fast` (``-m "not slow"``) leaves them out.
-SLOW_FOLDERS = ("faults", "tracking", "slurm", "collect")
+SLOW_FOLDERS = ("faults", "tracking", "slurm", "collect", "multihost")
 
 
 @pytest.hookimpl(tryfirst=True)

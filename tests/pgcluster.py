@@ -21,7 +21,11 @@ def _bin(name: str) -> str:
 
 
 class PgCluster:
-    def __init__(self) -> None:
+    """``listen``: addresses besides 127.0.0.1 to listen on (a bridge of tests/hosts.py), and ``trust``: the
+    networks (CIDR) whose clients it trusts there, so that test hosts in network namespaces reach it."""
+
+    def __init__(self, listen: tuple[str, ...] = (), trust: tuple[str, ...] = ()) -> None:
+        self.listen = ",".join(("127.0.0.1", *listen))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -31,6 +35,9 @@ class PgCluster:
         if self.as_postgres:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run([_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+        if trust:
+            with open(self.data / "pg_hba.conf", "a", encoding="utf-8") as fh:
+                fh.writelines(f"host all all {net} trust\n" for net in trust)
 
     def _run(self, cmd: list[str]) -> None:
         if self.as_postgres:
@@ -43,7 +50,7 @@ class PgCluster:
 
     def start(self) -> None:
         self._run([_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "-o",
-                   f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "start"])
+                   f"-p {self.port} -k {self.dir} -c listen_addresses={self.listen}", "start"])
 
     def stop(self) -> None:
         self._run([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])

@@ -22,6 +22,26 @@ from trainer.tensor_parallel import TPGroup
 
 #: Overrides the reported hostname; lets tests run two "nodes" on one machine.
 HOSTNAME_ENV = "TRAINLEDGER_HOSTNAME"
+#: Seconds a collective (and the process group's setup) may wait for the other ranks before it fails
+#: (default: torch's, 30 minutes). A node that stops answering — its link cut, its host frozen — ends
+#: the run this long after, instead of holding the ranks on the other nodes forever.
+COMM_TIMEOUT_ENV = "TRAINLEDGER_COMM_TIMEOUT_S"
+
+
+def comm_timeout():
+    """``$TRAINLEDGER_COMM_TIMEOUT_S`` as a timedelta (None: torch's default); a bad value is a one-line error."""
+    from datetime import timedelta
+
+    value = os.environ.get(COMM_TIMEOUT_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"{COMM_TIMEOUT_ENV}: expected seconds > 0, got {value!r}")
+    return timedelta(seconds=seconds)
 
 
 def hostname() -> str:
@@ -86,7 +106,15 @@ def init_distributed(env: LaunchEnv) -> str:
         import deepspeed.ops
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend=backend_name(), auto_mpi_discovery=False)
+    timeout = comm_timeout()
+    if timeout is not None:
+        # the groups DeepSpeed makes later (data-, model-, pipe-parallel: dist.new_group without a timeout)
+        # take torch's default, not the world group's: make the default this one
+        import torch.distributed.distributed_c10d as c10d
+
+        c10d.default_pg_timeout = timeout
+    deepspeed.init_distributed(dist_backend=backend_name(), auto_mpi_discovery=False,
+                               **({"timeout": timeout} if timeout is not None else {}))
     return device
 
 

@@ -154,6 +154,7 @@ class LedgerTracker:
             "started_at": now.isoformat(), "heartbeat_at": now.isoformat(), "ended_at": None,
             "tokens_per_epoch": info["samples_per_epoch"] * shape["seq_len"], "error": None, "exit_code": None,
         }})
+        self.writer.put({"type": "nodes", "rows": _start_nodes(info, now)})
         self._attach_phases(now, info["hostname"])
         if self.o.launcher == "local":  # not started by `trainledger launch`, which records its own process
             self.writer.queue.put({"type": "run", "fields": {"hostname": info["hostname"], "pid": os.getpid()}})
@@ -280,7 +281,8 @@ class LedgerTracker:
         self._hand_over_samples()
         summary = self.sampler.summary() if self.sampler else {"mean": None, "p95": None, "source": None}
         self.writer.put({"type": "nodes", "rows": [{
-            "hostname": self.info["hostname"], "node_rank": 0, "gpu_util_mean": summary["mean"],
+            "hostname": self.info["hostname"], "node_rank": 0, "status": "cancelled" if cancelled else "failed",
+            "gpu_util_mean": summary["mean"],
             "gpu_util_p95": summary["p95"], "util_source": summary["source"]}]})
         self.writer.put({"type": "run", "fields": {
             "status": "cancelled" if cancelled else "failed", "ended_at": _now().isoformat(),
@@ -307,7 +309,7 @@ class LedgerTracker:
             vals = [v for g in ranks for v in g["util"]["values"]]
             all_vals += vals
             source = source or ranks[0]["util"]["source"]
-            rows.append({"hostname": host, "node_rank": node_rank,
+            rows.append({"hostname": host, "node_rank": node_rank, "status": "succeeded",
                          "gpu_util_mean": sum(vals) / len(vals) if vals else None,
                          "gpu_util_p95": percentile(vals, 95) if vals else None,
                          "util_source": ranks[0]["util"]["source"],
@@ -349,6 +351,16 @@ class LedgerTracker:
         if isinstance(err, JournalWriteError):
             return JournalWriteError(str(err))
         return RuntimeError(f"run tracking failed: {type(err).__name__}: {err}" if err else "run journal failed")
+
+
+def _start_nodes(info: dict, now: datetime) -> list[dict]:
+    """One ``running`` row per node (in rank order) at the start: a node that dies before the end is still
+    in the run (``trainledger launch`` marks a node that never reported its end ``crashed``)."""
+    hosts: dict[str, int] = {}
+    for h in info.get("hostnames") or [info["hostname"]]:
+        hosts[h] = hosts.get(h, 0) + 1
+    return [{"hostname": h, "node_rank": i, "status": "running", "processes": n, "heartbeat_at": now.isoformat()}
+            for i, (h, n) in enumerate(hosts.items())]
 
 
 # --- entry-point glue (python -m trainer.train --track ...) -----------------------------

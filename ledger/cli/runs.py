@@ -144,8 +144,15 @@ def launch(config: ConfigArg,
            steps: Annotated[Optional[int], typer.Option(help="Override the config's steps.")] = None,
            metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus metrics from port+local_rank (default off; 0 picks a free port).", min=0, max=65535)] = None,
            detach: Annotated[bool, typer.Option("--detach", help="Return at once; the run goes on in the background.")] = False,
+           node_rank: Annotated[Optional[int], typer.Option(help="torchrun, --nodes > 1: this node's rank, 0 on the master (default: this host's line in --hostfile).", min=0, max=99999)] = None,
+           master_addr: Annotated[Optional[str], typer.Option(help="torchrun, --nodes > 1: address of node 0, which holds the rendezvous (default: the first host of --hostfile).")] = None,
+           master_port: Annotated[Optional[int], typer.Option(help="torchrun, --nodes > 1: rendezvous port on node 0.", min=1, max=65535)] = None,
+           run_id: Annotated[Optional[str], typer.Option(help="Run id (default: new); torchrun, --nodes > 1: the same id on every node.")] = None,
            db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Validate the plan, register the run, start it as a tracked run and return its id."""
+    """Validate the plan, register the run, start it as a tracked run and return its id.
+
+    Several nodes without ssh: run the same `trainledger launch CONFIG --nodes N --hostfile F --run-id ID`
+    on every node (torchrun's static rendezvous on the hostfile's first host; docs/CAPTURE.md)."""
     from ledger.runs.launch import (
         LaunchRequest,
         check_config_allowed,
@@ -161,7 +168,8 @@ def launch(config: ConfigArg,
     url = resolve_url(db)
     req = LaunchRequest(config=config, nodes=nodes, gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher,
                         node_type=node_type, offer=offer, project=project, user=user, name=name, steps=steps,
-                        metrics_port=metrics_port)
+                        metrics_port=metrics_port, node_rank=node_rank, master_addr=master_addr,
+                        master_port=master_port, run_id=run_id)
     with session_scope(get_engine(url)) as s:
         prep = prepare(s, req, url)
     if launcher == "slurm":
@@ -182,8 +190,9 @@ def launch(config: ConfigArg,
                  lambda d: f"{d['run_id']}\nsbatch not found here; submit {d['script']} on the cluster")
         return
     proc = start(prep, url, detach)
-    with session_scope(get_engine(url)) as s:
-        record_process(s, prep.run_id, proc.pid)
+    if not req.node_rank:  # node 1.. of a multi-node launch: node 0's launch holds the run's processes
+        with session_scope(get_engine(url)) as s:
+            record_process(s, prep.run_id, proc.pid)
     if detach:
         emit({"run_id": prep.run_id, "pid": proc.pid, "log": str(prep.log_path)}, as_json,
              lambda d: f"{d['run_id']}\nrunning in the background (pid {d['pid']}); log: {d['log']}")
@@ -195,7 +204,7 @@ def launch(config: ConfigArg,
         from ledger.store.models import Run
 
         run = s.get(Run, prep.run_id)
-        status = run.status.value
+        status = run.status.value if run is not None else "unknown"
     emit({"run_id": prep.run_id, "status": status, "exit_code": code, "log": str(prep.log_path)}, as_json,
          lambda d: f"{d['run_id']} {d['status']} (exit {d['exit_code']})")
     if code != 0:

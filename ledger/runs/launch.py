@@ -70,6 +70,11 @@ class LaunchRequest:
     journal_dir: Optional[Path] = None
     log_dir: Optional[Path] = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # torchrun on several nodes, one launch per node (no ssh): see :func:`node_of_several`
+    node_rank: Optional[int] = None
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+    run_id: Optional[str] = None
 
 
 @dataclass
@@ -174,15 +179,70 @@ def _load_plan(req: LaunchRequest):
             if req.steps < 1:
                 raise LedgerInputError(f"--steps: must be at least 1, got {req.steps}")
             cfg = replace(cfg, steps=req.steps)
-        gpn = req.gpus_per_node or default_processes_per_node(cfg)
+        gpn = req.gpus_per_node or _hostfile_slots(req.hostfile) or default_processes_per_node(cfg)
         plan = resolve_plan(cfg, world_size=req.nodes * gpn, nodes=req.nodes, gpus_per_node=gpn,
                             hostfile=req.hostfile)
     except (ConfigError, PlanError) as exc:
         raise LedgerInputError(f"{req.config.name}: {exc}") from None
     if req.launcher == "torchrun" and req.nodes > 1:
-        raise LedgerInputError("--launcher torchrun starts one node from here; for --nodes > 1 use "
-                               "--launcher deepspeed --hostfile F, or --launcher slurm")
+        node_of_several(req)
+    elif req.node_rank not in (None, 0) or req.master_addr or req.master_port:
+        raise LedgerInputError("--node-rank/--master-addr/--master-port: only for --launcher torchrun with --nodes > 1")
     return cfg, plan, gpn
+
+
+#: set for the supervisor of node 1.. of a multi-node torchrun launch: its node rank
+ENV_MEMBER = "TRAINLEDGER_LAUNCH_NODE_RANK"
+#: how long the supervisor of node 1.. that failed waits for node 0 to record the run's end
+MEMBER_WAIT_S = 60.0
+
+#: torchrun's default rendezvous port on the master node
+MASTER_PORT = 29500
+
+
+def node_of_several(req: LaunchRequest) -> None:
+    """Fill in this node of a multi-node torchrun launch (one ``trainledger launch`` per node, as torchrun itself).
+
+    Every node is given the same ``--nodes``, ``--run-id`` and master (host 0, whose torchrun holds the
+    rendezvous store); ``--node-rank`` and ``--master-addr`` default from ``--hostfile``: this host's line
+    (its hostname) is its rank, the first line the master. Node 0 registers the run; the others join it.
+    """
+    if not req.run_id:
+        raise LedgerInputError(f"--run-id: a {req.nodes}-node torchrun launch runs `trainledger launch` on every node "
+                               "with one shared run id; pass --run-id ID to each")
+    validate_run_id(req.run_id, "--run-id")
+    hosts: list[str] = []
+    if req.hostfile is not None:
+        from trainer.parallel import PlanError, parse_hostfile
+
+        try:
+            hosts = [h for h, _ in parse_hostfile(req.hostfile)]
+        except PlanError as exc:
+            raise LedgerInputError(f"--hostfile: {exc}") from None
+    if req.node_rank is None:
+        me = socket.gethostname()
+        if me not in hosts:
+            raise LedgerInputError(f"--node-rank: this host ({me}) is not in the hostfile; pass --node-rank R "
+                                   "(0 on the master node)" if hosts else
+                                   "--node-rank: pass this node's rank (0 on the master) or a --hostfile naming it")
+        req.node_rank = hosts.index(me)
+    if not 0 <= req.node_rank < req.nodes:
+        raise LedgerInputError(f"--node-rank: {req.node_rank} is not a node of a {req.nodes}-node run (0 to {req.nodes - 1})")
+    if not req.master_addr:
+        if not hosts:
+            raise LedgerInputError("--master-addr: pass the address of node 0 (or a --hostfile whose first host is it)")
+        req.master_addr = hosts[0]
+    if req.master_port is None:
+        req.master_port = MASTER_PORT
+
+
+def _hostfile_slots(hostfile: Optional[Path]) -> Optional[int]:
+    """The slots per host of a hostfile (its first host's; the plan checks that they agree), else None."""
+    if hostfile is None:
+        return None
+    from trainer.parallel import parse_hostfile
+
+    return parse_hostfile(hostfile)[0][1]
 
 
 def default_processes_per_node(cfg) -> int:
@@ -213,12 +273,17 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from ledger.store.lookup import get_or_create
     from ledger.store.models import Project, User
 
-    run_id = validate_run_id(new_run_id())
+    run_id = validate_run_id(req.run_id or new_run_id(), "--run-id")
     if req.sweep_id:
         validate_run_id(req.sweep_id, "sweep id")
     log_dir = _run_dir(req.log_dir)
-    log_path = log_dir / f"{run_id}.log"
+    member = bool(req.node_rank)  # node 1.. of a multi-node torchrun launch: node 0 registers the run
+    log_path = log_dir / (f"{run_id}.node{req.node_rank}.log" if member else f"{run_id}.log")
     name = req.name or f"{plan.strategy}-{cfg.shape.name}"
+    if req.run_id and not member and session.get(Run, run_id) is not None:
+        raise LedgerInputError(f"--run-id: run {run_id} already exists; every launch is a new run")
+    if member:
+        return _command(req, run_id, nt.name, name, gpn, log_path, db_url)
     session.add(Run(
         id=run_id, name=name, project_id=get_or_create(session, Project, req.project),
         user_id=get_or_create(session, User, req.user or os.environ.get("USER") or None), launcher=req.launcher,
@@ -232,8 +297,14 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from ledger.runs.predictions import store_prediction
 
     store_prediction(session, session.get(Run, run_id), req.steps)  # planned vs measured (docs/PLANNER.md)
+    return _command(req, run_id, nt.name, name, gpn, log_path, db_url)
+
+
+def _command(req: LaunchRequest, run_id: str, node_type: str, name: str, gpn: int, log_path: Path,
+             db_url: str) -> Prepared:
+    """The launcher command of a prepared run (its sbatch script for Slurm)."""
     train_args = ["--config", str(req.config.resolve()), "--track", "--run-id", run_id,
-                  "--node-type", nt.name, "--launcher", req.launcher, "--name", name,
+                  "--node-type", node_type, "--launcher", req.launcher, "--name", name,
                   "--gpus-per-node", str(gpn)]
     for flag, value in (("--offer", req.offer), ("--project", req.project), ("--user", req.user),
                         ("--sweep-id", req.sweep_id), ("--steps", req.steps), ("--metrics-port", req.metrics_port),
@@ -242,11 +313,16 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
             train_args += [flag, str(value)]
     env = {**os.environ, **req.extra_env, "TRAINLEDGER_DB_URL": db_url, "TRAINLEDGER_RUN_ID": run_id,
            "PYTHONUNBUFFERED": "1"}
+    if req.node_rank:
+        env[ENV_MEMBER] = str(req.node_rank)  # the supervisor settles this node only (node 0 owns the run)
     port = str(_free_port())
     if req.launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(gpn),
-               "--master-addr", "127.0.0.1", "--master-port", port, "--max-restarts", "0",
-               "-m", "trainer.train", *train_args]
+        # several nodes: this node's torchrun meets the others at node 0's (static rendezvous, its TCP store)
+        where = (["--nnodes", str(req.nodes), "--node-rank", str(req.node_rank), "--master-addr", req.master_addr,
+                  "--master-port", str(req.master_port)] if req.nodes > 1 else
+                 ["--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", port])
+        cmd = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(gpn),
+               "--max-restarts", "0", "-m", "trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     if req.launcher == "deepspeed":
         ds = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
@@ -255,7 +331,7 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
             cmd += ["--hostfile", str(req.hostfile)]
         cmd += ["--module", "trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
-    script = log_dir / f"{run_id}.sbatch"
+    script = log_path.parent / f"{run_id}.sbatch"
     write_output(script, slurm_script(run_id, req, gpn, train_args, log_path).encode("utf-8"), flag="sbatch script")
     return Prepared(run_id, ["sbatch", str(script)], env, log_path, script=script)
 
@@ -337,7 +413,10 @@ def supervise(run_id: str, command: list[str], log_path: Path, db_url: str) -> i
         signal.signal(signal.SIGINT, forward)
         code = child.wait()
     try:
-        settle(run_id, db_url, code, cancel_requested=bool(forwarded), log_path=log_path, launched_at=launched_at)
+        if os.environ.get(ENV_MEMBER):
+            settle_member(run_id, db_url, code, int(os.environ[ENV_MEMBER]), log_path=log_path)
+        else:
+            settle(run_id, db_url, code, cancel_requested=bool(forwarded), log_path=log_path, launched_at=launched_at)
     except Exception as exc:  # the ledger went away between the launcher's exit and here
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         _notice(f"could not settle run {run_id} in the ledger ({reason}); run `trainledger sync` later", log_path)
@@ -447,10 +526,80 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
                 run.error = f"{run.error[:800]} (first failure: {failure[2]})"
             if run.exit_code is None:
                 run.exit_code = exit_code
+            if run.status != RunStatus.succeeded:
+                _lost_nodes(s, run)
             s.flush()  # flush before commit: session hooks that run before commit (the rollup) see the change
             s.commit()
     finally:
         engine.dispose()
+
+
+def _lost_nodes(s: Session, run: Run) -> None:
+    """Nodes of an ended run that never reported their end (their host died, or cannot reach the ledger):
+    ``crashed`` at their last heartbeat. A node that is still alive reports its own end later."""
+    from ledger.store.models import RunNode
+
+    for node in s.exec(select(RunNode).where(RunNode.run_id == run.id, RunNode.status == "running")).all():
+        node.status = "crashed"
+
+
+def settle_member(run_id: str, db_url: str, exit_code: int, node_rank: int, log_path: Optional[Path] = None,
+                  wait_s: float = MEMBER_WAIT_S, poll_s: float = 0.5, stale_s: float = MEMBER_WAIT_S) -> None:
+    """After node ``node_rank`` (> 0) of a multi-node torchrun launch exits: record this node's end.
+
+    Node 0's rank 0 records the run; this node only says how it ended (``failed`` with its exit code, or
+    ``succeeded``). When it failed and the run is still running after ``wait_s``, without a heartbeat for
+    ``stale_s`` (node 0 is gone too), the run is ended here as ``crashed`` at its last heartbeat.
+    """
+    from datetime import timedelta
+
+    from ledger.store.db import make_engine
+    from ledger.store.models import RunNode
+
+    host = socket.gethostname()
+    try:
+        engine = make_engine(db_url, upgrade=False)
+    except Exception as exc:
+        _notice(f"ledger unreachable after the run ({exc.__class__.__name__}); node {node_rank} not recorded", log_path)
+        return
+    try:
+        deadline = time.monotonic() + (wait_s if exit_code != 0 else 0.0)
+        while True:
+            with Session(engine) as s:
+                run = s.get(Run, run_id)
+                live = run is not None and run.status in (RunStatus.queued, RunStatus.running)
+                if not live or time.monotonic() >= deadline:
+                    break
+            time.sleep(poll_s)
+        with Session(engine) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                return
+            node = s.exec(select(RunNode).where(RunNode.run_id == run_id, RunNode.hostname == host)).first()
+            if node is None:
+                node = RunNode(run_id=run_id, hostname=host, node_rank=node_rank)
+                s.add(node)
+            node.exit_code = exit_code
+            if node.status in (None, "running", "crashed"):  # alive after all: node 0 marked it crashed first
+                node.status = "succeeded" if exit_code == 0 else ("cancelled" if exit_code in _STOP_CODES else "failed")
+            now = utcnow()
+            beat = run.heartbeat_at
+            if exit_code != 0 and run.status == RunStatus.running and (beat is None or now - _aware(beat) >= timedelta(seconds=stale_s)):
+                failure = first_failure(log_path)
+                run.status, run.ended_at, run.exit_code = RunStatus.crashed, beat or now, exit_code
+                run.error = (f"node {node_rank} ({host}): the launcher exited with {exit_code} and node 0 stopped "
+                             "heartbeating; ended at its last heartbeat" + (f" (first failure: {failure[2]})" if failure else ""))
+                _lost_nodes(s, run)
+            s.flush()
+            s.commit()
+    finally:
+        engine.dispose()
+
+
+def _aware(ts: datetime) -> datetime:
+    from datetime import timezone
+
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)
 
 
 def start(prepared: Prepared, db_url: str, detach: bool) -> subprocess.Popen:

@@ -120,7 +120,12 @@ def _apply_nodes(session: Session, rid: str, ev: dict[str, Any]) -> None:
 
 def _run_util_from_nodes(session: Session, run: Run) -> None:
     """A multi-node run recorded by one wrapper per node: its GPU-Util is the mean of its nodes' means
-    (nodes have the same GPUs and the same span), its p95 the highest node p95 (an upper bound)."""
+    (nodes have the same GPUs and the same span), its p95 the highest node p95 (an upper bound).
+
+    The nodes' wrappers write at the same time from different hosts: the run's row is locked first (PostgreSQL),
+    so that the last writer reads every other node's committed figures instead of overwriting them with its
+    own view (a lost update; SQLite serialises writers anyway)."""
+    session.exec(select(Run.id).where(Run.id == run.id).with_for_update())
     rows = session.exec(select(RunNode.gpu_util_mean, RunNode.gpu_util_p95, RunNode.util_source)
                         .where(RunNode.run_id == run.id, RunNode.gpu_util_mean.is_not(None))).all()
     if rows:

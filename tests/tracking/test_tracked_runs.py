@@ -221,7 +221,7 @@ def test_bad_plan_is_refused_before_anything_starts(sqlite_url, track_env, tmp_p
     out = trainledger(["launch", bad, "--gpus-per-node", "6", "--db", sqlite_url], track_env, check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.yaml:" in out.stderr and "tp" in out.stderr
     out = trainledger(["launch", CONFIGS / "zero2.yaml", "--nodes", "2", "--db", sqlite_url], track_env, check=False)
-    assert out.returncode == 2 and "--launcher torchrun starts one node" in out.stderr
+    assert out.returncode == 2 and "--run-id: a 2-node torchrun launch runs `trainledger launch` on every node" in out.stderr
     with Session(make_engine(sqlite_url)) as s:
         assert s.exec(select(func.count()).select_from(Run)).one() == 0
 
