@@ -19,7 +19,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, goodput_view, predictions, ui
+from app import access, anomalies_view, data, goodput_view, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money import costs, explain
 from ledger.money.waste import check_reason
@@ -33,6 +33,7 @@ url = data.ledger_url()
 month = ui.month_picker(url)
 currency = ui.currency_picker(url)
 st.title("Runs")
+anomalies_view.runs_section(url)  # ?day=YYYY-MM-DD: Overview's spend-anomaly links
 
 values = data.filter_values(url)
 c = st.columns(5)
