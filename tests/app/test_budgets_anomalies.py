@@ -126,9 +126,10 @@ def test_a_viewer_sees_budgets_read_only_and_a_demoted_lead_saves_nothing(ledger
 
 
 def _links(at) -> list[dict]:
-    return [{"page": e.proto.page, "label": e.proto.label, "query": dict(e.proto.query_string.split("&") and
-             (kv.split("=", 1) for kv in e.proto.query_string.split("&")))}
-            for e in at.get("page_link") if "that day" in e.proto.label]
+    """The "that day's runs" page links: their query parameters."""
+    from urllib.parse import parse_qsl
+
+    return [{"query": dict(parse_qsl(e.proto.query_string))} for e in at.get("page_link") if "that day" in e.proto.label]
 
 
 def test_the_spike_day_is_flagged_on_overview_and_links_to_its_runs(ledger):
