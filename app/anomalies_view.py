@@ -33,9 +33,13 @@ def day_runs(url: str, day: date) -> list[dict[str, Any]]:
 
 def overview_section(url: str, month: str, currency: Optional[str]) -> None:
     """The month's flagged days, each with a link to its runs; the rule in the caption."""
-    a = month_anomalies(url, month, currency)
-    cur = ui.md(a["currency"])
     st.subheader(f"Spend anomalies, {month}")
+    try:
+        a = month_anomalies(url, month, currency)
+    except LedgerInputError as exc:  # e.g. no exchange rate into the chosen currency
+        st.caption(f"Not judged: {ui.error_line(exc)}")
+        return
+    cur = ui.md(a["currency"])
     judged = sum(d["judged"] for d in a["days"])
     st.caption(f"Rule: {ui.md(RULE)}. Days costed as the forecast costs them (owned fleets at nominal power). "
                f"{judged} of {len(a['days'])} whole days judged. The same as "
