@@ -4,7 +4,7 @@
 * a lead sets a budget for project ``hand`` in the form; the Overview's budget table and
   ``trainledger budget check`` both show it;
 * a viewer sees the budgets but the form disabled;
-* a flagged anomaly day links to the Runs page, which lists that day's runs.
+* on the same Overview, a flagged anomaly day links to the Runs page, which lists that day's runs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from app.auth import make_entry
 from ledger.money.anomalies import anomalies, runs_on_day
 from ledger.money.budgets import budget_status
+from ledger.reports.present import fmt_cell
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
 
@@ -66,7 +67,7 @@ def _open_form(page):
     settle(page)
 
 
-def test_a_lead_sets_a_budget_and_sees_it_on_overview_and_in_budget_check(site, browser):
+def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_an_anomaly_days_runs(site, browser):
     from playwright.sync_api import expect
 
     st = with_session(site.url, lambda s: budget_status(s, MONTH))
@@ -96,6 +97,21 @@ def test_a_lead_sets_a_budget_and_sees_it_on_overview_and_in_budget_check(site, 
     assert "of 150.00 CNY" in line and line.startswith("OVER" if hand["state"] == "over" else
                                                        "AT RISK" if hand["state"] == "at_risk" else "ok"), out.stdout
 
+    # the same Overview flags the demo November's anomaly days; the first one's link opens its runs
+    flagged = with_session(site.url, lambda s: anomalies(s, MONTH)["flagged"])
+    assert flagged, "the demo's November has idle days far above their baseline"
+    first = flagged[0]
+    runs = with_session(site.url, lambda s: runs_on_day(s, first["date"]))
+    label = "idle cost" if first["measure"] == "idle_cost" else "spend"
+    expect(page.get_by_text(f"{first['date']}: {label} {fmt_cell('cost', first['value'])} CNY")).to_be_visible()
+    page.get_by_role("link", name="that day's runs").first.click()
+    page.wait_for_url(f"**/runs?*day={first['date']}*")
+    settle(page)
+    expect(page.get_by_role("heading", name=f"Runs on {first['date']}")).to_be_visible()
+    day = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("node-hours that day"))
+    expect(day.get_by_text(runs[0]["id"], exact=True)).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
+
 
 def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
     from playwright.sync_api import expect
@@ -107,22 +123,3 @@ def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
     expect(page.get_by_role("button", name="Remove budget")).to_be_disabled()
     expect(page.get_by_role("textbox", name="Amount")).to_be_disabled()
     page.screenshot(path=str(ARTIFACTS / "budgets-viewer-1280.png"), full_page=True)
-
-
-def test_an_anomaly_day_links_to_its_runs(site, browser):
-    from playwright.sync_api import expect
-
-    flagged = with_session(site.url, lambda s: anomalies(s, MONTH)["flagged"])
-    assert flagged, "the demo's November has idle days far above their baseline"
-    first = flagged[0]
-    runs = with_session(site.url, lambda s: runs_on_day(s, first["date"]))
-    page = _overview_as(browser, site, "alice", "alice-pw")
-    expect(page.get_by_text(f"{first['date']}: idle cost" if first["measure"] == "idle_cost" else
-                            f"{first['date']}: spend")).to_be_visible()
-    page.get_by_role("link", name="that day's runs").first.click()
-    page.wait_for_url(f"**/runs?*day={first['date']}*")
-    settle(page)
-    expect(page.get_by_role("heading", name=f"Runs on {first['date']}")).to_be_visible()
-    day = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("node-hours that day"))
-    expect(day.get_by_text(runs[0]["id"], exact=True)).to_have_count(1)
-    page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
