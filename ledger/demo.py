@@ -4,6 +4,8 @@ The seed scenario (SPEC §1): an owned 8-node cluster of 8× RTX 4090 over the
 six months ending with the current month. Project ``demo-pretrain`` trains a
 1.3B model on all 8 nodes with ``3d``; project ``demo-finetune`` fine-tunes on
 2 nodes with ``zero2``. Some runs fail or are cancelled; there are idle weeks.
+Every-month budgets (:data:`DEMO_BUDGETS`: the team and both projects) let the
+Overview answer "will we go over?" at once.
 Every demo row has a run id starting with ``demo-`` and the setting
 ``demo=true`` marks the ledger, so nobody mistakes it for real usage.
 
@@ -66,6 +68,9 @@ FLOPS_PER_TOKEN = 6 * DEMO_MODEL["params"] + 12 * 24 * 16 * (2048 // 16) * 2048
 #   side, on distinct nodes), and a block starts only after the previous one ended, so no instant uses more
 #   nodes than the fleet has.
 FLEET_NODES = 8
+# Budgets (every month, CNY): the team's 38,000 sits just above the owned fleet's ~33-36k a month, so a busy month's
+#   forecast comes close; pretraining's 25,000 is crossed in its busiest months; fine-tuning's 2,000 holds.
+DEMO_BUDGETS = (("", "38000"), ("demo-pretrain", "25000"), ("demo-finetune", "2000"))
 GPU_POWER_KW = 0.45
 GPU_IDLE_SHARE = 0.35  # of board power drawn at 0% busy share while a job holds the card
 HOST_POWER_KW = 0.5
@@ -110,6 +115,7 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
     session.flush()
     add_demo_phases(session, demo.runs, demo.hosts)
     session.flush()
+    add_demo_budgets(session)
     return {"runs": len(demo.runs), "months": len(months_between(first_month, end_month)), "samples": samples}
 
 
@@ -242,6 +248,14 @@ class _Demo:
 DEMO_SWEEP = ("dp", "zero2", "pp", "tp", "3d")  # 3d: 4 processes, the others 2
 DEMO_SWEEP_STEPS = 10
 DEMO_SWEEP_PROJECT = "demo-sweep"
+
+
+def add_demo_budgets(session: Session) -> None:
+    """The demo's every-month budgets (:data:`DEMO_BUDGETS`), through ``budget set``'s own function."""
+    from ledger.money.budgets import set_budget
+
+    for project, amount in DEMO_BUDGETS:
+        set_budget(session, amount, project=project or None)
 
 
 def sweep_unavailable(end_month: Optional[str] = None, now: Optional[datetime] = None) -> Optional[str]:

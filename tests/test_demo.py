@@ -126,3 +126,21 @@ def test_no_instant_uses_more_nodes_than_the_fleet_has(demo):
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
     for month in MONTHS:  # and the report's peak (what the capacity warning reads) agrees
         assert all(n.peak_nodes <= fleet.node_count for n in monthly_report(demo, month).node_types)
+
+
+def test_the_demo_seeds_a_team_budget_and_two_project_budgets_the_overview_can_judge(demo):
+    """Issue #28: "will we go over?" is answered on a fresh demo: every-month budgets for the team and both projects,
+    each judged against its month (November's states follow from its costs)."""
+    from decimal import Decimal
+
+    from ledger.money.budgets import budget_status, list_budgets
+
+    assert [(b["project"], b["period"], b["amount"], b["currency"]) for b in list_budgets(demo)] == [
+        ("", "monthly", Decimal("38000"), "CNY"), ("demo-finetune", "monthly", Decimal("2000"), "CNY"),
+        ("demo-pretrain", "monthly", Decimal("25000"), "CNY")]
+    st = budget_status(demo, "2026-11", now=NOW)
+    rep = monthly_report(demo, "2026-11", now=NOW)
+    cost = {p["project"]: p["cost"] for p in rep.projects}
+    for b in st["budgets"]:
+        spent = rep.summary["actual_cost"] if b["project"] == "" else cost[b["project"]]
+        assert b["cost"]["to_date"] == spent and b["state"] == ("over" if spent > b["amount"] else "ok"), b

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, figures, goodput_view, period_view, ui
+from app import access, anomalies_view, budgets_view, data, figures, goodput_view, period_view, ui
 from ledger.money import costs
 from ledger.money.capacity import warning_text
 from ledger.money.waste import RUN_REASONS
@@ -200,7 +200,7 @@ def budget_section() -> None:
     b = data.budget_status(url, month, currency)
     st.subheader(f"Budgets, {month}")
     if not b["budgets"]:
-        st.caption(f"No budget applies to {month}. Set one with `trainledger budget set AMOUNT [--project P] "
+        st.caption(f"No budget applies to {month}. Set one below (leads) or with `trainledger budget set AMOUNT [--project P] "
                    "[--month YYYY-MM]`; `trainledger budget check` exits 1 when one is at risk or over (for cron).")
         return
     f = data.forecast(url, month, currency)
@@ -237,6 +237,8 @@ def budget_section() -> None:
 if s.get("is_partial"):
     forecast_section()
 budget_section()
+budgets_view.manage(url, month)  # issue #28: leads set budgets here
+anomalies_view.overview_section(url, month, currency)  # issue #28: days far above their trailing baseline
 
 
 @st.fragment(run_every="30s")

@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, rentown, ui
+from app import access, data, plain_words, rentown, ui
 from ledger.money import costs
 from ledger.money.compare import compare_offers
 from ledger.reports.present import fmt_cell
@@ -108,21 +108,16 @@ c[2].metric(f"Savings ({r['cheaper']} cheaper)" if r["cheaper"] != "equal" else 
             fmt_cell("savings_pct", r["savings_pct"]), border=True,
             help="|own − rent| ÷ the dearer option.")
 c = st.columns(3)
-c[0].metric("Break-even utilization", ui.pct(r["break_even_utilization"]), border=True,
-            help="Own cost per node-month at full load ÷ a full node-month of rent. At or above 100%, renting always wins.")
-c[1].metric("Break-even with idle power", ui.pct(r["break_even_utilization_power_adjusted"])
-            if r["break_even_utilization_power_adjusted"] is not None else "never", border=True,
+c[0].metric("Break-even utilization", plain_words.break_even(r["break_even_utilization"]), border=True,
+            help="Own cost per node-month at full load ÷ a full node-month of rent "
+                 f"(here {ui.pct(r['break_even_utilization'])}). At or above 100%, renting always wins.")
+c[1].metric("Break-even with idle power", plain_words.break_even(r["break_even_utilization_power_adjusted"]), border=True,
             help="The exact crossover when an owned node draws idle power while idle.")
-c[2].metric("Payback", (fmt_cell("payback_months", r["payback_months"]) + " months") if r["payback_months"] is not None else "never",
-            border=True, help="Capex ÷ (rent avoided − owning's power and operations).")
+c[2].metric("Payback", plain_words.payback(r), border=True, help=plain_words.payback_help(r))
 
 full_own = costs.own_cost_per_node_month(own_a)
 full_rent = costs.elastic_full_month(rent_a)
-payback = ""
-if r["payback_months"] is not None:
-    payback = (f" Buying pays back in {fmt_cell('payback_months', r['payback_months'])} months at this utilization — "
-               + ("within" if r["pays_back_within_depreciation"] else "longer than")
-               + f" the {r['depreciation_months']}-month depreciation.")
+payback = plain_words.payback_sentence(r)
 if r["renting_always_cheaper"]:
     st.warning(f"**Renting ({ui.md(rent_a.name)}) is cheaper at every utilization.** Owning costs "
                f"{fmt_cell('cost', full_own)} {cur} per node-month even at full use, against "
@@ -130,8 +125,8 @@ if r["renting_always_cheaper"]:
                f"({fmt_cell('savings_pct', costs.savings(full_own, full_rent)[2])} cheaper to rent).{payback}")
 else:
     st.success(f"**Owning ({ui.md(own_a.name)}) wins above a time utilization of {ui.pct(r['break_even_utilization'])}**"
-               + (f" (with idle power when idle: {ui.pct(r['break_even_utilization_power_adjusted'])})."
-                  if r["break_even_utilization_power_adjusted"] is not None else ".") + payback)
+               + f" (with idle power when idle: {plain_words.break_even(r['break_even_utilization_power_adjusted'])})."
+               + payback)
 
 # --- break-even chart ------------------------------------------------------------------
 st.subheader("Monthly cost of one node vs utilization", help=ui.RESERVED_RULE)

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pandas as pd
 import streamlit as st
 
-from app import access, data, figures, period_view, ui
+from app import access, data, figures, period_view, plain_words, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 
@@ -48,9 +48,10 @@ else:
     c[3].metric(ui.to_date("ROI", s), ui.pct(s["roi"]), border=True,
                 help="Both options over the same hours: the part of the month elapsed while it runs.")
     c = st.columns([1.6, 1.3, 1, 1])
-    c[0].metric(f"Tokens per 1,000 {cur}", ui.number("tokens_per_1000", s["tokens_per_1000"]), border=True)
-    c[1].metric(f"Useful GPU-hours per 1,000 {cur}", ui.number("useful_gpu_hours_per_1000", s["useful_gpu_hours_per_1000"]),
-                border=True, help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
+    plain_words.compact_metric(c[0], f"Tokens per 1,000 {cur}", "tokens_per_1000", s["tokens_per_1000"], border=True)
+    plain_words.compact_metric(c[1], f"Useful GPU-hours per 1,000 {cur}", "useful_gpu_hours_per_1000",
+                               s["useful_gpu_hours_per_1000"], border=True,
+                               help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
     c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
                 delta=ui.change_text(pr, "waste_cost") if monthly else None, delta_color="inverse",
                 help="Failed, crashed and cancelled runs + idle cost.")

@@ -19,7 +19,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, goodput_data, goodput_view, predictions, ui
+from app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
 from ledger.errors import LedgerInputError
 from ledger.money import costs, explain
 from ledger.money.goodput import CATEGORIES
@@ -35,6 +35,7 @@ url = data.ledger_url()
 month = ui.month_picker(url)
 currency = ui.currency_picker(url)
 st.title("Runs")
+anomalies_view.runs_section(url)  # ?day=YYYY-MM-DD: Overview's spend-anomaly links
 
 VIEWS = {"newest": "Newest first", "expensive": "Most expensive", "wasted": "Most wasted"}
 SCOPES = {"month": "this month", "all": "all months"}

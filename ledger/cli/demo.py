@@ -34,7 +34,8 @@ def demo(db: DbOpt = None,
     result = {**result, "sweep": sweep}
 
     def text(r):
-        out = f"demo ledger: {r['runs']} runs over {r['months']} months on the 8-node RTX 4090 cluster (run ids demo-*)"
+        out = (f"demo ledger: {r['runs']} runs over {r['months']} months on the 8-node RTX 4090 cluster (run ids demo-*), "
+               "with every-month budgets for the team and both projects (`trainledger budget check`)")
         sw = r["sweep"]
         if sw and sw["started"]:
             out += (f"\nstrategy sweep {sw['sweep_id']} ({', '.join(sw['strategies'])}; {sw['steps']} steps each) "

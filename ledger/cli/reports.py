@@ -195,6 +195,37 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
     emit(data, False, _period_text)
 
 
+def _anomalies_text(d: dict[str, Any]) -> str:
+    from ledger.money.anomalies import MEASURES
+    from ledger.reports.present import fmt_cell
+
+    judged = sum(x["judged"] for x in d["days"])
+    head = f"{d['month']} ({d['timezone']}, {d['currency']}): {judged} of {len(d['days'])} whole days judged; rule: {d['rule']}"
+    lines = [f"{f['date']}  {MEASURES[f['measure']]} {fmt_cell('cost', f['value'])} above {fmt_cell('cost', f['threshold'])} "
+             f"(median {fmt_cell('cost', f['median'])}, MAD {fmt_cell('cost', f['mad'])} over {f['baseline_days']} days); "
+             f"its runs: trainledger report anomalies --day {f['date']}" for f in d["flagged"]]
+    return "\n".join([head, *(lines or ["no anomalies"])])
+
+
+@app.command("anomalies")
+@command
+def report_anomalies(month: Annotated[Optional[str], typer.Option(help="YYYY-MM (default: the current month in the display time zone).")] = None,
+                     day: Annotated[Optional[str], typer.Option(help="YYYY-MM-DD: list the runs of that day instead (node-hours within it).")] = None,
+                     currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """Days of the month whose spend or idle cost is far above the 28 days before them (median + max(3 MAD, a floor))."""
+    from ledger.money.anomalies import anomalies, parse_day, runs_on_day
+    from ledger.reports.present import table
+
+    with session(db) as s:
+        if day is not None:
+            rows = runs_on_day(s, parse_day(day), now=clock(now))
+            emit(rows, as_json, lambda r: table(r, ["id", "name", "project", "user", "status", "nodes", "started_at",
+                                                     "node_hours"]) if r else f"no run ran on {day}")
+            return
+        data = anomalies(s, month, now=clock(now), currency=currency)
+    emit(data, as_json, _anomalies_text)
+
+
 def _daily_text(d: dict[str, Any]) -> str:
     from ledger.reports.present import key_values, table
 

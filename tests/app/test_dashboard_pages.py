@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
+from app.plain_words import compact
 from ledger.money.monthly import monthly_report
 from ledger.reports.export import presented_report
 from ledger.reports.present import fmt_cell
@@ -69,8 +70,13 @@ def test_rent_vs_own_seed_says_renting_saves_25_percent(demo_url, app_env):
     assert shown["Own per node-month (CNY)"] == "4,800.00"
     assert shown["Rent per node-month (CNY)"] == "3,600.00"
     assert shown["Savings (rent cheaper)"] == "25.0%"
-    assert shown["Break-even utilization"] == "133.33%"
-    assert shown["Payback"] == "56.25 months"  # 120,000 ÷ (3,600 − 1,460 power − 6.67 operations)
+    # issue #28: an owned option that never wins says so; the exact figures are in the cards' help
+    assert shown["Break-even utilization"] == "never breaks even"
+    assert shown["Payback"] == "never breaks even"
+    helps = {m.label: m.help for m in at.metric}
+    assert "(here 133.33%)" in helps["Break-even utilization"]
+    # 120,000 ÷ (3,600 − 1,460 power − 6.67 operations), beyond the 36-month depreciation
+    assert "56.25 months, longer than the 36-month depreciation" in helps["Payback"]
     assert any("Renting (rtx4090-rent) is cheaper at every utilization" in plain(w.value) for w in at.warning)
     assert any("trainledger cost compare --node-type rtx4090-8x --utilization 1" in plain(c.value) for c in at.caption)
 
@@ -145,7 +151,10 @@ def test_roi_shows_the_summary_and_projects(demo_url, app_env):
     assert shown["Spend (CNY)"] == fmt_cell("actual_cost", s["actual_cost"])
     assert shown["Savings vs the alternative (CNY)"] == fmt_cell("savings_vs_alternative", s["savings_vs_alternative"])
     assert shown["ROI"] == f"{s['roi'] * 100:.2f}%"
-    assert shown["Tokens per 1,000 CNY"] == fmt_cell("tokens_per_1000", s["tokens_per_1000"])
+    # issue #28: compact on the card (e.g. "23.1 B"), the exact figure on hover
+    assert shown["Tokens per 1,000 CNY"] == compact(s["tokens_per_1000"], "tokens_per_1000")
+    tokens = next(m for m in at.metric if m.label == "Tokens per 1,000 CNY")
+    assert tokens.help == f"Exact: {fmt_cell('tokens_per_1000', Decimal(str(s['tokens_per_1000'])))}."
     assert shown["Waste (CNY)"] == fmt_cell("waste_cost", s["waste_cost"])
     projects = at.dataframe[0].value
     assert list(projects["project"]) == [r["project"] for r in p["projects"]]

@@ -1,0 +1,125 @@
+"""Budgets and spend anomalies in real Chromium, on the demo ledger served with sign-in (lead alice, viewer bob).
+
+* the demo's budgets (the team's and both projects') show on Overview with their states, as ``budget check``;
+* a lead sets a budget for project ``hand`` in the form; the Overview's budget table and
+  ``trainledger budget check`` both show it;
+* a viewer sees the budgets but the form disabled;
+* on the same Overview, a flagged anomaly day links to the Runs page, which lists that day's runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from decimal import Decimal
+
+import pytest
+
+from app.auth import make_entry
+from ledger.money.anomalies import anomalies, runs_on_day
+from ledger.money.budgets import budget_status
+from ledger.reports.present import fmt_cell
+from tests.app.helpers import MONTH, REPO, build_ledger, with_session
+from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = REPO / "test-artifacts"
+STATE = {"ok": "ok", "at_risk": "at risk", "over": "over"}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    need_chromium()
+    tmp = tmp_path_factory.mktemp("budgets")
+    url = build_ledger(f"sqlite:///{tmp / 'ledger.db'}")
+    users = tmp / "users.toml"
+    users.write_text(make_entry("alice", "lead", "alice-pw", iterations=1_000)
+                     + make_entry("bob", "viewer", "bob-pw", iterations=1_000))
+    with serve(tmp, url, "--auth-file", str(users)) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = chromium(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _overview_as(browser, served, user: str, password: str):
+    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(f"{served.base}/overview?month={MONTH}")
+    page.get_by_label("User").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    settle(page)
+    return page
+
+
+def _open_form(page):
+    page.get_by_test_id("stExpander").filter(has_text="Set, change or remove budgets").locator("summary").click()
+    settle(page)
+
+
+def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_an_anomaly_days_runs(site, browser):
+    from playwright.sync_api import expect
+
+    st = with_session(site.url, lambda s: budget_status(s, MONTH))
+    by = {b["project"]: b for b in st["budgets"]}
+    assert sorted(by) == ["", "demo-finetune", "demo-pretrain"]  # the demo's own budgets
+    page = _overview_as(browser, site, "alice", "alice-pw")
+    expect(page.get_by_text(f"Team budget: {STATE[by['']['state']]}")).to_be_visible()
+    table = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("over since / crosses on"))
+    expect(table.get_by_text("25,000.00")).to_have_count(1)  # demo-pretrain's budget
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "budgets-demo-overview-1280.png"), full_page=True)
+
+    _open_form(page)
+    page.get_by_test_id("stSelectbox").filter(has_text="Scope").click()
+    page.get_by_role("option", name="hand", exact=True).click()
+    page.get_by_role("textbox", name="Amount").fill("150")
+    page.get_by_role("button", name="Save budget").click()
+    settle(page)
+    expect(page.get_by_text("Saved the every-month budget of project hand: 150.00 CNY.")).to_be_visible()
+    hand = with_session(site.url, lambda s: next(b for b in budget_status(s, MONTH)["budgets"] if b["project"] == "hand"))
+    assert hand["amount"] == Decimal("150")
+    expect(table.get_by_text("150.00", exact=True)).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "budgets-lead-saved-1280.png"), full_page=True)
+    out = subprocess.run([*trainledger(), "budget", "check", "--month", MONTH, "--db", site.url],
+                         capture_output=True, text=True, timeout=120)
+    line = next(x for x in out.stdout.splitlines() if " hand " in x)
+    assert "of 150.00 CNY" in line and line.startswith("OVER" if hand["state"] == "over" else
+                                                       "AT RISK" if hand["state"] == "at_risk" else "ok"), out.stdout
+
+    # the same Overview flags the demo November's anomaly days; the first one's link opens its runs
+    flagged = with_session(site.url, lambda s: anomalies(s, MONTH)["flagged"])
+    assert flagged, "the demo's November has idle days far above their baseline"
+    first = flagged[0]
+    runs = with_session(site.url, lambda s: runs_on_day(s, first["date"]))
+    label = "idle cost" if first["measure"] == "idle_cost" else "spend"
+    expect(page.get_by_text(f"{first['date']}: {label} {fmt_cell('cost', first['value'])} CNY")).to_be_visible()
+    page.get_by_role("link", name="that day's runs").first.click()
+    page.wait_for_url(f"**/runs?*day={first['date']}*")
+    settle(page)
+    expect(page.get_by_role("heading", name=f"Runs on {first['date']}")).to_be_visible()
+    day = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("node-hours that day"))
+    expect(day.get_by_text(runs[0]["id"], exact=True)).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
+
+
+def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
+    from playwright.sync_api import expect
+
+    page = _overview_as(browser, site, "bob", "bob-pw")
+    _open_form(page)
+    expect(page.get_by_text("you can see the budgets, but only leads can change them")).to_be_visible()
+    expect(page.get_by_role("button", name="Save budget")).to_be_disabled()
+    expect(page.get_by_role("button", name="Remove budget")).to_be_disabled()
+    expect(page.get_by_role("textbox", name="Amount")).to_be_disabled()
+    page.screenshot(path=str(ARTIFACTS / "budgets-viewer-1280.png"), full_page=True)
