@@ -2,8 +2,8 @@
 
 Every write goes through :mod:`ledger.money.budgets` (``set_budget`` / ``remove_budget``: the CLI's
 own validation: amount in whole cents above 0 and below 10^13, a month YYYY-MM, a known project, a
-currency the ledger can convert), so a form accepts exactly what ``budget set`` accepts and says
-why in the same one line, naming the form's field. Leads save; viewers see the budgets and the forms
+currency the ledger can convert, an alert threshold from 1 to 100 percent), so a form accepts exactly
+what ``budget set`` accepts and says why in the same one line, naming the form's field. Leads save; viewers see the budgets and the forms
 disabled, and every save checks the role on the server right before it writes
 (:func:`app.access.require_lead`).
 """
@@ -25,6 +25,7 @@ ONE_MONTH = "One month"
 FLASH = "_budgets_flash"
 # the CLI's flags in its one-line errors, as the form's fields
 FIELDS = (("AMOUNT:", "Amount:"), ("--month:", "Month:"), ("--currency:", "Currency:"), ("--project:", "Scope:"),
+          ("--threshold:", "Threshold %:"),
           ("(leave --project out for a team-wide budget)", "(or choose the team)"),
           ("see `trainledger budget list`", "see the budgets above"))
 
@@ -60,19 +61,22 @@ def manage(url: str, month: str) -> None:
                     "change them.")
         if b["rows"]:
             st.dataframe(ui.frame([{**r, "project": r["project"] or "(team)",
-                                    "period": "every month" if r["period"] == MONTHLY else r["period"]} for r in b["rows"]],
-                                  ["project", "period", "amount", "currency"], {"amount": "budget"}),
+                                    "period": "every month" if r["period"] == MONTHLY else r["period"],
+                                    "threshold": f"{r['threshold_pct']}%"} for r in b["rows"]],
+                                  ["project", "period", "amount", "currency", "threshold"],
+                                  {"amount": "budget", "threshold": "alert at"}),
                          hide_index=True, key="budget_list")
         _set_form(url, month, b, read_only)
         if b["rows"]:
             _remove_form(url, b["rows"], read_only)
-        st.caption("The same as `trainledger budget set AMOUNT [--project P] [--month YYYY-MM] [--currency C]` and "
+        st.caption("The same as `trainledger budget set AMOUNT [--project P] [--month YYYY-MM] [--currency C] "
+                   "[--threshold PCT]` and "
                    "`trainledger budget remove`; a one-month budget replaces the every-month one in its month.")
 
 
 def _set_form(url: str, month: str, b: dict[str, Any], read_only: bool) -> None:
     with st.form("budget_set"):
-        c = st.columns([2, 1.2, 1, 1.2, 1])
+        c = st.columns([2, 1.2, 1, 1.2, 1, 1])
         scope = c[0].selectbox("Scope", [TEAM_LABEL] + b["projects"], key="budget_scope", disabled=read_only)
         period = c[1].radio("Period", [EVERY_MONTH, ONE_MONTH], key="budget_period", disabled=read_only)
         which = c[2].text_input("Month (YYYY-MM)", value=month, key="budget_month", disabled=read_only,
@@ -81,18 +85,23 @@ def _set_form(url: str, month: str, b: dict[str, Any], read_only: bool) -> None:
                                  help="Whole cents, above 0.")
         currency = c[4].text_input("Currency", value=b["currency"], key="budget_currency", disabled=read_only,
                                    help="Another than the ledger's needs an exchange rate (Settings → Exchange rates).")
+        threshold = c[5].text_input("Threshold %", value="100", key="budget_threshold", disabled=read_only,
+                                    help="1 to 100: the budget is at risk once spent to date reaches this share of it "
+                                         "(100: only when the month-end forecast is above it).")
         saved = st.form_submit_button("Save budget", type="primary", disabled=read_only)
     if saved and access.require_lead("change budgets"):
         project = None if scope == TEAM_LABEL else scope
         one: Optional[str] = which if period == ONE_MONTH else None
         try:
             with data.write_session(url) as s:
-                row = set_budget(s, amount, project=project, month=one, currency=currency or None)
+                row = set_budget(s, amount, project=project, month=one, currency=currency or None,
+                                 threshold=threshold)
         except LedgerInputError as exc:
             st.error(form_error(exc))
         else:
             _saved(f"Saved the {_period(row['period'])} budget of {_scope(row['project'])}: "
-                   f"{ui.money('amount', row['amount'])} {ui.md(row['currency'])}.")
+                   f"{ui.money('amount', row['amount'])} {ui.md(row['currency'])}"
+                   + (f", alert at {row['threshold_pct']}%." if row["threshold_pct"] < 100 else "."))
 
 
 def _remove_form(url: str, rows: list[dict[str, Any]], read_only: bool) -> None:

@@ -14,7 +14,16 @@ from ledger.money.budgets import budget_status, list_budgets, remove_budget, set
 from ledger.money.costs import cents
 from ledger.money.forecast import forecast
 from ledger.store.models import Budget
-from tests.month_helpers import LLM_TO_DATE, MONTH, NOW, RENT_PER_NODE_HOUR, VISION_TO_DATE, build_december
+from tests.month_helpers import (
+    FIXED_PER_NODE_MONTH,
+    LLM_TO_DATE,
+    LOAD_KWH_PRICE,
+    MONTH,
+    NOW,
+    RENT_PER_NODE_HOUR,
+    VISION_TO_DATE,
+    build_december,
+)
 
 REST_H = Decimal(516)
 
@@ -45,6 +54,8 @@ def test_set_list_remove(session):
     ("Infinity", {}, "finite"), ("1e20", {}, "at most"), ("1e-7", {}, "whole cents"), ("10.005", {}, "whole cents"), ("10", {"project": "nope"}, "--project: no project named 'nope'"),
     ("10", {"month": "2026-13"}, "--month"), ("10", {"month": "26-12"}, "--month"),
     ("10", {"currency": "USD"}, "--currency: this ledger's costs are in CNY"),
+    ("10", {"threshold": "0"}, "--threshold: expected a percent of the budget from 1 to 100"),
+    ("10", {"threshold": "101"}, "--threshold: expected a percent"), ("10", {"threshold": "abc"}, "--threshold"),
 ])
 def test_bad_input_writes_nothing(session, amount, kwargs, message):
     build_december(session)
@@ -118,6 +129,7 @@ def test_budget_check_for_cron(cli, ledger_url):
     (("set", "--monthly", "20", "--month", MONTH), "--monthly"),
     (("remove", "--project", "llm"), "budget: project llm has no every-month budget"),
     (("check", "--month", "2026-1"), "--month"),
+    (("set", "10", "--threshold", "101"), "--threshold: expected a percent of the budget from 1 to 100"),
 ])
 def test_cli_bad_input_is_one_line_and_writes_nothing(cli, ledger_url, args, message):
     from sqlmodel import Session
@@ -133,3 +145,46 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(cli, ledger_url, args, mes
     with Session(engine) as s:
         assert _count(s) == 0
     engine.dispose()
+
+
+def test_a_threshold_puts_a_budget_at_risk_once_spent_to_date_reaches_it(session, cli, ledger_url):
+    """November has ended at NOW: llm's only run there, llm-nov (2 owned nodes × 48 h), cost 96 busy node-hours at
+    November's rate (30 days: 720 h), 637.33, and its forecast is that figure. A budget that figure is 90 % of
+    (708.15) is ok at the default 100, at risk at 80 (spent ≥ 566.52), ok again at 95 (672.74)."""
+    from ledger.money.monthly import monthly_report
+
+    build_december(session)
+    spent = 96 * (FIXED_PER_NODE_MONTH / 720 + LOAD_KWH_PRICE)  # by hand from the seed prices
+    llm = next(p for p in monthly_report(session, "2026-11", now=NOW).projects if p["project"] == "llm")
+    assert cents(spent) == cents(llm["cost"]) == Decimal("637.33")
+    amount = cents(spent / Decimal("0.9"))
+    assert amount == Decimal("708.15")
+
+    def status(threshold):
+        row = set_budget(session, amount, project="llm", month="2026-11", threshold=threshold)
+        session.commit()
+        b = budget_status(session, "2026-11", now=NOW)["budgets"][0]
+        return row["threshold_pct"], b["threshold_pct"], b["state"], b["threshold_reached"], b["crossed_on"], b
+
+    assert status(None)[:5] == (100, 100, "ok", False, None)
+    assert session.exec(select(Budget.threshold_pct)).one() is None  # 100 is stored as NULL: no state changed
+    assert status("100")[:4] == (100, 100, "ok", False)
+    pct, _, state, reached, crossed, b = status("80")
+    assert (pct, state, reached, crossed) == (Decimal(80), "at_risk", True, None)
+    assert cents(b["cost"]["to_date"]) == cents(spent) and cents(b["cost"]["expected"]) == cents(spent)
+    assert cents(b["cost"]["to_date"]) >= cents(amount * Decimal("0.8")) == Decimal("566.52")
+    assert status("95")[2:4] == ("ok", False)  # 95 % of 708.15 is 672.74, above the 637.33 spent
+    assert [(r["project"], r["threshold_pct"]) for r in list_budgets(session)] == [("llm", Decimal(95))]
+    # the CLI: set with --threshold, list and check show it; check exits 1 (at risk) at 80
+    now = NOW.isoformat()
+    session.close()
+    r = cli("budget", "set", str(amount), "--project", "llm", "--month", "2026-11", "--threshold", "80")
+    assert r.exit_code == 0, r.output
+    r = cli("budget", "list")
+    assert r.exit_code == 0 and "threshold_pct" in r.output and "80.0%" in r.output, r.output
+    r = cli("budget", "check", "--month", "2026-11", "--now", now)
+    assert r.exit_code == 1, r.output
+    assert r.output.strip() == ("AT RISK llm  2026-11 ended: spent 637.33 of 708.15 CNY (90.0%, threshold 80%); month end "
+                                "637.33 expected (p10 637.33, p90 637.33); spent to date has reached its 80% threshold")
+    assert json.loads(cli("budget", "check", "--month", "2026-11", "--now", now, "--json").output)["budgets"][0][
+        "threshold_pct"] == 80.0

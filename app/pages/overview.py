@@ -212,6 +212,8 @@ def budget_section() -> None:
                 f"{fmt_cell('cost', team['cost']['expected'])} expected")
         if team["crossed_on"]:
             line += f"; {'over since' if team['state'] == 'over' else 'crosses it on'} {team['crossed_on']}"
+        if team["state"] == "at_risk" and team["threshold_reached"]:
+            line += f"; spent to date has reached its {team['threshold_pct']}% alert threshold"
         (st.error if team["state"] == "over" else st.warning if team["state"] == "at_risk" else st.success)(line)
     rows = []
     for p in f["projects"]:
@@ -219,18 +221,21 @@ def budget_section() -> None:
         rows.append({"project": p["project"] or "(none)", "to_date_cost": p["cost"]["to_date"],
                      "forecast_cost": p["cost"]["expected"], "p90_cost": p["cost"]["p90"],
                      "budget_cost": bud["amount"] if bud else None, "used": fmt_cell("used_pct", bud["used_pct"]) if bud else "",
+                     "alert": f"{bud['threshold_pct']}%" if bud else "",
                      "state": STATE[bud["state"]] if bud else "no budget",
                      "crossed_on": str(bud["crossed_on"]) if bud and bud["crossed_on"] else ""})
     for name, bud in by_project.items():  # budgets of projects with no cost this month
         if name and name not in {p["project"] for p in f["projects"]}:
             rows.append({"project": name, "to_date_cost": 0, "forecast_cost": 0, "p90_cost": 0, "budget_cost": bud["amount"],
-                         "used": fmt_cell("used_pct", bud["used_pct"]), "state": STATE[bud["state"]], "crossed_on": ""})
-    st.dataframe(ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "state",
-                                 "crossed_on"],
+                         "used": fmt_cell("used_pct", bud["used_pct"]), "alert": f"{bud['threshold_pct']}%",
+                         "state": STATE[bud["state"]], "crossed_on": ""})
+    st.dataframe(ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "alert",
+                                 "state", "crossed_on"],
                           {"to_date_cost": "spent to date", "forecast_cost": "month end (expected)", "p90_cost": "p90",
-                           "budget_cost": "budget", "crossed_on": "over since / crosses on"}),
+                           "budget_cost": "budget", "alert": "alert at", "crossed_on": "over since / crosses on"}),
                  hide_index=True, key="budget_table")
-    st.caption("at risk: the month-end forecast is above the budget; over: spent to date above it. "
+    st.caption("at risk: the month-end forecast is above the budget, or spent to date has reached its alert threshold "
+               "(alert at, when below 100%); over: spent to date above it. "
                f"The same as `trainledger budget check --month {month} --currency {cur}`.")
 
 

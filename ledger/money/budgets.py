@@ -17,8 +17,13 @@ Each row has the budget (``amount``), the scope's ``cost`` (``to_date``,
 * ``over``: spent to date above the budget (``crossed_on``: the day it went over);
 * ``at_risk``: the month-end forecast (:mod:`ledger.money.forecast`, expected
   figure) above the budget (``crossed_on``: the day the forecast crosses it, on
-  a straight line from to date to the expected month end);
-* ``ok``: neither (``p90_above`` says when the forecast's p90 is above it).
+  a straight line from to date to the expected month end), or spent to date at
+  or above the budget's alert threshold (``threshold_pct`` percent of the amount,
+  when one below 100 is set: ``threshold_reached``);
+* ``ok``: none of these (``p90_above`` says when the forecast's p90 is above it).
+
+A budget's threshold (``--threshold PCT``, 1 to 100) defaults to 100: the
+forecast alone decides, as before thresholds existed (stored as NULL).
 
 ``trainledger budget check`` prints one line per budget and exits 1 when any is
 at risk or over (for cron); the dashboard's Overview and the Prometheus exporter
@@ -46,6 +51,7 @@ from ledger.store.types import utcnow
 MONTHLY = "monthly"
 STATES = ("ok", "at_risk", "over")
 MAX_AMOUNT = Decimal("1e13")  # the Money column holds 20 digits, 6 after the point
+FULL = Decimal(100)  # a budget's threshold when none is set: the forecast alone decides
 TEAM = ""  # the scope of a team-wide budget, as a project name
 
 
@@ -74,6 +80,21 @@ def parse_amount(text: Any, flag: str = "AMOUNT") -> Decimal:
     return amount
 
 
+def parse_threshold(text: Any, flag: str = "--threshold") -> Optional[Decimal]:
+    """A budget's alert threshold: a percent of its amount from 1 to 100 with at most 2 decimals (``80``, ``92.5``);
+    None or ``""``: none (100). Returns None for 100 (stored as NULL: the forecast alone decides)."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        pct = Decimal(str(text).strip().rstrip("%").strip())
+    except (InvalidOperation, ValueError):
+        pct = None
+    if pct is None or not pct.is_finite() or not 1 <= pct <= FULL or pct != pct.quantize(costs.CENT):
+        raise LedgerInputError(f"{flag}: expected a percent of the budget from 1 to 100 (e.g. 80 to be warned at 80% "
+                               f"spent; 100 for none), got {text!r}")
+    return None if pct == FULL else pct
+
+
 def _period(month: Optional[str]) -> str:
     if month is None:
         return MONTHLY
@@ -95,21 +116,23 @@ def _project_key(session: Session, project: Optional[str]) -> int:
 
 
 def set_budget(session: Session, amount: Any, *, project: Optional[str] = None, month: Optional[str] = None,
-               currency: Optional[str] = None) -> dict[str, Any]:
-    """Add or replace the budget of ``project`` (None: the team) for ``month`` (None: every month).
+               currency: Optional[str] = None, threshold: Any = None) -> dict[str, Any]:
+    """Add or replace the budget of ``project`` (None: the team) for ``month`` (None: every month), with its
+    alert ``threshold`` in percent (None: 100; a replaced budget takes the one given, not the old one).
 
     Everything is checked before anything is written; returns the row as :func:`list_budgets` shows it.
     """
     value = parse_amount(amount)
+    pct = parse_threshold(threshold)
     period = _period(month)
     key = _project_key(session, project)
     have = _budget_currency(session, currency)
     row = session.exec(select(Budget).where(Budget.project_key == key, Budget.period == period)).first()
     if row is None:
-        row = Budget(project_key=key, period=period, amount=value, currency=have)
+        row = Budget(project_key=key, period=period, amount=value, currency=have, threshold_pct=pct)
         session.add(row)
     else:
-        row.amount, row.currency, row.updated_at = value, have, utcnow()
+        row.amount, row.currency, row.threshold_pct, row.updated_at = value, have, pct, utcnow()
     session.flush()
     return _row(row, project or TEAM)
 
@@ -151,7 +174,9 @@ def list_budgets(session: Session) -> list[dict[str, Any]]:
 
 def _row(b: Budget, project: str) -> dict[str, Any]:
     return {"scope": "team" if not project else "project", "project": project, "period": b.period,
-            "amount": Decimal(b.amount), "currency": b.currency, "updated_at": b.updated_at}
+            "amount": Decimal(b.amount), "currency": b.currency,
+            "threshold_pct": FULL if b.threshold_pct is None else Decimal(b.threshold_pct).normalize() + 0,
+            "updated_at": b.updated_at}
 
 
 # --- where a month stands ------------------------------------------------------------
@@ -205,8 +230,9 @@ def _status(b: dict[str, Any], fc: dict[str, Any]) -> dict[str, Any]:
     else:
         fig = next((p["cost"] for p in fc["projects"] if p["project"] == project), None) or \
             {k: costs.ZERO for k in ("to_date", "expected", "p10", "p90")}
-    amount = b["amount"]
-    state = "over" if fig["to_date"] > amount else "at_risk" if fig["expected"] > amount else "ok"
-    return {**b, "state": state, "cost": dict(fig), "used_pct": fig["to_date"] / amount * 100,
+    amount, threshold = b["amount"], b["threshold_pct"]
+    reached = threshold < FULL and fig["to_date"] * 100 >= amount * threshold
+    state = "over" if fig["to_date"] > amount else "at_risk" if fig["expected"] > amount or reached else "ok"
+    return {**b, "state": state, "threshold_reached": reached, "cost": dict(fig), "used_pct": fig["to_date"] / amount * 100,
             "expected_pct": fig["expected"] / amount * 100, "p90_above": fig["p90"] > amount,
             "crossed_on": crossing_day(fc, amount, project)}

@@ -452,7 +452,8 @@ class Budget(SQLModel, table=True):
 
     A one-month budget (``period`` ``YYYY-MM``) replaces the every-month one
     (``period`` ``monthly``) of the same scope in its month. The amount is in
-    ``currency``, which must be the offers' (checked when it is set).
+    ``currency``, which must be the offers' (checked when it is set). ``threshold_pct``: at risk
+    once spent to date reaches that percent of the amount (NULL: 100, the forecast alone; migration 0017).
     """
 
     __tablename__ = "budget"
@@ -464,6 +465,7 @@ class Budget(SQLModel, table=True):
     amount: Decimal = Field(sa_type=Money)
     currency: str = Field(max_length=3)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    threshold_pct: Optional[Decimal] = Field(default=None, sa_type=Money)
 
 
 # --- dashboard sign-in (app/sessions.py; migration 0007) ------------------------------------------

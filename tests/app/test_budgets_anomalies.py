@@ -55,6 +55,12 @@ def _budgets(url):
     return with_session(url, lambda s: [(r["project"], r["period"], r["amount"], r["currency"]) for r in list_budgets(s)])
 
 
+def _thresholds(url):
+    from ledger.money.budgets import list_budgets
+
+    return with_session(url, lambda s: [(r["project"], r["threshold_pct"]) for r in list_budgets(s)])
+
+
 def _table(at, column: str):
     """The one table with ``column``."""
     found = [df.value for df in at.dataframe if column in df.value.columns]
@@ -62,8 +68,9 @@ def _table(at, column: str):
     return found[0]
 
 
-def _save(at, *, scope="llm", period="Every month", month=MONTH, amount="3000"):
+def _save(at, *, scope="llm", period="Every month", month=MONTH, amount="3000", threshold="100"):
     at.selectbox(key="budget_scope").set_value(scope)
+    at.text_input(key="budget_threshold").input(threshold)
     at.radio(key="budget_period").set_value(period)
     at.text_input(key="budget_month").input(month)
     at.text_input(key="budget_amount").input(amount)
@@ -80,6 +87,11 @@ def test_a_lead_sets_changes_and_removes_budgets_with_the_cli_validation(ledger)
         "Amount: a budget is in whole cents (at most 2 decimal places), got '12.345'"]
     _save(at, period="One month", month="2026-13", amount="100")
     assert [plain(e.value) for e in at.error] == ["Month: expected YYYY-MM such as 2026-11, got '2026-13'"]
+    for bad in ("0", "101", "abc"):
+        _save(at, amount="100", threshold=bad)
+        assert [plain(e.value) for e in at.error] == [
+            f"Threshold %: expected a percent of the budget from 1 to 100 (e.g. 80 to be warned at 80% spent; 100 for "
+            f"none), got '{bad}'"]
     assert _budgets(ledger) == []  # nothing written
     _save(at, amount="3000")
     assert [plain(s.value) for s in at.success] == ["Saved the every-month budget of project llm: 3,000.00 CNY."]
@@ -90,6 +102,17 @@ def test_a_lead_sets_changes_and_removes_budgets_with_the_cli_validation(ledger)
     llm = table[table["project"] == "llm"].iloc[0]
     assert (llm["spent to date"], llm["budget"], llm["state"]) == ("3,353.42", "3,000.00", "over")
     assert any(plain(s.value).startswith("**Team budget: ok** · spent 3,353.42 of 5,000.00 CNY") for s in at.success)
+    # an alert threshold of 60%: 3,353.42 spent is 67.1% of 5,000 (≥ 3,000.00), so the team's budget is at risk
+    spent = 30 * Decimal("98.63") + Decimal("394.52")
+    assert spent >= Decimal("5000") * 60 / 100
+    _save(at, scope="The team (all projects)", period="One month", amount="5000", threshold="60")
+    assert [plain(s.value) for s in at.success][0] == "Saved the 2026-11 budget of the team: 5,000.00 CNY, alert at 60%."
+    assert _thresholds(ledger) == [("", Decimal(60)), ("llm", Decimal(100))]
+    assert _table(at, "period")[["project", "alert at"]].values.tolist() == [["(team)", "60%"], ["llm", "100%"]]
+    assert [plain(w.value) for w in at.warning if "Team budget" in w.value] == [
+        "**Team budget: at risk** · spent 3,353.42 of 5,000.00 CNY (67.1%); month end 3,353.42 expected; spent to date "
+        "has reached its 60% alert threshold"]
+    assert _table(at, "state").set_index("project").loc["llm", "alert at"] == "100%"
     at.selectbox(key="budget_remove_pick").set_value(("llm", "monthly"))
     next(b for b in at.button if b.label == "Remove budget").click().run()
     assert [plain(s.value) for s in at.success][-1] == "Removed the every-month budget of project llm."
