@@ -24,13 +24,14 @@ def open_runs(project: Optional[str], month: str) -> None:
         st.switch_page("pages/runs.py", query_params=ui.runs_link("", project=project, month=month))
 
 
-def project_links(names: list[str], month: str) -> None:
-    """One link per project to its runs in the month: "Runs of demo-pretrain"."""
+def project_links(names: list[str], month: str, label: str = "Runs of {name}") -> None:
+    """One link per project to its runs in the month: "Runs of demo-pretrain" (``label`` with ``{name}`` and
+    ``{month}``)."""
     if not names:
         return
     cols = st.columns(min(len(names), 4))
     for i, name in enumerate(names):
-        ui.runs_link(f"Runs of {ui.md(name)}", where=cols[i % len(cols)], project=name, month=month,
+        ui.runs_link(label.format(name=ui.md(name), month=month), where=cols[i % len(cols)], project=name, month=month,
                      help=f"Runs, filtered to project {ui.md(name)} in {month}")
 
 

@@ -196,7 +196,8 @@ def spend_path_chart(f: dict, budget) -> alt.Chart:
 
 
 def budget_section() -> None:
-    """Each budget of the month (team and projects) and the per-project table: to date, forecast, budget, state."""
+    """Each budget of the month (team and projects) and the per-project table: to date, forecast, budget, state;
+    a project's row (selected, or its link under the table) opens Runs filtered to it in the month."""
     b = data.budget_status(url, month, currency)
     st.subheader(f"Budgets, {month}")
     if not b["budgets"]:
@@ -215,8 +216,9 @@ def budget_section() -> None:
         if team["state"] == "at_risk" and team["threshold_reached"]:
             line += f"; spent to date has reached its {team['threshold_pct']}% alert threshold"
         (st.error if team["state"] == "over" else st.warning if team["state"] == "at_risk" else st.success)(line)
-    rows = []
+    rows, names = [], []  # names: each row's project (None for runs without one)
     for p in f["projects"]:
+        names.append(p["project"] or None)
         bud = by_project.get(p["project"])
         rows.append({"project": p["project"] or "(none)", "to_date_cost": p["cost"]["to_date"],
                      "forecast_cost": p["cost"]["expected"], "p90_cost": p["cost"]["p90"],
@@ -226,17 +228,21 @@ def budget_section() -> None:
                      "crossed_on": str(bud["crossed_on"]) if bud and bud["crossed_on"] else ""})
     for name, bud in by_project.items():  # budgets of projects with no cost this month
         if name and name not in {p["project"] for p in f["projects"]}:
+            names.append(name)
             rows.append({"project": name, "to_date_cost": 0, "forecast_cost": 0, "p90_cost": 0, "budget_cost": bud["amount"],
                          "used": fmt_cell("used_pct", bud["used_pct"]), "alert": f"{bud['threshold_pct']}%",
                          "state": STATE[bud["state"]], "crossed_on": ""})
-    st.dataframe(ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "alert",
-                                 "state", "crossed_on"],
-                          {"to_date_cost": "spent to date", "forecast_cost": "month end (expected)", "p90_cost": "p90",
-                           "budget_cost": "budget", "alert": "alert at", "crossed_on": "over since / crosses on"}),
-                 hide_index=True, key="budget_table")
+    table = ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "alert", "state",
+                            "crossed_on"],
+                     {"to_date_cost": "spent to date", "forecast_cost": "month end (expected)", "p90_cost": "p90",
+                      "budget_cost": "budget", "alert": "alert at", "crossed_on": "over since / crosses on"})
+    picked = st.dataframe(table, hide_index=True, key="budget_table", on_select="rerun", selection_mode="single-row")
+    if picked is not None and picked.selection.rows:
+        figures.open_runs(names[picked.selection.rows[0]], month)
+    figures.project_links([n for n in names if n and n in by_project], month, "Runs against the budget of {name}")
     st.caption("at risk: the month-end forecast is above the budget, or spent to date has reached its alert threshold "
-               "(alert at, when below 100%); over: spent to date above it. "
-               f"The same as `trainledger budget check --month {month} --currency {cur}`.")
+               "(alert at, when below 100%); over: spent to date above it. Click a project's row or link for its runs "
+               f"in {month}. The same as `trainledger budget check --month {month} --currency {cur}`.")
 
 
 if s.get("is_partial"):

@@ -95,6 +95,12 @@ def test_a_lead_sets_changes_and_removes_budgets_with_the_cli_validation(ledger)
     assert _budgets(ledger) == []  # nothing written
     _save(at, amount="3000")
     assert [plain(s.value) for s in at.success] == ["Saved the every-month budget of project llm: 3,000.00 CNY."]
+    # the budget row drills into its runs: Runs filtered to llm in November
+    from urllib.parse import parse_qs
+
+    links = [e.proto for e in at.get("page_link") if "against the budget" in e.proto.label]
+    assert [(x.label, x.page, parse_qs(x.query_string)) for x in links] == [
+        ("Runs against the budget of llm", "runs", {"project": ["llm"], "month": [MONTH]})]
     _save(at, scope="The team (all projects)", period="One month", amount="5000")
     assert _budgets(ledger) == [("", MONTH, Decimal("5000"), "CNY"), ("llm", "monthly", Decimal("3000"), "CNY")]
     # the Overview shows them: November's llm cost 30 × 98.63 + 394.52 = 3,353.42 is over 3,000; the team's 5,000 holds
