@@ -377,6 +377,14 @@ def spend_by_project(url: str, month: str, currency: Optional[str] = None) -> li
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def spend_by_project_months(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
+    """``ledger.money.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
+    from ledger.money.spend import spend_by_project_months as lines
+
+    return lines([report(url, m, currency=currency) for m in months])
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def capacity_warnings(url: str, month: str) -> list[dict[str, Any]]:
     """``ledger.money.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
     from ledger.money.capacity import capacity_warnings as warnings

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from decimal import Decimal
+from typing import Any, Optional
 
 import altair as alt
 import pandas as pd
@@ -35,15 +36,22 @@ def project_links(names: list[str], month: str, label: str = "Runs of {name}") -
                      help=f"Runs, filtered to project {ui.md(name)} in {month}")
 
 
-def spend_by_project(url: str, month: str, currency: Optional[str], cur: str, spend: str, key: str) -> None:
+def spend_by_project(url: str, month: str, currency: Optional[str], cur: str, spend: Any, key: str,
+                     months: Optional[tuple[str, ...]] = None) -> None:
     """Spend by project with idle as its own line (``ledger.money.spend.spend_by_project``): table and bars.
     The lines add up to the month's spend (``spend``, as presented) to the cent. A project's row, bar or link
-    opens Runs filtered to it (``ui.runs_link``)."""
-    lines = data.spend_by_project(url, month, currency)
+    opens Runs filtered to it (``ui.runs_link``) in ``month``. ``months``: the lines summed over those months
+    (a period's whole months; ``spend_by_project_months``), their spend the lines' sum."""
+    lines = data.spend_by_project(url, month, currency) if months is None else \
+        data.spend_by_project_months(url, months, currency)
+    if months is not None:
+        spend = sum((x["cost"] for x in lines), Decimal(0))
     names = project_names(lines)
-    st.caption(f"Projects + idle = spend {ui.money('actual_cost', spend)} {cur} "
+    span = "" if months is None else f" of {months[0]} to {months[-1]}" if len(months) > 1 else f" of {months[0]}"
+    st.caption(f"Projects + idle = spend{span} {ui.money('actual_cost', spend)} {cur} "
                "(fleet node-hours no run used are idle, no project's; each line half-up to the cent, the cents "
-               "they leave as a rounding line). Click a project's row or bar for its runs.")
+               "they leave as a rounding line). Click a project's row or bar for its runs"
+               + (f" in {month}." if months is not None else "."))
     left, right = st.columns([1, 2])
     picked = left.dataframe(ui.frame(lines, ["line", "cost"], {"line": "project", "cost": f"spend ({cur})"}),
                             hide_index=True, key=key, on_select="rerun", selection_mode="single-row")

@@ -58,3 +58,33 @@ def test_a_month_with_only_a_fleet_is_all_idle(session):
     lines = spend_by_project(rep)
     assert lines == [{"line": IDLE, "cost": cents(2 * 720 * IDLE_RATE)}]
     assert sum(x["cost"] for x in lines) == cents(rep.summary["actual_cost"])
+
+
+def test_a_quarters_lines_are_its_months_lines_summed(session):
+    """2026-Q3 (July and August 744 h, September 720 h): alpha runs 8 nodes × 100 h and beta 2 nodes × 10 h in each
+    month on the 8-node owned fleet. The quarter's line of a project is its three monthly lines added up (each
+    month half-up to the cent); what they leave against the quarter's spend (rounded once) is the rounding line."""
+    from ledger.money import periods as P
+    from ledger.money.spend import spend_by_project_months
+    from ledger.reports.periods import period_report
+
+    add_fleet(session, 8)
+    hours = {"2026-07": 744, "2026-08": 744, "2026-09": 720}
+    for month in hours:
+        start = datetime.fromisoformat(f"{month}-03T00:00:00+00:00")
+        add_run(session, f"a-{month}", start, 100, nodes=8, project="alpha")
+        add_run(session, f"b-{month}", start + timedelta(days=10), 10, nodes=2, project="beta")
+    session.commit()
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    reps = [monthly_report(session, m, now=now) for m in hours]
+    lines = {x["line"]: x["cost"] for x in spend_by_project_months(reps)}
+    busy = {m: FIXED / h + D("4.0") * D("0.5") for m, h in hours.items()}  # per busy node-hour that month
+    for name, node_hours in (("alpha", 800), ("beta", 20)):
+        monthly = [next(x["cost"] for x in spend_by_project(r) if x["line"] == name) for r in reps]
+        assert monthly == [cents(node_hours * busy[m]) for m in hours]  # by hand from the seed prices
+        assert lines[name] == sum(monthly)
+    assert (lines["alpha"], lines["beta"]) == (D("15693.91"), D("392.36"))
+    assert lines["idle"] == sum(cents(r.summary["idle_cost"]) for r in reps)
+    quarter = period_report(session, P.quarter_period("2026-Q3"), now=now, compare=False)
+    assert sum(lines.values(), D(0)) == cents(quarter["summary"]["actual_cost"]) == cents(
+        sum((r.summary["actual_cost"] for r in reps), D(0)))

@@ -34,6 +34,7 @@ has_runs = s["runs"] > 0
 st.title("Overview")
 pr = period_view.report(url, period, currency)
 if period.kind != "month":  # a quarter, a year to date or a date range: its totals, then its latest month below
+    # (but "Spend by project" sums the period's whole months)
     period_view.caption(pr, cur)
     period_view.overview_headline(pr, cur)
     period_view.by_month(pr, cur)
@@ -141,7 +142,13 @@ def waste_section() -> None:
 
 
 def spend_section() -> None:
-    """Spend by project with idle as its own line: the lines add up to the month's spend."""
+    """Spend by project with idle as its own line: the lines add up to the month's spend. For a quarter, a year to
+    date or a range: summed over the period's whole months (the period report's ``months``)."""
+    months = tuple(pr.get("months") or ()) if period.kind != "month" else ()
+    if months:
+        st.subheader(f"Spend by project, {ui.md(pr['period'])} (whole months {months[0]} to {months[-1]})")
+        figures.spend_by_project(url, month, currency, cur, None, "spend_by_project", months=months)
+        return
     st.subheader(f"Spend by project, {month}")
     figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "spend_by_project")
 

@@ -8,7 +8,8 @@ between projects.
 
 from __future__ import annotations
 
-from typing import Any
+from decimal import Decimal
+from typing import Any, Iterable
 
 from ledger.money.costs import ZERO, cents
 from ledger.money.monthly import MonthlyReport
@@ -25,8 +26,22 @@ def spend_by_project(rep: MonthlyReport) -> list[dict[str, Any]]:
 
     The project costs are the monthly report's (runs costed at the same rates as the totals), each rounded
     half-up: the same cents as the budget table and the forecast show for the project."""
-    s = rep.summary
-    lines = [{"line": p["project"] or NO_PROJECT, "cost": cents(p["cost"])} for p in rep.projects]
-    lines.append({"line": IDLE, "cost": cents(s["idle_cost"])})
-    rest = cents(s["actual_cost"]) - sum((x["cost"] for x in lines), ZERO)
+    return spend_by_project_months([rep])
+
+
+def spend_by_project_months(reports: Iterable[MonthlyReport]) -> list[dict[str, Any]]:
+    """The same lines over several months (a quarter's, a year to date's whole months: the Overview's "Spend by
+    project" for a period): each project's line and idle are the months' lines added up (each month's cents, so a
+    quarter reads as its months' tables summed), and ``rounding`` is what they leave against the months' exact
+    spend summed and rounded once (the period report's spend): Σ lines == that spend in cents exactly."""
+    projects: dict[str, Decimal] = {}
+    idle = spend = ZERO
+    for rep in reports:
+        for p in rep.projects:
+            projects[p["project"] or ""] = projects.get(p["project"] or "", ZERO) + cents(p["cost"])
+        idle += cents(rep.summary["idle_cost"])
+        spend += rep.summary["actual_cost"]
+    lines = [{"line": name or NO_PROJECT, "cost": projects[name]} for name in sorted(projects)]
+    lines.append({"line": IDLE, "cost": idle})
+    rest = cents(spend) - sum((x["cost"] for x in lines), ZERO)
     return lines + ([{"line": ROUNDING, "cost": rest}] if rest else [])

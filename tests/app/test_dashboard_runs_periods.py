@@ -71,6 +71,22 @@ def test_a_quarter_on_the_overview_is_the_period_report(demo_url, app_env, monke
     assert spend.value == fmt_cell("actual_cost", want["summary"]["actual_cost"]) == "71,598.87"
     assert plain(spend.proto.delta) == f"{want['change']['actual_cost_pct']:+.1f}% vs {want['previous']['period']}"
     assert metrics(at)["GPU-hours"] == fmt_cell("gpu_hours", want["summary"]["gpu_hours"])
+    # "Spend by project" sums the quarter's whole months (October to December to date), not only December
+    from decimal import Decimal
+
+    from ledger.money.costs import cents
+    from ledger.money.monthly import monthly_report
+    from ledger.money.spend import spend_by_project
+
+    assert want["months"] == ["2026-10", "2026-11", "2026-12"]
+    reps = with_session(demo_url, lambda s: [monthly_report(s, m, now=datetime.fromisoformat(NOW)) for m in want["months"]])
+    table = next(d.value for d in at.dataframe if list(d.value.columns) == ["project", "spend (CNY)"])
+    shown = {p: Decimal(c.replace(",", "")) for p, c in zip(table["project"], table["spend (CNY)"])}
+    for name in ("demo-pretrain", "demo-finetune"):
+        monthly = [next((x["cost"] for x in spend_by_project(r) if x["line"] == name), Decimal(0)) for r in reps]
+        assert monthly[0] > 0 and shown[name] == sum(monthly), (name, monthly)  # each month's line, added up
+    assert shown["idle"] == sum(cents(r.summary["idle_cost"]) for r in reps)
+    assert sum(shown.values(), Decimal(0)) == Decimal(want["summary"]["actual_cost"]) == Decimal("71598.87")
 
 
 def test_runs_link_builds_the_runs_query():
