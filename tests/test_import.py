@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from sqlmodel import Session, func, select
 
@@ -71,8 +72,11 @@ def test_sacct_import(cli, engine, tmp_path):
         s.delete(s.get(Run, "slurm-4104"))
         s.commit()
     rep = json.loads(cli("report", "monthly", "--month", "2026-11", "--format", "json").output)
-    # 4 × 10 h + 1 × 1 h (20 min, 1 h minimum) + 1 × 1 h = 42 node-hours × 3600/730
-    assert rep["summary"]["actual_cost"] == "207.12"
+    # 4 × 10 h + ½ × 1 h (4102: 20 min, 1 h minimum, 4 of the node's 8 GPUs: half the node, issue 27)
+    # + 1 × 1 h = 41.5 node-hours × 3600/730 = 204.657...
+    assert Decimal(rep["summary"]["actual_cost"]) == (Decimal("41.5") * Decimal(3600) / Decimal(730)).quantize(Decimal("0.01"))
+    assert rep["summary"]["actual_cost"] == "204.66"
+    assert runs["slurm-4102"].share == "1/2" and runs["slurm-4101"].share in (None, "", "1")
 
 
 def test_one_bad_row_rejects_the_file(cli, engine, tmp_path):
