@@ -507,6 +507,14 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
                 run.ended_at = now
                 run.exit_code = exit_code
                 run.error = f"the launcher exited with {exit_code} before training started; see {run.log_path}"
+            elif (run.status == RunStatus.running and not cancel_requested and exit_code > 0 and failure
+                  and failure[0] != 0 and failure[1] not in _STOP_CODES):
+                # the launcher ended on its own and names another rank's death: it stopped rank 0 before rank 0
+                # recorded its end. The run failed (not crashed: nothing of ours died); its nodes were held until now
+                run.status = RunStatus.failed
+                run.ended_at = now
+                run.exit_code = exit_code
+                run.error = f"{failure[2]}; the launcher then stopped the other ranks before rank 0 recorded its end"
             elif run.status == RunStatus.running:
                 run.status = RunStatus.crashed
                 run.ended_at = run.heartbeat_at or now

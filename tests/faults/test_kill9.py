@@ -159,3 +159,39 @@ def test_rank0_stopped_by_the_launcher_is_failed_unless_someone_cancelled(runs, 
     else:
         assert run.status == RunStatus.failed and run.exit_code == 1
         assert run.error == "rank 1 (local_rank 1) was killed by SIGKILL; the launcher then stopped the other ranks"
+
+
+@pytest.mark.parametrize("cancel_requested", [False, True], ids=["nobody-cancelled", "runs-cancel"])
+def test_rank0_stopped_before_it_recorded_its_end_is_failed_not_crashed(runs, tmp_path, cancel_requested):
+    """Under load torchrun can stop rank 0 before rank 0 has recorded anything (found by tests/stress.sh: the
+    rank-1 test above once saw ``crashed``). The launcher itself exited with 1 and its report (the real one of
+    the rank-1 run) names rank 1's death: the run failed, ended when the launcher let go of the nodes. Asked to
+    cancel, the supervisor leaves it as before (crashed at the last heartbeat)."""
+    from datetime import timedelta
+
+    from sqlmodel import Session
+
+    from ledger.runs.launch import settle
+    from ledger.store.models import Run
+    from tests.helpers import add_run
+
+    report = run_row(runs.engine, runs.rids["rank1"]).log_path
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = make_engine(url)
+    beat = datetime.now(timezone.utc) - timedelta(minutes=1)
+    with Session(engine) as s:
+        add_run(s, "unrecorded", beat - timedelta(minutes=1), 0.01, nodes=1, offer_name=None, status=RunStatus.running)
+        run = s.get(Run, "unrecorded")
+        run.ended_at, run.heartbeat_at = None, beat
+        s.commit()
+    before = datetime.now(timezone.utc)
+    settle("unrecorded", url, 1, cancel_requested=cancel_requested, log_path=Path(report))
+    run = run_row(engine, "unrecorded")
+    engine.dispose()
+    if cancel_requested:
+        assert (run.status, _utc(run.ended_at)) == (RunStatus.crashed, _utc(beat))
+    else:
+        assert (run.status, run.exit_code) == (RunStatus.failed, 1)
+        assert run.error == ("rank 1 (local_rank 1) was killed by SIGKILL; the launcher then stopped the other ranks "
+                             "before rank 0 recorded its end")
+        assert _utc(run.ended_at) >= _utc(before)
