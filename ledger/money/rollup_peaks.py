@@ -35,10 +35,11 @@ def _insert(conn: Connection, table: Any):
 
 
 
-def _scope_rows(conn: Connection, month: str, nt: int, offer_key: int,
-                window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
+def _scope_slices(conn: Connection, month: str, nt: int, offer_key: int, held,
+                  window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
+    """The scope's slices as (start, end, ``held``): one query for whole nodes and for node units."""
     t = RollupSlice.__table__
-    q = select(t.c.start_at, t.c.end_at, t.c.nodes).where(t.c.month == month, t.c.node_type_id == nt)
+    q = select(t.c.start_at, t.c.end_at, held).where(t.c.month == month, t.c.node_type_id == nt)
     if offer_key == 0:
         q = q.where(t.c.offer_id.is_(None))
     elif offer_key != ALL:
@@ -46,20 +47,18 @@ def _scope_rows(conn: Connection, month: str, nt: int, offer_key: int,
     if window is not None:
         q = q.where(t.c.start_at < window[1], t.c.end_at > window[0])
     return [tuple(r) for r in conn.execute(q)]
+
+
+def _scope_rows(conn: Connection, month: str, nt: int, offer_key: int,
+                window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
+    """The scope's slices as (start, end, whole nodes)."""
+    return _scope_slices(conn, month, nt, offer_key, RollupSlice.__table__.c.nodes, window)
 
 
 def _scope_units(conn: Connection, month: str, nt: int, offer_key: int,
-                window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
+                 window: Optional[tuple[datetime, datetime]] = None) -> list[tuple[datetime, datetime, int]]:
     """The scope's slices as (start, end, nodes held in node units)."""
-    t = RollupSlice.__table__
-    q = select(t.c.start_at, t.c.end_at, held_units(t)).where(t.c.month == month, t.c.node_type_id == nt)
-    if offer_key == 0:
-        q = q.where(t.c.offer_id.is_(None))
-    elif offer_key != ALL:
-        q = q.where(t.c.offer_id == offer_key)
-    if window is not None:
-        q = q.where(t.c.start_at < window[1], t.c.end_at > window[0])
-    return [tuple(r) for r in conn.execute(q)]
+    return _scope_slices(conn, month, nt, offer_key, held_units(RollupSlice.__table__), window)
 
 
 def held_units(t: Any) -> Any:
