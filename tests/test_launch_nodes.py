@@ -69,6 +69,16 @@ def test_node_0_registers_the_run_and_the_others_only_start_their_torchrun(sessi
         prepare(session, LaunchRequest(CONFIG, nodes=1, node_rank=1), url)
 
 
+def test_one_node_lets_torchrun_bind_its_own_port(session):
+    """One node: ``--standalone`` on 127.0.0.1, no port picked here, so concurrent launches cannot collide (one of
+    tests/faults' eight concurrent launches once lost its port to another between the pick and torchrun's bind)."""
+    p = prepare(session, LaunchRequest(CONFIG, gpus_per_node=2), "sqlite:///unused")
+    i = p.command.index("--standalone")
+    assert p.command[i:i + 7] == ["--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1",
+                                  "--nproc-per-node", "2"]
+    assert "--master-port" not in p.command and "--master-addr" not in p.command
+
+
 def _running(url: str, beat_ago: timedelta) -> None:
     from ledger.store.db import make_engine
     from ledger.store.models import RunNode

@@ -315,18 +315,20 @@ def _command(req: LaunchRequest, run_id: str, node_type: str, name: str, gpn: in
            "PYTHONUNBUFFERED": "1"}
     if req.node_rank:
         env[ENV_MEMBER] = str(req.node_rank)  # the supervisor settles this node only (node 0 owns the run)
-    port = str(_free_port())
     if req.launcher == "torchrun":
-        # several nodes: this node's torchrun meets the others at node 0's (static rendezvous, its TCP store)
+        # several nodes: this node's torchrun meets the others at node 0's (static rendezvous, its TCP store).
+        # One node: --standalone, whose store listens on a port the kernel picks as it binds; a port picked
+        # here and passed on could be taken by another launch in between (seen with eight concurrent launches).
         where = (["--nnodes", str(req.nodes), "--node-rank", str(req.node_rank), "--master-addr", req.master_addr,
                   "--master-port", str(req.master_port)] if req.nodes > 1 else
-                 ["--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", port])
+                 ["--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1"])
         cmd = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(gpn),
                "--max-restarts", "0", "-m", "trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     if req.launcher == "deepspeed":
         ds = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
-        cmd = [ds, "--num_nodes", str(req.nodes), "--num_gpus", str(gpn), "--master_port", port]
+        # DeepSpeed's launcher takes no port 0: a free one, picked here (another launch could take it first)
+        cmd = [ds, "--num_nodes", str(req.nodes), "--num_gpus", str(gpn), "--master_port", str(_free_port())]
         if req.hostfile:
             cmd += ["--hostfile", str(req.hostfile)]
         cmd += ["--module", "trainer.train", *train_args]

@@ -90,7 +90,7 @@ def test_a_deep_link_signed_out_comes_back_to_its_page_and_survives_a_reload(sit
     assert cookie["value"] not in page.url and "password" not in page.url
     page.reload()
     expect(cost).to_have_text("98.63")
-    expect(page.get_by_text("Signed in as alice (lead)")).to_be_visible()
+    expect(page.get_by_test_id("stSidebarUserContent").get_by_text("Signed in as alice (lead)")).to_be_visible()
     assert cookie["value"] not in served.log_text()
 
 
@@ -119,7 +119,7 @@ def test_sign_out_ends_the_session(site, browser):
     page = _page(browser)
     page.goto(served.base + "/settings")
     sign_in(page, served.base, "carol", "carol-pw")
-    expect(page.get_by_text("Signed in as carol (lead)")).to_be_visible()
+    expect(page.get_by_test_id("stSidebarUserContent").get_by_text("Signed in as carol (lead)")).to_be_visible()
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_text("You are signed out.")).to_be_visible()
     page.reload()
@@ -135,7 +135,7 @@ def test_a_changed_password_or_a_removed_user_ends_old_sessions(site, browser):
     for page, (name, pw) in ((dave, ("dave", "dave-pw")), (carol, ("carol", "carol-pw"))):
         page.goto(served.base + "/overview")
         sign_in(page, served.base, name, pw)
-        expect(page.get_by_text(f"Signed in as {name}")).to_be_visible()
+        expect(page.get_by_test_id("stSidebarUserContent").get_by_text(f"Signed in as {name}")).to_be_visible()
     write_users(users, {**{k: v for k, v in USERS.items() if k != "carol"}, "dave": ("viewer", "dave-new-pw")})
     for page in (dave, carol):
         page.reload()
@@ -143,7 +143,7 @@ def test_a_changed_password_or_a_removed_user_ends_old_sessions(site, browser):
     sign_in(dave, served.base, "dave", "dave-pw")
     expect(dave.get_by_text("Wrong user or password.")).to_be_visible()
     sign_in(dave, served.base, "dave", "dave-new-pw")
-    expect(dave.get_by_text("Signed in as dave (viewer)")).to_be_visible()
+    expect(dave.get_by_test_id("stSidebarUserContent").get_by_text("Signed in as dave (viewer)")).to_be_visible()
     write_users(users, USERS)
 
 

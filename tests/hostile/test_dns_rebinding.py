@@ -183,7 +183,7 @@ def test_behind_a_reverse_proxy_the_allowed_name_needs_sign_in(tmp_path):
                 page.get_by_label("User").fill("alice")
                 page.get_by_label("Password").fill("alice-pw")
                 page.get_by_role("button", name="Sign in").click()
-                expect(page.get_by_text("Signed in as alice (lead)")).to_be_visible()
+                expect(page.get_by_test_id("stSidebarUserContent").get_by_text("Signed in as alice (lead)")).to_be_visible()
                 assert page.url == f"http://dash.test:{served.port}/settings"
             finally:
                 browser.close()

@@ -38,13 +38,16 @@ def subprocess_env(**extra: str) -> dict:
     return env
 
 
-def torchrun_cmd(nproc: int, target: list[str], *, port: int, nnodes: int = 1, node_rank: int = 0) -> list[str]:
-    """``python -m torch.distributed.run`` with a static rendezvous on 127.0.0.1:port."""
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(nnodes), "--node-rank", str(node_rank), "--nproc-per-node", str(nproc),
-        "--master-addr", "127.0.0.1", "--master-port", str(port), *target,
-    ]
+def torchrun_cmd(nproc: int, target: list[str], *, port: int | None = None, nnodes: int = 1,
+                 node_rank: int = 0) -> list[str]:
+    """``python -m torch.distributed.run``: one node, ``--standalone`` (its store binds a port the kernel picks, so
+    concurrent tests cannot take each other's); several, a static rendezvous on 127.0.0.1:port."""
+    if nnodes == 1:
+        where = ["--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1"]
+    else:
+        where = ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
+                 "--master-port", str(port)]
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(nproc), *target]
 
 
 def run_group(cmd: list[str], *, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -76,7 +79,7 @@ def parity_config(strategy: str, cache_dir: Path, shape: str = "tiny", **paralle
 def run_strategies(tmp: Path, nproc: int, runs: list[dict], timeout: float = 300) -> dict:
     runs_path, out = tmp / "runs.json", tmp / "results.json"
     runs_path.write_text(json.dumps(runs), encoding="utf-8")
-    cmd = torchrun_cmd(nproc, [str(HERE / "multi_strategy_worker.py"), str(out), str(runs_path)], port=free_port())
+    cmd = torchrun_cmd(nproc, [str(HERE / "multi_strategy_worker.py"), str(out), str(runs_path)])
     proc = run_group(cmd, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-20000:]
     return json.loads(out.read_text(encoding="utf-8"))

@@ -160,8 +160,7 @@ def test_stream_reads_what_the_arithmetic_assigns(shards):
 def test_three_real_ranks_partition_an_epoch(shards, tmp_path, launcher):
     """gloo process group of 3 ranks; each reads its share through WebDataset; keys are all-gathered."""
     out = tmp_path / "keys.json"
-    cmd = launcher.torchrun_cmd(3, [str(HERE / "data_ranks_worker.py"), str(shards), str(out), "2", "3"],
-                                port=launcher.free_port())
+    cmd = launcher.torchrun_cmd(3, [str(HERE / "data_ranks_worker.py"), str(shards), str(out), "2", "3"])
     proc = launcher.run(cmd, timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:]
     got = json.loads(out.read_text(encoding="utf-8"))
