@@ -128,18 +128,27 @@ ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults", "multihost")
 SLOW_FOLDERS = ("faults", "tracking", "slurm", "collect", "multihost")
 
 
-#: The groups that take longest, in seconds of one worker on 2 idle cores (``--durations``, 2026-12-04; rough, only
-#: their order matters). xdist hands groups out by how many tests they hold, so these few-but-long groups started
-#: last and ran alone at the end: the whole suite took 21 min. They now go first (longest first), every other
-#: group after them, most tests first, as xdist would order them.
+#: The groups that take longest: seconds of test time on one of 3 workers on 2 idle cores (``--durations=0``,
+#: 2026-12-04; only their order matters). xdist hands groups out by how many tests they hold, so the few-but-long
+#: groups (multihost above all) started last and ran on while the other workers had nothing left: the suite took
+#: 21 min. Longest first, it took 19 (3,330 s of test time on 3 workers in 1,150 s). Every other group follows,
+#: most tests first, as xdist orders them.
 LONG_GROUPS = {
-    "multihost": 360,
-    "tracking/test_tracked_runs.py": 200,
-    "trainer": 190,
-    "slurm": 170,
-    "faults": 150,
-    "test_bench_quick.py": 80,
-    "collect": 70,
+    "multihost": 326,
+    "tracking/test_tracked_runs.py": 213,
+    "slurm": 155,
+    "faults": 120,
+    "trainer": 116,
+    "capture/test_wrapper.py": 115,
+    "capture/test_goodput_capture.py": 109,
+    "capture/test_frameworks.py": 96,
+    "test_bench_quick.py": 94,
+    "app/test_runs_periods_browser.py": 84,
+    "capture/test_wrapper_never_hurts.py": 74,
+    "test_cli_full_disk.py": 72,
+    "app/test_readability_browser.py": 65,
+    "hostile/test_concurrent_writers.py": 59,
+    "collect": 55,
 }
 
 
