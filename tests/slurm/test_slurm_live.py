@@ -96,6 +96,19 @@ def wait_state(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> st
     return slurm.wait_for(f"job {job} in {sorted(states)}", lambda: (s := state(slurm, job)) in states and s, timeout)
 
 
+def wait_recorded(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> str:
+    """Wait until the accounting (sacct, what `slurm sync` reads) has the job's last record in ``states``.
+
+    slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record: a sync straight after
+    :func:`wait_state` could miss the job (seen under load: the job was COMPLETED and not in the ledger).
+    """
+    def recorded():
+        records = acct(slurm, job)
+        last = records[-1]["State"].split()[0] if records and records[-1]["State"] else ""
+        return last in states and last
+    return slurm.wait_for(f"job {job} recorded in {sorted(states)}", recorded, timeout)
+
+
 def seconds(run: Run) -> float:
     return (run.ended_at - run.started_at).total_seconds()
 
@@ -218,7 +231,7 @@ def test_finished_jobs_have_status_nodes_and_duration(slurm, ledger, jobs):
     want = {"ok": "COMPLETED", "fail3": "FAILED", "cancel": "CANCELLED", "timeout": "TIMEOUT", "rq": "COMPLETED",
             "long": "COMPLETED", "wrapped": "COMPLETED", "late": "COMPLETED", "wrq": "COMPLETED"}
     for name, final in want.items():
-        assert wait_state(slurm, jobs[name], FINAL) == final, (name, job_output(slurm, jobs[name]))
+        assert wait_recorded(slurm, jobs[name], FINAL) == final, (name, job_output(slurm, jobs[name]))
     receipt = sync(ledger, slurm)
     assert receipt["updated"] >= 1  # the running job, now finished
     got = runs(ledger)
@@ -311,7 +324,7 @@ def test_a_requeued_wrapped_job_is_one_chain_each_attempt_once(slurm, ledger, jo
 def test_launch_slurm_end_to_end(slurm, ledger, jobs):
     launched = jobs["launch"]
     job = launched["job_id"]
-    assert wait_state(slurm, job, FINAL, timeout=600) == "COMPLETED", slurm.log_tail("slurmd")
+    assert wait_recorded(slurm, job, FINAL, timeout=600) == "COMPLETED", slurm.log_tail("slurmd")
     run = runs(ledger)[launched["run_id"]]
     assert (run.status, run.steps, run.launcher) == (RunStatus.succeeded, 3, "slurm")  # recorded by the trainer in the job
     receipt = sync(ledger, slurm)

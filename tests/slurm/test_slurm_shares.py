@@ -22,7 +22,7 @@ from ledger.money.monthly import monthly_report
 from ledger.store.db import make_engine
 from ledger.store.models import Fleet, Offer
 from tests.slurm.cluster import SlurmCluster, missing_programs
-from tests.slurm.test_slurm_live import _until, cli, runs, sync, wait_state
+from tests.slurm.test_slurm_live import _until, cli, runs, sync, wait_recorded, wait_state
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_billing_units_equal_slurms_billing(shared, mode):
     jobs = [cluster.sbatch("-p", "billed", f"--gres=gpu:{g}", "-c", c, f"--mem={m}", "--wrap", "true")
             for c, m, g in BILLED]
     for j in jobs:
-        wait_state(cluster, j, {"COMPLETED"})
+        wait_recorded(cluster, j, {"COMPLETED"})
     sync(url, cluster)
     got = runs(url)
     whole = Fraction(16) if mode == "MAX_TRES" else Fraction(16) + Fraction(1000 * 4, 1024) + 16
@@ -104,7 +104,7 @@ def test_two_half_node_jobs_pay_half_each_and_are_one_node(shared, tmp_path):
         wait_state(cluster, j, {"RUNNING"})  # both hold the node at once
     go.touch()
     for j in jobs:
-        wait_state(cluster, j, {"COMPLETED"})
+        wait_recorded(cluster, j, {"COMPLETED"})
     sync(url, cluster)
     got = [runs(url)[f"slurm-{j}"] for j in jobs]
     assert [(r.share, r.share_basis, r.gpus_per_node) for r in got] == [("1/2", "gpus", 4)] * 2
