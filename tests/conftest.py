@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -170,13 +171,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    sizes: dict[str, int] = {}
-    for item in items:
-        sizes[_group(item)] = sizes.get(_group(item), 0) + 1
+    group_of = {item.nodeid: _group(item) for item in items}
+    sizes = Counter(group_of.values())
     # a stable sort: within a group (and a file) the collection order stays as it was
-    items.sort(key=lambda item: (-LONG_GROUPS.get(_group(item), 0), -sizes[_group(item)]))
+    items.sort(key=lambda item: (-LONG_GROUPS.get(group_of[item.nodeid], 0), -sizes[group_of[item.nodeid]]))
     for item in items:
-        group = _group(item)
+        group = group_of[item.nodeid]
         if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
             # pytest >= 9 keeps the node id in ``_id``: xdist 3.8's own hook still sets ``_nodeid``, which no
             # longer takes, and every test would be scheduled alone. Add the ``@group`` suffix it means to add.

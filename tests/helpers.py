@@ -86,3 +86,24 @@ currency = "CNY"
 price_per_node_hour = "10"
 valid_from = 2025-01-01
 """
+
+
+def month_account_identities(session, month: str, now):
+    """The goodput account and the monthly report of ``month`` at ``now``, with the identities every ledger keeps:
+    goodput + badput + idle = spend = the report's cost (on the money grid); idle = the report's idle less the
+    recovery it became; lost work as the report's. Returns (account, report, the month's account, report lines by run)."""
+    from decimal import Decimal
+
+    from ledger.money import costs
+    from ledger.money.goodput import Category, goodput_account, on_grid
+    from ledger.money.monthly import monthly_report
+
+    rep = goodput_account(session, month=month, now=now)
+    report = monthly_report(session, month, now=now)
+    (m,) = rep.months
+    assert m.goodput + m.badput + m.idle == m.spend == on_grid(report.summary["actual_cost"])
+    recovery = sum((r.recovery_cost for r in rep.runs), Decimal(0))
+    assert costs.cents(m.idle) == costs.cents(report.summary["idle_cost"] - recovery)
+    assert abs(m.identity_residual) < Decimal("1e-9")
+    assert costs.cents(m.by_category[Category.lost_work]) == costs.cents(report.summary["lost_work_cost"])
+    return rep, report, m, {r.run_id: r for r in report.runs}

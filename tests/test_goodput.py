@@ -32,8 +32,7 @@ from ledger.sources import phases as ph
 from ledger.sources.journal import Journal, sync_journal
 from ledger.store.db import make_engine, session_scope
 from ledger.store.models import Run, RunPhase, RunStatus
-from tests.helpers import add_fleet, add_run
-from tests.summaries import month_account_identities
+from tests.helpers import add_fleet, add_run, month_account_identities
 
 D = Decimal
 UTC = timezone.utc

@@ -22,8 +22,7 @@ from ledger.money.goodput import BADPUT, Category, on_grid
 from ledger.money.months import month_bounds
 from ledger.store.lookup import get_or_create
 from ledger.store.models import Project, Run, RunPhase, RunStatus, User
-from tests.helpers import add_fleet, node_type, offer
-from tests.summaries import month_account_identities
+from tests.helpers import add_fleet, month_account_identities, node_type, offer
 
 pytestmark = pytest.mark.slow
 

@@ -99,8 +99,9 @@ def wait_state(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> st
 def wait_recorded(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> str:
     """Wait until the accounting (sacct, what `slurm sync` reads) has the job's last record in ``states``.
 
-    slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record: a sync straight after
-    :func:`wait_state` could miss the job (seen under load: the job was COMPLETED and not in the ledger).
+    slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record, so a sync straight after
+    :func:`wait_state` races the accounting. Not the whole story: once (stress run 4, docs/PERFORMANCE.md) a sync
+    after this wait still missed two jobs; open in issue 23.
     """
     def recorded():
         records = acct(slurm, job)
