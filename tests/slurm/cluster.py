@@ -179,6 +179,13 @@ class SlurmCluster:
         subprocess.run(["mysql", "-h", MARIADB["host"], "-P", MARIADB["port"], "-u", MARIADB["user"], "-e", sql],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
 
+    def accounting_sql(self, sql: str) -> str:
+        """Run ``sql`` in slurmdbd's own database (to put a record in a state slurmdbd itself produces); its
+        rows, tab-separated."""
+        return subprocess.run(["mysql", "-h", MARIADB["host"], "-P", MARIADB["port"], "-u", MARIADB["user"], "-N",
+                               "-e", sql, self.db], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=60).stdout
+
     def _create_database(self) -> None:
         try:
             self._mysql(f"CREATE DATABASE `{self.db}`")

@@ -100,8 +100,9 @@ def wait_recorded(slurm, job: str, states: set[str], timeout: float = WAIT_S) ->
     """Wait until the accounting (sacct, what `slurm sync` reads) has the job's last record in ``states``.
 
     slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record, so a sync straight after
-    :func:`wait_state` races the accounting. Not the whole story: once (stress run 4, docs/PERFORMANCE.md) a sync
-    after this wait still missed two jobs; open in issue 23.
+    :func:`wait_state` races the accounting. The record may still lack its eligible time for seconds after
+    this (a plain window misses the job then); `slurm sync` covers that itself with its second, ``--state``
+    window (tests/slurm/test_slurm_shares.py).
     """
     def recorded():
         records = acct(slurm, job)
