@@ -123,7 +123,31 @@ def no_leftovers():
             p.wait(timeout=60)
 
 
+#: what a login shell's commands start with. pytest may not: started by `cmd &` from a script (or a CI runner
+#: that does so) it runs with SIGINT and SIGQUIT ignored, under nohup with SIGHUP ignored too, and a wrapper
+#: passes what it inherited on to its job, as an unwrapped job would inherit it
+LOGIN_DEFAULTS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGALRM", "SIGCONT",
+                  "SIGTSTP", "SIGTTIN", "SIGTTOU")
+
+
+def login_signals() -> None:
+    """A ``preexec_fn``: every signal the tests send or read at its default disposition."""
+    for name in LOGIN_DEFAULTS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
+def own_terminal() -> None:
+    """A ``preexec_fn``: like a login shell, a session whose controlling terminal is the pty on stdin."""
+    import fcntl
+    import termios
+
+    login_signals()
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def start(url: str, env: dict, *args, command: list[str], **kw) -> subprocess.Popen:
+    kw.setdefault("preexec_fn", login_signals)
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
     STARTED.append(subprocess.Popen(wrap_cmd(url, *args, command=command), env=env, cwd=REPO, **kw))
@@ -168,6 +192,7 @@ def test_under_nohup_hup_stays_ignored_and_kills_neither_the_wrapper_nor_the_job
     started, ignored, done = tmp_path / "started", tmp_path / "ignored", tmp_path / "done"
 
     def nohup() -> None:
+        login_signals()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     p = start(ledger_url, capture_env, command=hostile("--started", started, "--report-ignored", ignored,
                                                        "--wait-for", done), preexec_fn=nohup)
@@ -184,14 +209,7 @@ def test_under_nohup_hup_stays_ignored_and_kills_neither_the_wrapper_nor_the_job
 # --- 3. the terminal: the job is its foreground process group ---------------------------------
 
 def test_a_job_that_reads_the_terminal_gets_its_line_and_ctrl_c_cancels_it(ledger_url, capture_env, tmp_path):
-    import fcntl
-    import termios
-
     master, slave = os.openpty()
-
-    def own_terminal() -> None:  # like a login shell: a session whose controlling terminal is the pty
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     read, started = tmp_path / "line", tmp_path / "started"
     p = subprocess.Popen(wrap_cmd(ledger_url, command=hostile("--read-line", read, "--started", started,
                                                               "--wait-for", tmp_path / "never")),
@@ -213,12 +231,18 @@ def test_a_job_that_reads_the_terminal_gets_its_line_and_ctrl_c_cancels_it(ledge
     assert (run.status, run.exit_code) == (RunStatus.cancelled, 130)
 
 
-def _drain(master: int, p: subprocess.Popen) -> str:
-    """Everything the terminal showed until the wrapper exits (the pty must be read, or writers block)."""
+def _drain(master: int, p: subprocess.Popen, bound_s: float = 600) -> str:
+    """Everything the terminal showed until the wrapper exits (the pty must be read, or writers block); after
+    ``bound_s`` (an upper bound a healthy wrapper never comes near: it exits within seconds) the test fails."""
     import select
+    import time
 
-    out = b""
+    out, deadline = b"", time.monotonic() + bound_s
     while True:
+        if time.monotonic() > deadline:
+            p.kill()
+            raise AssertionError(f"the wrapper did not exit within {bound_s:g} s; its terminal showed: "
+                                 + out.decode(errors="replace")[-2000:])
         ready, _, _ = select.select([master], [], [], 0.5)
         chunk = b""
         if ready:
@@ -389,14 +413,7 @@ def test_an_unexpected_error_inside_the_wrapper_runs_the_command_once_with_its_e
 
 
 def test_ctrl_z_stops_the_job_and_the_wrapper_and_sigcont_resumes_both(ledger_url, capture_env, tmp_path):
-    import fcntl
-    import termios
-
     master, slave = os.openpty()
-
-    def own_terminal() -> None:
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     started, done = tmp_path / "started", tmp_path / "done"
     p = subprocess.Popen(wrap_cmd(ledger_url, command=hostile("--started", started, "--wait-for", done)),
                          env=capture_env, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal)
