@@ -36,9 +36,6 @@ def main() -> int:
     p.add_argument("--peak", type=float, default=None)
     p.add_argument("--wait-bytes", nargs=2, default=None)
     a = p.parse_args()
-    if a.started:
-        with open(a.started, "w") as fh:
-            fh.write(str(os.getpid()))
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     elif a.on_term:
@@ -47,6 +44,10 @@ def main() -> int:
                 fh.write(f"{os.getpid()} {signal.Signals(signum).name}")
             sys.exit(7)
         signal.signal(signal.SIGTERM, term)
+    if a.started:  # only once its SIGTERM handling is in place (a test signals the job as soon as it has
+        with open(a.started + ".part", "w") as fh:  # started), and whole: it appears with the pid in it
+            fh.write(str(os.getpid()))
+        os.replace(a.started + ".part", a.started)
     for path, setsid in ((a.child, False), (a.setsid_child, True)):
         if path:
             c = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=setsid)
