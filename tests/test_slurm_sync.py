@@ -12,7 +12,6 @@ import json
 import sys
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Optional
 
 from sqlmodel import Session, select
 
@@ -23,7 +22,7 @@ FAKE = """#!{python}
 import json, os, sys
 with open({log!r}, "a") as fh:
     fh.write(json.dumps({{"argv": sys.argv[1:], "tz": os.environ.get("TZ")}}) + "\\n")
-name = "jobs.txt" if "--jobs" in sys.argv else "ran.txt" if "--state" in sys.argv else "window.txt"
+name = "jobs.txt" if "--jobs" in sys.argv else "window.txt"
 sys.stdout.write(open(os.path.join({base!r}, name)).read())
 code = int(open(os.path.join({base!r}, "exit")).read())
 if code:
@@ -48,11 +47,8 @@ class FakeSacct:
         self.path.chmod(0o755)
         self.set("", "", 0)
 
-    def set(self, window: str, jobs: str = "", exit_code: int = 0, ran: Optional[str] = None) -> None:
-        """What a window prints, what asking by job id prints, and what the window of jobs that ran
-        (``--state``) prints: by default the window's records again."""
+    def set(self, window: str, jobs: str = "", exit_code: int = 0) -> None:
         (self.base / "window.txt").write_text(window)
-        (self.base / "ran.txt").write_text(window if ran is None else ran)
         (self.base / "jobs.txt").write_text(jobs)
         (self.base / "exit").write_text(str(exit_code))
 
@@ -81,14 +77,12 @@ def test_window_watermark_and_live_jobs(cli, engine, tmp_path):
              + record("11", "RUNNING", "2026-11-01T20:00:00", "Unknown", "14400"))
     first = _json(_sync(cli, fake, "--tz", "UTC", "--since", "2026-11-01T00:00:00", "--until", "2026-11-02T00:00:00", "--json"))
     assert (first["imported"], first["rechecked_jobs"]) == (2, 0)
-    call, ran = fake.calls()
-    assert call["tz"] == ran["tz"] == "UTC"
-    head = ["--parsable2", "--noheader", "--duplicates", "--allusers", "--format",
-            "JobID,JobName,Partition,Account,User,NodeList,NNodes,AllocTRES,ElapsedRaw,State,ExitCode,"
-            "Submit,Start,End,Cluster,TRESUsageInAve,TRESUsageInMax"]
-    window = ["--starttime", "2026-11-01T00:00:00", "--endtime", "2026-11-02T00:00:00"]
-    assert call["argv"] == head + window
-    assert ran["argv"] == head + ["--state", "BF,CA,CD,DL,F,NF,OOM,PR,R,RQ,RS,RV,S,TO"] + window
+    (call,) = fake.calls()
+    assert call["tz"] == "UTC"
+    assert call["argv"] == ["--parsable2", "--noheader", "--duplicates", "--allusers", "--format",
+                            "JobID,JobName,Partition,Account,User,NodeList,NNodes,AllocTRES,ElapsedRaw,State,ExitCode,"
+                            "Submit,Start,End,Cluster,TRESUsageInAve,TRESUsageInMax",
+                            "--starttime", "2026-11-01T00:00:00", "--endtime", "2026-11-02T00:00:00"]
     with Session(engine) as s:
         assert s.get(Setting, "slurm:watermark:-").value == "2026-11-02T00:00:00+00:00"
     # next sync: from the watermark less the overlap; job 11 ended before that window (its end was written late),
@@ -96,36 +90,11 @@ def test_window_watermark_and_live_jobs(cli, engine, tmp_path):
     fake.set("", jobs=record("11", "COMPLETED", "2026-11-01T20:00:00", "2026-11-01T23:45:00", "13500"))
     second = _json(_sync(cli, fake, "--tz", "UTC", "--until", "2026-11-03T00:00:00", "--json"))
     assert (second["imported"], second["updated"], second["rechecked_jobs"]) == (0, 1, 1)
-    window, _, by_id = fake.calls()[2:]
+    window, by_id = fake.calls()[1:]
     assert window["argv"][-4:] == ["--starttime", "2026-11-01T23:50:00", "--endtime", "2026-11-03T00:00:00"]
     assert by_id["argv"][-2:] == ["--jobs", "11"]
     run = _runs(engine)["slurm-11"]
     assert (run.status, run.ended_at) == (RunStatus.succeeded, datetime(2026, 11, 1, 23, 45, tzinfo=UTC))
-
-
-def test_jobs_a_window_misses_come_from_the_window_of_jobs_that_ran(cli, engine, tmp_path):
-    """slurmdbd selects a plain window by the eligible time, which it may record seconds after a job ended
-    (tests/slurm/test_slurm_shares.py shows it on a real Slurm); the second command (``--state``) adds those
-    jobs, and only those: a job the first command printed is read from it alone (its records are not doubled
-    into extra attempts, nor replaced by the second command's newer state)."""
-    fake = FakeSacct(tmp_path)
-    assert cli("slurm", "map", "add", "--partition", "rtx", "--node-type", "rtx4090-8x").exit_code == 0
-    requeued = (record("13", "REQUEUED", "2026-11-01T01:00:00", "2026-11-01T02:00:00", "3600")
-                + record("13", "COMPLETED", "2026-11-01T02:10:00", "2026-11-01T03:10:00", "3600"))
-    fake.set(record("10", "RUNNING", "2026-11-01T08:00:00", "Unknown", "3600") + requeued,
-             ran=(record("10", "COMPLETED", "2026-11-01T08:00:00", "2026-11-01T09:00:00", "3600")
-                  + record("12", "COMPLETED", "2026-11-01T05:00:00", "2026-11-01T06:30:00", "5400")
-                  + record("12.batch", "COMPLETED", "2026-11-01T05:00:00", "2026-11-01T06:30:00", "5400")
-                  + requeued))
-    receipt = _json(_sync(cli, fake, "--tz", "UTC", "--since", "2026-11-01T00:00:00", "--until", "2026-11-01T09:00:00",
-                          "--json"))
-    assert (receipt["rows_read"], receipt["imported"]) == (5, 4)  # 3 from the window, job 12 and its step
-    assert {k: v["first"] for k, v in receipt["skipped"].items()} == {"job steps": ["12.batch"]}
-    runs = _runs(engine)
-    assert {k: (r.status, r.started_at.hour, r.ended_at and r.ended_at.hour) for k, r in runs.items()} == {
-        "slurm-10": (RunStatus.running, 8, None), "slurm-12": (RunStatus.succeeded, 5, 6),
-        "slurm-13": (RunStatus.cancelled, 1, 2), "slurm-13-r1": (RunStatus.succeeded, 2, 3)}
-    assert runs["slurm-13-r1"].resume_of == "slurm-13"
 
 
 def test_a_failed_sacct_changes_nothing(cli, engine, tmp_path):

@@ -6,12 +6,12 @@ a child of sacct (a wrapper script's, a plugin's) that keeps the output pipe
 open can never hold the sync past its timeout. The records go through the
 import's parser (:class:`ledger.sources.slurm.SacctParser`) and writer.
 
-A window is asked for twice. slurmdbd selects a window without ``--state`` by
-each job's *eligible* time, and it records that time up to seconds after the
-job has ended (Slurm 22.05, tests/slurm: a job sacct already shows COMPLETED
-has ``Eligible=Unknown``); such a job is in no window yet. The second command
-names the states of jobs that ran (:data:`RAN_STATES`), which slurmdbd selects
-by start and end time instead; it adds only jobs the first did not print.
+A job that has just ended may not be in the window yet: slurmdbd completes its
+record (the eligible time, by which it selects a window without ``--state``,
+and the partition) up to seconds after the end (Slurm 22.05, tests/slurm). The
+next sync's window overlaps this one, so it imports the job then, whole. (Asking
+with ``--state`` instead finds such a job at once, but with its record still
+incomplete: no partition, so no mapping.)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import delete, select
@@ -44,9 +44,6 @@ from ledger.store.types import utcnow
 WATERMARK = "slurm:watermark:"
 OVERLAP = timedelta(minutes=10)
 SACCT_TIMEOUT_S = 600
-#: every accounted state of a job that started (sacct --state codes, Slurm 20.11 to 24.x): the second window
-#: command selects jobs in these by their start and end, not by the eligible time slurmdbd may not hold yet
-RAN_STATES = ("BF", "CA", "CD", "DL", "F", "NF", "OOM", "PR", "R", "RQ", "RS", "RV", "S", "TO")
 
 
 def watermark_key(cluster: str) -> str:
@@ -88,36 +85,21 @@ def sacct_time(t: datetime, zone: ZoneInfo) -> str:
 
 
 def sacct_command(sacct: str, *, start: Optional[str] = None, end: Optional[str] = None, cluster: str = "",
-                  jobs: Optional[list[str]] = None, states: tuple[str, ...] = ()) -> list[str]:
-    """The sacct argument list of a sync (every job record, with requeued ones, in a window or by job id;
-    ``states``: only jobs in those, selected by their times in the window)."""
+                  jobs: Optional[list[str]] = None) -> list[str]:
+    """The sacct argument list of a sync (every job record, with requeued ones, in a window or by job id)."""
     argv = [sacct, "--parsable2", "--noheader", "--duplicates", "--allusers", "--format", ",".join(SYNC_FIELDS)]
     if jobs:
         argv += ["--jobs", ",".join(jobs)]
     else:
-        argv += (["--state", ",".join(states)] if states else []) + ["--starttime", start or "", "--endtime", end or ""]
+        argv += ["--starttime", start or "", "--endtime", end or ""]
     if cluster:
         argv += ["--clusters", cluster]
     return argv
 
 
-def _new_jobs(lines: Iterable[str], seen: set[str], skip: bool) -> Iterator[str]:
-    """The lines as they come, each job's id (a step's too: ``7.batch`` is job 7) added to ``seen``; with
-    ``skip``, the lines of jobs already in ``seen`` are left out instead."""
-    for line in lines:
-        job = line.split("|", 1)[0].split(".", 1)[0].strip()
-        if skip:
-            if job in seen:
-                continue
-        else:
-            seen.add(job)
-        yield line
-
-
 def run_sacct(argv: list[str], env: Optional[dict[str, str]], parser: SacctParser,
-              timeout_s: float = SACCT_TIMEOUT_S, seen: Optional[set[str]] = None, only_new: bool = False) -> None:
-    """Run sacct (an argument list, never a shell) and parse its output as it streams. ``seen`` collects the
-    job ids printed; with ``only_new``, the records of jobs already in it are left out."""
+              timeout_s: float = SACCT_TIMEOUT_S) -> None:
+    """Run sacct (an argument list, never a shell) and parse its output as it streams."""
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
@@ -136,7 +118,7 @@ def run_sacct(argv: list[str], env: Optional[dict[str, str]], parser: SacctParse
         timer = threading.Timer(timeout_s, kill_group)
         timer.start()
         try:
-            parser.feed(proc.stdout if seen is None else _new_jobs(proc.stdout, seen, only_new))
+            parser.feed(proc.stdout)
         finally:
             proc.stdout.close()
             code = proc.wait()
@@ -190,9 +172,8 @@ def sync(engine: Engine, *, cluster: str = "", tz: Optional[ZoneInfo] = None, si
     """``trainledger slurm sync``: sacct's records since the last sync's watermark into the ledger.
 
     The window starts ``overlap`` before the watermark (slurmdbd may write an
-    end late) and ends now; it is asked for twice (without ``--state``, then the
-    jobs that ran and were not printed: see the module's docstring); runs still
-    live in the ledger are also asked for by job id. The records go through the import's parser and writer; the new
+    end late) and ends now; runs still live in the ledger are also asked for by
+    job id. The records go through the import's parser and writer; the new
     watermark is stored in the same transaction, so a failed sync changes
     nothing and the next one covers its window. Idempotent: a second sync of
     the same records changes nothing.
@@ -214,12 +195,9 @@ def sync(engine: Engine, *, cluster: str = "", tz: Optional[ZoneInfo] = None, si
     with Spill("sacct") as spill:
         parser = SacctParser(ctx, opts, spill, receipt, "sacct")
         parser.header(SYNC_FIELDS)
-        seen: set[str] = set()
-        for states, only_new in (((), False), (RAN_STATES, True)):  # the second: jobs without an eligible time yet
-            argv = sacct_command(binary, start=sacct_time(start, zone), end=sacct_time(end, zone), cluster=cluster,
-                                 states=states)
-            result.commands.append(argv)
-            run_sacct(argv, run_env, parser, timeout_s, seen, only_new)
+        argv = sacct_command(binary, start=sacct_time(start, zone), end=sacct_time(end, zone), cluster=cluster)
+        result.commands.append(argv)
+        run_sacct(argv, run_env, parser, timeout_s)
         spill.flush()
         missing = [j for j in live if spill.get(slurm_run_id(j, cluster)) is None and not parser.pending_seen(j)]
         for i in range(0, len(missing), 200):

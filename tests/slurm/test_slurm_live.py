@@ -97,18 +97,20 @@ def wait_state(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> st
 
 
 def wait_recorded(slurm, job: str, states: set[str], timeout: float = WAIT_S) -> str:
-    """Wait until the accounting (sacct, what `slurm sync` reads) has the job's last record in ``states``.
+    """Wait until the accounting (sacct, what `slurm sync` reads) has the job's last record in ``states``, whole.
 
-    slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record, so a sync straight after
-    :func:`wait_state` races the accounting. The record may still lack its eligible time for seconds after
-    this (a plain window misses the job then); `slurm sync` covers that itself with its second, ``--state``
-    window (tests/slurm/test_slurm_shares.py).
+    slurmctld (``scontrol``) knows a job has ended before slurmdbd has its record, and slurmdbd completes the
+    record (its eligible time, by which a window is selected, and its partition) up to seconds after that: a
+    sync before then leaves the job to the next sync (tests/slurm/test_slurm_shares.py).
     """
     def recorded():
-        records = acct(slurm, job)
-        last = records[-1]["State"].split()[0] if records and records[-1]["State"] else ""
-        return last in states and last
-    return slurm.wait_for(f"job {job} recorded in {sorted(states)}", recorded, timeout)
+        out = slurm.run("sacct", "-n", "-P", "-X", "--duplicates", "-j", job, "-o", "State,Eligible,Partition").stdout
+        records = [line.split("|") for line in out.splitlines() if line.strip()]
+        if not records:
+            return False
+        last, eligible, partition = records[-1][0].split()[0] if records[-1][0] else "", records[-1][1], records[-1][2]
+        return last in states and eligible not in ("", "Unknown") and partition and last
+    return slurm.wait_for(f"job {job} recorded whole in {sorted(states)}", recorded, timeout)
 
 
 def seconds(run: Run) -> float:
