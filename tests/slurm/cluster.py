@@ -175,16 +175,15 @@ class SlurmCluster:
         self._spawn("munged", cmd)
         self.wait_for("munged's socket", self.munge_socket.exists, timeout=30)
 
-    def _mysql(self, sql: str) -> None:
-        subprocess.run(["mysql", "-h", MARIADB["host"], "-P", MARIADB["port"], "-u", MARIADB["user"], "-e", sql],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+    def _mysql(self, sql: str, *database: str) -> str:
+        """``sql`` on the MariaDB server (in ``database`` if given); its rows, tab-separated."""
+        return subprocess.run(["mysql", "-h", MARIADB["host"], "-P", MARIADB["port"], "-u", MARIADB["user"], "-N",
+                               "-e", sql, *database], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=60).stdout
 
     def accounting_sql(self, sql: str) -> str:
-        """Run ``sql`` in slurmdbd's own database (to put a record in a state slurmdbd itself produces); its
-        rows, tab-separated."""
-        return subprocess.run(["mysql", "-h", MARIADB["host"], "-P", MARIADB["port"], "-u", MARIADB["user"], "-N",
-                               "-e", sql, self.db], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=60).stdout
+        """Run ``sql`` in slurmdbd's own database (to put a record in a state slurmdbd itself produces)."""
+        return self._mysql(sql, self.db)
 
     def _create_database(self) -> None:
         try:

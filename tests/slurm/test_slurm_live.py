@@ -81,9 +81,9 @@ def runs(url: str) -> dict[str, Run]:
     return out
 
 
-def acct(slurm, job: str) -> list[dict[str, str]]:
+def acct(slurm, job: str, fields: tuple[str, ...] = ("JobID", "State", "ElapsedRaw", "NNodes", "Start", "End")
+         ) -> list[dict[str, str]]:
     """sacct's own records of a job (every attempt), read apart from the code under test."""
-    fields = ["JobID", "State", "ElapsedRaw", "NNodes", "Start", "End"]
     out = slurm.run("sacct", "-n", "-P", "-X", "--duplicates", "-j", job, "-o", ",".join(fields)).stdout
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.strip()]
 
@@ -104,12 +104,10 @@ def wait_recorded(slurm, job: str, states: set[str], timeout: float = WAIT_S) ->
     sync before then leaves the job to the next sync (tests/slurm/test_slurm_shares.py).
     """
     def recorded():
-        out = slurm.run("sacct", "-n", "-P", "-X", "--duplicates", "-j", job, "-o", "State,Eligible,Partition").stdout
-        records = [line.split("|") for line in out.splitlines() if line.strip()]
-        if not records:
-            return False
-        last, eligible, partition = records[-1][0].split()[0] if records[-1][0] else "", records[-1][1], records[-1][2]
-        return last in states and eligible not in ("", "Unknown") and partition and last
+        records = acct(slurm, job, ("State", "Eligible", "Partition"))
+        last = records[-1] if records else {"State": "", "Eligible": "", "Partition": ""}
+        state = last["State"].split()[0] if last["State"] else ""
+        return state in states and last["Eligible"] not in ("", "Unknown") and last["Partition"] and state
     return slurm.wait_for(f"job {job} recorded whole in {sorted(states)}", recorded, timeout)
 
 
