@@ -130,6 +130,27 @@ def settle(page) -> None:
         " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
 
 
+def open_expander(page, label: str):
+    """Open the expander titled ``label`` and wait until it stands still; returns the expander's locator.
+
+    Streamlit animates an expander's height as it opens (Web Animations on its ``<details>``, with an inline height
+    and ``overflow: hidden`` until the animation ends), and animates again whenever its content resizes, e.g. as a
+    table inside it draws. No script run is involved, so :func:`settle` does not see it. A click during it lands on
+    a moving control: seen as a select whose menu never opened, and as an option click that did not take (the form
+    then saved its default). So wait for the state itself: open, no animation, no inline height left.
+    """
+    from playwright.sync_api import expect
+
+    box = page.get_by_test_id("stExpander").filter(has_text=label)
+    box.locator("summary").click()
+    settle(page)
+    details = box.locator("details")
+    expect(details).to_have_attribute("open", "")
+    page.wait_for_function("d => d.getAnimations().length === 0 && d.style.height === ''",
+                           arg=details.element_handle(), timeout=WAIT_MS)
+    return box
+
+
 @contextlib.contextmanager
 def serve_demo(tmp_path_factory, name: str) -> Iterator[Served]:
     """The dashboard tests' demo ledger (tests/app/helpers.py ``build_ledger``) served by :func:`serve`."""

@@ -19,7 +19,7 @@ from ledger.money.anomalies import anomalies, runs_on_day
 from ledger.money.budgets import budget_status
 from ledger.reports.present import fmt_cell
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session
-from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
+from tests.app.served import WAIT_MS, chromium, need_chromium, open_expander, serve, settle, trainledger
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = REPO / "test-artifacts"
@@ -63,8 +63,7 @@ def _overview_as(browser, served, user: str, password: str):
 
 
 def _open_form(page):
-    page.get_by_test_id("stExpander").filter(has_text="Set, change or remove budgets").locator("summary").click()
-    settle(page)
+    open_expander(page, "Set, change or remove budgets")
 
 
 def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_an_anomaly_days_runs(site, browser):
@@ -81,9 +80,13 @@ def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_
     page.screenshot(path=str(ARTIFACTS / "budgets-demo-overview-1280.png"), full_page=True)
 
     _open_form(page)
-    page.get_by_test_id("stSelectbox").filter(has_text="Scope").click()
+    scope = page.get_by_role("combobox", name="Scope")
+    scope.click()
     page.get_by_role("option", name="hand", exact=True).click()
-    page.get_by_role("textbox", name="Amount").fill("150")
+    expect(scope).to_have_value("hand")  # the form's state, not only the click, before it is saved
+    amount = page.get_by_role("textbox", name="Amount")
+    amount.fill("150")
+    expect(amount).to_have_value("150")
     page.get_by_role("button", name="Save budget").click()
     settle(page)
     expect(page.get_by_text("Saved the every-month budget of project hand: 150.00 CNY.")).to_be_visible()
