@@ -24,6 +24,14 @@ def _note(path: str, text: str) -> None:
         fh.write(text + "\n")
 
 
+def _note_whole(path: str, text: str) -> None:
+    """Write a one-shot FILE whole: the test waits for it to exist and then reads it, so it must never see it
+    empty (an appended file exists from its open, before its line is written)."""
+    with open(path + ".part", "w") as fh:
+        fh.write(text + "\n")
+    os.replace(path + ".part", path)
+
+
 def _fill(path: str) -> None:
     block = b"x" * 4096
     try:
@@ -46,14 +54,14 @@ def main() -> int:
         _note(a.count, str(os.getpid()))
     if a.report_ignored:
         ignored = [n for n in NAMES + ("SIGINT", "SIGTERM") if signal.getsignal(getattr(signal, n)) == signal.SIG_IGN]
-        _note(a.report_ignored, " ".join(ignored) or "-")
+        _note_whole(a.report_ignored, " ".join(ignored) or "-")
     if a.signals:
         for name in NAMES:
             signal.signal(getattr(signal, name), lambda signum, frame: _note(a.signals, signal.Signals(signum).name))
     if a.started:
-        _note(a.started, str(os.getpid()))
+        _note_whole(a.started, str(os.getpid()))
     if a.read_line:
-        _note(a.read_line, sys.stdin.readline().strip())
+        _note_whole(a.read_line, sys.stdin.readline().strip())
     if a.fill:
         _fill(a.fill)
         _note(a.filled, "full")
