@@ -33,11 +33,11 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
-from app import sessions
-from app.auth import AuthFileError, users_file
-from app.cli import AUTH_ENV, is_loopback
-from app.guard import is_loopback_name, split_host
-from app.signin import SIGNIN_PATH, safe_next
+from trainledger.app import sessions
+from trainledger.app.auth import AuthFileError, users_file
+from trainledger.app.cli import AUTH_ENV, is_loopback
+from trainledger.app.guard import is_loopback_name, split_host
+from trainledger.app.signin import SIGNIN_PATH, safe_next
 
 TOKEN_KEY = "_trainledger_session_token"  # read only without an HTTP request (AppTest); written by tests
 SIGNED_OUT_KEY = "_trainledger_signed_out"
@@ -103,7 +103,7 @@ def current_identity() -> Optional[Identity]:
     """The signed-in identity (its role read from the auth file now), a local lead, or None."""
     if auth_file() is None:
         return LOCAL_LEAD if server_is_loopback() and request_is_local() else None
-    from app.data import ledger_url
+    from trainledger.app.data import ledger_url
 
     token = session_token()
     entry = sessions.lookup(ledger_url(), token, users()) if token else None
@@ -115,7 +115,7 @@ def current_identity() -> Optional[Identity]:
 
 def require_lead(action: str, outcome: str = "Nothing was saved.") -> bool:
     """Server-side check before a write: True for a lead, else an error on the page and False."""
-    from app.ui import md
+    from trainledger.app.ui import md
 
     ident = current_identity()
     if ident is not None and ident.is_lead:
@@ -135,7 +135,7 @@ def refusal_page() -> None:
     if not server_is_loopback():
         st.error("This dashboard is bound to a non-loopback address and no auth file is configured, so it serves "
                  "nothing. Start it with `trainledger dashboard` (binds 127.0.0.1), or add "
-                 "`--auth-file users.toml` (create users with `python -m app.auth hash NAME --role lead`).")
+                 "`--auth-file users.toml` (create users with `python -m trainledger.app.auth hash NAME --role lead`).")
     else:
         st.error("Without sign-in this dashboard answers only at a loopback address through no proxy "
                  "(open http://127.0.0.1 or http://localhost on this machine). To serve it under another name, "
@@ -143,7 +143,7 @@ def refusal_page() -> None:
 
 
 def auth_error_page(message: str) -> None:
-    from app.ui import md
+    from trainledger.app.ui import md
 
     st.title("trainledger")
     st.error(f"Sign-in is configured but unusable: {md(message)}")
@@ -187,8 +187,8 @@ def page_gate() -> Identity:
 
 
 def sidebar_identity(ident: Identity) -> None:
-    from app.data import ledger_url
-    from app.ui import md
+    from trainledger.app.data import ledger_url
+    from trainledger.app.ui import md
 
     if not ident.signed_in:
         st.sidebar.caption("Local use (loopback, no sign-in): full lead access.")

@@ -2,11 +2,11 @@
 
 Streamlit's ``st.App`` serves app/main.py with, in front of it:
 
-1. :class:`app.guard.HostGuard`: the Host/Origin allow-list (DNS rebinding), on
+1. :class:`trainledger.app.guard.HostGuard`: the Host/Origin allow-list (DNS rebinding), on
    every HTTP request and on the WebSocket that carries the app;
-2. :class:`app.signin.SignInRequired`: with an auth file, a page load without a
+2. :class:`trainledger.app.signin.SignInRequired`: with an auth file, a page load without a
    valid session goes to the sign-in form (and comes back to the page after);
-3. the sign-in routes of :mod:`app.signin` (``/_trainledger/signin``).
+3. the sign-in routes of :mod:`trainledger.app.signin` (``/_trainledger/signin``).
 
 Log lines of the dashboard's own loggers (``trainledger.*``: refused requests,
 sign-ins) go to stderr with a timestamp.
@@ -19,8 +19,8 @@ from pathlib import Path
 import streamlit as st
 from starlette.middleware import Middleware
 
-from app.guard import HostGuard
-from app.signin import SignInRequired, routes
+from trainledger.app.guard import HostGuard
+from trainledger.app.signin import SignInRequired, routes
 
 
 def _log_to_stderr() -> None:

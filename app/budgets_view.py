@@ -1,11 +1,11 @@
 """Overview's "Set, change or remove budgets": ``trainledger budget set|list|remove`` in the browser.
 
-Every write goes through :mod:`ledger.money.budgets` (``set_budget`` / ``remove_budget``: the CLI's
+Every write goes through :mod:`trainledger.money.budgets` (``set_budget`` / ``remove_budget``: the CLI's
 own validation: amount in whole cents above 0 and below 10^13, a month YYYY-MM, a known project, a
 currency the ledger can convert, an alert threshold from 1 to 100 percent), so a form accepts exactly
 what ``budget set`` accepts and says why in the same one line, naming the form's field. Leads save; viewers see the budgets and the forms
 disabled, and every save checks the role on the server right before it writes
-(:func:`app.access.require_lead`).
+(:func:`trainledger.app.access.require_lead`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from app import access, data, ui
-from ledger.errors import LedgerInputError
-from ledger.money.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget
-from ledger.store.models import Project
+from trainledger.app import access, data, ui
+from trainledger.errors import LedgerInputError
+from trainledger.money.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget
+from trainledger.store.models import Project
 
 TEAM_LABEL = "The team (all projects)"
 EVERY_MONTH = "Every month"

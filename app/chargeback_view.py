@@ -2,7 +2,7 @@
 
 One table (a line per project: runs, GPU-hours, runs' cost, share of idle, total; then idle not charged back
 and the month's spend, which the lines add up to) and, for the project picked, its statement as XLSX and as a
-printable HTML page, plus the summary CSV. The bytes are ``ledger.reports.chargeback.files``: the CLI's.
+printable HTML page, plus the summary CSV. The bytes are ``trainledger.reports.chargeback.files``: the CLI's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pandas as pd
 import streamlit as st
 
-from app import data
+from trainledger.app import data
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -20,8 +20,8 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``{"presented": presented(chargeback(month)), "files": {name: bytes}}``, as the CLI writes them."""
-    from ledger.money.chargeback import chargeback
-    from ledger.reports.chargeback import files, presented
+    from trainledger.money.chargeback import chargeback
+    from trainledger.reports.chargeback import files, presented
 
     with data.read_session(url) as s:
         p = presented(chargeback(s, month, currency=currency, now=data.now()))
@@ -29,8 +29,8 @@ def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str
 
 
 def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
-    from ledger.errors import LedgerInputError
-    from ledger.reports.chargeback import SUMMARY_COLUMNS, summary_rows
+    from trainledger.errors import LedgerInputError
+    from trainledger.reports.chargeback import SUMMARY_COLUMNS, summary_rows
 
     st.subheader("Chargeback statements")
     try:
@@ -68,8 +68,8 @@ def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
 
 
 def _stem(files: dict[str, bytes], month: str, names: list[str], project: str) -> str:
-    """The file stem of ``project``'s statement, as :func:`ledger.reports.chargeback.files` named it."""
-    from ledger.reports.chargeback import file_stem
+    """The file stem of ``project``'s statement, as :func:`trainledger.reports.chargeback.files` named it."""
+    from trainledger.reports.chargeback import file_stem
 
     taken: set[str] = set()
     for name in names:

@@ -32,7 +32,7 @@ AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
 
 def is_loopback(host: Optional[str]) -> bool:
     """127.0.0.0/8, ::1 and ``localhost``; an empty address means every interface (not loopback)."""
-    from app.guard import is_loopback_name
+    from trainledger.app.guard import is_loopback_name
 
     return bool(host) and is_loopback_name(host.strip("[]"))
 
@@ -43,7 +43,7 @@ def streamlit_argv(host: str, port: int) -> list[str]:
     ``client.showErrorDetails none``: an exception shows no message, type or
     trace in the browser (the legacy value ``false`` would still show the trace).
     """
-    return [sys.executable, "-m", "app.serve", "run", str(ASGI_SCRIPT),
+    return [sys.executable, "-m", "trainledger.app.serve", "run", str(ASGI_SCRIPT),
             "--server.address", host, "--server.port", str(port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--server.runOnSave", "false", "--client.toolbarMode", "minimal", "--client.showErrorDetails", "none"]
@@ -51,7 +51,7 @@ def streamlit_argv(host: str, port: int) -> list[str]:
 
 def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str, ...] = ()) -> dict[str, str]:
     """The child's environment: the ledger URL, the auth file and the allowed host names; telemetry off."""
-    from app.guard import ALLOWED_HOSTS_ENV
+    from trainledger.app.guard import ALLOWED_HOSTS_ENV
 
     env = dict(os.environ)
     env["TRAINLEDGER_DB_URL"] = url
@@ -73,15 +73,15 @@ def dashboard_command(
     host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback (127.0.0.1, ::1, localhost) needs --auth-file.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8501,
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
-    auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
+    auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m trainledger.app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
     allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name browsers use to reach the dashboard, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection). Needs --auth-file.", show_default=False)] = None,
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
     from sqlalchemy.exc import OperationalError
 
-    from app.auth import AuthFileError, load_auth_file
-    from app.guard import parse_allowed
-    from ledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url
+    from trainledger.app.auth import AuthFileError, load_auth_file
+    from trainledger.app.guard import parse_allowed
+    from trainledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url
 
     try:
         allowed = parse_allowed(allowed_host or [])
@@ -102,7 +102,7 @@ def dashboard_command(
             _fail(str(exc))
     elif not is_loopback(host):
         _fail(f"--host {host} is not a loopback address and no --auth-file is set: "
-              "pass --auth-file FILE (see `python -m app.auth hash --help`) or bind 127.0.0.1")
+              "pass --auth-file FILE (see `python -m trainledger.app.auth hash --help`) or bind 127.0.0.1")
     try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
         make_engine(url).dispose()
     except LedgerURLError as exc:

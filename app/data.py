@@ -21,28 +21,28 @@ from typing import Any, Iterator, Optional
 import streamlit as st
 from sqlmodel import Session, select
 
-from ledger.demo import is_demo
-from ledger.errors import LedgerInputError
-from ledger.money.budgets import budget_status as ledger_budget_status
-from ledger.money.compare import compare_node_type
-from ledger.money.forecast import forecast as ledger_forecast
-from ledger.money.fx import at_list_prices
-from ledger.money.monthly import MonthlyReport, monthly_report
-from ledger.money.months import month_of, months_between, parse_month
-from ledger.money.pricing import list_pricing, offers_with_node_types
-from ledger.money.pricing import node_types as pricing_node_types
-from ledger.reports import weekly as ledger_strategies
-from ledger.reports.export import presented_report
-from ledger.runs import registry
-from ledger.runs import sweep as ledger_sweep
-from ledger.store import prices
-from ledger.store.carbon import list_intensities
-from ledger.store.db import get_engine, resolve_url, session_scope
-from ledger.store.fleets import list_fleets
-from ledger.store.fx import list_rates
-from ledger.store.models import Offer
-from ledger.store.settings import DEFAULTS, display_timezone, get_setting, presentation_currency
-from ledger.store.types import report_clock
+from trainledger.demo import is_demo
+from trainledger.errors import LedgerInputError
+from trainledger.money.budgets import budget_status as ledger_budget_status
+from trainledger.money.compare import compare_node_type
+from trainledger.money.forecast import forecast as ledger_forecast
+from trainledger.money.fx import at_list_prices
+from trainledger.money.monthly import MonthlyReport, monthly_report
+from trainledger.money.months import month_of, months_between, parse_month
+from trainledger.money.pricing import list_pricing, offers_with_node_types
+from trainledger.money.pricing import node_types as pricing_node_types
+from trainledger.reports import weekly as ledger_strategies
+from trainledger.reports.export import presented_report
+from trainledger.runs import registry
+from trainledger.runs import sweep as ledger_sweep
+from trainledger.store import prices
+from trainledger.store.carbon import list_intensities
+from trainledger.store.db import get_engine, resolve_url, session_scope
+from trainledger.store.fleets import list_fleets
+from trainledger.store.fx import list_rates
+from trainledger.store.models import Offer
+from trainledger.store.settings import DEFAULTS, display_timezone, get_setting, presentation_currency
+from trainledger.store.types import report_clock
 
 TTL = 30  # seconds
 
@@ -102,8 +102,8 @@ def today(url: str):
 def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger report period --from F --to T [--currency C] --json``: the period's totals (presented, as the
     CLI prints them), the period before and each headline figure's change in percent (``change``: ``KEY_pct``)."""
-    from ledger.reports.periods import period_report as report_of
-    from ledger.reports.periods import presented_period
+    from trainledger.reports.periods import period_report as report_of
+    from trainledger.reports.periods import presented_period
 
     with read_session(url) as s:
         rep = report_of(s, period, now=now(), currency=currency)
@@ -139,7 +139,7 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
     rep = report(url, month, lines, currency)
     if not rep.runs:
         return presented_report(rep)
-    from ledger.reports.goodput_columns import run_goodput
+    from trainledger.reports.goodput_columns import run_goodput
 
     with read_session(url) as s:
         return presented_report(rep, run_goodput(s, rep, now()))
@@ -166,7 +166,7 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own
 def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None) -> bytes:
     """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes
     (with its data-quality warnings, when there are any)."""
-    from ledger.reports.quality import render_report, with_warnings
+    from trainledger.reports.quality import render_report, with_warnings
 
     return render_report(with_warnings(presented(url, month, lines=True, currency=currency),
                                        capacity_warnings(url, month)), fmt)
@@ -174,14 +174,14 @@ def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None)
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``ledger.money.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
+    """``trainledger.money.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
     with read_session(url) as s:
         return ledger_forecast(s, month, now=now(), currency=currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def budget_status(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``ledger.money.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
+    """``trainledger.money.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
     with read_session(url) as s:
         return ledger_budget_status(s, month, now=now(), fc=forecast(url, month, currency), currency=currency)
 
@@ -230,7 +230,7 @@ def sweeps(url: str) -> list[dict[str, Any]]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def strategy_comparison(url: str, sweep_id: str, version: str = "", currency: Optional[str] = None) -> dict[str, Any]:
-    """``ledger.reports.weekly.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
+    """``trainledger.reports.weekly.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
 
     ``version`` (``sweep_progress``'s run:status list) is part of the cache key, so a live
     sweep's table is read again as soon as one of its runs changes status.
@@ -242,14 +242,14 @@ def strategy_comparison(url: str, sweep_id: str, version: str = "", currency: Op
 # --- live (not cached: read on every refresh of a progress fragment) -----------------
 
 def sweep_progress(url: str, sweep_id: str) -> dict[str, Any]:
-    """``ledger.runs.sweep.sweep_progress``: strategies measured / running / waiting, and the sweep's state."""
+    """``trainledger.runs.sweep.sweep_progress``: strategies measured / running / waiting, and the sweep's state."""
     with read_session(url) as s:
         return ledger_sweep.sweep_progress(s, sweep_id)
 
 
 def run_progress(url: str, run_id: str) -> dict[str, Any]:
-    """``registry.run_progress`` with the run's log tail (``app.launch.with_log``): status, step, heartbeat, loss."""
-    from app.launch import with_log
+    """``registry.run_progress`` with the run's log tail (``trainledger.app.launch.with_log``): status, step, heartbeat, loss."""
+    from trainledger.app.launch import with_log
 
     with read_session(url) as s:
         return with_log(registry.run_progress(s, run_id))
@@ -312,7 +312,7 @@ def demo_ledger(url: str) -> bool:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str],
             currency: Optional[str] = None) -> dict[str, Any]:
-    """``ledger.money.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
+    """``trainledger.money.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
     with read_session(url) as s:
         return compare_node_type(s, node_type, utilization, own=own, rent=rent, currency=currency)
 
@@ -354,10 +354,10 @@ def intensities(url: str) -> list[dict[str, Any]]:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
     """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's ``waste_reason``
-    (``ledger.money.waste.run_reasons``; None when the run is no waste). Money outside an export is each
+    (``trainledger.money.waste.run_reasons``; None when the run is no waste). Money outside an export is each
     figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read the same."""
-    from ledger.money.costs import cents
-    from ledger.money.waste import run_reasons
+    from trainledger.money.costs import cents
+    from trainledger.money.waste import run_reasons
 
     exact = {r.run_id: r for r in report(url, month, True, currency).runs}
     lines = [{**r, "cost": str(cents(exact[r["run_id"]].cost)),
@@ -370,24 +370,24 @@ def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> lis
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def spend_by_project(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """``ledger.money.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
-    from ledger.money.spend import spend_by_project as lines
+    """``trainledger.money.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
+    from trainledger.money.spend import spend_by_project as lines
 
     return lines(report(url, month, currency=currency))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def spend_by_project_months(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """``ledger.money.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
-    from ledger.money.spend import spend_by_project_months as lines
+    """``trainledger.money.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
+    from trainledger.money.spend import spend_by_project_months as lines
 
     return lines([report(url, m, currency=currency) for m in months])
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def capacity_warnings(url: str, month: str) -> list[dict[str, Any]]:
-    """``ledger.money.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
-    from ledger.money.capacity import capacity_warnings as warnings
+    """``trainledger.money.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
+    from trainledger.money.capacity import capacity_warnings as warnings
 
     with read_session(url) as s:
         return warnings(s, month, now=now())

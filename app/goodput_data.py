@@ -1,7 +1,7 @@
 """Cached reads for the goodput figures (issue #25): the ledger functions ``trainledger goodput`` calls.
 
-As :mod:`app.data`: every reader takes the ledger URL first and the sidebar's currency; a month that has
-not ended is to date at :func:`app.data.now`.
+As :mod:`trainledger.app.data`: every reader takes the ledger URL first and the sidebar's currency; a month that has
+not ended is to date at :func:`trainledger.app.data.now`.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from app.data import TTL, now, read_session
+from trainledger.app.data import TTL, now, read_session
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger goodput idle --month M --json``: the fleets' occupancy by hour, presented (money in cents)."""
-    from ledger.money.occupancy import month_occupancy, occupancy_to_dict
-    from ledger.reports.present import jsonable
+    from trainledger.money.occupancy import month_occupancy, occupancy_to_dict
+    from trainledger.reports.present import jsonable
 
     with read_session(url) as s:
         return jsonable(occupancy_to_dict(month_occupancy(s, month, now=now(), currency=currency)))
@@ -26,7 +26,7 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
 @st.cache_data(ttl=TTL, show_spinner=False)
 def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
     """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``)."""
-    from ledger.money.goodput import goodput_account
+    from trainledger.money.goodput import goodput_account
 
     with read_session(url) as s:
         return goodput_account(s, month=month, project=project, currency=currency, now=now())
@@ -34,8 +34,8 @@ def account(url: str, month: str, currency: Optional[str] = None, project: Optio
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def timeline(url: str, run_id: str) -> list[dict[str, Any]]:
-    """``ledger.money.goodput.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
-    from ledger.money.goodput import phase_timeline
+    """``trainledger.money.goodput.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
+    from trainledger.money.goodput import phase_timeline
 
     with read_session(url) as s:
         return phase_timeline(s, run_id)

@@ -1,7 +1,7 @@
 """Goodput sections of the dashboard (issue #25): the idle heat map, ...
 
 Every figure is the presented JSON of the ledger function ``trainledger goodput`` prints
-(:mod:`app.goodput_data`), so a page shows the CLI's numbers to the cent.
+(:mod:`trainledger.app.goodput_data`), so a page shows the CLI's numbers to the cent.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import goodput_data, ui
+from trainledger.app import goodput_data, ui
 
 
 def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-# --- the goodput account (ledger.money.goodput) -----------------------------------------
+# --- the goodput account (trainledger.money.goodput) -----------------------------------------
 
 def _label(cat: Any) -> str:
     return str(getattr(cat, "value", cat)).replace("_", " ")

@@ -27,7 +27,7 @@ import logging
 from typing import Optional
 
 # the rules live in ledger/sources/hosts.py, shared with the metrics endpoints; re-exported here
-from ledger.sources.hosts import (  # noqa: F401
+from trainledger.sources.hosts import (  # noqa: F401
     ALLOWED_HOSTS_ENV,
     LOOPBACK_NAMES,
     MAX_HOST_LEN,

@@ -1,7 +1,7 @@
 """Launching tracked runs from the dashboard: which configs may be launched, the form, start and cancel.
 
 The Launch page starts a run the way ``trainledger launch CONFIG --detach``
-does (``ledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``):
+does (``trainledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``):
 torchrun on this machine, one node, the ledger URL in the environment. The
 user picks a config from a list, never types a path or a command:
 
@@ -28,8 +28,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ledger.errors import LedgerInputError
-from ledger.runs.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
+from trainledger.errors import LedgerInputError
+from trainledger.runs.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 MAX_STEPS = 1_000_000
@@ -87,8 +87,8 @@ def resolve_config(path: str) -> Path:
 
 def config_defaults(path: str) -> dict[str, int]:
     """The config's own steps and the processes it needs here (as ``trainledger launch`` would pick)."""
-    from ledger.runs.launch import default_processes_per_node
-    from trainer.config import ConfigError, load_config
+    from trainledger.runs.launch import default_processes_per_node
+    from trainledger.trainer.config import ConfigError, load_config
 
     try:
         cfg = load_config(path)
@@ -137,8 +137,8 @@ def launch_run(url: str, form: LaunchForm, user: Optional[str] = None) -> dict[s
     Raises LedgerInputError (one line) for a config outside the allowed
     directories or a plan the trainer refuses; nothing is written then.
     """
-    from ledger.runs.launch import LaunchRequest, prepare, record_process, start
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.launch import LaunchRequest, prepare, record_process, start
+    from trainledger.store.db import get_engine, session_scope
 
     config = resolve_config(form.config)
     req = LaunchRequest(config=config, nodes=1, gpus_per_node=form.processes_per_node, launcher="torchrun",
@@ -156,8 +156,8 @@ def launch_run(url: str, form: LaunchForm, user: Optional[str] = None) -> dict[s
 
 def cancel_run(url: str, run_id: str, grace_s: float = CANCEL_GRACE_S) -> dict[str, Any]:
     """``trainledger runs cancel``: SIGTERM to the run's supervisor, SIGKILL to its group after ``grace_s``."""
-    from ledger.runs.launch import cancel
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.launch import cancel
+    from trainledger.store.db import get_engine, session_scope
 
     with session_scope(get_engine(url)) as s:
         return cancel(s, run_id, grace_s)
@@ -169,9 +169,9 @@ def log_tail(run_id: str, log_path: Optional[str]) -> list[str]:
     """The last lines of a run's log, if it is this host's ``<run directory>/<run id>.log``; else [].
 
     The path comes from the ledger, so nothing else is ever read
-    (``ledger.runs.launch.run_log_file``): a viewer sees no file but a run's own log.
+    (``trainledger.runs.launch.run_log_file``): a viewer sees no file but a run's own log.
     """
-    from ledger.runs.launch import run_log_file
+    from trainledger.runs.launch import run_log_file
 
     path = run_log_file(run_id, log_path)
     if path is None:
@@ -187,13 +187,13 @@ def log_tail(run_id: str, log_path: Optional[str]) -> list[str]:
 
 
 def with_log(progress: dict[str, Any]) -> dict[str, Any]:
-    """``ledger.runs.registry.run_progress`` plus the log's tail and the latest step and loss it printed.
+    """``trainledger.runs.registry.run_progress`` plus the log's tail and the latest step and loss it printed.
 
     Rank 0 hands its samples to the ledger in batches, so between batches the
     log (a line every ``log_every`` steps) is ahead of the ledger; the newer of
     the two is shown.
     """
-    from ledger.runs.launch import run_log_file
+    from trainledger.runs.launch import run_log_file
 
     tail = log_tail(progress["id"], progress.get("log_path"))
     own_log = run_log_file(progress["id"], progress.get("log_path"))

@@ -24,10 +24,10 @@ from typing import Optional
 import streamlit as st
 from sqlalchemy.exc import OperationalError
 
-from app import access, data, ui
-from app.auth import AuthFileError
-from ledger.errors import LedgerInputError
-from ledger.store.db import LedgerURLError, redact_url
+from trainledger.app import access, data, ui
+from trainledger.app.auth import AuthFileError
+from trainledger.errors import LedgerInputError
+from trainledger.store.db import LedgerURLError, redact_url
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The Settings page's offer form: an offer's fields as text, and form text back to the pricing format.
 
 The form is turned into one ``[[offer]]`` TOML table and validated by the same
-code as ``trainledger pricing import`` (:func:`ledger.store.presets.parse_pricing`).
+code as ``trainledger pricing import`` (:func:`trainledger.store.presets.parse_pricing`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Optional
 
-from ledger.store.models import Offer
+from trainledger.store.models import Offer
 
 OFFER_FIELDS = {
     "rent_elastic": ["price_per_node_hour", "price_per_node_month", "billing_granularity_hours", "minimum_hours"],

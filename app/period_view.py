@@ -1,8 +1,8 @@
 """A period's headline figures on Overview, Monthly ROI and Export (``trainledger report period --from --to``).
 
-Every figure is the presented period report (``app.data.period_report``: ``ledger.reports.periods``), so a page
+Every figure is the presented period report (``trainledger.app.data.period_report``: ``trainledger.reports.periods``), so a page
 shows the CLI's numbers to the cent, and each headline figure's change against the period before of the same
-length (``ledger.money.periods.previous``) as the metric's delta.
+length (``trainledger.money.periods.previous``) as the metric's delta.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pandas as pd
 import streamlit as st
 
-from app import data, ui
+from trainledger.app import data, ui
 
 #: money up is worse: its delta is red when it grows
 COST_KEYS = {"actual_cost", "idle_cost", "waste_cost", "own_cost", "elastic_cost", "co2e_kg"}
@@ -98,7 +98,7 @@ def by_month(rep: dict[str, Any], cur: str) -> None:
 
 def _text(key: str, value: Any) -> str:
     """A figure for a text table: money and ratios as :func:`ui.cell`, counts with thousands separators."""
-    from ledger.reports.present import kind_of
+    from trainledger.reports.present import kind_of
 
     return ui.cell(key, value) if kind_of(key) in ("money", "ratio") else ui.grouped(key, value)
 
@@ -109,8 +109,8 @@ PERIOD_FORMATS = {"csv": ("CSV", "text/csv"), "json": ("JSON", "application/json
 def export_section(url: str, period: Any, currency: Optional[str]) -> None:
     """Export for a period: its totals, the period before and the changes, as CSV or JSON (byte for byte what
     ``trainledger report period --from F --to T --format csv|json`` writes), and the figures as a table."""
-    from ledger.reports.periods import FIGURES, period_csv, period_json
-    from ledger.reports.present import label
+    from trainledger.reports.periods import FIGURES, period_csv, period_json
+    from trainledger.reports.present import label
 
     rep = report(url, period, currency)
     cur = ui.md(rep["currency"])

@@ -13,8 +13,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Optional
 
-from app import ui
-from ledger.reports.present import fmt_cell
+from trainledger.app import ui
+from trainledger.reports.present import fmt_cell
 
 NEVER = "never breaks even"
 SCALES = ((Decimal(10) ** 12, "T"), (Decimal(10) ** 9, "B"), (Decimal(10) ** 6, "M"), (Decimal(10) ** 3, "k"))

@@ -1,7 +1,7 @@
-"""The Planner page's reads: ``ledger.runs.plan`` behind st.cache_data (no arithmetic here).
+"""The Planner page's reads: ``trainledger.runs.plan`` behind st.cache_data (no arithmetic here).
 
 The ranking is the one ``trainledger plan recommend`` prints for the same
-inputs; the strategy table is ``ledger.runs.plan.strategy_table``.
+inputs; the strategy table is ``trainledger.runs.plan.strategy_table``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from app.data import TTL, read_session
-from ledger.runs import plan
+from trainledger.app.data import TTL, read_session
+from trainledger.runs import plan
 
 
 @st.cache_data(ttl=TTL, show_spinner="Evaluating plans…")
@@ -58,6 +58,6 @@ def span_text(span: Optional[list[float]]) -> str:
 
 
 def with_ranges(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ranked plans with their calibrated ranges as text columns (the figures are ``ledger.runs.plan``'s)."""
+    """The ranked plans with their calibrated ranges as text columns (the figures are ``trainledger.runs.plan``'s)."""
     return [dict(p, step_range=span_text(p["step_time_range_s"]), memory_range=span_text(p["memory_range_gib"]))
             for p in plans]

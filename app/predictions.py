@@ -1,4 +1,4 @@
-"""Planned vs measured on the Runs and Strategies pages: ``ledger.runs.predictions`` behind st.cache_data.
+"""Planned vs measured on the Runs and Strategies pages: ``trainledger.runs.predictions`` behind st.cache_data.
 
 The rows are the ones ``trainledger runs show`` prints (predicted, the calibration's range, measured,
 error); this module only lays them out.
@@ -11,9 +11,9 @@ from typing import Any, Optional
 import pandas as pd
 import streamlit as st
 
-from app import ui
-from app.data import TTL, read_session
-from ledger.runs.predictions import planned_vs_measured_of
+from trainledger.app import ui
+from trainledger.app.data import TTL, read_session
+from trainledger.runs.predictions import planned_vs_measured_of
 
 HELP = ("What the planner predicted when the run was launched (its plan on its node type, scaled by the node "
         "type's calibration when there is one: `trainledger plan calibrate`) beside what the run measured. "

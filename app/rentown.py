@@ -1,9 +1,9 @@
-"""Rent vs own with editable assumptions: pure functions on ledger.money.costs (no database).
+"""Rent vs own with editable assumptions: pure functions on trainledger.money.costs (no database).
 
 :func:`assumed_offer` makes a detached copy of an offer with edited prices;
-``ledger.money.compare.compare_offers`` (what ``trainledger cost compare`` prints)
+``trainledger.money.compare.compare_offers`` (what ``trainledger cost compare`` prints)
 costs it, so the page tries out prices without saving them. The charts'
-series below use the same ``ledger.money.costs`` functions.
+series below use the same ``trainledger.money.costs`` functions.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
-from ledger.money import costs
-from ledger.money.monthly import MonthlyReport
-from ledger.money.months import month_bounds
+from trainledger.money import costs
+from trainledger.money.monthly import MonthlyReport
+from trainledger.money.months import month_bounds
 
 OFFER_ATTRS = ("name", "kind", "currency", "node_type_id", "price_per_node_hour", "price_per_node_month",
                "billing_granularity_hours", "minimum_hours", "capex_per_node", "depreciation_months",

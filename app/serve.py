@@ -1,4 +1,4 @@
-"""``python -m app.serve run app/asgi.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
+"""``python -m trainledger.app.serve run app/asgi.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
 
 app/asgi.py is an ``st.App`` (app/main.py behind the Host/Origin guard and the
 sign-in routes), which ``streamlit run`` serves with uvicorn.

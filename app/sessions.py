@@ -25,10 +25,10 @@ from typing import Optional
 
 from sqlmodel import delete
 
-from app.auth import UserEntry
-from ledger.store.db import get_engine, session_scope
-from ledger.store.models import DashboardSession
-from ledger.store.types import utcnow
+from trainledger.app.auth import UserEntry
+from trainledger.store.db import get_engine, session_scope
+from trainledger.store.models import DashboardSession
+from trainledger.store.types import utcnow
 
 COOKIE = "trainledger_session"
 SESSION_HOURS = 12

@@ -5,7 +5,7 @@
 * ``GET /_trainledger/signin?next=/runs?run=X``: a small HTML form (no script,
   no outside resource; a strict Content-Security-Policy);
 * ``POST /_trainledger/signin``: checks the user and password
-  (``app.auth.authenticate``) under the sign-in throttle (app/throttle.py) and at
+  (``trainledger.app.auth.authenticate``) under the sign-in throttle (app/throttle.py) and at
   most :data:`VERIFY_SLOTS` PBKDF2 checks at once; on success it creates a
   session (app/sessions.py), sets the session cookie (HttpOnly, SameSite=Lax,
   Secure over HTTPS, the token never in a URL) and sends the browser back to
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import parse_qs, quote
 
-from app import sessions
-from app.auth import AuthFileError, UserEntry, authenticate, users_file
-from app.throttle import Throttle, policies_from_env
+from trainledger.app import sessions
+from trainledger.app.auth import AuthFileError, UserEntry, authenticate, users_file
+from trainledger.app.throttle import Throttle, policies_from_env
 
 log = logging.getLogger("trainledger.auth")
 
@@ -107,7 +107,7 @@ def cookie_name() -> str:
 
 
 def ledger_url() -> str:
-    from ledger.store.db import resolve_url
+    from trainledger.store.db import resolve_url
 
     return resolve_url(None)
 

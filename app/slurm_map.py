@@ -1,6 +1,6 @@
 """The Settings page's "Slurm mapping" section: the rules of ``trainledger slurm map``, listed, added, removed.
 
-The rules go through :mod:`ledger.store.slurm_map` (the same validation as the
+The rules go through :mod:`trainledger.store.slurm_map` (the same validation as the
 CLI); saving needs the lead role, checked on the server right before the write.
 """
 
@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from app import access, data, ui
-from ledger.errors import LedgerInputError
-from ledger.store.slurm_map import add_rule, list_rules, remove_rule
+from trainledger.app import access, data, ui
+from trainledger.errors import LedgerInputError
+from trainledger.store.slurm_map import add_rule, list_rules, remove_rule
 
 NO_OFFER = "(the fleet, else elastic rent)"
 

@@ -1,6 +1,6 @@
 """Presentation helpers shared by the pages.
 
-Figures are formatted with ``ledger.reports.present`` (``fmt_cell``/``present``), so
+Figures are formatted with ``trainledger.reports.present`` (``fmt_cell``/``present``), so
 the dashboard shows the CLI's rounding ("4,800.00"). The three utilizations
 always carry their own label; ratios are shown as percentages with the CLI's
 four decimals (0.7319 → "73.19%").
@@ -27,9 +27,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from ledger.errors import LedgerInputError
-from ledger.money.months import check_month
-from ledger.reports.present import fmt_cell, kind_of, present
+from trainledger.errors import LedgerInputError
+from trainledger.money.months import check_month
+from trainledger.reports.present import fmt_cell, kind_of, present
 
 TIME_UTIL = "Time utilization"
 GPU_UTIL = "GPU-Util (NVML/DCGM busy share)"
@@ -42,7 +42,7 @@ GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weigh
 MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
 
 #: how reserved capacity is priced everywhere (Planner, Rent vs own, the monthly report and its export):
-#: ``ledger.money.costs.reserved_month_cost`` / ``reserved_term_cost``
+#: ``trainledger.money.costs.reserved_month_cost`` / ``reserved_term_cost``
 RESERVED_RULE = ("Reserved capacity is billed by whole committed months: nodes × monthly price for every month "
                  "begun (⌈hours ÷ 730⌉, at least one), used or not, as the monthly report bills it.")
 
@@ -92,8 +92,8 @@ def error_line(exc: BaseException) -> str:
 
 
 def run_id_param(name: str = "run") -> Optional[str]:
-    """``?run=ID`` if it is a valid run id (``ledger.store.ids``), else None with a one-line warning."""
-    from ledger.store.ids import validate_run_id
+    """``?run=ID`` if it is a valid run id (``trainledger.store.ids``), else None with a one-line warning."""
+    from trainledger.store.ids import validate_run_id
 
     raw = st.query_params.get(name)
     if not raw:
@@ -166,7 +166,7 @@ ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 def display_tz() -> ZoneInfo:
     """The ledger's display time zone (Settings → time zone), for times in tables."""
-    from app import data
+    from trainledger.app import data
 
     return ZoneInfo(data.display_timezone_name(data.ledger_url()))
 
@@ -269,7 +269,7 @@ def month_picker(url: str) -> str:
     Starts from ?month=YYYY-MM (else this month; a bad value is a one-line
     warning, never an error page) and keeps its value across pages.
     """
-    from app import data
+    from trainledger.app import data
 
     options = data.month_options(url)
     default = data.current_month(url)
@@ -285,14 +285,14 @@ def month_picker(url: str) -> str:
     return choice
 
 
-# --- periods: a month, a quarter, a year to date, a date range (ledger.money.periods) ------------
+# --- periods: a month, a quarter, a year to date, a date range (trainledger.money.periods) ------------
 
 PERIOD_STATE = "_period"  # the chosen period (kind and bounds), kept across pages
 PERIOD_KEYS = ("period", "quarter", "year", "from", "to")  # its query parameters (a month: ?month= alone)
 
 
 def _check_kind(text: str, flag: str) -> str:
-    from ledger.money.periods import KINDS
+    from trainledger.money.periods import KINDS
 
     if text not in KINDS:
         raise LedgerInputError(f"{flag}: expected month, quarter, ytd or range, got {text!r}")
@@ -305,8 +305,8 @@ def period_picker(url: str) -> tuple[Any, str]:
     begun month). The URL carries it (``?period=quarter&quarter=2026-Q4``, ``?period=ytd&year=2026``,
     ``?period=range&from=2026-10-15&to=2026-11-20``; a month: ``?month=2026-11``); a bad value is one line
     and the month is shown instead. ``trainledger report period --from --to`` reports the same period."""
-    from app import data
-    from ledger.money import periods as P
+    from trainledger.app import data
+    from trainledger.money import periods as P
 
     today = data.today(url)
     kept = st.session_state.get(PERIOD_STATE) or {}
@@ -345,7 +345,7 @@ def period_picker(url: str) -> tuple[Any, str]:
 
 def _range_picker(kept: dict, today, state: dict) -> Any:
     """Two dates (From, To; both included); None, after one line, when they do not make a range."""
-    from ledger.money import periods as P
+    from trainledger.money import periods as P
 
     first = checked_param("from", P.check_day, "a month") or kept.get("from")
     last = checked_param("to", P.check_day, "a month") or kept.get("to")
@@ -380,7 +380,7 @@ def _period_url(state: dict) -> None:
 
 
 def change_text(report: dict[str, Any], key: str) -> Optional[str]:
-    """A headline figure's delta from a period report (``app.data.period_report``): "+5.5% vs 2026-Q3", the
+    """A headline figure's delta from a period report (``trainledger.app.data.period_report``): "+5.5% vs 2026-Q3", the
     percentage ``trainledger report period`` prints; None when there is nothing to compare with."""
     pct_ = (report.get("change") or {}).get(f"{key}_pct")
     if pct_ is None:
@@ -440,7 +440,7 @@ def currency_picker(url: str) -> str:
     Starts from ?currency=XXX, else the Settings currency once set, else the offers' own; keeps its value
     across pages. Money in another currency than an offer's is converted at each charge period's rate.
     """
-    from app import data
+    from trainledger.app import data
 
     c = data.currencies(url)
     options = c["options"]

@@ -10,7 +10,7 @@ command, start-up and final write included; target ≤ 1 s).
 
 ``api_overhead``: one process runs the same loop of training steps (a small
 torch MLP, forward + backward + AdamW, one thread) with and without
-``ledger.track``'s ``run.log(step=, tokens=, loss=, lr=)`` after every step (a ~20 ms step on one
+``trainledger.track``'s ``run.log(step=, tokens=, loss=, lr=)`` after every step (a ~20 ms step on one
 thread: a small step for LLM training, so the conservative case), in
 ABBA order; its writer thread journals (fsync) and applies to a SQLite ledger
 every 2 s as in production. Measured: the median step time logged ÷ not
@@ -54,7 +54,7 @@ def _job(work: Path, wrapped: bool, steps: int, db_url: str) -> dict[str, Any]:
     out = work / f"job-{time.monotonic_ns()}.json"
     cmd = [sys.executable, str(JOB), str(out), str(steps)]
     if wrapped:
-        cmd = [sys.executable, "-m", "ledger.cli", "run", "--quiet", "--db", db_url, "--project", "bench", "--", *cmd]
+        cmd = [sys.executable, "-m", "trainledger.cli", "run", "--quiet", "--db", db_url, "--project", "bench", "--", *cmd]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(work), cwd=ROOT, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
@@ -73,7 +73,7 @@ def run_wrapper(quick: bool) -> Result:
     with tempfile.TemporaryDirectory(prefix="tl-bench-wrapper-") as tmp:
         work = Path(tmp)
         db_url = f"sqlite:///{work / 'ledger.db'}"
-        from ledger.store.db import make_engine
+        from trainledger.store.db import make_engine
 
         make_engine(db_url).dispose()  # the schema once, outside the runs
         runs = []
@@ -128,9 +128,9 @@ def _loop(step, steps: int, run=None) -> tuple[list[float], list[float]]:
 
 
 def run_api(quick: bool) -> Result:
-    import ledger
+    import trainledger
 
-    res = Result("api_overhead", "ledger.track: run.log() after every step (journal + writer thread)",
+    res = Result("api_overhead", "trainledger.track: run.log() after every step (journal + writer thread)",
                  "the same loop without logging, ABBA in one process", 1.01, "<=")
     res.target_text = "≤ 1.01 step time"
     pairs, steps = (2, 60) if quick else (6, 250)
@@ -148,7 +148,7 @@ def run_api(quick: bool) -> Result:
                     t = _loop(step, steps)[0]
                     plain += t
                 else:
-                    with ledger.track(project="bench", db=db_url, journal_dir=work / "journal",
+                    with trainledger.track(project="bench", db=db_url, journal_dir=work / "journal",
                                       env={"USER": "bench"}) as run:
                         t, c = _loop(step, steps, run)
                     logged += t
@@ -180,7 +180,7 @@ def _start_delay(work: Path, db_url: str, then=None) -> float:
     """Seconds from starting the wrapper to its command's first instruction; ``then()`` runs as soon as the
     command has started (the lock is released there, so the wrapper's end does not wait for it)."""
     env = {**_env(work), "TRAINLEDGER_LEDGER_WAIT_S": "0"}
-    cmd = [sys.executable, "-m", "ledger.cli", "run", "--quiet", "--db", db_url, "--", "date", "+%s.%N"]
+    cmd = [sys.executable, "-m", "trainledger.cli", "run", "--quiet", "--db", db_url, "--", "date", "+%s.%N"]
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()
@@ -201,7 +201,7 @@ def run_wrapper_start(quick: bool) -> Result:
     with tempfile.TemporaryDirectory(prefix="tl-bench-start-") as tmp:
         work = Path(tmp)
         db_url = f"sqlite:///{work / 'ledger.db'}"
-        from ledger.store.db import make_engine
+        from trainledger.store.db import make_engine
 
         make_engine(db_url).dispose()
         for i in range(rounds):
@@ -220,7 +220,7 @@ def run_wrapper_start(quick: bool) -> Result:
                 holder.wait(timeout=60)
     free_s, locked_s = statistics.median(free), statistics.median(locked)
     t0 = time.perf_counter()  # the floor: the interpreter and the CLI's imports alone, on the same machine now
-    subprocess.run([sys.executable, "-c", "import ledger.cli.main"], env=_env(Path(tempfile.gettempdir())), cwd=ROOT,
+    subprocess.run([sys.executable, "-c", "import trainledger.cli.main"], env=_env(Path(tempfile.gettempdir())), cwd=ROOT,
                    check=True, timeout=600)
     res.measured["cli_import_s"] = time.perf_counter() - t0
     res.ratio = locked_s / free_s

@@ -2,7 +2,7 @@
 
     python -m torch.distributed.run --nproc-per-node 2 bench/comm_probe.py OUT.json
 
-Every rank initialises ``deepspeed.comm`` as the trainer does (``trainer.distributed``)
+Every rank initialises ``deepspeed.comm`` as the trainer does (``trainledger.trainer.distributed``)
 and imports the trainer's engine; ``baseline_rss_bytes`` is the largest
 resident set of a rank at that point (what a CPU run holds before its model,
 data and optimizer). Then all-reduces of 1 KiB … 64 MiB fp32 are timed (median
@@ -24,8 +24,8 @@ def main(out: str) -> None:
     import torch
     from deepspeed import comm as dist
 
-    import trainer.engine  # noqa: F401  (the modules a training process holds)
-    from trainer.distributed import init_distributed, launch_env
+    import trainledger.trainer.engine  # noqa: F401  (the modules a training process holds)
+    from trainledger.trainer.distributed import init_distributed, launch_env
 
     env = launch_env()
     init_distributed(env)

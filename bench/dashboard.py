@@ -49,7 +49,7 @@ def run(quick: bool) -> Result:
     from streamlit.logger import set_log_level
 
     from bench.gen import generate
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     res = Result("dashboard", "dashboard Overview render, cold (AppTest)", "the same render over an empty ledger", 2.0, "<=")
     n_runs = 2_000 if quick else 100_000
@@ -79,7 +79,7 @@ def run(quick: bool) -> Result:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        from ledger.store.db import get_engine
+        from trainledger.store.db import get_engine
 
         get_engine.cache_clear()
     res.ratio = median(f_s) / median(e_s)

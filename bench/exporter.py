@@ -29,10 +29,10 @@ def run(quick: bool) -> Result:
     from sqlmodel import Session, delete, select
 
     from bench.gen import generate
-    from ledger.money.budgets import set_budget
-    from ledger.reports.metrics import LedgerCollector, month_metrics
-    from ledger.store.db import make_engine, read_only_engine, session_scope
-    from ledger.store.models import Budget, Project
+    from trainledger.money.budgets import set_budget
+    from trainledger.reports.metrics import LedgerCollector, month_metrics
+    from trainledger.store.db import make_engine, read_only_engine, session_scope
+    from trainledger.store.models import Budget, Project
 
     res = Result("exporter", "trainledger exporter: a cached scrape ÷ a refresh (100k runs)",
                  "a refresh of the month's figures (report, forecast, budgets)", None, "<=")

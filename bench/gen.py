@@ -1,7 +1,7 @@
 """A realistic synthetic ledger for the benchmarks, written straight through raw sqlite3.
 
 ``generate(runs, samples)`` returns the path of a SQLite ledger (schema by
-``ledger.store.db.make_engine``, rows by ``executemany`` of plain tuples) holding:
+``trainledger.store.db.make_engine``, rows by ``executemany`` of plain tuples) holding:
 
 * the preset node types (rtx4090-8x, a100-8x, h100-8x, h200-8x) with their
   preset offers, the h100 example offers (``data/examples/h100-offers.toml``)
@@ -17,7 +17,7 @@
 
 The file is cached under ``bench/results/`` keyed by its parameters, the
 generator version and the schema revision, with a JSON sidecar (busiest month,
-per-month counts, timings). After generating, ``ledger.money.rollup.rebuild(session)``
+per-month counts, timings). After generating, ``trainledger.money.rollup.rebuild(session)``
 is called when that module exists; on a cached file only when asked
 (``--rebuild-rollup`` or ``$TRAINLEDGER_BENCH_REBUILD_ROLLUP=1``: minutes on 1M
 runs); a note says when ``ledger/money/rollup.py``, ``ledger/money/monthly.py`` or ``ledger/store/models.py``
@@ -113,7 +113,7 @@ def _source_hash() -> str:
 
 
 def _key(runs: int, samples: int, months: int, end: str) -> str:
-    from ledger.store.db import head_revision
+    from trainledger.store.db import head_revision
 
     return f"ledger-r{runs}-s{samples}-m{months}-e{end}-g{GEN_VERSION}-{head_revision()}"
 
@@ -152,7 +152,7 @@ def generate(runs: int, samples: int, *, months: int = 24, end_month: Optional[s
         meta["cached"] = False
         meta["path"] = str(path)
         log(f"gen: wrote {path.name} in {meta['generate_s']:.1f} s")
-    has_rollup = importlib.util.find_spec("ledger.money.rollup") is not None
+    has_rollup = importlib.util.find_spec("trainledger.money.rollup") is not None
     if has_rollup and (not meta.get("cached") or rebuild or "rollup_source" not in meta):
         meta["rollup_rebuild_s"] = rebuild_rollup(path)
         meta["rollup_source"] = _source_hash()
@@ -164,20 +164,20 @@ def generate(runs: int, samples: int, *, months: int = 24, end_month: Optional[s
 
 
 def rebuild_rollup(path: Path) -> Optional[float]:
-    """``ledger.money.rollup.rebuild(session)`` on the ledger at ``path``; returns seconds (None without the module)."""
-    if importlib.util.find_spec("ledger.money.rollup") is None:
+    """``trainledger.money.rollup.rebuild(session)`` on the ledger at ``path``; returns seconds (None without the module)."""
+    if importlib.util.find_spec("trainledger.money.rollup") is None:
         return None
-    from ledger.money import rollup
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.money import rollup
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(f"sqlite:///{path}")
-    log("gen: ledger.money.rollup.rebuild …")
+    log("gen: trainledger.money.rollup.rebuild …")
     t0 = time.perf_counter()
     with session_scope(engine) as s:
         rollup.rebuild(s)
     took = time.perf_counter() - t0
     engine.dispose()
-    log(f"gen: ledger.money.rollup.rebuild took {took:.2f} s")
+    log(f"gen: trainledger.money.rollup.rebuild took {took:.2f} s")
     return round(took, 3)
 
 
@@ -195,8 +195,8 @@ def _build(path: Path, n_runs: int, n_samples: int, months: int, end_month: str)
     import numpy as np
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
-    from ledger.store.presets import apply_pricing, parse_pricing
+    from trainledger.store.db import make_engine
+    from trainledger.store.presets import apply_pricing, parse_pricing
 
     log(f"gen: building {n_runs:,} runs, {n_samples:,} samples over {months} months ending {end_month} → {path.name}")
     engine = make_engine(f"sqlite:///{path}")
@@ -368,7 +368,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--months", type=int, default=24)
     ap.add_argument("--end-month", default=None)
     ap.add_argument("--force", action="store_true", help="generate again even if cached")
-    ap.add_argument("--rebuild-rollup", action="store_true", help="run ledger.money.rollup.rebuild on a cached file too")
+    ap.add_argument("--rebuild-rollup", action="store_true", help="run trainledger.money.rollup.rebuild on a cached file too")
     a = ap.parse_args(argv)
     path, meta = generate(a.runs, a.samples, months=a.months, end_month=a.end_month, force=a.force,
                           rebuild=a.rebuild_rollup or None)

@@ -1,10 +1,10 @@
 """Goodput: ``goodput_account`` of the busiest month over the generated ledger, as a ratio to the monthly report
 with its run lines (what ``report monthly`` computes) on the same ledger; and ``run.phase`` per call.
 
-* ratio = median wall of ``ledger.money.goodput.goodput_account(month)`` ÷ median wall of
+* ratio = median wall of ``trainledger.money.goodput.goodput_account(month)`` ÷ median wall of
   ``monthly_report(month, lines=True)``, in process, same session, after a warm-up of each. The account
   includes its own monthly report, so the ratio is ≥ 1; target ≤ 2 (issue #25).
-* ``run.phase``: a real ``ledger.track`` run (SQLite ledger and journal in a temporary directory, its writer
+* ``run.phase``: a real ``trainledger.track`` run (SQLite ledger and journal in a temporary directory, its writer
   thread running) times ``with run.phase("eval"): pass`` N times; µs per call, target ≤ 20 µs. Beside it:
   the writer thread's aggregation per event (``PhaseAggregator.feed``), which the training step never waits for.
 
@@ -25,9 +25,9 @@ from bench import Result, log, median
 def _account_vs_report(url: str, month: str, repeats: int) -> tuple[list[float], list[float], dict]:
     from sqlmodel import Session
 
-    from ledger.money.goodput import goodput_account
-    from ledger.money.monthly import monthly_report
-    from ledger.store.db import make_engine
+    from trainledger.money.goodput import goodput_account
+    from trainledger.money.monthly import monthly_report
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     acc_t, rep_t, check = [], [], {}
@@ -51,12 +51,12 @@ def _account_vs_report(url: str, month: str, repeats: int) -> tuple[list[float],
 
 def phase_call_us(n: int) -> tuple[float, float]:
     """µs per ``with run.phase(...)`` in a real tracked run, and µs per event folded on the writer thread."""
-    import ledger
-    from ledger.sources.phases import PhaseAggregator
+    import trainledger
+    from trainledger.sources.phases import PhaseAggregator
 
     with tempfile.TemporaryDirectory(prefix="tl-bench-phase-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
-        with ledger.track(project="bench", db=url, journal_dir=Path(tmp) / "journal", flush_s=0.5) as run:
+        with trainledger.track(project="bench", db=url, journal_dir=Path(tmp) / "journal", flush_s=0.5) as run:
             with run.phase("eval"):  # warm-up
                 pass
             t0 = time.perf_counter()

@@ -1,8 +1,8 @@
-"""Ingest on SQLite: ``ledger.store.ingest.insert_samples`` rows/s ÷ raw ``sqlite3.executemany`` rows/s.
+"""Ingest on SQLite: ``trainledger.store.ingest.insert_samples`` rows/s ÷ raw ``sqlite3.executemany`` rows/s.
 
 Both write the same ``MetricSample`` rows into the same empty table of a fresh
 ledger file (a copy of one template: schema from ``make_engine``, the runs the
-rows belong to), with the settings ``ledger.store.db.make_engine`` gives SQLite (WAL,
+rows belong to), with the settings ``trainledger.store.db.make_engine`` gives SQLite (WAL,
 synchronous=NORMAL, foreign keys on, ``BEGIN IMMEDIATE``), commit included.
 
 * baseline: ``sqlite3`` ``executemany`` of a plain ``INSERT`` with pre-formatted
@@ -52,8 +52,8 @@ def sample_rows(n: int, runs: int = 50) -> list[tuple]:
 def make_template(directory: Path, runs: int = 50) -> Path:
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import NodeType, Run, RunStatus
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import NodeType, Run, RunStatus
 
     path = directory / "template.db"
     engine = make_engine(f"sqlite:///{path}")
@@ -95,8 +95,8 @@ def raw_insert(path: Path, text_rows: list[tuple]) -> float:
 def api_insert(path: Path, rows: list[tuple]) -> tuple[float, int]:
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
-    from ledger.store.ingest import insert_samples
+    from trainledger.store.db import make_engine
+    from trainledger.store.ingest import insert_samples
 
     engine = make_engine(f"sqlite:///{path}", upgrade=False)
     with engine.connect() as c:  # open the pooled connection (pragmas) before timing
@@ -115,8 +115,8 @@ def core_insert(path: Path, rows: list[tuple]) -> float:
     from sqlalchemy.dialects.sqlite import insert
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import MetricSample
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import MetricSample
 
     engine = make_engine(f"sqlite:///{path}", upgrade=False)
     with engine.connect() as c:
@@ -134,9 +134,9 @@ def core_insert(path: Path, rows: list[tuple]) -> float:
 
 
 def run(quick: bool) -> Result:
-    from ledger.store.ingest import _sqlite_ts
+    from trainledger.store.ingest import _sqlite_ts
 
-    res = Result("ingest_sqlite", "ingest MetricSample on SQLite (ledger.store.ingest)", "raw sqlite3.executemany, same table and settings",
+    res = Result("ingest_sqlite", "ingest MetricSample on SQLite (trainledger.store.ingest)", "raw sqlite3.executemany, same table and settings",
                  0.5, ">=")
     n = 20_000 if quick else 200_000
     pairs = 2 if quick else 5

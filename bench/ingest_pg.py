@@ -1,4 +1,4 @@
-"""Ingest on PostgreSQL: ``ledger.store.ingest.insert_samples`` rows/s (target ≥ 200,000 rows/s).
+"""Ingest on PostgreSQL: ``trainledger.store.ingest.insert_samples`` rows/s (target ≥ 200,000 rows/s).
 
 A throwaway database on the server at ``$TRAINLEDGER_BENCH_PG`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``; the benchmark
@@ -46,7 +46,7 @@ def _truncate(engine) -> None:
 def _api(engine, rows: list[tuple], **kw: Any) -> tuple[float, int]:
     from sqlmodel import Session
 
-    from ledger.store.ingest import insert_samples
+    from trainledger.store.ingest import insert_samples
 
     with Session(engine) as s:
         s.connection().exec_driver_sql("SELECT 1")  # begin before timing
@@ -80,10 +80,10 @@ def run(quick: bool) -> Result:
     from sqlmodel import Session, select
 
     from bench.ingest import T0
-    from ledger.store.db import make_engine
-    from ledger.store.models import NodeType, Run, RunStatus
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import NodeType, Run, RunStatus
 
-    res = Result("ingest_pg", "ingest MetricSample on PostgreSQL (ledger.store.ingest, COPY)",
+    res = Result("ingest_pg", "ingest MetricSample on PostgreSQL (trainledger.store.ingest, COPY)",
                  "raw psycopg binary COPY of the same rows (ratio informational)", None, ">=")
     n = 20_000 if quick else 200_000
     trials = 1 if quick else 3
@@ -128,7 +128,7 @@ def run(quick: bool) -> Result:
     finally:
         if engine is not None:
             engine.dispose()
-        from ledger.store.db import get_engine
+        from trainledger.store.db import get_engine
 
         get_engine.cache_clear()
         with admin.connect() as c:

@@ -7,7 +7,7 @@ per step ÷ median step time, warm-up excluded) and
 
     MFU = tokens/s × FLOPs per token ÷ peak bf16 FLOP/s of the GPU
 
-with FLOPs per token = 6N + 12·L·H·Q·T (``trainer.shapes.flops_per_token``)
+with FLOPs per token = 6N + 12·L·H·Q·T (``trainledger.trainer.shapes.flops_per_token``)
 and the peak from the ledger's catalog (``data/pricing.toml``: the node type
 whose GPU matches ``torch.cuda.get_device_name()``). SPEC §11's goal: ≥ 45%
 on H100/H200.
@@ -42,7 +42,7 @@ def catalog_peak(device_name: str) -> tuple[Optional[float], Optional[str]]:
     ``h100`` of ``h100-8x``) appears in the device name; a PCIe part does not
     match an SXM catalog entry (its peak is lower).
     """
-    from ledger.store.presets import parse_pricing, preset_text
+    from trainledger.store.presets import parse_pricing, preset_text
 
     dev = _norm(device_name)
     for nt in parse_pricing(preset_text()).node_type:
@@ -72,11 +72,11 @@ def no_gpu_reason() -> Optional[str]:
 def measure(shape: str, steps: int, micro_batch: int, grad_accum: int) -> dict[str, Any]:
     import torch
 
-    from ledger.money import costs
-    from trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainConfig
-    from trainer.engine import Trainer
-    from trainer.parallel import resolve_plan
-    from trainer.shapes import flops_per_token, get_shape, param_count
+    from trainledger.money import costs
+    from trainledger.trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainConfig
+    from trainledger.trainer.engine import Trainer
+    from trainledger.trainer.parallel import resolve_plan
+    from trainledger.trainer.shapes import flops_per_token, get_shape, param_count
 
     device = torch.cuda.get_device_name()
     peak, node_type = catalog_peak(device)
@@ -124,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if a.json:
         a.json.write_text(json.dumps(out))
     sys.stdout.flush()
-    os._exit(0)  # NCCL/gloo threads: leave without interpreter teardown (as trainer.train does)
+    os._exit(0)  # NCCL/gloo threads: leave without interpreter teardown (as trainledger.trainer.train does)
 
 
 if __name__ == "__main__":

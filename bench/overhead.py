@@ -67,7 +67,7 @@ def _setup(steps: int, work: Path):
     torch.set_num_threads(1)
     from deepspeed.utils import logger as ds_logger
 
-    from trainer.train import load_run_config
+    from trainledger.trainer.train import load_run_config
 
     ds_logger.setLevel(logging.WARNING)
     cfg = load_run_config(ROOT / "trainer" / "configs" / "dp.yaml", steps=steps)
@@ -79,9 +79,9 @@ def _setup(steps: int, work: Path):
 
 def _one_run(cfg, steps: int, tracked: bool, db_url: str, work: Path, barrier=None) -> dict[str, Any]:
     """One Trainer run; returns step times (warm-up dropped), µs in on_step and process CPU per step."""
-    from trainer.engine import Trainer
-    from trainer.parallel import resolve_plan
-    from trainer.tracking import LedgerTracker, TrackingOptions
+    from trainledger.trainer.engine import Trainer
+    from trainledger.trainer.parallel import resolve_plan
+    from trainledger.trainer.tracking import LedgerTracker, TrackingOptions
 
     class Timed:
         """Wraps the tracker's on_step to measure the time spent in it."""
@@ -188,7 +188,7 @@ def _env(work: Path) -> dict[str, str]:
 
 
 def _run_concurrent(cpus: list[int], rounds: int, steps: int, work: Path) -> list[dict[str, Any]]:
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     make_engine(f"sqlite:///{work / 'ledger.db'}").dispose()  # schema once, outside the runs
     procs = {}
@@ -328,7 +328,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             data = _concurrent_worker(a.parity, a.rounds, a.steps, a.work)
         a.out.write_text(json.dumps(data))
         sys.stdout.flush()
-        os._exit(0)  # gloo/TCPStore threads: leave without interpreter teardown (as trainer.train does)
+        os._exit(0)  # gloo/TCPStore threads: leave without interpreter teardown (as trainledger.trainer.train does)
     print(json.dumps(run(quick=a.quick).to_dict(), indent=2, default=str))
     return 0
 

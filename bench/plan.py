@@ -5,7 +5,7 @@ seven strategies × tp × pp × micro-batch × recompute: 73,632 candidate plans
 = 24,544 layouts × 3 offers) is run as a subprocess against a fresh ledger;
 the median wall time of several runs is judged. Beside it: ``trainledger
 pricing list`` on the same ledger (the fixed cost of starting the CLI — the
-ratio is against it, informational) and ``ledger.runs.plan.recommend`` in
+ratio is against it, informational) and ``trainledger.runs.plan.recommend`` in
 process, with its time per candidate.
 
 Target (issue #19): ≤ 2 s for ≥ 10,000 candidates.
@@ -28,7 +28,7 @@ ARGS = ["plan", "recommend", "--model", "llama2-70b", "--tokens", "2e12", "--jso
 
 def _cli() -> list[str]:
     exe = Path(sys.executable).parent / "trainledger"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ledger.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "trainledger.cli"]
 
 
 def cli_wall(args: list[str], url: str, env: dict) -> tuple[float, str]:
@@ -42,8 +42,8 @@ def cli_wall(args: list[str], url: str, env: dict) -> tuple[float, str]:
 
 
 def in_process(url: str) -> tuple[float, dict]:
-    from ledger.runs.plan import RecommendRequest, recommend
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.runs.plan import RecommendRequest, recommend
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(url)
     try:
@@ -56,7 +56,7 @@ def in_process(url: str) -> tuple[float, dict]:
 
 
 def run(quick: bool) -> Result:
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     res = Result("plan_recommend", "`trainledger plan recommend` (seed scenario, CLI process)",
                  "`trainledger pricing list` on the same ledger (CLI start-up; ratio informational)", None, "<=")

@@ -9,7 +9,7 @@
 2. ``trainledger sweep --strategies S`` of each of dp, zero1, zero2, zero3, pp,
    tp (2 processes) and 3d (4 processes) for ``--steps`` steps into a fresh
    ledger, ``--repeats`` rounds (step 4).
-3. For every run, ``ledger.runs.plan.predict_run`` with a CPU profile: the
+3. For every run, ``trainledger.runs.plan.predict_run`` with a CPU profile: the
    compute rate (FLOP/s per process) calibrated, as the planner calibrates a
    GPU's efficiency, from the ledger's measured data-parallel runs of the sweep
    — leaving out the run being predicted — as FLOPs per step ÷ processes ÷
@@ -17,14 +17,14 @@
    min(1, cores ÷ processes) (3d runs 4 processes on this 2-core machine);
    links α, β from step 1; memory in fp32 with the baseline RSS as the reserve.
 4. Calibrated (docs/PLANNER.md, "Calibration"): leave-one-strategy-out, the
-   factors fitted by ``ledger.runs.calibrate.fit`` on the other 6 strategies'
+   factors fitted by ``trainledger.runs.calibrate.fit`` on the other 6 strategies'
    runs predict the 7th. The raw measurements are saved to
    ``bench/results/plan_accuracy_raw.json``; ``--from-raw FILE`` refits from such
    a file without running anything (``bench/plan_accuracy_raw.json``: the measurement in docs/PLANNER.md).
    ``--repeats N`` rounds: the seven strategies run one at a time, each run bracketed by
    ``bench.cpu_probe`` (the GFLOP/s a process gets right then, as many processes as the run's ranks)
    and the load average, both stored with the run; the CPU profile of a probed run computes at the
-   probed rate (``ledger.runs.calibrate.cpu_hardware``), and a strategy's figures are medians of its runs.
+   probed rate (``trainledger.runs.calibrate.cpu_hardware``), and a strategy's figures are medians of its runs.
 5. The same sweep with ``--baseline-model`` (llama-tiny: ~0.2 M parameters):
    its runs hold the framework's own memory per strategy (DeepSpeed's engine,
    buffers, the data pipeline), so memory *above* that run isolates what the
@@ -69,7 +69,7 @@ def _sweep(tmp: Path, env: dict, url: str, model: str, steps: int, strategies: s
     base.write_text(yaml.safe_dump({"model": {"shape": model}, "parallel": {"micro_batch": 4, "global_batch": 8},
                                     "optimizer": {"lr": 1e-3, "warmup_steps": 1}, "log_every": 1}))
     env = {**env, "TRAINLEDGER_CONFIG_DIRS": str(base.parent)}
-    cmd = [sys.executable, "-m", "ledger.cli", "sweep", str(base), "--steps", str(steps), "--db", url, "--json"]
+    cmd = [sys.executable, "-m", "trainledger.cli", "sweep", str(base), "--steps", str(steps), "--db", url, "--json"]
     if strategies:
         cmd += ["--strategies", strategies]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=3600)
@@ -112,8 +112,8 @@ def measure(tmp: Path, env: dict, url: str, model: str, steps: int, repeats: int
 
 def _rate(run) -> float:
     """Achieved model FLOP/s per process in the compute part of a measured run."""
-    from trainer.config import config_from_dict
-    from trainer.shapes import flops_per_token
+    from trainledger.trainer.config import config_from_dict
+    from trainledger.trainer.shapes import flops_per_token
 
     cfg = config_from_dict(run.config["train"])
     factor = 4 / 3 if cfg.model.activation_checkpointing else 1.0
@@ -126,10 +126,10 @@ def predict_sweep(url: str, sweep_ids: str | list[str], probe: dict, cores: int,
     """Predictions for every run of the sweep(s); ``reserve`` (by strategy) replaces the probe's baseline RSS."""
     from sqlmodel import select
 
-    from ledger.runs.plan import predict_run
-    from ledger.store.db import make_engine, session_scope
-    from ledger.store.models import Run
-    from trainer.plan.timing import Hardware, Link
+    from trainledger.runs.plan import predict_run
+    from trainledger.store.db import make_engine, session_scope
+    from trainledger.store.models import Run
+    from trainledger.trainer.plan.timing import Hardware, Link
 
     link = Link(probe["beta_bytes_per_s"], probe["alpha_s"])
     engine = make_engine(url)
@@ -160,8 +160,8 @@ def raw_runs(url: str, sweep_id: str) -> list[dict]:
     """The sweep's runs as measured (the fields a calibration needs), to refit without re-running."""
     from sqlmodel import select
 
-    from ledger.store.db import make_engine, session_scope
-    from ledger.store.models import Run
+    from trainledger.store.db import make_engine, session_scope
+    from trainledger.store.models import Run
 
     engine = make_engine(url)
     with session_scope(engine) as s:
@@ -191,7 +191,7 @@ def _mae(rows: list[dict]) -> tuple[float, float]:
 def _cpu_model(r: dict):
     """The planning model of a raw run on the CPU profile: at its probed rate when the run has one
     (the mean of the probes before and after it), else at the nominal rate."""
-    from ledger.runs import calibrate as cal
+    from trainledger.runs import calibrate as cal
 
     rate = r.get("probe_gflops_per_process")
     hw = cal.cpu_hardware(r["gpus_per_node"], gflops_per_process=statistics.fmean(rate) if rate else None)
@@ -199,10 +199,10 @@ def _cpu_model(r: dict):
 
 
 def leave_one_out(raw: list[dict]) -> list[dict]:
-    """Leave-one-strategy-out: for each strategy, calibrate (``ledger.runs.calibrate.fit``) on the other
+    """Leave-one-strategy-out: for each strategy, calibrate (``trainledger.runs.calibrate.fit``) on the other
     strategies' runs (every repeat) and predict each of this strategy's runs; the strategy's measured figure
     is the median of its runs, its predicted figure the median of their predictions."""
-    from ledger.runs import calibrate as cal
+    from trainledger.runs import calibrate as cal
 
     models = [_cpu_model(r) for r in raw]
     rows = []

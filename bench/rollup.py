@@ -1,6 +1,6 @@
 """Monthly rollup: ``monthly_report`` for the busiest month ÷ DuckDB computing the same numbers.
 
-Ledger side (timed): ``ledger.money.monthly.monthly_report(session, month, lines=False)``
+Ledger side (timed): ``trainledger.money.monthly.monthly_report(session, month, lines=False)``
 (``lines`` only when the function takes it), a fresh session per call, median
 of several calls, on the generated ledger (``bench.gen``, 1M runs + 10M samples).
 
@@ -88,9 +88,9 @@ def load_duckdb(path) -> Any:
     import pandas as pd
     from sqlmodel import Session, select
 
-    from ledger.money.catalog import default_offer, load_catalog
-    from ledger.store.db import make_engine
-    from ledger.store.models import Fleet
+    from trainledger.money.catalog import default_offer, load_catalog
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import Fleet
 
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     runs = pd.read_sql_query(
@@ -130,7 +130,7 @@ def load_duckdb(path) -> Any:
 def duck_month(con, month: str) -> tuple[float, list[tuple]]:
     from zoneinfo import ZoneInfo
 
-    from ledger.money.months import month_bounds
+    from trainledger.money.months import month_bounds
 
     ms, me = month_bounds(month, ZoneInfo("UTC"))
     params = {"ms": int(ms.timestamp() * 1e6), "me": int(me.timestamp() * 1e6)}
@@ -142,7 +142,7 @@ def duck_month(con, month: str) -> tuple[float, list[tuple]]:
 def ledger_month(engine, month: str) -> tuple[float, Any]:
     from sqlmodel import Session
 
-    from ledger.money.monthly import monthly_report
+    from trainledger.money.monthly import monthly_report
 
     kwargs = {"lines": False} if "lines" in inspect.signature(monthly_report).parameters else {}
     with Session(engine) as s:
@@ -176,7 +176,7 @@ def cross_check(rep, rows: list[tuple], names: dict[int, str]) -> list[str]:
 
 def run(quick: bool) -> Result:
     from bench.gen import generate
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     res = Result("rollup", "monthly rollup (report monthly)", "DuckDB, one SQL query over the same tables", 2.0, "<=")
     n_runs, n_samples = (20_000, 200_000) if quick else (1_000_000, 10_000_000)
@@ -205,7 +205,7 @@ def run(quick: bool) -> Result:
     names = {}
     from sqlmodel import Session, select
 
-    from ledger.store.models import NodeType
+    from trainledger.store.models import NodeType
 
     with Session(engine) as s:
         names = {i: n for i, n in s.exec(select(NodeType.id, NodeType.name)).all()}

@@ -5,7 +5,7 @@ The command is run as a subprocess (the installed ``trainledger`` entry point,
 happens), for the busiest month; the median wall time of several runs is
 judged. Beside it: the same command over an empty ledger (the fixed cost of
 starting the CLI: interpreter, imports, schema check — the ratio is against
-it, informational) and ``ledger.runs.registry.list_runs`` + ``count_runs`` in process.
+it, informational) and ``trainledger.runs.registry.list_runs`` + ``count_runs`` in process.
 
 Target (SPEC-less, issue #7): ≤ 1 s.
 """
@@ -24,7 +24,7 @@ from bench import Result, log, median
 
 def _cli() -> list[str]:
     exe = Path(sys.executable).parent / "trainledger"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ledger.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "trainledger.cli"]
 
 
 def cli_wall(url: str, month: str, env: dict) -> tuple[float, str]:
@@ -38,8 +38,8 @@ def cli_wall(url: str, month: str, env: dict) -> tuple[float, str]:
 
 
 def in_process(url: str, month: str) -> tuple[float, float, int]:
-    from ledger.runs.registry import count_runs, list_runs
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.runs.registry import count_runs, list_runs
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(url)
     try:
@@ -56,7 +56,7 @@ def in_process(url: str, month: str) -> tuple[float, float, int]:
 
 def run(quick: bool) -> Result:
     from bench.gen import generate
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     res = Result("runs_list", "`trainledger runs list --month M` (CLI process)",
                  "the same command over an empty ledger (CLI start-up; ratio informational)", None, "<=")

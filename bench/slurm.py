@@ -1,7 +1,7 @@
 """Slurm sacct import: rows/s parsed, rows/s imported on SQLite, and a 1M-row import's rate and peak RSS.
 
 The input is synthetic ``sacct --parsable2 --duplicates`` output in the format
-``trainledger slurm sync`` reads (the fields of ``ledger.sources.slurm.SYNC_FIELDS``),
+``trainledger slurm sync`` reads (the fields of ``trainledger.sources.slurm.SYNC_FIELDS``),
 shaped like a busy two-partition GPU cluster: every job has its allocation row,
 ``.batch`` and ``.extern`` steps and most an ``srun`` step (some with
 ``gres/gpuutil``); 1 % are requeued (two records), 1 % pending, 1 % running, a
@@ -118,10 +118,10 @@ def _ledger(url: str) -> None:
     """A ledger with the mapping (and an a100 offer) whose rollup is built (a report has read it)."""
     from sqlmodel import Session
 
-    from ledger.money import rollup
-    from ledger.store.db import make_engine, session_scope
-    from ledger.store.presets import apply_pricing, parse_pricing
-    from ledger.store.slurm_map import add_rule
+    from trainledger.money import rollup
+    from trainledger.store.db import make_engine, session_scope
+    from trainledger.store.presets import apply_pricing, parse_pricing
+    from trainledger.store.slurm_map import add_rule
 
     engine = make_engine(url)
     with session_scope(engine) as s:
@@ -137,9 +137,9 @@ def _ledger(url: str) -> None:
 
 
 def _parse_only(path: Path, url: str) -> tuple[float, int]:
-    from ledger.sources.importer import ImportOptions, Receipt, Spill, load_context, open_input, read_lines
-    from ledger.sources.slurm import parse_sacct
-    from ledger.store.db import make_engine
+    from trainledger.sources.importer import ImportOptions, Receipt, Spill, load_context, open_input, read_lines
+    from trainledger.sources.slurm import parse_sacct
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     ctx = load_context(engine)
@@ -164,9 +164,9 @@ def _split_only(path: Path) -> float:
 
 
 def _import(path: Path, url: str) -> tuple[float, dict]:
-    from ledger.sources.importer import ImportOptions, import_file, parse_csv
-    from ledger.sources.slurm import parse_sacct
-    from ledger.store.db import make_engine
+    from trainledger.sources.importer import ImportOptions, import_file, parse_csv
+    from trainledger.sources.slurm import parse_sacct
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     t0 = time.perf_counter()
@@ -184,7 +184,7 @@ MEASURE = ("import resource, subprocess, sys\n"
 def _process(path: Path, url: str) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of a real `trainledger import` process."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "ledger.cli", "import", str(path),
+    out = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "trainledger.cli", "import", str(path),
                           "--db", url], capture_output=True, text=True, cwd=ROOT, timeout=7200)
     dt = time.perf_counter() - t0
     code, rss = out.stdout.split()

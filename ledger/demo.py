@@ -10,7 +10,7 @@ Every demo row has a run id starting with ``demo-`` and the setting
 ``demo=true`` marks the ledger, so nobody mistakes it for real usage.
 
 After the history, :func:`start_demo_sweep` starts a small *real* strategy
-sweep on this machine in the background (``ledger.runs.sweep.start_background``):
+sweep on this machine in the background (``trainledger.runs.sweep.start_background``):
 :data:`DEMO_SWEEP` on the shipped tiny config, :data:`DEMO_SWEEP_STEPS` steps
 each, project ``demo-sweep``. These are tracked runs with ordinary run ids,
 costed as RTX 4090 nodes; the Strategies page fills in as they finish.
@@ -26,10 +26,10 @@ from typing import Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.months import month_bounds, months_between
-from ledger.store.models import (
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.months import month_bounds, months_between
+from trainledger.store.models import (
     Fleet,
     MetricSample,
     NodeType,
@@ -41,8 +41,8 @@ from ledger.store.models import (
     Setting,
     User,
 )
-from ledger.store.prices import backdate_first_versions
-from ledger.store.types import utcnow
+from trainledger.store.prices import backdate_first_versions
+from trainledger.store.types import utcnow
 
 SEED = 20261202
 # 1.3B GPT (24 layers, d=2048, 16 heads, seq 2048): FLOPs/token = 6N + 12·L·H·Q·T
@@ -252,7 +252,7 @@ DEMO_SWEEP_PROJECT = "demo-sweep"
 
 def add_demo_budgets(session: Session) -> None:
     """The demo's every-month budgets (:data:`DEMO_BUDGETS`), through ``budget set``'s own function."""
-    from ledger.money.budgets import set_budget
+    from trainledger.money.budgets import set_budget
 
     for project, amount in DEMO_BUDGETS:
         set_budget(session, amount, project=project or None)
@@ -274,8 +274,8 @@ def sweep_unavailable(end_month: Optional[str] = None, now: Optional[datetime] =
 
 def start_demo_sweep(url: str) -> dict:
     """Start the demo's strategy sweep in the background (returns at once): sweep id, strategies, pid, log."""
-    from ledger.runs.launch import shipped_config_dir
-    from ledger.runs.sweep import SweepRequest, start_background
+    from trainledger.runs.launch import shipped_config_dir
+    from trainledger.runs.sweep import SweepRequest, start_background
 
     req = SweepRequest(config=shipped_config_dir() / "dp.yaml", strategies=list(DEMO_SWEEP),
                        steps=DEMO_SWEEP_STEPS, gpus_per_node=2, project=DEMO_SWEEP_PROJECT)
@@ -287,7 +287,7 @@ def is_demo(session: Session) -> bool:
     return bool(row and row.value == "true")
 
 
-# --- goodput: phases of the demo runs (ledger.money.goodput) ------------------------------------------------------
+# --- goodput: phases of the demo runs (trainledger.money.goodput) ------------------------------------------------------
 # Start-up of a 1.3B DeepSpeed job on 8 nodes: process launch, NCCL init, data shards, model build: 4-10 min
 #   (a resumed run adds 2-5 min of checkpoint restore); checkpoint saves of ~16 GB of model + optimizer state to
 #   shared storage: 1-3 min every 2 h (fine-tunes: 20-60 s every hour); evals 3-8 min every 4 h; data waits 1-4%
@@ -297,7 +297,7 @@ def is_demo(session: Session) -> bool:
 def add_demo_phases(session: Session, runs: list[Run], hosts: dict[str, list[int]]) -> int:
     """``run_phase`` rows of the rank-0 node of every demo run, and ``resume_of`` on a pretraining run that
     follows an interrupted one (a chain); a separate random stream, so the rest of the demo is unchanged."""
-    from ledger.store.models import RunPhase
+    from trainledger.store.models import RunPhase
 
     rng = random.Random(SEED + 25)
     previous: Optional[Run] = None

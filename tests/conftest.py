@@ -59,7 +59,7 @@ def ledger_url(request, tmp_path: Path):
         c.execute(text(f'CREATE DATABASE "{name}"'))
     base = PG_ADMIN.rsplit("/", 1)[0]
     yield f"{base}/{name}"
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     get_engine.cache_clear()
     with admin.connect() as c:
@@ -74,7 +74,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def engine(ledger_url):
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     eng = make_engine(ledger_url)
     yield eng
@@ -90,8 +90,8 @@ def session(engine):
 @pytest.fixture
 def cli(ledger_url, monkeypatch):
     """Run ``trainledger ARGS --db <this test's ledger>``; returns the click Result."""
-    from ledger.cli import app
-    from ledger.store.db import get_engine
+    from trainledger.cli.main import app
+    from trainledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     runner = CliRunner()

@@ -7,8 +7,8 @@ from typing import Optional
 
 from sqlmodel import Session, select
 
-from ledger.store.lookup import get_or_create
-from ledger.store.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
+from trainledger.store.lookup import get_or_create
+from trainledger.store.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
 
 UTC = timezone.utc
 
@@ -67,7 +67,7 @@ class FakePopen:
 
 def offer_price(url: str, name: str = "rtx4090-rent"):
     """An offer's monthly price, read through a fresh engine (what another process would see)."""
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     with Session(engine) as s:
@@ -94,9 +94,9 @@ def month_account_identities(session, month: str, now):
     recovery it became; lost work as the report's. Returns (account, report, the month's account, report lines by run)."""
     from decimal import Decimal
 
-    from ledger.money import costs
-    from ledger.money.goodput import Category, goodput_account, on_grid
-    from ledger.money.monthly import monthly_report
+    from trainledger.money import costs
+    from trainledger.money.goodput import Category, goodput_account, on_grid
+    from trainledger.money.monthly import monthly_report
 
     rep = goodput_account(session, month=month, now=now)
     report = monthly_report(session, month, now=now)

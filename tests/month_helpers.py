@@ -22,7 +22,7 @@ from decimal import Decimal
 
 from sqlmodel import Session
 
-from ledger.store.models import RunStatus
+from trainledger.store.models import RunStatus
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.money import costs
-from ledger.money.compare import compare_month
-from ledger.money.monthly import monthly_report
-from ledger.money.months import month_bounds
-from ledger.money.rollup import sweep_peak as peak_concurrent_nodes
-from ledger.reports.export import presented_report
-from ledger.reports.present import jsonable
-from ledger.store.models import RunStatus
-from ledger.store.settings import set_setting
+from trainledger.money import costs
+from trainledger.money.compare import compare_month
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import month_bounds
+from trainledger.money.rollup import sweep_peak as peak_concurrent_nodes
+from trainledger.reports.export import presented_report
+from trainledger.reports.present import jsonable
+from trainledger.store.models import RunStatus
+from trainledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

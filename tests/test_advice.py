@@ -1,4 +1,4 @@
-"""Checkpoint advice (ledger.money.advice): on a generated history with a known MTBI and save time, the
+"""Checkpoint advice (trainledger.money.advice): on a generated history with a known MTBI and save time, the
 suggested interval is Young/Daly's sqrt(2 · MTBI · δ), and the replayed costs follow from the runs as written."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.money.advice import advise, replay, young_daly_interval_hours
-from ledger.money.costs import cents
-from ledger.store.models import RunPhase, RunStatus
+from trainledger.money.advice import advise, replay, young_daly_interval_hours
+from trainledger.money.costs import cents
+from trainledger.store.models import RunPhase, RunStatus
 from tests.helpers import add_run
 
 D = Decimal

@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session
 
-from ledger.money.anomalies import anomalies, runs_on_day
+from trainledger.money.anomalies import anomalies, runs_on_day
 from tests.helpers import add_run
 
 UTC = timezone.utc
@@ -28,7 +28,7 @@ SPIKE = date(2026, 11, 20)
 @pytest.fixture
 def sqlite_session(sqlite_url):
     """The flat and young histories on SQLite only (the spike test covers PostgreSQL too)."""
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(sqlite_url)
     with Session(engine, expire_on_commit=False) as s:

@@ -9,11 +9,11 @@ from decimal import Decimal
 import pytest
 from sqlmodel import func, select
 
-from ledger.errors import LedgerInputError
-from ledger.money.budgets import budget_status, list_budgets, remove_budget, set_budget
-from ledger.money.costs import cents
-from ledger.money.forecast import forecast
-from ledger.store.models import Budget
+from trainledger.errors import LedgerInputError
+from trainledger.money.budgets import budget_status, list_budgets, remove_budget, set_budget
+from trainledger.money.costs import cents
+from trainledger.money.forecast import forecast
+from trainledger.store.models import Budget
 from tests.month_helpers import (
     FIXED_PER_NODE_MONTH,
     LLM_TO_DATE,
@@ -90,7 +90,7 @@ def test_states_and_crossing_days(session):
 
 
 def test_budget_check_for_cron(cli, ledger_url):
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:
@@ -134,7 +134,7 @@ def test_budget_check_for_cron(cli, ledger_url):
 def test_cli_bad_input_is_one_line_and_writes_nothing(cli, ledger_url, args, message):
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:
@@ -151,7 +151,7 @@ def test_a_threshold_puts_a_budget_at_risk_once_spent_to_date_reaches_it(session
     """November has ended at NOW: llm's only run there, llm-nov (2 owned nodes × 48 h), cost 96 busy node-hours at
     November's rate (30 days: 720 h), 637.33, and its forecast is that figure. A budget that figure is 90 % of
     (708.15) is ok at the default 100, at risk at 80 (spent ≥ 566.52), ok again at 95 (672.74)."""
-    from ledger.money.monthly import monthly_report
+    from trainledger.money.monthly import monthly_report
 
     build_december(session)
     spent = 96 * (FIXED_PER_NODE_MONTH / 720 + LOAD_KWH_PRICE)  # by hand from the seed prices

@@ -1,4 +1,4 @@
-"""Capacity over-use (ledger.money.capacity): the pure sweep, the ledger's months, and `report monthly`."""
+"""Capacity over-use (trainledger.money.capacity): the pure sweep, the ledger's months, and `report monthly`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import io
 import json
 from datetime import datetime, timedelta, timezone
 
-from ledger.money.capacity import Interval, capacity_warnings, over_capacity
-from ledger.store.models import Run
+from trainledger.money.capacity import Interval, capacity_warnings, over_capacity
+from trainledger.store.models import Run
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc
@@ -55,9 +55,9 @@ def test_capacity_warnings_of_a_month(session):
 
 
 def _export(session, fmt: str) -> bytes:
-    from ledger.money.monthly import monthly_report
-    from ledger.reports.export import presented_report, render
-    from ledger.reports.goodput_columns import run_goodput
+    from trainledger.money.monthly import monthly_report
+    from trainledger.reports.export import presented_report, render
+    from trainledger.reports.goodput_columns import run_goodput
 
     session.expire_all()
     rep = monthly_report(session, "2026-11")

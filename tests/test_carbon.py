@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 import yaml
 from sqlmodel import Session
 
-from ledger.store.carbon import DEFAULT_G_PER_KWH
-from ledger.store.models import RunNode
+from trainledger.store.carbon import DEFAULT_G_PER_KWH
+from trainledger.store.models import RunNode
 from tests.helpers import add_run
 
 UTC = timezone.utc

@@ -19,8 +19,8 @@ from decimal import Decimal
 
 from openpyxl import load_workbook
 
-from ledger.store.lookup import get_or_create
-from ledger.store.models import Project, RunStatus
+from trainledger.store.lookup import get_or_create
+from trainledger.store.models import Project, RunStatus
 from tests.helpers import add_fleet, add_run
 
 D = Decimal
@@ -70,7 +70,7 @@ def test_statements_add_up_to_spend_under_every_policy(cli, session, tmp_path):
 
 
 def _check_policy(cli, session, tmp_path, policy):
-    from ledger.money.chargeback import chargeback
+    from trainledger.money.chargeback import chargeback
 
     r = cli("fleet", "set", "own2", "--idle-share", policy)
     assert r.exit_code == 0, r.output

@@ -8,8 +8,8 @@ import pytest
 import typer
 from sqlmodel import Session, select
 
-from ledger.cli import app
-from ledger.store.models import Offer
+from trainledger.cli.main import app
+from trainledger.store.models import Offer
 
 
 def test_seed_compare_json_says_25_percent(cli):
@@ -34,7 +34,7 @@ def test_compare_text_says_renting_always_wins(cli):
 def test_imported_offer_where_owning_wins(cli, tmp_path):
     from importlib import resources
 
-    src = resources.files("trainledger_data").joinpath("examples/h100-offers.toml").read_text()
+    src = resources.files("trainledger.data").joinpath("examples/h100-offers.toml").read_text()
     f = tmp_path / "h100.toml"
     f.write_text(src)
     r = cli("pricing", "import", f, "--json")

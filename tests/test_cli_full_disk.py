@@ -32,7 +32,7 @@ def full_disk(tmp_path):
 def _cli(url: str, *args, stdout=subprocess.PIPE, env_extra=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRAINLEDGER_NOW": "2026-12-02T00:00:00Z", **(env_extra or {})}
     env.pop("TRAINLEDGER_DB_URL", None)
-    return subprocess.run([sys.executable, "-m", "ledger.cli", *map(str, args), "--db", url], stdout=stdout,
+    return subprocess.run([sys.executable, "-m", "trainledger.cli", *map(str, args), "--db", url], stdout=stdout,
                           stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, timeout=300)
 
 

@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 
 from sqlmodel import Session
 
-from ledger.money.costs import cents
-from ledger.reports.focus import focus_export, to_csv
-from ledger.store.models import RunNode
+from trainledger.money.costs import cents
+from trainledger.reports.focus import focus_export, to_csv
+from trainledger.store.models import RunNode
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc

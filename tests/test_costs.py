@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.money import costs
-from ledger.store.presets import parse_pricing, preset_text
+from trainledger.money import costs
+from trainledger.store.presets import parse_pricing, preset_text
 
 D = Decimal
 
@@ -27,7 +27,7 @@ def preset_offer(name: str, text: str | None = None):
 def example_offer(name: str):
     from importlib import resources
 
-    return preset_offer(name, resources.files("trainledger_data").joinpath("examples/h100-offers.toml").read_text())
+    return preset_offer(name, resources.files("trainledger.data").joinpath("examples/h100-offers.toml").read_text())
 
 
 OWN = preset_offer("rtx4090-own")

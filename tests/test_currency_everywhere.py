@@ -12,11 +12,11 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.errors import LedgerInputError
-from ledger.money.budgets import budget_status, set_budget
-from ledger.money.costs import cents
-from ledger.money.forecast import forecast
-from ledger.store.fx import set_rate
+from trainledger.errors import LedgerInputError
+from trainledger.money.budgets import budget_status, set_budget
+from trainledger.money.costs import cents
+from trainledger.money.forecast import forecast
+from trainledger.store.fx import set_rate
 from tests.month_helpers import MONTH, NOW, build_december
 
 RATE = Decimal("0.14")
@@ -66,7 +66,7 @@ def test_a_budget_in_usd_with_a_rate_and_its_status_in_either_currency(session):
 
 
 def test_cli_forecast_and_budgets_take_currency(cli, ledger_url):
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import Session, func, select
 
-from ledger.store.db import HEAD_REVISION, current_revision, head_revision, make_engine, redact_url, resolve_url
-from ledger.store.models import Offer, Run
+from trainledger.store.db import HEAD_REVISION, current_revision, head_revision, make_engine, redact_url, resolve_url
+from trainledger.store.models import Offer, Run
 from tests.helpers import add_run
 
 
@@ -85,7 +85,7 @@ def test_backup_and_restore_round_trip(ledger_url, tmp_path, cli):
     again = cli("demo", "--no-sweep")  # a second demo on a demo ledger adds nothing
     assert again.exit_code == 0 and "already present" in again.output
     before = json.loads(cli("report", "monthly", "--month", "2026-10", "--format", "json").output)
-    out = tmp_path / "ledger.store.backup"
+    out = tmp_path / "trainledger.store.backup"
     r = cli("db", "backup", "--out", out)
     assert r.exit_code == 0, r.output
     assert cli("db", "backup", "--out", out).exit_code == 2  # never overwrites
@@ -98,7 +98,7 @@ def test_backup_and_restore_round_trip(ledger_url, tmp_path, cli):
         s.exec(text("DELETE FROM run"))
         s.commit()
     eng.dispose()
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     get_engine.cache_clear()
     r = cli("db", "restore", out)
@@ -110,7 +110,7 @@ def test_backup_and_restore_round_trip(ledger_url, tmp_path, cli):
 
 def test_ledger_and_cli_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['deepspeed'] = None\n"
-            "import ledger.cli, ledger.money.monthly, ledger.reports.export, trainer.shapes, trainer.parallel\n"
+            "import trainledger.cli, trainledger.money.monthly, trainledger.reports.export, trainledger.trainer.shapes, trainledger.trainer.parallel\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
@@ -119,7 +119,7 @@ def test_ledger_and_cli_import_without_torch():
 def test_downgrade_to_base_and_upgrade_again(engine):
     from alembic import command
 
-    from ledger.store.db import alembic_config, upgrade_schema
+    from trainledger.store.db import alembic_config, upgrade_schema
 
     command.downgrade(alembic_config(engine), "base")
     assert "run" not in inspect(engine).get_table_names()
@@ -130,8 +130,8 @@ def test_downgrade_to_base_and_upgrade_again(engine):
 
 def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
     """A ledger written at revision 0001 upgrades to head with every row and total intact."""
-    from ledger.money.monthly import monthly_report
-    from ledger.store.db import upgrade_schema
+    from trainledger.money.monthly import monthly_report
+    from trainledger.store.db import upgrade_schema
 
     eng = make_engine(ledger_url, upgrade=False)
     upgrade_schema(eng, "0001")
@@ -155,7 +155,7 @@ def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
 def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
     """A ledger seeded before the planner's link columns (0003) gets the catalog's figures for its presets;
     a node type the user imported keeps them unknown (NULL)."""
-    from ledger.store.db import upgrade_schema
+    from trainledger.store.db import upgrade_schema
 
     eng = make_engine(ledger_url, upgrade=False)
     upgrade_schema(eng, "0003")
@@ -177,7 +177,7 @@ def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
 def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch):
     from sqlalchemy import text
 
-    from ledger.store.db import LedgerURLError, make_engine, read_only_engine
+    from trainledger.store.db import LedgerURLError, make_engine, read_only_engine
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     for engine, expected in ((make_engine(url), 60_000),):

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 from openpyxl import load_workbook
 
-from ledger.reports.export import guard_formula
-from ledger.store.models import RunStatus
+from trainledger.reports.export import guard_formula
+from trainledger.store.models import RunStatus
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlmodel import Session, text
 
-from ledger.money.budgets import budget_status, set_budget
-from ledger.money.forecast import forecast
-from ledger.money.monthly import monthly_report
-from ledger.store.db import make_engine, read_only_engine, session_scope
+from trainledger.money.budgets import budget_status, set_budget
+from trainledger.money.forecast import forecast
+from trainledger.money.monthly import monthly_report
+from trainledger.store.db import make_engine, read_only_engine, session_scope
 from tests.month_helpers import MONTH, NOW, build_december
 from tests.tracking.conftest import wait_for
 
@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 def _trainledger() -> list[str]:
     script = Path(sys.executable).with_name("trainledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ledger.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trainledger.cli"]
 
 
 def _ledger(url: str) -> None:

@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from ledger.sources.metrics_http import MAX_CONNECTIONS
+from trainledger.sources.metrics_http import MAX_CONNECTIONS
 from tests.test_exporter import Exporter, _ledger
 from tests.tracking.conftest import wait_for
 

@@ -11,11 +11,11 @@ from decimal import Decimal
 import pytest
 from sqlmodel import select
 
-from ledger.errors import LedgerInputError
-from ledger.money.costs import cents
-from ledger.money.forecast import Z_P90, forecast
-from ledger.money.monthly import monthly_report
-from ledger.store.models import Run, RunStatus
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import cents
+from trainledger.money.forecast import Z_P90, forecast
+from trainledger.money.monthly import monthly_report
+from trainledger.store.models import Run, RunStatus
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import (
     FIXED_PER_NODE_MONTH,
@@ -118,7 +118,7 @@ def test_window_and_project_are_checked(session):
 
 
 def test_cli_forecast(cli, ledger_url):
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:
@@ -141,7 +141,7 @@ def test_cli_forecast(cli, ledger_url):
 
 def test_backtest_cuts_the_ledger_as_it_stood(session):
     """At an instant of the past: runs not yet started are gone, runs going on are running there."""
-    from ledger.reports.backtest import _cut
+    from trainledger.reports.backtest import _cut
 
     add_fleet(session, nodes=2)
     add_run(session, "a", datetime(2026, 10, 1, tzinfo=UTC), 20, nodes=2, tokens=1000)
@@ -161,9 +161,9 @@ def test_backtest_cuts_the_ledger_as_it_stood(session):
 
 def test_backtest_on_the_demo_history(tmp_path):
     """The issue's target: median absolute error of the month's spend ≤ 10% at day 14."""
-    from ledger.demo import generate_demo
-    from ledger.reports.backtest import backtest
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.demo import generate_demo
+    from trainledger.reports.backtest import backtest
+    from trainledger.store.db import make_engine, session_scope
 
     now = datetime(2026, 12, 3, 7, 7, 30, tzinfo=UTC)
     engine = make_engine(f"sqlite:///{tmp_path / 'demo.db'}")

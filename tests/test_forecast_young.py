@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from ledger.money.costs import cents
-from ledger.money.forecast import forecast
+from trainledger.money.costs import cents
+from trainledger.money.forecast import forecast
 from tests.helpers import add_run
 
 UTC = timezone.utc

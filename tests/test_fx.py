@@ -12,9 +12,9 @@ from decimal import Decimal
 
 from sqlmodel import Session, select
 
-from ledger.money import costs, rollup
-from ledger.money.monthly import monthly_report
-from ledger.store.models import FxRate, Offer
+from trainledger.money import costs, rollup
+from trainledger.money.monthly import monthly_report
+from trainledger.store.models import FxRate, Offer
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -14,9 +14,9 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
-from ledger.demo import generate_demo
-from ledger.money import costs
-from ledger.money.goodput import (
+from trainledger.demo import generate_demo
+from trainledger.money import costs
+from trainledger.money.goodput import (
     BADPUT,
     CATEGORIES,
     Category,
@@ -26,12 +26,12 @@ from ledger.money.goodput import (
     on_grid,
     split_cost,
 )
-from ledger.money.monthly import monthly_report
-from ledger.money.months import months_between
-from ledger.sources import phases as ph
-from ledger.sources.journal import Journal, sync_journal
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import Run, RunPhase, RunStatus
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import months_between
+from trainledger.sources import phases as ph
+from trainledger.sources.journal import Journal, sync_journal
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import Run, RunPhase, RunStatus
 from tests.helpers import add_fleet, add_run, month_account_identities
 
 D = Decimal
@@ -189,9 +189,9 @@ def test_the_cli_prints_the_api_s_figures_and_refuses_bad_input(cli, ledger_url)
 
 
 def test_the_monthly_export_and_focus_carry_goodput_and_badput_per_run(session):
-    from ledger.reports.export import presented_report
-    from ledger.reports.focus import focus_export
-    from ledger.reports.goodput_columns import run_goodput
+    from trainledger.reports.export import presented_report
+    from trainledger.reports.focus import focus_export
+    from trainledger.reports.goodput_columns import run_goodput
 
     add_fleet(session, 8)
     add_run(session, "a", datetime(2026, 11, 3, tzinfo=UTC), 10, nodes=2, status=RunStatus.failed)

@@ -18,10 +18,10 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session
 
-from ledger.money.goodput import BADPUT, Category, on_grid
-from ledger.money.months import month_bounds
-from ledger.store.lookup import get_or_create
-from ledger.store.models import Project, Run, RunPhase, RunStatus, User
+from trainledger.money.goodput import BADPUT, Category, on_grid
+from trainledger.money.months import month_bounds
+from trainledger.store.lookup import get_or_create
+from trainledger.store.models import Project, Run, RunPhase, RunStatus, User
 from tests.helpers import add_fleet, month_account_identities, node_type, offer
 
 pytestmark = pytest.mark.slow

@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from ledger.money import costs
-from ledger.money.goodput import Category, goodput_account, phase_timeline
-from ledger.sources import phases as ph
-from ledger.store.models import Run, RunStatus
-from ledger.store.presets import import_pricing_file
-from ledger.store.settings import set_setting
+from trainledger.money import costs
+from trainledger.money.goodput import Category, goodput_account, phase_timeline
+from trainledger.sources import phases as ph
+from trainledger.store.models import Run, RunStatus
+from trainledger.store.presets import import_pricing_file
+from trainledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import FIXED_PER_NODE_MONTH, IDLE_KWH_PRICE
 

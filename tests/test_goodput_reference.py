@@ -5,8 +5,8 @@ restore on resumed attempts, steps with data stalls and straggler waits, evaluat
 crashes (at a step boundary, or in the middle of a save: a partial checkpoint that never completed),
 a recovery gap before each restart, and a final attempt that completes. The same timeline is fed
 
-* to our side: the phase events a tracked run records (``ledger.sources.phases.PhaseAggregator``, the
-  writer thread's code), then :func:`ledger.money.goodput.account_seconds` per attempt (a run of the chain);
+* to our side: the phase events a tracked run records (``trainledger.sources.phases.PhaseAggregator``, the
+  writer thread's code), then :func:`trainledger.money.goodput.account_seconds` per attempt (a run of the chain);
 * to ``GoodputCalculator`` through an in-memory logger, as log entries written by its own
   ``GoodputRecorder`` (job start/end, training preparation, step starts, custom badput events for data
   waits, evals and straggler waits) plus the checkpoint manager's save/restore entries.
@@ -27,8 +27,8 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.money.goodput import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
-from ledger.sources import phases as ph
+from trainledger.money.goodput import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
+from trainledger.sources import phases as ph
 
 goodput = pytest.importorskip("ml_goodput_measurement.src.goodput")
 BadputType = goodput.BadputType

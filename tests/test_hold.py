@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.sources.hold import ENV, Holds, parse_holds
+from trainledger.sources.hold import ENV, Holds, parse_holds
 
 
 def test_parse_holds_reads_steps_and_files():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ledger.errors import LedgerInputError
-from ledger.store.ids import MAX_RUN_ID, new_run_id, slurm_run_id, validate_run_id
+from trainledger.errors import LedgerInputError
+from trainledger.store.ids import MAX_RUN_ID, new_run_id, slurm_run_id, validate_run_id
 
 
 @pytest.mark.parametrize("text", ["demo-0001", "a1b2c3d4e5f60718", "slurm-7", "x.y_z-1", "A" * MAX_RUN_ID])

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from sqlmodel import Session, func, select
 
-from ledger.store.models import Project, Run, RunStatus
+from trainledger.store.models import Project, Run, RunStatus
 
 CSV = """name,project,user,node_type,offer,nodes,gpus_per_node,start,end,status,tokens,gpu_util_mean
 pretrain-a,llm,alice,rtx4090-8x,rtx4090-rent,8,8,2026-11-02T00:00:00Z,2026-11-03T06:30:00Z,succeeded,123456789,0.91

@@ -13,7 +13,7 @@ import json
 
 from sqlmodel import Session, func, select
 
-from ledger.store.models import NodeType, Run
+from trainledger.store.models import NodeType, Run
 
 HEADER = "JobID|JobName|Partition|Account|User|NodeList|NNodes|AllocTRES|ElapsedRaw|State|ExitCode|Submit|Start|End|Cluster\n"
 CSV = "name,node_type,nodes,start,end,status\n"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, func, select
 
-from ledger.store.db import make_engine
-from ledger.store.models import Run
+from trainledger.store.db import make_engine
+from trainledger.store.models import Run
 
 pytestmark = pytest.mark.slow  # real import processes on large inputs: not in `tests/run.sh --fast`
 
@@ -35,7 +35,7 @@ def _rows(prefix: str, n: int) -> list[str]:
 
 
 def _trainledger(args: list[str], env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ledger.cli", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "trainledger.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -84,7 +84,7 @@ print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def _peak_rss_kib(path: Path, url: str) -> int:
-    out = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "ledger.cli", "import", str(path),
+    out = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "trainledger.cli", "import", str(path),
                           "--db", url], capture_output=True, text=True, timeout=1200)
     code, rss = out.stdout.split()
     assert code == "0", out.stderr

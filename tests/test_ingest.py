@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
-from ledger.store.ingest import insert_samples
-from ledger.store.models import MetricSample
-from ledger.store.models import MetricSample as MS
+from trainledger.store.ingest import insert_samples
+from trainledger.store.models import MetricSample
+from trainledger.store.models import MetricSample as MS
 from tests.helpers import add_run
 
 UTC = timezone.utc
@@ -84,7 +84,7 @@ def test_new_rows_insert_as_they_are_and_a_duplicate_raises(session, run):
 
 
 def test_a_pending_run_is_flushed_before_its_samples(session):
-    from ledger.store.models import NodeType, Run, RunStatus
+    from trainledger.store.models import NodeType, Run, RunStatus
 
     nt = session.exec(select(NodeType).where(NodeType.name == "rtx4090-8x")).one()
     session.add(Run(id="fresh", node_type_id=nt.id, nodes=1, gpus_per_node=8, status=RunStatus.running, started_at=T0))

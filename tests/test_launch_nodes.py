@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.runs.launch import ENV_MEMBER, MASTER_PORT, LaunchRequest, node_of_several, prepare, settle_member
-from ledger.store.models import Run, RunStatus
+from trainledger.errors import LedgerInputError
+from trainledger.runs.launch import ENV_MEMBER, MASTER_PORT, LaunchRequest, node_of_several, prepare, settle_member
+from trainledger.store.models import Run, RunStatus
 
 CONFIG = Path(__file__).resolve().parents[1] / "trainer" / "configs" / "dp.yaml"
 
@@ -80,8 +80,8 @@ def test_one_node_lets_torchrun_bind_its_own_port(session):
 
 
 def _running(url: str, beat_ago: timedelta) -> None:
-    from ledger.store.db import make_engine
-    from ledger.store.models import RunNode
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import RunNode
     from tests.helpers import add_run
 
     engine = make_engine(url)
@@ -96,8 +96,8 @@ def _running(url: str, beat_ago: timedelta) -> None:
 
 
 def _state(url: str):
-    from ledger.store.db import make_engine
-    from ledger.store.models import RunNode
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import RunNode
 
     engine = make_engine(url)
     with Session(engine) as s:

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.money.costs import cents
-from ledger.money.monthly import monthly_report
-from ledger.money.months import month_period
-from ledger.reports.daily import daily_report
-from ledger.reports.export import presented_report, render
-from ledger.store.settings import set_setting
+from trainledger.money.costs import cents
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import month_period
+from trainledger.reports.daily import daily_report
+from trainledger.reports.export import presented_report, render
+from trainledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import (
     ELAPSED_H,
@@ -126,7 +126,7 @@ def test_days_of_the_month_add_up_to_the_month_to_date(session):
 
 
 def test_cli_says_to_date(cli, ledger_url):
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:
@@ -152,10 +152,10 @@ def test_demo_on_day_3(tmp_path):
     """The issue's case: the demo ledger on 2026-12-03 charges the owned fleet for 3 days' worth, not 31."""
     from sqlmodel import select
 
-    from ledger.demo import generate_demo
-    from ledger.money import costs
-    from ledger.store.db import make_engine, session_scope
-    from ledger.store.models import Run
+    from trainledger.demo import generate_demo
+    from trainledger.money import costs
+    from trainledger.store.db import make_engine, session_scope
+    from trainledger.store.models import Run
 
     now = datetime(2026, 12, 3, 7, 7, 30, tzinfo=UTC)
     engine = make_engine(f"sqlite:///{tmp_path / 'demo.db'}")
@@ -201,7 +201,7 @@ def test_identities_hold_to_date(session, runs, now_minutes, fleet_nodes):
 
     from sqlmodel import delete
 
-    from ledger.store.models import Budget, Fleet, Run
+    from trainledger.store.models import Budget, Fleet, Run
 
     start = datetime(2026, 12, 1, tzinfo=UTC)
     now = start + timedelta(minutes=now_minutes)

@@ -1,4 +1,4 @@
-"""Where idle sits (ledger.money.occupancy): the fleets' occupancy hour by hour, on SQLite and PostgreSQL.
+"""Where idle sits (trainledger.money.occupancy): the fleets' occupancy hour by hour, on SQLite and PostgreSQL.
 
 Every expected figure is computed here from the runs as written (not read back from the module): held
 node-hours from the fleet's size, used from each run's start, end and nodes, idle cost at the offer's idle rate.
@@ -11,11 +11,11 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from ledger.money.costs import ZERO, cents, round_preserving_sum
-from ledger.money.monthly import SLICE_QUANTUM, monthly_report
-from ledger.money.occupancy import by_day, heat_map, month_occupancy
-from ledger.store import prices
-from ledger.store.models import Run, RunStatus
+from trainledger.money.costs import ZERO, cents, round_preserving_sum
+from trainledger.money.monthly import SLICE_QUANTUM, monthly_report
+from trainledger.money.occupancy import by_day, heat_map, month_occupancy
+from trainledger.store import prices
+from trainledger.store.models import Run, RunStatus
 from tests.helpers import add_fleet, add_run, offer
 
 D = Decimal
@@ -132,7 +132,7 @@ def test_overuse_hours_have_no_idle_and_the_month_still_adds_up(session):
 
 
 def test_heat_map_cells_are_local_days_and_hours(session):
-    from ledger.store.settings import set_setting
+    from trainledger.store.settings import set_setting
 
     set_setting(session, "timezone", "Asia/Shanghai")  # UTC+8: the month starts at 16:00 UTC on Oct 31
     _ledger(session)
@@ -179,7 +179,7 @@ def test_a_month_without_fleets_has_no_idle(session):
 def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
     """The demo (six months, own fleet, elastic and reserved runs, failures) and its hand-built runs: for every month,
     Σ hours' idle cost == the monthly report's idle cost to the cent, in CNY and converted to USD."""
-    from ledger.money.goodput import Category, goodput_account
+    from trainledger.money.goodput import Category, goodput_account
     from tests.app.helpers import DEMO_NOW, build_ledger, with_session
 
     build_ledger(ledger_url)
@@ -213,7 +213,7 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
 
 
 def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
-    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
 
     _ledger(session)
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
@@ -230,7 +230,7 @@ def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
 
 def test_recovery_goes_to_the_hours_the_fleet_had_idle(session):
     """A gap during which a1 held the whole fleet for its first two hours: its cost lies in the two idle hours."""
-    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
 
     _ledger(session)
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
@@ -248,7 +248,7 @@ def test_recovery_goes_to_the_hours_the_fleet_had_idle(session):
 def test_recovery_beyond_an_hours_idle_moves_to_the_spans_other_idle_hours(session):
     """8 nodes' gap over two hours, one with 8 idle nodes and one with 1 (a 7-node run in it): the hour with
     1 idle node takes at most its idle cost; what is left goes where idle is left, never beyond it."""
-    from ledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
 
     add_fleet(session, 8)
     t = NOV + timedelta(days=4)
@@ -272,7 +272,7 @@ def test_recovery_beyond_an_hours_idle_moves_to_the_spans_other_idle_hours(sessi
 
 
 def test_a_dst_month_has_its_repeated_hour_twice_and_one_heat_map_cell(session):
-    from ledger.store.settings import set_setting
+    from trainledger.store.settings import set_setting
 
     set_setting(session, "timezone", "America/New_York")  # 2026-11-01: 02:00 EDT → 01:00 EST, a 721-hour month
     add_fleet(session, 8)

@@ -1,4 +1,4 @@
-"""Report periods (ledger.money.periods) and their totals (ledger.reports.periods, `trainledger report period`).
+"""Report periods (trainledger.money.periods) and their totals (trainledger.reports.periods, `trainledger report period`).
 
 The totals of a period are the monthly reports of its whole months plus the daily reports of the days left
 over: checked here against those reports themselves on the dashboard tests' demo ledger (2026-06..2026-11 and
@@ -14,13 +14,13 @@ from decimal import Decimal as D
 import pytest
 from typer.testing import CliRunner
 
-from ledger.cli.main import app as cli
-from ledger.errors import LedgerInputError
-from ledger.money import periods as P
-from ledger.money.costs import cents
-from ledger.money.monthly import monthly_report
-from ledger.reports.daily import daily_report
-from ledger.reports.periods import period_report, presented_period
+from trainledger.cli.main import app as cli
+from trainledger.errors import LedgerInputError
+from trainledger.money import periods as P
+from trainledger.money.costs import cents
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.daily import daily_report
+from trainledger.reports.periods import period_report, presented_period
 from tests.app.helpers import build_ledger, with_session
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)  # the demo's clock: December has begun (half a day)

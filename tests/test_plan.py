@@ -12,13 +12,13 @@ from decimal import Decimal as D
 import pytest
 from sqlmodel import select
 
-from ledger.money import costs
-from ledger.money.monthly import monthly_report
-from ledger.runs import plan as planner
-from ledger.store.models import Offer
+from trainledger.money import costs
+from trainledger.money.monthly import monthly_report
+from trainledger.runs import plan as planner
+from trainledger.store.models import Offer
 from tests.helpers import add_run
-from trainer.plan.memory import GIB, memory_per_gpu
-from trainer.shapes import SHAPES
+from trainledger.trainer.plan.memory import GIB, memory_per_gpu
+from trainledger.trainer.shapes import SHAPES
 
 UTC = timezone.utc
 SEED = ["plan", "recommend", "--model", "llama2-70b", "--tokens", "2e12", "--json"]
@@ -174,8 +174,8 @@ def test_text_output_labels_the_figures_predicted(cli):
 def test_trial_shrinks_the_best_plans_to_two_nodes(cli):
     """Each trial keeps the plan's tp, micro-batch, ZeRO stage and layers per stage; its config resolves to that
     layout on 2 nodes; the predictions fit the cards."""
-    from trainer.config import load_config
-    from trainer.parallel import resolve_plan
+    from trainledger.trainer.config import load_config
+    from trainledger.trainer.parallel import resolve_plan
 
     d = _json(cli(*SEED, "--trial", "--top", "20"))
     t = d["trial"]

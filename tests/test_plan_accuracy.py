@@ -12,9 +12,9 @@ import json
 import pytest
 
 from bench import plan_accuracy as pa
-from ledger.runs import calibrate as cal
-from trainer.plan.factors import Factors
-from trainer.shapes import get_shape
+from trainledger.runs import calibrate as cal
+from trainledger.trainer.plan.factors import Factors
+from trainledger.trainer.shapes import get_shape
 
 KNOWN = Factors(compute=1.6, intra_comm=9.0, bubble=1.4, memory=1.2, memory_fixed=1.7)
 #: (strategy, processes, dp, tp, pp, ZeRO, micro-batches per step): the bench's sweep
@@ -48,7 +48,7 @@ def test_flops_and_compute_time_of_llama_small_at_a_probed_rate():
     assert n == 5_968_384
     flops_token = 6 * n + 12 * 8 * 8 * 32 * 256  # 6N + 12·L·H·Q·T
     assert flops_token == 42_101_760
-    from trainer.shapes import flops_per_token
+    from trainledger.trainer.shapes import flops_per_token
 
     assert flops_per_token(get_shape("llama-small")) == flops_token
     # dp: one micro-batch of 4 × 256 tokens per rank per step; the probe's mean rate 42 GFLOP/s per process

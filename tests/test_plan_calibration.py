@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 from sqlmodel import func, select
 
-from ledger.runs import calibrate as cal
-from ledger.store.models import NodeType, PlanCalibration, Run, RunStatus
-from trainer.plan.factors import Factors
+from trainledger.runs import calibrate as cal
+from trainledger.store.models import NodeType, PlanCalibration, Run, RunStatus
+from trainledger.trainer.plan.factors import Factors
 
 UTC = timezone.utc
 KNOWN = Factors(compute=1.25, intra_comm=1.8, inter_comm=2.5, bubble=0.7, memory=1.15, memory_fixed=1.4)
@@ -144,7 +144,7 @@ def test_cpu_runs_calibrate_the_cpu_profile_not_the_gpus(session):
 
 
 def test_a_finished_sweep_calibrates_from_its_runs(ledger_url, session):
-    from ledger.runs.sweep import calibrate_sweep
+    from trainledger.runs.sweep import calibrate_sweep
 
     _history(session)
     session.commit()

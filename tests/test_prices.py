@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import rollup
-from ledger.money.monthly import monthly_report
-from ledger.store.db import make_engine, upgrade_schema
-from ledger.store.models import Offer, OfferPrice, RollupSlice, Run
-from ledger.store.settings import set_setting
+from trainledger.errors import LedgerInputError
+from trainledger.money import rollup
+from trainledger.money.monthly import monthly_report
+from trainledger.store.db import make_engine, upgrade_schema
+from trainledger.store.models import Offer, OfferPrice, RollupSlice, Run
+from trainledger.store.settings import set_setting
 from tests.helpers import RENT_OFFER_TOML as OFFER
 from tests.helpers import add_run
 
@@ -224,10 +224,10 @@ def test_the_rollup_stays_exact_as_prices_rates_and_intensities_cut_months(engin
     """Random runs, price versions, exchange rates and intensities (added and removed), each committed: the rollup
     kept in step by the session events always equals one recomputed from the rows, and a month's node-hours and
     cost add up over its charge periods."""
-    from ledger.store.carbon import set_intensity
-    from ledger.store.fx import set_rate
-    from ledger.store.models import CarbonIntensity, FxRate, RunStatus
-    from ledger.store.prices import apply_version, plan_version, price_values
+    from trainledger.store.carbon import set_intensity
+    from trainledger.store.fx import set_rate
+    from trainledger.store.models import CarbonIntensity, FxRate, RunStatus
+    from trainledger.store.prices import apply_version, plan_version, price_values
 
     base = datetime(2025, 10, 1, tzinfo=UTC)
     with Session(engine, expire_on_commit=False) as s:
@@ -271,7 +271,7 @@ def test_the_rollup_stays_exact_as_prices_rates_and_intensities_cut_months(engin
 
 
 def _reset_cuts(s: Session) -> None:
-    from ledger.store.models import CarbonIntensity, FxRate, RunNode, Setting
+    from trainledger.store.models import CarbonIntensity, FxRate, RunNode, Setting
 
     for model in (RunNode, RollupSlice, Run, FxRate, CarbonIntensity):
         s.exec(model.__table__.delete())  # type: ignore[arg-type]

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from sqlalchemy import func, update
 from sqlmodel import Session, select
 
-from ledger.money import costs, rollup
-from ledger.money.monthly import monthly_report
-from ledger.money.months import month_bounds
-from ledger.runs.registry import reap_stale
-from ledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
-from ledger.store.settings import set_setting
+from trainledger.money import costs, rollup
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import month_bounds
+from trainledger.runs.registry import reap_stale
+from trainledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
+from trainledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run, node_type, offer
 
 D = Decimal
@@ -33,7 +33,7 @@ MONTHS = ["2026-08", "2026-09", "2026-10", "2026-11", "2026-12"]
 
 def _node_hours_by_hand(session: Session, month: str, now: datetime) -> Decimal:
     """Σ nodes × hours of every run clipped to the month, straight from the run rows."""
-    from ledger.store.settings import display_timezone
+    from trainledger.store.settings import display_timezone
 
     ms, me = month_bounds(month, display_timezone(session))
     total = D(0)
@@ -124,7 +124,7 @@ def test_incremental_rollup_equals_a_rebuild_after_any_writes(engine, ops, fleet
 def _reset(session: Session) -> None:
     for model in (RunNode, RollupSlice, Run):
         session.exec(model.__table__.delete())  # type: ignore[arg-type]
-    from ledger.store.models import Fleet, Setting
+    from trainledger.store.models import Fleet, Setting
 
     session.exec(Fleet.__table__.delete())  # type: ignore[arg-type]
     session.exec(Offer.__table__.delete().where(Offer.name.like("rent-%")))  # type: ignore[arg-type]
@@ -165,7 +165,7 @@ def test_live_run_counts_up_to_now_and_raises_the_peak(session):
 def test_a_price_version_needs_no_rebuild_and_a_new_billing_rule_is_backfilled(session):
     """A price edit adds a version: from now it leaves November alone; from November 1 it re-costs November
     with no rebuild (the slices are price-free); a version with a new billing rule back-fills that rule."""
-    from ledger.store import prices
+    from trainledger.store import prices
 
     add_run(session, "e", datetime(2026, 11, 3, tzinfo=UTC), 2.5, nodes=2, offer_name="rtx4090-rent")
     session.commit()

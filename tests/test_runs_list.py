@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from ledger.runs.registry import count_runs, list_runs
+from trainledger.runs.registry import count_runs, list_runs
 from tests.helpers import add_run
 
 UTC = timezone.utc
@@ -45,7 +45,7 @@ def test_cli_pages_newest_first_and_says_how_many_more(cli, session):
 def test_count_with_an_index_on_ended_at_gives_the_same_numbers(session):
     from sqlalchemy import text
 
-    from ledger.runs import registry as runs
+    from trainledger.runs import registry as runs
 
     _ledger(session)
     session.execute(text("CREATE INDEX ix_test_run_ended ON run (ended_at, started_at)"))

@@ -1,4 +1,4 @@
-"""Allocation shares (ledger.money.shares): a run pays for the part of each node it held.
+"""Allocation shares (trainledger.money.shares): a run pays for the part of each node it held.
 
 sacct rows on one 8-GPU node type with ``gres/gpu=2`` and ``gres/gpu=8`` for 10 h each: the 2-GPU job costs
 exactly a quarter of the 8-GPU one, on SQLite and PostgreSQL; two 4-GPU jobs on one node of a 1-node fleet are
@@ -17,11 +17,11 @@ from fractions import Fraction
 import pytest
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import shares
-from ledger.money.capacity import capacity_warnings
-from ledger.money.monthly import monthly_report
-from ledger.store.models import Run
+from trainledger.errors import LedgerInputError
+from trainledger.money import shares
+from trainledger.money.capacity import capacity_warnings
+from trainledger.money.monthly import monthly_report
+from trainledger.store.models import Run
 from tests.helpers import add_fleet, add_run, node_type
 
 UTC = timezone.utc
@@ -140,7 +140,7 @@ def test_a_mig_slice_pays_its_fraction(session):
     nt = node_type(session, "a100-8x")
     alloc = {"gpus": 1, "mig": 1, "mig_profile": "1g.10gb", "exclusive": False}
     assert shares.alloc_share(alloc, nt.name, nt.gpu_model, nt.gpus_per_node) == ("1/56", "mig:1g.10gb")
-    from ledger.store.models import Offer
+    from trainledger.store.models import Offer
 
     session.add(Offer(name="a100-rent", node_type_id=nt.id, kind="rent_elastic", currency="CNY",
                       price_per_node_hour=Decimal(20)))
@@ -177,7 +177,7 @@ def test_bad_shares_are_one_line_errors_and_nothing_is_written(cli, engine, tmp_
 
 
 def test_the_allocation_comes_from_cuda_visible_devices_and_slurm():
-    from ledger.sources.topology import Flags, allocation, resolve
+    from trainledger.sources.topology import Flags, allocation, resolve
 
     env = {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert resolve(Flags(), env, ["python", "x.py"]).alloc == {"gpus": 2, "mig": 0, "mig_profile": None,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, func, select
 
-from ledger.store.models import Run, RunStatus
+from trainledger.store.models import Run, RunStatus
 from tests.helpers import node_type
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -250,7 +250,7 @@ def test_csv_ids_must_be_run_ids(cli, engine, tmp_path, bad):
 # --- a run that was tracked is merged with its sacct record, never counted twice ---------------------------
 
 def test_tracked_run_with_the_slurm_id_is_updated_not_doubled(cli, engine, tmp_path):
-    from ledger.store.ids import slurm_run_id
+    from trainledger.store.ids import slurm_run_id
 
     rid = slurm_run_id("7201")
     with Session(engine) as s:  # as the run wrapper (`srun trainledger run -- ...`) registers it inside the job

@@ -43,7 +43,7 @@ def test_sacct_timeout_kills_its_children_that_hold_the_pipe(tmp_path):
     fake.chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TZ": "UTC"}
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "slurm", "sync", "--db", url, "--sacct", str(fake),
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "slurm", "sync", "--db", url, "--sacct", str(fake),
                           "--sacct-timeout", "2"], capture_output=True, text=True, env=env, cwd=REPO, timeout=100)
     child = int((base / "child.pid").read_text())
     assert out.returncode == 2, out.stderr
@@ -56,8 +56,8 @@ def test_sacct_timeout_kills_its_children_that_hold_the_pipe(tmp_path):
     assert not (base / "DONE").exists()
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import Setting
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import Setting
 
     engine = make_engine(url)
     with Session(engine) as s:  # nothing written: no watermark

@@ -1,15 +1,15 @@
-"""Spend by project with idle as its own line (ledger.money.spend), on SQLite and PostgreSQL."""
+"""Spend by project with idle as its own line (trainledger.money.spend), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from ledger.money.costs import cents, round_preserving_sum
-from ledger.money.monthly import monthly_report
-from ledger.money.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
-from ledger.reports.export import presented_report
-from ledger.store.models import RunStatus
+from trainledger.money.costs import cents, round_preserving_sum
+from trainledger.money.monthly import monthly_report
+from trainledger.money.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
+from trainledger.reports.export import presented_report
+from trainledger.store.models import RunStatus
 from tests.helpers import add_fleet, add_run
 
 D = Decimal
@@ -64,9 +64,9 @@ def test_a_quarters_lines_are_its_months_lines_summed(session):
     """2026-Q3 (July and August 744 h, September 720 h): alpha runs 8 nodes × 100 h and beta 2 nodes × 10 h in each
     month on the 8-node owned fleet. The quarter's line of a project is its three monthly lines added up (each
     month half-up to the cent); what they leave against the quarter's spend (rounded once) is the rounding line."""
-    from ledger.money import periods as P
-    from ledger.money.spend import spend_by_project_months
-    from ledger.reports.periods import period_report
+    from trainledger.money import periods as P
+    from trainledger.money.spend import spend_by_project_months
+    from trainledger.reports.periods import period_report
 
     add_fleet(session, 8)
     hours = {"2026-07": 744, "2026-08": 744, "2026-09": 720}

@@ -14,21 +14,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("app", "ledger", "trainer")
+#: the folders of the repository → the import names they install as (one package: ``trainledger``)
+PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "trainledger.trainer"}
 #: the rooms of ledger/, lowest first: a module may import its own room and the rooms before it
-LEDGER_LAYERS = ("errors", "store", "money", "sources", "runs", "reports", "demo", "cli")
+LEDGER_LAYERS = ("errors", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
 #: ledger rooms allowed to import trainer/ (validating a trainer config or plan, launching runs; cli registers `train`)
-TRAINER_USERS = ("ledger.runs", "ledger.cli")
+TRAINER_USERS = ("trainledger.runs", "trainledger.cli")
+APP, TRAINER = PACKAGES["app"], PACKAGES["trainer"]
 MAX_FUNCTION_LINES = 80
 
 
 def module_files(root: Path) -> dict[str, Path]:
     mods = {}
-    for pkg in PACKAGES:
-        for path in (root / pkg).rglob("*.py"):
+    for folder, package in PACKAGES.items():
+        for path in (root / folder).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
-            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            name = ".".join((package, *path.relative_to(root / folder).with_suffix("").parts))
             mods[name.removesuffix(".__init__")] = path
     return mods
 
@@ -98,18 +100,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def layer(mod: str) -> int | None:
     parts = mod.split(".")
-    if parts[0] != "ledger" or len(parts) < 2:
+    if parts[0] != "trainledger" or len(parts) < 2 or is_part(mod, APP) or is_part(mod, TRAINER):
         return None
     return LEDGER_LAYERS.index(parts[1]) if parts[1] in LEDGER_LAYERS else None
+
+
+def is_part(mod: str, package: str) -> bool:
+    return mod == package or mod.startswith(package + ".")
+
+
+def in_ledger(mod: str) -> bool:
+    return is_part(mod, "trainledger") and not (is_part(mod, APP) or is_part(mod, TRAINER))
 
 
 def layering_violations(graph: dict[str, set[str]]) -> list[str]:
     bad = []
     for mod, deps in graph.items():
         for dep in deps:
-            if mod.startswith("ledger") and dep.startswith("app") and not mod.startswith("ledger.cli"):
+            if in_ledger(mod) and is_part(dep, APP) and not is_part(mod, "trainledger.cli"):
                 bad.append(f"{mod} -> {dep} (ledger imports app outside the CLI)")
-            if mod.startswith("ledger") and dep.startswith("trainer") and not mod.startswith(TRAINER_USERS):
+            if in_ledger(mod) and is_part(dep, TRAINER) and not mod.startswith(TRAINER_USERS):
                 bad.append(f"{mod} -> {dep} (only {', '.join(TRAINER_USERS)} may import the trainer)")
             a, b = layer(mod), layer(dep)
             if a is not None and b is not None and b > a:
@@ -138,7 +148,7 @@ def test_ledger_rooms_import_only_rooms_below_them():
 
 def test_every_ledger_module_lives_in_a_room():
     top = sorted(p.name for p in (REPO / "ledger").glob("*.py"))
-    assert top == ["__init__.py", "demo.py", "errors.py"]
+    assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
 
 
 def test_no_function_over_80_lines():
@@ -146,9 +156,9 @@ def test_no_function_over_80_lines():
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    for pkg in PACKAGES:
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
+    for folder in PACKAGES:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
     for name, text in files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,43 +169,49 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_the_checks_find_a_cycle_an_upward_import_and_a_long_function(tmp_path):
     root = _tree(tmp_path, {
         "ledger/store/__init__.py": "",
-        "ledger/store/db.py": "def f():\n    from ledger.money import rollup  # inside a function: still an edge\n",
+        "ledger/store/db.py": "def f():\n    from trainledger.money import rollup  # inside a function: still an edge\n",
         "ledger/money/__init__.py": "",
-        "ledger/money/rollup.py": "from ledger.store.db import f\n",
+        "ledger/money/rollup.py": "from trainledger.store.db import f\n",
         "ledger/reports/__init__.py": "",
-        "ledger/reports/export.py": "import app.ui\n",
+        "ledger/reports/export.py": "import trainledger.app.ui\n",
         "app/ui.py": "x = 1\n",
         "trainer/engine.py": "def run():\n" + "    x = 1\n" * 90,
     })
     graph = import_graph(root)
-    assert cycles(graph) == [["ledger.money.rollup", "ledger.store.db"]]
+    assert cycles(graph) == [["trainledger.money.rollup", "trainledger.store.db"]]
     assert layering_violations(graph) == [
-        "ledger.reports.export -> app.ui (ledger imports app outside the CLI)",
-        "ledger.store.db -> ledger.money.rollup (store imports money, a room above it)",
+        "trainledger.reports.export -> trainledger.app.ui (ledger imports app outside the CLI)",
+        "trainledger.store.db -> trainledger.money.rollup (store imports money, a room above it)",
     ]
-    assert long_functions(root) == ["trainer.engine.run (91 lines)"]
+    assert long_functions(root) == ["trainledger.trainer.engine.run (91 lines)"]
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("ledger.db", "ledger.store.db", "get_engine"),
-    ("ledger.accounting", "ledger.money.monthly", "monthly_report"),
-    ("ledger.accounting", "ledger.money.months", "parse_month"),
-    ("ledger.costs", "ledger.money.costs", "fleet_month"),
-    ("ledger.strategies", "ledger.reports.weekly", "strategy_comparison"),
-])
-def test_old_module_names_still_import_with_a_deprecation_warning(old, new, name):
-    import importlib
-    import sys
-
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=old.replace(".", r"\.") + " moved to"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
 
 
-def test_old_runs_module_names_resolve_to_the_registry():
-    from ledger.runs import registry
+OLD_NAMES = ("ledger", "app", "trainer", "trainledger_data")
 
-    with pytest.warns(DeprecationWarning, match="ledger.runs.list_runs moved"):
-        from ledger.runs import list_runs
-    assert list_runs is registry.list_runs
+
+def old_name_imports(root: Path) -> list[str]:
+    """Imports of the folder names as top-level packages: installed, the only import name is ``trainledger``."""
+    out = []
+    for folder in (*PACKAGES, "tests", "bench", "data"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                out += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.split(".")[0] in OLD_NAMES]
+    return sorted(out)
+
+
+def test_nothing_imports_the_folders_by_their_old_names():
+    assert old_name_imports(REPO) == []
+
+
+def test_the_old_name_check_finds_one(tmp_path):
+    root = _tree(tmp_path, {"tests/t.py": "import trainledger\nfrom ledger.store import db\n", "bench/b.py": "",
+                            "data/d.py": "import app.ui as ui\n"})
+    assert old_name_imports(root) == ["data/d.py:1 app.ui", "tests/t.py:2 ledger.store"]

@@ -13,7 +13,7 @@ Modules, one concern each:
 - ``distributed`` launcher environment, process group, rank grid
 - ``comm``       measured communication time
 - ``engine``     the training loop (``Trainer``, callbacks)
-- ``train``      entry point (``python -m trainer.train``); ``cli`` the ledger CLI commands
+- ``train``      entry point (``python -m trainledger.trainer.train``); ``cli`` the ledger CLI commands
 
 ``shapes``, ``config``, ``parallel``, ``hardware``, ``metrics`` and ``cli``
 import without torch or deepspeed.

@@ -6,7 +6,7 @@ Registered by ``ledger/cli.py``::
     app.command("train")(train_command)
 
 Importing this module needs no torch; training itself runs in a child
-process (``python -m trainer.train``, or torchrun for several ranks) started
+process (``python -m trainledger.trainer.train``, or torchrun for several ranks) started
 with an argument list. Bad input prints one line to stderr and exits 2.
 """
 
@@ -22,8 +22,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from trainer.config import ConfigError
-from trainer.parallel import PlanError, resolve_plan
+from trainledger.trainer.config import ConfigError
+from trainledger.trainer.parallel import PlanError, resolve_plan
 
 data_app = typer.Typer(
     help="Prepare training data: text files → WebDataset token shards (byte-level tokenizer, no downloads).",
@@ -45,7 +45,7 @@ def prepare(
     json_out: Annotated[bool, typer.Option("--json", help="Print the shard index as JSON.")] = False,
 ) -> None:
     """Tokenize text files byte-level into WebDataset tar shards for `trainledger train`."""
-    from trainer.data import DataError, prepare_shards
+    from trainledger.trainer.data import DataError, prepare_shards
 
     try:
         index = prepare_shards(src, out, seq_len=seq_len, shard_size=shard_size)
@@ -77,10 +77,10 @@ def train_command(
 
     The run is tracked in the ledger unless --no-track (use `trainledger launch`
     for detached runs, other launchers and cancelling). Several ranks are started with torchrun; for several nodes run
-    `python -m trainer.train` under torchrun or the DeepSpeed launcher on each
-    node (commands in `python -m trainer.train --help`).
+    `python -m trainledger.trainer.train` under torchrun or the DeepSpeed launcher on each
+    node (commands in `python -m trainledger.trainer.train --help`).
     """
-    from trainer.train import dry_run_report, load_run_config
+    from trainledger.trainer.train import dry_run_report, load_run_config
 
     if nproc_per_node is not None and nproc_per_node < 1:
         _fail(f"--nproc-per-node must be ≥ 1, got {nproc_per_node}")
@@ -101,7 +101,7 @@ def train_command(
             typer.echo(json.dumps(report["deepspeed"], indent=2))
         return
     if plan.nodes > 1:
-        _fail(f"the plan spans {plan.nodes} nodes: start `python -m trainer.train` on each node with torchrun "
+        _fail(f"the plan spans {plan.nodes} nodes: start `python -m trainledger.trainer.train` on each node with torchrun "
               f"or the DeepSpeed launcher (see its --help)")
     missing = [m for m in ("torch", "deepspeed", "webdataset") if importlib.util.find_spec(m) is None]
     if missing:
@@ -115,17 +115,17 @@ def train_command(
         args += ["--results-json", str(results_json)]
     env = dict(os.environ)
     if track:
-        from ledger.store.db import resolve_url
+        from trainledger.store.db import resolve_url
 
         args += ["--track", "--node-type", node_type, "--launcher", "local"]
         if project:
             args += ["--project", project]
         env["TRAINLEDGER_DB_URL"] = resolve_url(db)  # via the environment: never in argv
     if plan.world_size == 1:
-        cmd = [sys.executable, "-m", "trainer.train", *args]
+        cmd = [sys.executable, "-m", "trainledger.trainer.train", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", str(plan.world_size), "-m", "trainer.train", *args]
+               "--nproc-per-node", str(plan.world_size), "-m", "trainledger.trainer.train", *args]
     rc = subprocess.call(cmd, env=env)
     if rc:
         raise typer.Exit(rc)

@@ -3,7 +3,7 @@
 Schema (every key optional; defaults shown)::
 
     model:
-      shape: tiny              # a name from trainer.shapes.SHAPES ...
+      shape: tiny              # a name from trainledger.trainer.shapes.SHAPES ...
       n_layers: null           # ... or explicit dims, which override the named shape
       d_model: null
       n_heads: null
@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from trainer.shapes import ModelShape, get_shape
+from trainledger.trainer.shapes import ModelShape, get_shape
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "pp", "tp", "3d")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")

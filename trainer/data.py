@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
-from trainer.tokenizer import ByteTokenizer
+from trainledger.trainer.tokenizer import ByteTokenizer
 
 FORMAT = "trainledger-shards/1"
 INDEX = "index.json"
@@ -228,7 +228,7 @@ def shipped_corpus_dir() -> Path:
     try:
         from importlib.resources import files
 
-        path = Path(str(files("trainledger_data") / "corpus"))
+        path = Path(str(files("trainledger.data") / "corpus"))
         if path.is_dir():
             return path
     except (ImportError, ModuleNotFoundError):

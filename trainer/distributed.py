@@ -3,7 +3,7 @@
 The backend follows the hardware: NCCL when CUDA is available, gloo on CPU.
 Ranks come from the torchrun / DeepSpeed launcher environment (RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); a plain
-``python -m trainer.train`` without them runs as a single process.
+``python -m trainledger.trainer.train`` without them runs as a single process.
 
 The grid is DeepSpeed's ``PipeModelDataParallelTopology(num_pp, num_mp,
 num_dp)``: tensor-parallel ranks are adjacent (fast intra-node links), then
@@ -17,8 +17,8 @@ import os
 import socket
 from dataclasses import dataclass
 
-from trainer.parallel import ParallelPlan
-from trainer.tensor_parallel import TPGroup
+from trainledger.trainer.parallel import ParallelPlan
+from trainledger.trainer.tensor_parallel import TPGroup
 
 #: Overrides the reported hostname; lets tests run two "nodes" on one machine.
 HOSTNAME_ENV = "TRAINLEDGER_HOSTNAME"

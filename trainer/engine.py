@@ -19,7 +19,7 @@ Per step, with G = global batch (sequences) and T = seq_len:
   busy        the step less its time in communication calls: a rank the others wait for is busy longer
   tokens      G·T per step
 
-Test-only knobs: ``TRAINLEDGER_TEST_DATA_DELAY_S`` (every batch that much slower, ``trainer.data``) and
+Test-only knobs: ``TRAINLEDGER_TEST_DATA_DELAY_S`` (every batch that much slower, ``trainledger.trainer.data``) and
 ``TRAINLEDGER_TEST_SLOW_RANK=RANK:SECONDS`` (that rank sleeps SECONDS inside each step: a straggler).
 """
 
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from trainer.config import TrainConfig
-from trainer.metrics import TrainResult, percentile
-from trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
-from trainer.shapes import flops_per_token, param_count
+from trainledger.trainer.config import TrainConfig
+from trainledger.trainer.metrics import TrainResult, percentile
+from trainledger.trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
+from trainledger.trainer.shapes import flops_per_token, param_count
 
 #: a callback with ``on_rank_steps`` gets every rank's step figures this often (one all-gather per N steps)
 RANK_STEPS_EVERY = 10
@@ -47,7 +47,7 @@ def slow_rank(value: Optional[str], rank: int) -> float:
     another rank); a malformed value is an error naming the variable."""
     if not value:
         return 0.0
-    from trainer.data import knob_seconds
+    from trainledger.trainer.data import knob_seconds
 
     who, sep, secs = value.partition(":")
     if not sep or not who.strip().isdigit():
@@ -56,9 +56,9 @@ def slow_rank(value: Optional[str], rank: int) -> float:
 
 
 if TYPE_CHECKING:
-    from trainer.comm import CommTimer
-    from trainer.data import SampleStream
-    from trainer.distributed import Grid, LaunchEnv
+    from trainledger.trainer.comm import CommTimer
+    from trainledger.trainer.data import SampleStream
+    from trainledger.trainer.distributed import Grid, LaunchEnv
 
 
 class Callback:
@@ -176,8 +176,8 @@ class Trainer:
     # plain to read.
     def _run(self) -> TrainResult:
         """Set up, train for ``config.steps`` steps, and gather the result."""
-        from trainer.comm import CommTimer
-        from trainer.distributed import launch_env
+        from trainledger.trainer.comm import CommTimer
+        from trainledger.trainer.distributed import launch_env
 
         config = self.config
         shape = config.shape
@@ -225,7 +225,7 @@ class Trainer:
         import torch
         from deepspeed import comm as dist
 
-        from trainer.distributed import build_grid, hostname, init_distributed
+        from trainledger.trainer.distributed import build_grid, hostname, init_distributed
 
         device = init_distributed(env)
         if device.startswith("cuda"):
@@ -237,7 +237,7 @@ class Trainer:
 
     def _local_shards(self, cache_dir: str | Path) -> Path:
         """The node-local shard directory: ``data.shards`` staged to the cache, or the corpus prepared in it."""
-        from trainer import data as data_mod
+        from trainledger.trainer import data as data_mod
 
         config = self.config
         if config.data.shards:
@@ -249,7 +249,7 @@ class Trainer:
         """Collective: one process per node prepares or copies the shards to the node-local cache; the rest wait."""
         from deepspeed import comm as dist
 
-        from trainer import data as data_mod
+        from trainledger.trainer import data as data_mod
 
         cache_dir = self.config.data.cache_dir or data_mod.default_cache_dir()
         problem = None
@@ -266,7 +266,7 @@ class Trainer:
 
     def _open_stream(self, shard_dir: Path, plan: ParallelPlan, grid: Grid) -> SampleStream:
         """This data-parallel rank's sample stream; the shards' seq_len must be the model's."""
-        from trainer import data as data_mod
+        from trainledger.trainer import data as data_mod
 
         config = self.config
         shape = config.shape
@@ -284,11 +284,11 @@ class Trainer:
         config = self.config
         tp = grid.tp if plan.tp > 1 else None
         if plan.pp > 1:
-            from trainer.pipeline import build_pipeline_module
+            from trainledger.trainer.pipeline import build_pipeline_module
 
             return build_pipeline_module(config.shape, config.seed, grid.topology, tp,
                                          config.model.activation_checkpointing)
-        from trainer.model import build_model
+        from trainledger.trainer.model import build_model
 
         return build_model(config.shape, seed=config.seed, tp=tp,
                            activation_checkpointing=config.model.activation_checkpointing)
@@ -298,7 +298,7 @@ class Trainer:
         import deepspeed
         import torch
 
-        from trainer.model import optimizer_groups
+        from trainledger.trainer.model import optimizer_groups
 
         config = self.config
         ds_config = deepspeed_config(plan, config)
@@ -343,7 +343,7 @@ class Trainer:
         """Collective: run ``config.steps`` optimizer steps; return losses, step times and communication seconds."""
         import os
 
-        from trainer.data import TimedBatches
+        from trainledger.trainer.data import TimedBatches
 
         config = self.config
         tokens_per_step = plan.global_batch * config.shape.seq_len
@@ -453,8 +453,8 @@ class Trainer:
                 precision: str, stream: SampleStream, timer: Optional[CommTimer], losses: list[float],
                 step_times: list[float], rank_stats: list[tuple], memory_kind: str, wall_start: float) -> TrainResult:
         """The run's :class:`TrainResult`: throughput, MFU, memory and communication share across ranks."""
-        from ledger.money.costs import mfu
-        from trainer.hardware import device_name, resolve_peak_tflops
+        from trainledger.money.costs import mfu
+        from trainledger.trainer.hardware import device_name, resolve_peak_tflops
 
         config = self.config
         shape = config.shape

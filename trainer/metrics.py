@@ -1,6 +1,6 @@
 """Reported numbers of a training run: step-time statistics and :class:`TrainResult`.
 
-MFU is ``ledger.money.costs.mfu`` (the one MFU function). Imports no torch,
+MFU is ``trainledger.money.costs.mfu`` (the one MFU function). Imports no torch,
 so the ledger can read results written by the trainer.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ledger.sources.sampling import percentile  # noqa: F401  (the one implementation; re-exported)
+from trainledger.sources.sampling import percentile  # noqa: F401  (the one implementation; re-exported)
 
 
 @dataclass

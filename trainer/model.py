@@ -12,7 +12,7 @@ grouped-query attention each of the KV key/value heads serves H / KV query
 heads; with tensor parallelism a rank owns H / tp query heads and the KV / tp
 key/value heads they read (tp divides both), so no head is split or copied.
 
-The parameter count is exactly ``trainer.shapes.param_count(shape)``.
+The parameter count is exactly ``trainledger.trainer.shapes.param_count(shape)``.
 
 Every layer draws its initial weights from its own generator seeded with
 (seed, layer index), full-size, before any tensor-parallel slicing. So the
@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainer.shapes import ModelShape
-from trainer.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TPGroup
+from trainledger.trainer.shapes import ModelShape
+from trainledger.trainer.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TPGroup
 
 INIT_STD = 0.02
 

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from trainer.config import STRATEGIES, ConfigError, ParallelConfig, TrainConfig, config_from_dict
-from trainer.shapes import ModelShape
+from trainledger.trainer.config import STRATEGIES, ConfigError, ParallelConfig, TrainConfig, config_from_dict
+from trainledger.trainer.shapes import ModelShape
 
 #: ZeRO stage each strategy runs with unless ``parallel.zero_stage`` says otherwise.
 STRATEGY_ZERO_STAGE = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "pp": 0, "tp": 0, "3d": 1}
@@ -527,7 +527,7 @@ def resolve_precision(config: TrainConfig) -> str:
     """``auto`` → bf16 on a CUDA machine, fp32 elsewhere (torch imported only if installed)."""
     if config.precision != "auto":
         return config.precision
-    from trainer.hardware import cuda_available
+    from trainledger.trainer.hardware import cuda_available
 
     return "bf16" if cuda_available() else "fp32"
 
@@ -666,12 +666,12 @@ def _deep_merge(base: dict, over: Mapping) -> dict:
 
 def describe_plan(plan: ParallelPlan, config: TrainConfig) -> list[str]:
     """Human-readable lines for ``--dry-run``: plan, model, batch and FLOPs."""
-    from trainer.shapes import flops_per_token, param_count
+    from trainledger.trainer.shapes import flops_per_token, param_count
 
     shape = config.shape
     precision = resolve_precision(config)
     clip = config.optimizer.grad_clip
-    clip_note = " (applied by the trainer: see trainer.parallel.trainer_clips_gradients)" if (
+    clip_note = " (applied by the trainer: see trainledger.trainer.parallel.trainer_clips_gradients)" if (
         clip and trainer_clips_gradients(plan, precision)) else ""
     return [
         f"strategy        {plan.strategy} (ZeRO-{plan.zero_stage})",
@@ -691,7 +691,7 @@ def describe_plan(plan: ParallelPlan, config: TrainConfig) -> list[str]:
 
 def _memory_line(plan: ParallelPlan, config: TrainConfig, precision: str) -> str:
     """The planner's predicted memory per GPU of this plan (docs/PLANNER.md)."""
-    from trainer.plan.memory import GIB, memory_per_gpu
+    from trainledger.trainer.plan.memory import GIB, memory_per_gpu
 
     mem = memory_per_gpu(config.shape, dp=plan.dp, tp=plan.tp, pp=plan.pp, zero_stage=plan.zero_stage,
                          micro_batch=plan.micro_batch, micro_batches=plan.grad_accum,

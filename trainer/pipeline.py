@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from trainer.model import (
+from trainledger.trainer.model import (
     Block,
     FinalNorm,
     LlamaBlock,
@@ -27,8 +27,8 @@ from trainer.model import (
     TokenEmbedding,
     lm_loss,
 )
-from trainer.shapes import ModelShape
-from trainer.tensor_parallel import TPGroup
+from trainledger.trainer.shapes import ModelShape
+from trainledger.trainer.tensor_parallel import TPGroup
 
 
 def _tied_logits(embedding: TokenEmbedding, x):

@@ -2,7 +2,7 @@
 
 This module is the single source of the model-size arithmetic: the trainer
 builds exactly the model counted here, the MFU figure divides by
-``flops_per_token``, and the planner (``trainer.plan``) and the ledger import
+``flops_per_token``, and the planner (``trainledger.trainer.plan``) and the ledger import
 the same functions. It imports nothing beyond the standard library (the
 ledger and the dashboard run without torch).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from trainer.shapes import BYTE_VOCAB_SIZE
+from trainledger.trainer.shapes import BYTE_VOCAB_SIZE
 
 
 class ByteTokenizer:

@@ -8,7 +8,7 @@ per node.
 
 Nothing here touches the database from the training step: ``on_step`` only
 appends numbers the loop already has to a list. A writer thread on rank 0
-appends events to the run journal (fsync'd JSON lines, :mod:`ledger.sources.journal`)
+appends events to the run journal (fsync'd JSON lines, :mod:`trainledger.sources.journal`)
 and applies them to the ledger every ``flush_s`` seconds. If the ledger is
 unreachable, training goes on; the journal keeps everything and the writer
 (or ``trainledger sync`` later) replays it idempotently.
@@ -28,12 +28,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ledger.sources.exporter import Exporter
-from ledger.sources.hold import Holds
-from ledger.sources.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
-from ledger.sources.signals import RunCancelled, StopSignals, die_with_parent
-from ledger.sources.writer import LedgerWriter
-from ledger.store.ids import new_run_id
+from trainledger.sources.exporter import Exporter
+from trainledger.sources.hold import Holds
+from trainledger.sources.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
+from trainledger.sources.signals import RunCancelled, StopSignals, die_with_parent
+from trainledger.sources.writer import LedgerWriter
+from trainledger.store.ids import new_run_id
 
 __all__ = ["Exporter", "LedgerTracker", "LedgerWriter", "RunCancelled", "TrackingOptions", "UtilSampler",
            "add_tracking_args", "die_with_parent", "new_run_id", "rank_sampler", "tracker_from_args"]
@@ -90,7 +90,7 @@ class TrackingOptions:
 
 
 class LedgerTracker:
-    """Trainer callback (see :class:`trainer.engine.Callback`) that records the run in the ledger."""
+    """Trainer callback (see :class:`trainledger.trainer.engine.Callback`) that records the run in the ledger."""
 
     def __init__(self, options: TrackingOptions):
         self.o = options
@@ -102,7 +102,7 @@ class LedgerTracker:
         self._pending: list[list[Any]] = []
         self._every = 1
         self.signals = StopSignals(self._journal_error)
-        self.phases = None  # rank 0: phase timing for the goodput account (ledger.sources.phases)
+        self.phases = None  # rank 0: phase timing for the goodput account (trainledger.sources.phases)
         self._steps: list[tuple] = []  # rank 0: (begin, end, own data wait) of steps waiting for the ranks' figures
         self._step_end_at = 0.0
         self._closed = False  # the writer is closed: nothing more can be recorded
@@ -133,7 +133,7 @@ class LedgerTracker:
         self._every = self.o.sample_every or max(1, -(-steps // 1000))
         if self.rank != 0:
             return
-        from ledger.sources.journal import default_journal_dir
+        from trainledger.sources.journal import default_journal_dir
 
         self.writer = LedgerWriter(self.o.db_url, Path(self.o.journal_dir or default_journal_dir()), self.o.run_id,
                                    self.o.flush_s, self.o.heartbeat_s)
@@ -167,7 +167,7 @@ class LedgerTracker:
         blocked on the next batch) is at its start and the straggler wait from every rank's busy time
         (``on_rank_steps``: the steps wait on rank 0 until the ranks' figures arrive); a save runs from the
         step's end to ``on_checkpoint``; start-up is from the run's registration to the first step."""
-        from ledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
+        from trainledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
         self.writer.sources.append(PhaseSource(self.phases, started.timestamp(), hostname,
@@ -181,7 +181,7 @@ class LedgerTracker:
     def _record_steps(self, figures: Optional[list] = None) -> None:
         """Rank 0's waiting steps into the phase recorder, with the ranks' figures when they came (else its own
         data wait and no straggler figure: a run that failed between two gathers)."""
-        from ledger.sources.phases import RANKS, SPAN, STEP_BEGIN, STEP_END
+        from trainledger.sources.phases import RANKS, SPAN, STEP_BEGIN, STEP_END
 
         events = []
         for i, (begin, end, own_wait) in enumerate(self._steps):
@@ -200,7 +200,7 @@ class LedgerTracker:
         self.phases.events += events
 
     def on_rank_steps(self, first_step: int, figures: list) -> None:
-        """Every rank's (data wait, busy) of the steps since the last call (:meth:`trainer.engine.Callback.on_rank_steps`)."""
+        """Every rank's (data wait, busy) of the steps since the last call (:meth:`trainledger.trainer.engine.Callback.on_rank_steps`)."""
         if self.rank == 0 and self.phases is not None:
             self._record_steps(figures)
 
@@ -345,7 +345,7 @@ class LedgerTracker:
 
     def _journal_error(self) -> BaseException:
         """What SIGUSR1 (the writer thread: the journal failed) raises in the training step."""
-        from ledger.sources.journal import JournalWriteError
+        from trainledger.sources.journal import JournalWriteError
 
         err = self.writer.error if self.writer else None
         if isinstance(err, JournalWriteError):
@@ -363,10 +363,10 @@ def _start_nodes(info: dict, now: datetime) -> list[dict]:
             for i, (h, n) in enumerate(hosts.items())]
 
 
-# --- entry-point glue (python -m trainer.train --track ...) -----------------------------
+# --- entry-point glue (python -m trainledger.trainer.train --track ...) -----------------------------
 
 def add_tracking_args(parser) -> None:
-    """The ``--track`` options of ``python -m trainer.train`` (set by ``trainledger launch``)."""
+    """The ``--track`` options of ``python -m trainledger.trainer.train`` (set by ``trainledger launch``)."""
     g = parser.add_argument_group("tracking (record the run in the trainledger ledger)")
     g.add_argument("--track", action="store_true", help=f"record the run; implied by ${ENV_RUN_ID}")
     g.add_argument("--db", default=None, help="ledger URL (default: $TRAINLEDGER_DB_URL, else the embedded SQLite file)")
@@ -388,11 +388,11 @@ def check_tracking_args(args) -> None:
     """Refuse a ``--run-id`` / ``$TRAINLEDGER_RUN_ID`` or ``--sweep-id`` that is not a valid id (ConfigError, one line).
 
     A run id names files (the run's journal, its log), so it is checked with
-    ``ledger.store.ids.validate_run_id`` before anything starts.
+    ``trainledger.store.ids.validate_run_id`` before anything starts.
     """
-    from ledger.errors import LedgerInputError
-    from ledger.store.ids import validate_run_id
-    from trainer.config import ConfigError
+    from trainledger.errors import LedgerInputError
+    from trainledger.store.ids import validate_run_id
+    from trainledger.trainer.config import ConfigError
 
     run_id = getattr(args, "run_id", None) or os.environ.get(ENV_RUN_ID)
     try:
@@ -406,7 +406,7 @@ def check_tracking_args(args) -> None:
 
 def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTracker"]:
     """A :class:`LedgerTracker` when ``--track`` or ``$TRAINLEDGER_RUN_ID`` asks for one (a bad run id:
-    :class:`~ledger.errors.LedgerInputError`)."""
+    :class:`~trainledger.errors.LedgerInputError`)."""
     if not (args.track or os.environ.get(ENV_RUN_ID)):
         return None
     check_tracking_args(args)  # one-line ConfigError before anything starts

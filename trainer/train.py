@@ -2,29 +2,29 @@
 
 Single process (CPU, or one GPU)::
 
-    python -m trainer.train --config trainer/configs/dp.yaml
+    python -m trainledger.trainer.train --config trainer/configs/dp.yaml
 
 One node, N processes (torchrun; CPU ranks use gloo, GPU ranks NCCL — no code change)::
 
-    torchrun --standalone --nproc-per-node 2 -m trainer.train --config trainer/configs/zero2.yaml
-    torchrun --standalone --nproc-per-node 4 -m trainer.train --config trainer/configs/3d.yaml
+    torchrun --standalone --nproc-per-node 2 -m trainledger.trainer.train --config trainer/configs/zero2.yaml
+    torchrun --standalone --nproc-per-node 4 -m trainledger.trainer.train --config trainer/configs/3d.yaml
 
 Several nodes with torchrun (run on every node, node_rank 0..nnodes-1)::
 
     torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --master-addr node0 --master-port 29500 \\
-        -m trainer.train --config trainer/configs/3d.yaml
+        -m trainledger.trainer.train --config trainer/configs/3d.yaml
 
 Several nodes with the DeepSpeed launcher (from node0; ``hostfile`` lines ``node0 slots=8``)::
 
-    deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8 --module trainer.train \\
+    deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8 --module trainledger.trainer.train \\
         --config trainer/configs/3d.yaml
 
 A plain DeepSpeed JSON instead of (or on top of) the YAML::
 
-    torchrun --standalone --nproc-per-node 2 -m trainer.train --deepspeed_config ds.json
+    torchrun --standalone --nproc-per-node 2 -m trainledger.trainer.train --deepspeed_config ds.json
 
 Options: ``--steps N`` overrides the config, ``--results-json PATH`` makes
-rank 0 write the :class:`~trainer.metrics.TrainResult`, ``--dry-run`` prints
+rank 0 write the :class:`~trainledger.trainer.metrics.TrainResult`, ``--dry-run`` prints
 the resolved plan and DeepSpeed JSON and exits, ``--local_rank`` is accepted
 from launchers that pass it. RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT come from the launcher; without them the run is
@@ -49,8 +49,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional
 
-from trainer.config import ConfigError, TrainConfig, load_config
-from trainer.parallel import (
+from trainledger.trainer.config import ConfigError, TrainConfig, load_config
+from trainledger.trainer.parallel import (
     ParallelPlan,
     PlanError,
     apply_deepspeed_json,
@@ -82,9 +82,9 @@ def dry_run_report(cfg: TrainConfig, plan: ParallelPlan) -> dict:
 
 
 def write_json_atomic(path: str | Path, payload: dict) -> None:
-    """The run's results, whole or not at all (``ledger.store.files.write_output``; a file already there is replaced,
+    """The run's results, whole or not at all (``trainledger.store.files.write_output``; a file already there is replaced,
     a link there too, never followed)."""
-    from ledger.store.files import write_output
+    from trainledger.store.files import write_output
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,10 +93,10 @@ def write_json_atomic(path: str | Path, payload: dict) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.train",
+        prog="python -m trainledger.trainer.train",
         description="Train the bundled GPT with DeepSpeed (dp, zero1, zero2, zero3, pp, tp, 3d).",
-        epilog="Launch commands for one and several nodes: see `python -c 'import trainer.train; "
-               "help(trainer.train)'` or trainer/configs/README.md.",
+        epilog="Launch commands for one and several nodes: see `python -c 'import trainledger.trainer.train; "
+               "help(trainledger.trainer.train)'` or trainer/configs/README.md.",
     )
     parser.add_argument("--config", type=Path, help="trainer YAML (model, data, parallel, optimizer, steps)")
     parser.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", type=Path,
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results-json", "--results_json", dest="results_json", type=Path, default=None,
                         help="rank 0 writes the TrainResult here as JSON")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and DeepSpeed JSON, then exit")
-    from trainer.tracking import add_tracking_args
+    from trainledger.trainer.tracking import add_tracking_args
 
     add_tracking_args(parser)
     return parser
@@ -116,10 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ()) -> int:
     """Entry point; returns the process exit status."""
     args = build_parser().parse_args(None if argv is None else list(argv))
-    from trainer.distributed import launch_env
+    from trainledger.trainer.distributed import launch_env
 
     try:
-        from trainer.tracking import check_tracking_args
+        from trainledger.trainer.tracking import check_tracking_args
 
         check_tracking_args(args)  # a run id names files: refused before anything starts
         cfg = load_run_config(args.config, args.deepspeed_config, args.steps)
@@ -139,8 +139,8 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
 
     from deepspeed.utils import logger as ds_logger
 
-    from trainer.data import DataError
-    from trainer.engine import Trainer
+    from trainledger.trainer.data import DataError
+    from trainledger.trainer.engine import Trainer
 
     ds_logger.setLevel(logging.WARNING)
     # Noise from DeepSpeed internals on CPU: its ZeRO all-gathers use a deprecated torch name, and its
@@ -148,8 +148,8 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     # gradients are checked against data parallelism in tests/trainer/test_trainer_parallel_runs.py.
     warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
     warnings.filterwarnings("ignore", message=r"c10d::broadcast_: an autograd kernel was not registered")
-    from ledger.errors import LedgerInputError
-    from trainer.tracking import tracker_from_args
+    from trainledger.errors import LedgerInputError
+    from trainledger.trainer.tracking import tracker_from_args
 
     try:
         tracker = tracker_from_args(args, cfg.to_dict())

@@ -1,6 +1,6 @@
 """Export: the monthly report as CSV, XLSX or JSON.
 
-The bytes are ``ledger.reports.export.render(presented_report(monthly_report(month)), fmt)``:
+The bytes are ``trainledger.reports.export.render(presented_report(monthly_report(month)), fmt)``:
 exactly what ``trainledger report monthly --month M --format FMT`` writes.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import access, data, period_view, ui
-from app.chargeback_view import chargeback_section
-from ledger.reports.present import label, labelled_rows
+from trainledger.app import access, data, period_view, ui
+from trainledger.app.chargeback_view import chargeback_section
+from trainledger.reports.present import label, labelled_rows
 
 FORMATS = {"csv": ("CSV", "text/csv"),
            "xlsx": ("XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),

@@ -1,15 +1,15 @@
 """Goodput: what the month's spend bought (issue #25).
 
-Numbers: the goodput account (``trainledger goodput --month M``, ``ledger.money.goodput``): spend = goodput +
+Numbers: the goodput account (``trainledger goodput --month M``, ``trainledger.money.goodput``): spend = goodput +
 badput + idle, badput by category per project and per month, runs ranked by badput; where idle sits hour by
-hour (``trainledger goodput idle --month M``, ``ledger.money.occupancy``). Sections in :mod:`app.goodput_view`.
+hour (``trainledger goodput idle --month M``, ``trainledger.money.occupancy``). Sections in :mod:`trainledger.app.goodput_view`.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import access, data, goodput_data, goodput_view, ui
+from trainledger.app import access, data, goodput_data, goodput_view, ui
 
 access.page_gate()
 url = data.ledger_url()

@@ -1,10 +1,10 @@
 """Launch: start a tracked run from a listed config, watch it (status, step, heartbeat, loss), cancel it.
 
-Launching is ``trainledger launch CONFIG --detach`` (:func:`app.launch.launch_run`:
-``ledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``);
-cancelling is ``trainledger runs cancel`` (:func:`app.launch.cancel_run`). Both
+Launching is ``trainledger launch CONFIG --detach`` (:func:`trainledger.app.launch.launch_run`:
+``trainledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``);
+cancelling is ``trainledger runs cancel`` (:func:`trainledger.app.launch.cancel_run`). Both
 need the lead role, checked on the server right before they act; the config
-path is re-checked there too (:func:`app.launch.resolve_config`). Progress is a
+path is re-checked there too (:func:`trainledger.app.launch.resolve_config`). Progress is a
 fragment that re-reads the ledger every :data:`REFRESH_S` seconds while the
 run is queued or running.
 """
@@ -17,8 +17,8 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
-from app import access, data, launch, ui
-from ledger.errors import LedgerInputError
+from trainledger.app import access, data, launch, ui
+from trainledger.errors import LedgerInputError
 
 REFRESH_S = 2
 MINE = "_launch_mine"  # run ids launched in this session, oldest first

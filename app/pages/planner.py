@@ -1,6 +1,6 @@
 """Planner: the cheapest plan that fits, the seven strategies on one cluster, and why plans were discarded.
 
-Everything shown comes from ``ledger.runs.plan`` (``trainledger plan
+Everything shown comes from ``trainledger.runs.plan`` (``trainledger plan
 recommend`` prints the same ranking for the same inputs); the figures are the
 planning model's predictions (docs/PLANNER.md), labelled as such.
 """
@@ -13,9 +13,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, data, planner, ui
-from ledger.errors import LedgerInputError
-from trainer.shapes import SHAPES, param_count
+from trainledger.app import access, data, planner, ui
+from trainledger.errors import LedgerInputError
+from trainledger.trainer.shapes import SHAPES, param_count
 
 # what decides first (offer, size, time, cost), so it is in view at 1280 px; the model's details after
 RANKING = ["rank", "offer", "nodes", "days", "cost", "cost_per_1m_tokens", "plan", "node_type", "total_gib",

@@ -1,9 +1,9 @@
-"""Runs: filtered, paginated list (``ledger.runs.registry.list_runs``) and one run's detail (``ledger.runs.registry.show_run``).
+"""Runs: filtered, paginated list (``trainledger.runs.registry.list_runs``) and one run's detail (``trainledger.runs.registry.show_run``).
 
 With a month chosen, each run's cost, GPU-hours, cost per 1M tokens and waste in that month are the monthly
-report's per-run lines (``app.data.month_run_lines``, in cents as the export); "Most expensive" and "Most
+report's per-run lines (``trainledger.app.data.month_run_lines``, in cents as the export); "Most expensive" and "Most
 wasted" rank the month's runs by them, and ``?waste=REASON&month=YYYY-MM`` (the Overview's links) keeps the
-runs whose lost work counts under that reason (``ledger.money.waste``).
+runs whose lost work counts under that reason (``trainledger.money.waste``).
 
 The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
 per month (actual) and under every offer, per-node utilization with straggler
@@ -19,12 +19,12 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
-from ledger.errors import LedgerInputError
-from ledger.money import costs, explain
-from ledger.money.goodput import CATEGORIES
-from ledger.money.waste import check_reason
-from ledger.store.models import RunStatus
+from trainledger.app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs, explain
+from trainledger.money.goodput import CATEGORIES
+from trainledger.money.waste import check_reason
+from trainledger.store.models import RunStatus
 
 PAGE_SIZE = 50
 ALL = "All"

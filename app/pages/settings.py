@@ -1,14 +1,14 @@
 """Settings: offers (prices) and their history, the fleet, the Slurm mapping, exchange rates, carbon intensity,
 currency and time zone. Saving needs the lead role.
 
-Offers go through ``ledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
+Offers go through ``trainledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``: a price edit adds a version from
 a date (default now; a past date re-costs months and needs the "retroactive" box,
 naming them, as ``--retroactive`` does); settings through
-``ledger.store.settings.set_setting``; fleets through :func:`ledger.store.fleets.save_fleet`;
-rates through :func:`ledger.store.fx.set_rate`; intensities through
-:func:`ledger.store.carbon.set_intensity`. Every save checks the role on the
-server (:func:`app.access.require_lead`) right before it writes.
+``trainledger.store.settings.set_setting``; fleets through :func:`trainledger.store.fleets.save_fleet`;
+rates through :func:`trainledger.store.fx.set_rate`; intensities through
+:func:`trainledger.store.carbon.set_intensity`. Every save checks the role on the
+server (:func:`trainledger.app.access.require_lead`) right before it writes.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from zoneinfo import available_timezones
 
 import streamlit as st
 
-from app import access, data, offer_form, slurm_map, ui
-from ledger.errors import LedgerInputError
-from ledger.money.pricing import confirm_versions
-from ledger.store.carbon import set_intensity
-from ledger.store.fleets import save_fleet
-from ledger.store.fx import set_rate
-from ledger.store.presets import apply_pricing, parse_pricing
-from ledger.store.prices import parse_valid_from
-from ledger.store.settings import display_timezone, set_setting
+from trainledger.app import access, data, offer_form, slurm_map, ui
+from trainledger.errors import LedgerInputError
+from trainledger.money.pricing import confirm_versions
+from trainledger.store.carbon import set_intensity
+from trainledger.store.fleets import save_fleet
+from trainledger.store.fx import set_rate
+from trainledger.store.presets import apply_pricing, parse_pricing
+from trainledger.store.prices import parse_valid_from
+from trainledger.store.settings import display_timezone, set_setting
 
 NEW = ""  # the "add" choice of the offer and fleet pickers: no offer or fleet has an empty name
 KINDS = ["rent_elastic", "rent_reserved", "own"]

@@ -1,9 +1,9 @@
 """Strategies: the runs of a sweep (``trainledger sweep``) side by side.
 
-Numbers: ``ledger.reports.weekly.strategy_comparison`` — the table of
+Numbers: ``trainledger.reports.weekly.strategy_comparison`` — the table of
 ``trainledger report weekly --sweep ID`` (time per epoch, memory per GPU, comm
 share, GPU-Util, MFU, cost per 1M tokens under every offer, cheapest marked).
-Progress of a sweep that is still running (``ledger.runs.sweep.sweep_progress``:
+Progress of a sweep that is still running (``trainledger.runs.sweep.sweep_progress``:
 "3 of 5 strategies measured", the running one and its step): the page part
 below the picker is a fragment that re-reads the ledger every
 :data:`REFRESH_S` seconds until the sweep is done, so the table fills in.
@@ -14,10 +14,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import access, data, predictions, ui
-from ledger.errors import LedgerInputError
-from ledger.money.costs import cents
-from ledger.reports.present import fmt_cell
+from trainledger.app import access, data, predictions, ui
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import cents
+from trainledger.reports.present import fmt_cell
 
 REFRESH_S = 3
 md = ui.md

@@ -1,5 +1,5 @@
-"""``python -m ledger.cli ARGS``: the same as ``trainledger ARGS``."""
+"""``python -m trainledger.cli ARGS``: the same as ``trainledger ARGS``."""
 
-from ledger.cli.main import main
+from trainledger.cli.main import main
 
 main()

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
+from trainledger.errors import LedgerInputError
 
 app = group("Budgets per project or for the whole team, and where the month stands against them.")
 
@@ -33,8 +33,8 @@ def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget,
                threshold: Annotated[Optional[str], typer.Option("--threshold", metavar="PCT", help="Alert threshold, 1 to 100 percent of the amount: the budget is at risk once spent to date reaches it (default 100: only when the month-end forecast is above the amount).", show_default=False)] = None,
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add or replace a budget: `budget set 20000 --project llm --month 2026-12 --threshold 80`, `budget set --monthly 60000`."""
-    from ledger.money.budgets import set_budget
-    from ledger.reports.present import key_values
+    from trainledger.money.budgets import set_budget
+    from trainledger.reports.present import key_values
 
     if monthly is not None and month is not None:
         raise LedgerInputError("--monthly: a budget is for every month (--monthly AMOUNT) or for one (--month YYYY-MM AMOUNT), not both")
@@ -50,8 +50,8 @@ def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget,
 @command
 def budget_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Every budget: scope, period (monthly or YYYY-MM), amount, currency, alert threshold (percent)."""
-    from ledger.money.budgets import list_budgets
-    from ledger.reports.present import table
+    from trainledger.money.budgets import list_budgets
+    from trainledger.reports.present import table
 
     with session(db) as s:
         rows = list_budgets(s)
@@ -66,7 +66,7 @@ def budget_remove(project: ProjectOpt = None,
                   month: Annotated[Optional[str], typer.Option(help="YYYY-MM: that month's budget (default: the every-month one).")] = None,
                   db: DbOpt = None) -> None:
     """Remove a budget (the every-month one unless --month is given)."""
-    from ledger.money.budgets import remove_budget
+    from trainledger.money.budgets import remove_budget
 
     with session(db) as s:
         remove_budget(s, project=project, month=month)
@@ -75,7 +75,7 @@ def budget_remove(project: ProjectOpt = None,
 
 def check_lines(d: dict[str, Any]) -> list[str]:
     """One line per budget: state, spent to date (of its threshold when one is set), the forecast and the crossing day."""
-    from ledger.reports.present import fmt_cell
+    from trainledger.reports.present import fmt_cell
 
     out = []
     for b in d["budgets"]:
@@ -105,7 +105,7 @@ def budget_check(month: Annotated[Optional[str], typer.Option(help="YYYY-MM (def
                  currency: Annotated[Optional[str], typer.Option(help="Present money in this currency (budgets set in another converted at today's rate); default: the Settings currency, else the offers'.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """One line per budget (ok / AT RISK / OVER); exit 1 when any budget is at risk or over (for cron)."""
-    from ledger.money.budgets import budget_status
+    from trainledger.money.budgets import budget_status
 
     with session(db) as s:
         data = budget_status(s, month, now=clock(now), window_days=window, currency=currency)

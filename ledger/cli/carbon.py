@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Grid carbon intensity (gCO2e/kWh) for CO2e per run; without one, a labelled default is assumed.")
 
@@ -22,7 +22,7 @@ def carbon_set(g_per_kwh: Annotated[str, typer.Argument(help="Grams of CO2e per 
                source: Annotated[str, typer.Option(help="Where the figure comes from.")] = "",
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Set the grid carbon intensity from a day (replaces the one of that day and scope)."""
-    from ledger.store.carbon import set_intensity
+    from trainledger.store.carbon import set_intensity
 
     with session(db) as s:
         data = set_intensity(s, g_per_kwh, valid_from, node_type, location, source)
@@ -34,8 +34,8 @@ def carbon_set(g_per_kwh: Annotated[str, typer.Argument(help="Grams of CO2e per 
 @command
 def carbon_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """The intensities set, and the default assumed where none is."""
-    from ledger.reports.present import table
-    from ledger.store.carbon import list_intensities
+    from trainledger.reports.present import table
+    from trainledger.store.carbon import list_intensities
 
     with session(db) as s:
         rows = list_intensities(s)

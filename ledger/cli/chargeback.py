@@ -8,16 +8,16 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 
 def write_statements(session: Session, month: str, output: Path, *, project: Optional[str] = None,
                      currency: Optional[str] = None, force: bool = False,
                      now: Optional[datetime] = None) -> dict[str, Any]:
     """Render every file first, check every target, then write: a bad input writes nothing."""
-    from ledger.money.chargeback import chargeback
-    from ledger.reports.chargeback import files, presented, summary_rows
-    from ledger.store.files import check_output, write_output
+    from trainledger.money.chargeback import chargeback
+    from trainledger.reports.chargeback import files, presented, summary_rows
+    from trainledger.store.files import check_output, write_output
 
     output = Path(output)
     if output.exists() and not output.is_dir():

@@ -26,7 +26,7 @@ try:  # typer vendors click (typer._click) in recent versions
 except ImportError:  # pragma: no cover - older typer on plain click
     from click import exceptions as _click_errors
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -73,7 +73,7 @@ def command(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
 
-        from ledger.store.db import LedgerURLError, redact_url, resolve_url
+        from trainledger.store.db import LedgerURLError, redact_url, resolve_url
 
         try:
             _check_arguments(kwargs)
@@ -128,7 +128,7 @@ def _drop_stdout() -> None:
 
 def _check_arguments(kwargs: dict[str, Any]) -> None:
     """Refuse what no command can use before any work: NUL characters, months outside ``months.MONTH_YEARS``."""
-    from ledger.money.months import MONTH_YEARS, check_month
+    from trainledger.money.months import MONTH_YEARS, check_month
 
     for name, value in kwargs.items():
         if isinstance(value, (str, Path)) and "\0" in str(value):
@@ -148,13 +148,13 @@ def _check_arguments(kwargs: dict[str, Any]) -> None:
 
 def clock(now: Optional[str]):
     """The instant a report is made at: ``--now``, else ``$TRAINLEDGER_NOW``, else the current time."""
-    from ledger.store.types import report_clock
+    from trainledger.store.types import report_clock
 
     return report_clock(now)
 
 
 def session(db: Optional[str]):
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.store.db import get_engine, session_scope
 
     return session_scope(get_engine(db))
 
@@ -163,8 +163,8 @@ def sync_quietly(db: Optional[str]) -> None:
     """Replay local run journals written while the ledger was unreachable (best effort)."""
     from sqlalchemy.exc import OperationalError
 
-    from ledger.sources.journal import sync_all
-    from ledger.store.db import get_engine
+    from trainledger.sources.journal import sync_all
+    from trainledger.store.db import get_engine
 
     engine = get_engine(db)  # an unreachable ledger is the command's error, not a warning
     try:
@@ -179,7 +179,7 @@ def sync_quietly(db: Optional[str]) -> None:
 
 
 def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    from ledger.reports.present import jsonable
+    from trainledger.reports.present import jsonable
 
     if as_json:
         typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))

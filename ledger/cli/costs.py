@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import (
+from trainledger.cli.common import (
     DbOpt,
     JsonOpt,
     NowOpt,
@@ -17,7 +17,7 @@ from ledger.cli.common import (
     group,
     session,
 )
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 app = group("Rent vs own comparisons.")
 
@@ -33,8 +33,8 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                  currency: Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
-    from ledger.money.compare import compare_month, compare_node_type
-    from ledger.reports.present import key_values, table
+    from trainledger.money.compare import compare_month, compare_node_type
+    from trainledger.reports.present import key_values, table
 
     if bool(node_type) == bool(month):
         raise LedgerInputError("cost compare: pass exactly one of --node-type NAME or --month YYYY-MM")

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group
+from trainledger.errors import LedgerInputError
 
 app = group("Ledger database: upgrade the schema, back up and restore.")
 
@@ -21,7 +21,7 @@ def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Tar
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 
-    from ledger.store.db import (
+    from trainledger.store.db import (
         alembic_config,
         current_revision,
         make_engine,
@@ -50,7 +50,7 @@ def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file
               force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
               as_json: JsonOpt = False) -> None:
     """Back up the ledger (SQLite online backup API; pg_dump custom format for PostgreSQL)."""
-    from ledger.store.backup import backup
+    from trainledger.store.backup import backup
 
     path = backup(db, out, force=force)
     emit({"backup": str(path), "bytes": path.stat().st_size}, as_json, lambda d: f"backup written to {d['backup']}")
@@ -64,7 +64,7 @@ def db_restore(file: Annotated[Path, typer.Argument(help="A file written by `tra
                as_json: JsonOpt = False) -> None:
     """Restore the ledger from a backup: only a file whose schema is exactly a trainledger ledger's (no extra
     triggers, views or tables; SQLite integrity_check; pg_restore --list checks), and runs are replaced only with --force."""
-    from ledger.store.backup import restore
+    from trainledger.store.backup import restore
 
     restore(db, file, force=force)
     emit({"restored_from": str(file)}, as_json, lambda d: f"restored from {d['restored_from']}")
@@ -77,8 +77,8 @@ def db_rollup(db: DbOpt = None,
     """Check the pre-aggregated monthly rollup against the run rows (exit 1 on a difference); --rebuild it."""
     from sqlmodel import Session
 
-    from ledger.money import rollup
-    from ledger.store.db import get_engine
+    from trainledger.money import rollup
+    from trainledger.store.db import get_engine
 
     with Session(get_engine(db)) as s:
         if rebuild:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, session
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, session
 
 
 @command
@@ -16,9 +16,9 @@ def demo(db: DbOpt = None,
          as_json: JsonOpt = False) -> None:
     """Fill an empty ledger with six months of clearly labelled demo history (seed scenario), then start a
     small real strategy sweep (dp, zero2, pp, tp, 3d; a few steps each) on this machine in the background."""
-    from ledger.demo import generate_demo, start_demo_sweep, sweep_unavailable
-    from ledger.money.months import parse_month
-    from ledger.store.db import resolve_url
+    from trainledger.demo import generate_demo, start_demo_sweep, sweep_unavailable
+    from trainledger.money.months import parse_month
+    from trainledger.store.db import resolve_url
 
     if end_month:
         parse_month(end_month)

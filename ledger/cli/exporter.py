@@ -3,7 +3,7 @@
     trainledger exporter --port 9440                      # http://127.0.0.1:9440/metrics
     trainledger exporter --port 9440 --host 0.0.0.0       # for a Prometheus on another machine
 
-Served by :mod:`ledger.sources.metrics_http` (GET only; the dashboard's Host
+Served by :mod:`trainledger.sources.metrics_http` (GET only; the dashboard's Host
 allow-list against DNS rebinding, ``--allowed-host NAME`` for a reverse proxy's
 name; header and idle timeouts; a bounded number of connections). The
 figures (``ledger/reports/metrics.py``) are recomputed at most every
@@ -22,8 +22,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, NowOpt, command
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, NowOpt, command
+from trainledger.errors import LedgerInputError
 
 DEFAULT_PORT = 9440
 
@@ -41,12 +41,12 @@ def exporter_command(
     from prometheus_client import CollectorRegistry
     from sqlmodel import Session
 
-    from ledger.money import rollup
-    from ledger.reports.metrics import LedgerCollector, month_metrics
-    from ledger.sources.hosts import parse_allowed
-    from ledger.sources.metrics_http import serve
-    from ledger.store.db import make_engine, read_only_engine, redact_url, resolve_url, session_scope
-    from ledger.store.types import report_clock
+    from trainledger.money import rollup
+    from trainledger.reports.metrics import LedgerCollector, month_metrics
+    from trainledger.sources.hosts import parse_allowed
+    from trainledger.sources.metrics_http import serve
+    from trainledger.store.db import make_engine, read_only_engine, redact_url, resolve_url, session_scope
+    from trainledger.store.types import report_clock
 
     try:
         allowed = parse_allowed(allowed_host or [])

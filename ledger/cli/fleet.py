@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from trainledger.errors import LedgerInputError
 
 app = group("Fleets: clusters held under own or reserved offers (their capacity is paid whether used or not).")
 
@@ -28,8 +28,8 @@ def _date(value: Optional[str], flag: str) -> Optional[date]:
 @command
 def fleet_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Every fleet: its offer, nodes and the dates it is held (valid to is exclusive; empty = still held)."""
-    from ledger.reports.present import table
-    from ledger.store.fleets import list_fleets
+    from trainledger.reports.present import table
+    from trainledger.store.fleets import list_fleets
 
     with session(db) as s:
         rows = list_fleets(s)
@@ -46,8 +46,8 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
               idle_share: Annotated[Optional[str], typer.Option("--idle-share", help="How its idle is charged back: none (default: idle is its own line) | proportional | even | weights:<project=w,...> (docs/MONEY.md).")] = None,
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add a fleet, or change one: options left out keep the fleet's current values (all but --to are needed to add one)."""
-    from ledger.money.idle_share import check_policy, set_fleet_policy
-    from ledger.store.fleets import list_fleets, save_fleet
+    from trainledger.money.idle_share import check_policy, set_fleet_policy
+    from trainledger.store.fleets import list_fleets, save_fleet
 
     with session(db) as s:
         current = next((f for f in list_fleets(s) if f["name"] == name), None)
@@ -76,7 +76,7 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
 @command
 def fleet_remove(name: Annotated[str, typer.Argument(help="Fleet name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a fleet (every month it was held is reported without it; to stop holding one, use `fleet set NAME --to DATE`)."""
-    from ledger.store.fleets import remove_fleet
+    from trainledger.store.fleets import remove_fleet
 
     with session(db) as s:
         remove_fleet(s, name)

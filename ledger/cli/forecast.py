@@ -6,8 +6,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, session
+from trainledger.errors import LedgerInputError
 
 FIGURE_LABELS = {"spend": "spend", "idle_cost": "idle cost", "gpu_hours": "GPU-hours", "node_hours": "node-hours"}
 
@@ -20,7 +20,7 @@ def _parse_days(text: str) -> list[int]:
 
 
 def _forecast_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import fmt_cell, table
+    from trainledger.reports.present import fmt_cell, table
 
     period = d["period"] if d["is_partial"] else "(ended: actual figures)"
     head = (f"{d['month']} {period} ({d['timezone']}, {d['currency']}); forecast at "
@@ -38,7 +38,7 @@ def _forecast_text(d: dict[str, Any]) -> str:
 
 
 def _backtest_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import fmt_cell, table
+    from trainledger.reports.present import fmt_cell, table
 
     head = (f"back-test of the forecast ({d['window_days']}-day window) on {', '.join(d['months'])} "
             f"({d['timezone']}), from days {', '.join(map(str, d['days']))} of each month")
@@ -59,8 +59,8 @@ def forecast_command(
         db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Month-end spend, idle cost, GPU-hours and cost per project: to date + the rest of the month at the
     run rate of the last --window days, with a p10-p90 range (method printed)."""
-    from ledger.money.forecast import forecast
-    from ledger.reports.backtest import backtest as run_backtest
+    from trainledger.money.forecast import forecast
+    from trainledger.reports.backtest import backtest as run_backtest
 
     at = clock(now)
     with session(db) as s:

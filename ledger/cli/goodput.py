@@ -1,4 +1,4 @@
-"""``trainledger goodput``: what the month's spend bought: goodput, badput by category, idle (ledger.money.goodput).
+"""``trainledger goodput``: what the month's spend bought: goodput, badput by category, idle (trainledger.money.goodput).
 
 A group: ``trainledger goodput [--month ...]`` (or ``goodput show``) prints the account; more subcommands
 (``advise``, ``idle``) join it.
@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, session
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, session
 
 app = typer.Typer(help="Goodput in money: what every paid node-hour bought, by category (docs/GOODPUT.md).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -25,13 +25,13 @@ TopOpt = Annotated[int, typer.Option("--top", help="Runs listed, most badput fir
 def goodput_data(db: Optional[str], month: Optional[str], project: Optional[str], run: Optional[str],
                  currency: Optional[str], now: Optional[str]) -> dict[str, Any]:
     """The account as printed by ``--json``."""
-    from ledger.money.goodput import goodput_account, report_to_dict
-    from ledger.store.ids import validate_run_id
+    from trainledger.money.goodput import goodput_account, report_to_dict
+    from trainledger.store.ids import validate_run_id
 
     if run is not None:
         validate_run_id(run, "--run")
     if currency is not None:
-        from ledger.store.fx import check_currency
+        from trainledger.store.fx import check_currency
 
         currency = check_currency(currency, "--currency")
     with session(db) as s:
@@ -40,14 +40,14 @@ def goodput_data(db: Optional[str], month: Optional[str], project: Optional[str]
 
 
 def _money(v: Any) -> str:
-    from ledger.reports.present import fmt_cell
+    from trainledger.reports.present import fmt_cell
 
     return fmt_cell("cost", v)
 
 
 def goodput_text(d: dict[str, Any], top: int = 10) -> str:
-    from ledger.money.goodput import CATEGORIES
-    from ledger.reports.present import fmt_cell, table
+    from trainledger.money.goodput import CATEGORIES
+    from trainledger.reports.present import fmt_cell, table
 
     cur = d["currency"]
     lines = []

@@ -1,5 +1,5 @@
-"""``trainledger goodput idle`` (where the month's idle sits, hour by hour: ledger.money.occupancy) and
-``trainledger goodput advise`` (checkpoint intervals per run family: ledger.money.advice)."""
+"""``trainledger goodput idle`` (where the month's idle sits, hour by hour: trainledger.money.occupancy) and
+``trainledger goodput advise`` (checkpoint intervals per run family: trainledger.money.advice)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, decimal_option, emit, session
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, decimal_option, emit, session
 
 CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (each charge period at its exchange rate). Default: the Settings currency once set, else the offers' own.")]
 
@@ -20,7 +20,7 @@ def goodput_idle(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mont
     hour (display time zone); the hours add up to the monthly report's idle cost to the cent.
 
     Prints the fleets, each day and each hour of the day; --json adds every hour (the dashboard's heat map)."""
-    from ledger.money.occupancy import month_occupancy, occupancy_to_dict
+    from trainledger.money.occupancy import month_occupancy, occupancy_to_dict
 
     with session(db) as s:
         occ = month_occupancy(s, month, now=clock(now), currency=currency)
@@ -28,7 +28,7 @@ def goodput_idle(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mont
 
 
 def _text(d: dict[str, Any], hours: bool) -> str:
-    from ledger.reports.present import key_values, table
+    from trainledger.reports.present import key_values, table
 
     head = {"month": d["month"] + (f" ({d['period']})" if d["period"] else ""), "timezone": d["timezone"],
             "currency": d["currency"], "held_node_hours": d["held_node_hours"], "used_node_hours": d["used_node_hours"],
@@ -53,7 +53,7 @@ def goodput_advise(month: Annotated[Optional[str], typer.Option(help="YYYY-MM: t
     """Checkpoint advice per run family (node type × nodes): MTBI from the ledger's interruptions, the measured save
     time, the current and the Young/Daly interval sqrt(2 · MTBI · save time), and the lost-work and checkpoint
     cost per month each would have given over the window (docs/GOODPUT.md, "Checkpoint advice")."""
-    from ledger.money.advice import advise
+    from trainledger.money.advice import advise
 
     save = decimal_option(save_seconds, "--save-seconds") if save_seconds is not None else None
     with session(db) as s:
@@ -62,7 +62,7 @@ def goodput_advise(month: Annotated[Optional[str], typer.Option(help="YYYY-MM: t
 
 
 def _advice_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import key_values
+    from trainledger.reports.present import key_values
 
     keys = ["runs", "interruptions", "exposure_hours", "mtbi_hours", "save_seconds", "save_seconds_basis",
             "current_interval_hours", "suggested_interval_hours", "current_monthly_lost_work_cost",

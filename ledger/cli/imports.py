@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit
 
 DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: a sacct record is skipped and counted in the receipt (--strict: the file is refused); our CSV is refused, naming the row.", show_default=False)]
 
@@ -30,9 +30,9 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
     with FILE:LINE and nothing is imported. A well-formed Slurm record that
     cannot be costed is skipped and listed in the receipt (--strict: refused).
     """
-    from ledger.sources import importer, slurm
-    from ledger.store.db import get_engine
-    from ledger.store.settings import parse_timezone
+    from trainledger.sources import importer, slurm
+    from trainledger.store.db import get_engine
+    from trainledger.store.settings import parse_timezone
 
     opts = importer.ImportOptions(node_type=node_type, offer=offer, tz=parse_timezone(tz) if tz else None, fmt=fmt,
                                   cluster=cluster, strict=strict, dst=_dst(dst), by_node=by_node)
@@ -41,7 +41,7 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
 
 
 def _dst(value: Optional[str]) -> str:
-    from ledger.errors import LedgerInputError
+    from trainledger.errors import LedgerInputError
 
     if value is None:
         return "report"  # sacct: skipped with a counted reason (--strict refuses); our CSV: refused

@@ -1,7 +1,7 @@
 """``trainledger``: the command line (SPEC §9).
 
 One module per command group registers its commands here; no command module
-imports another (what they share is in :mod:`ledger.cli.common`). Every
+imports another (what they share is in :mod:`trainledger.cli.common`). Every
 command has ``--help``, ``--db URL`` and, where it prints figures, ``--json``;
 exit status 0 on success, 2 with a one-line reason on bad input, 1 when the
 ledger cannot be reached.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from ledger.cli import (
+from trainledger.cli import (
     budget,
     carbon,
     costs,
@@ -33,7 +33,7 @@ from ledger.cli import (
     slurm,
     track,
 )
-from ledger.cli.common import OneLineUsageErrors
+from trainledger.cli.common import OneLineUsageErrors
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False, cls=OneLineUsageErrors)
@@ -43,8 +43,8 @@ app = typer.Typer(help="trainledger: cost and resource accounting for distribute
 def _register_parts() -> None:
     """Commands that live with their part: ``train``/``data prepare`` in trainer/,
     ``dashboard`` in app/ (both importable without torch)."""
-    from app.cli import dashboard_command
-    from trainer.cli import data_app, train_command
+    from trainledger.app.cli import dashboard_command
+    from trainledger.trainer.cli import data_app, train_command
 
     app.command("train")(train_command)
     app.command("dashboard")(dashboard_command)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit
 
 
 def _fmt_pct(x: Optional[float]) -> str:
@@ -58,8 +58,8 @@ def collect_command(
     missing, never as zero; running it again fills what was missing and stores
     nothing twice. Exit 1 when Prometheus cannot be reached.
     """
-    from ledger.sources.collect import DEFAULT_NODE_LABELS, CollectOptions, collect
-    from ledger.store.db import get_engine
+    from trainledger.sources.collect import DEFAULT_NODE_LABELS, CollectOptions, collect
+    from trainledger.store.db import get_engine
 
     kwargs: dict[str, Any] = {"node_labels": tuple(node_label) if node_label else DEFAULT_NODE_LABELS,
                               "util_margin": util_margin, "nic_margin": nic_margin, "min_step_s": min_step,

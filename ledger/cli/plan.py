@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, decimal_option, emit, group, session
+from trainledger.cli.common import DbOpt, JsonOpt, command, decimal_option, emit, group, session
 
 app = group("Plan a training run: which cluster, strategy and offer trains a model on T tokens most cheaply.")
 
@@ -20,7 +20,7 @@ TRIAL_COLUMNS = ["name", "from_plan", "nodes", "gpus_per_node", "n_layers", "pre
 
 
 def _text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import table
+    from trainledger.reports.present import table
 
     m = d["model"]
     c = d["counts"]
@@ -60,7 +60,7 @@ def _pct_span(span: Optional[list[float]]) -> str:
 
 
 def _calibration_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import table
+    from trainledger.reports.present import table
 
     rows = [{**c, **{k: f"{v:.3g}" + ("" if c["fitted"].get(k) else " (not fitted)") for k, v in c["factors"].items()},
              "step_range": _pct_span(c["step_range"]), "memory_range": _pct_span(c["memory_range"])}
@@ -79,7 +79,7 @@ def calibrate(
     """Fit the planning model's factors (compute, intra-/inter-node communication, pipeline bubble, memory)
     to the ledger's succeeded runs with a known plan, per node type, by least squares; store each calibration
     with the runs used and their residuals. `plan recommend` then uses the newest one (docs/PLANNER.md)."""
-    from ledger.runs.calibrate import calibrate as fit_and_store
+    from trainledger.runs.calibrate import calibrate as fit_and_store
 
     with session(db) as s:
         data = {"calibrations": fit_and_store(s, node_type=node_type, sweep_id=from_sweep)}
@@ -121,9 +121,9 @@ def recommend(
     report) × monthly price; own = node-hours × full-use rate. Every figure is PREDICTED
     (docs/PLANNER.md). --trial --run trains the trial as one tracked sweep.
     """
-    from ledger.errors import LedgerInputError
-    from ledger.runs import plan as planner
-    from trainer.plan.memory import RECOMPUTE
+    from trainledger.errors import LedgerInputError
+    from trainledger.runs import plan as planner
+    from trainledger.trainer.plan.memory import RECOMPUTE
 
     if run and not trial:
         raise LedgerInputError("--run: runs the trial; add --trial")
@@ -150,10 +150,10 @@ def recommend(
 def _write_and_run_trial(trial: dict[str, Any], run: bool, db: Optional[str], hostfile: Optional[Path],
                          launcher: str, project: Optional[str]) -> None:
     """Write the trial configs; with ``run``, run them as one tracked sweep and attach its comparison."""
-    from ledger.errors import LedgerInputError
-    from ledger.runs.plan import attach_measured, write_trial
-    from ledger.runs.sweep import SweepRequest, config_dir, new_sweep_id, run_sweep
-    from ledger.store.db import resolve_url
+    from trainledger.errors import LedgerInputError
+    from trainledger.runs.plan import attach_measured, write_trial
+    from trainledger.runs.sweep import SweepRequest, config_dir, new_sweep_id, run_sweep
+    from trainledger.store.db import resolve_url
 
     sweep_id = new_sweep_id()
     paths = write_trial(trial, sweep_id)

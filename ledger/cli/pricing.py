@@ -7,8 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from trainledger.errors import LedgerInputError
 
 app = group("Hardware catalog and offers (prices), and their price history.")
 
@@ -21,8 +21,8 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="With --retroactive: d
 @command
 def pricing_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Node types and offers in the ledger."""
-    from ledger.money.pricing import list_pricing
-    from ledger.reports.present import table
+    from trainledger.money.pricing import list_pricing
+    from trainledger.reports.present import table
 
     with session(db) as s:
         data = list_pricing(s)
@@ -34,8 +34,8 @@ def pricing_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 @command
 def pricing_show(name: Annotated[str, typer.Argument(help="Offer or node type name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """One offer or node type with every field and its derived rates."""
-    from ledger.money.pricing import show_pricing
-    from ledger.reports.present import key_values
+    from trainledger.money.pricing import show_pricing
+    from trainledger.reports.present import key_values
 
     with session(db) as s:
         data = show_pricing(s, name)
@@ -49,7 +49,7 @@ def pricing_import(file: Annotated[Path, typer.Argument(help="TOML with [[node_t
                    db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add node types and offers; an existing offer with other prices gets a new price version (from
     --from, else now; an entry's own valid_from wins). Validated first, nothing written on error."""
-    from ledger.store.presets import import_pricing_file
+    from trainledger.store.presets import import_pricing_file
 
     with session(db) as s:
         plans: list = []
@@ -66,7 +66,7 @@ def pricing_set(name: Annotated[str, typer.Argument(help="Offer name.")],
                 note: Annotated[str, typer.Option(help="Why the price changed (kept with the version).")] = "",
                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Change an offer's prices from a date (default now): adds a price version; past months keep theirs."""
-    from ledger.money.pricing import set_prices
+    from trainledger.money.pricing import set_prices
 
     with session(db) as s:
         plans: list = []
@@ -82,9 +82,9 @@ def pricing_set(name: Annotated[str, typer.Argument(help="Offer name.")],
 @command
 def pricing_history(name: Annotated[str, typer.Argument(help="Offer name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """An offer's price versions: each with the instant it took effect and the next one's (valid to)."""
-    from ledger.reports.present import table
-    from ledger.store.models import PRICE_FIELDS
-    from ledger.store.prices import history
+    from trainledger.reports.present import table
+    from trainledger.store.models import PRICE_FIELDS
+    from trainledger.store.prices import history
 
     with session(db) as s:
         data = history(s, name)
@@ -93,15 +93,15 @@ def pricing_history(name: Annotated[str, typer.Argument(help="Offer name.")], db
 
 
 def _from(s, text: Optional[str]):
-    from ledger.store.prices import parse_valid_from
-    from ledger.store.settings import display_timezone
+    from trainledger.store.prices import parse_valid_from
+    from trainledger.store.settings import display_timezone
 
     return parse_valid_from(text, display_timezone(s))
 
 
 def _confirm(s, plans: list, retroactive: bool, yes: bool) -> list[dict[str, Any]]:
     """Refuse a past --from without --retroactive; with it, ask (naming the months) unless --yes."""
-    from ledger.money.pricing import confirm_versions
+    from trainledger.money.pricing import confirm_versions
 
     added = confirm_versions(s, plans, retroactive)
     months = sorted({m for v in added for m in v["months_changed"]})

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
+from trainledger.errors import LedgerInputError
 
 app = group("Reports and the monthly export.")
 
@@ -29,11 +29,11 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     """The monthly export: summary (own vs rent, savings, ROI, idle, waste, energy and CO2e), per project, per run.
 
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
-    from ledger.money.monthly import monthly_report
-    from ledger.reports.export import presented_report
-    from ledger.reports.goodput_columns import run_goodput
-    from ledger.reports.present import key_values
-    from ledger.store.files import check_output, write_output
+    from trainledger.money.monthly import monthly_report
+    from trainledger.reports.export import presented_report
+    from trainledger.reports.goodput_columns import run_goodput
+    from trainledger.reports.present import key_values
+    from trainledger.store.files import check_output, write_output
 
     if fmt not in ("csv", "xlsx", "json"):
         raise LedgerInputError(f"--format: expected csv, xlsx or json, got {fmt!r}")
@@ -41,8 +41,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
     if output is not None:
         check_output(output, force=force)  # before any work
-    from ledger.money.capacity import capacity_warnings, warning_text
-    from ledger.reports.quality import render_report, with_warnings
+    from trainledger.money.capacity import capacity_warnings, warning_text
+    from trainledger.reports.quality import render_report, with_warnings
 
     with session(db) as s:
         rep = monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency)
@@ -72,8 +72,8 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
     """The month as a FOCUS 1.2 dataset (FinOps Open Cost and Usage Specification): one row per run and
     charge period, plus each fleet's purchase and idle; x_ columns carry tokens, MFU, GPU-hours, energy and CO2e.
     With --focus-version 1.3, idle shared back to projects is split into allocated charges."""
-    from ledger.reports.focus import FOCUS_VERSIONS, focus_export, render
-    from ledger.store.files import check_output, write_output
+    from trainledger.reports.focus import FOCUS_VERSIONS, focus_export, render
+    from trainledger.store.files import check_output, write_output
 
     if fmt not in ("csv", "parquet"):
         raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
@@ -104,7 +104,7 @@ def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar
 
     Idle is charged back under each fleet's policy (`trainledger fleet set NAME --idle-share proportional`);
     the default, none, leaves it its own line."""
-    from ledger.cli.chargeback import write_statements
+    from trainledger.cli.chargeback import write_statements
 
     with session(db) as s:
         summary = write_statements(s, month, output, project=project, currency=currency, force=force, now=clock(now))
@@ -120,8 +120,8 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
                   days: Annotated[Optional[int], typer.Option(help="Instead of a sweep: runs of the last N days.", min=1, max=36500)] = None,
                   currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Strategy comparison: time per epoch, memory per GPU, comm share, GPU-Util, MFU, cost per 1M tokens."""
-    from ledger.reports.present import table
-    from ledger.reports.weekly import strategy_comparison
+    from trainledger.reports.present import table
+    from trainledger.reports.weekly import strategy_comparison
 
     with session(db) as s:
         data = strategy_comparison(s, sweep_id=sweep, days=days, currency=currency)
@@ -151,8 +151,8 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
 
 
 def _period_text(d: dict[str, Any]) -> str:
-    from ledger.reports.periods import FIGURES
-    from ledger.reports.present import table
+    from trainledger.reports.periods import FIGURES
+    from trainledger.reports.present import table
 
     span = f"{d['from']} to {d['to']}"
     head = (f"{d['period']}{'' if d['period'] == span else ': ' + span} ({d['timezone']}, {d['currency']}"
@@ -179,12 +179,12 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
 
     Whole months are their monthly reports (to date for one that has not ended), days left over at either end
     their daily reports; idle, waste, alternatives, ROI, tokens and CO2e only for whole months."""
-    from ledger.money.periods import parse_range
-    from ledger.reports.periods import period_csv, period_json, period_report, presented_period
+    from trainledger.money.periods import parse_range
+    from trainledger.reports.periods import period_csv, period_json, period_report, presented_period
 
     if fmt not in ("table", "csv", "json"):
         raise LedgerInputError(f"--format: expected table, csv or json, got {fmt!r}")
-    from ledger.store.settings import display_timezone
+    from trainledger.store.settings import display_timezone
 
     with session(db) as s:
         period = parse_range(from_, to, today=clock(now).astimezone(display_timezone(s)).date())
@@ -196,8 +196,8 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
 
 
 def _anomalies_text(d: dict[str, Any]) -> str:
-    from ledger.money.anomalies import MEASURES
-    from ledger.reports.present import fmt_cell
+    from trainledger.money.anomalies import MEASURES
+    from trainledger.reports.present import fmt_cell
 
     judged = sum(x["judged"] for x in d["days"])
     head = f"{d['month']} ({d['timezone']}, {d['currency']}): {judged} of {len(d['days'])} whole days judged; rule: {d['rule']}"
@@ -213,8 +213,8 @@ def report_anomalies(month: Annotated[Optional[str], typer.Option(help="YYYY-MM 
                      day: Annotated[Optional[str], typer.Option(help="YYYY-MM-DD: list the runs of that day instead (node-hours within it).")] = None,
                      currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Days of the month whose spend or idle cost is far above the 28 days before them (median + max(3 MAD, a floor))."""
-    from ledger.money.anomalies import anomalies, parse_day, runs_on_day
-    from ledger.reports.present import table
+    from trainledger.money.anomalies import anomalies, parse_day, runs_on_day
+    from trainledger.reports.present import table
 
     with session(db) as s:
         if day is not None:
@@ -227,7 +227,7 @@ def report_anomalies(month: Annotated[Optional[str], typer.Option(help="YYYY-MM 
 
 
 def _daily_text(d: dict[str, Any]) -> str:
-    from ledger.reports.present import key_values, table
+    from trainledger.reports.present import key_values, table
 
     head = f"{d['date']} ({d['timezone']}, {d['currency']}{', so far' if d['partial'] else ''}); GPU-Util sources: {', '.join(d['summary']['gpu_util_sources']) or 'none measured'}"
     parts = [head, key_values({k: v for k, v in d["summary"].items() if k != "gpu_util_sources"})]
@@ -244,7 +244,7 @@ def _daily_text(d: dict[str, Any]) -> str:
 def report_daily(date_: Annotated[Optional[str], typer.Option("--date", help="YYYY-MM-DD, today or yesterday (default) in the display time zone.")] = None,
                  currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Daily cluster utilization: node-hours used vs available, time utilization, GPU-Util (with its source), idle nodes, spend."""
-    from ledger.reports.daily import daily_report
+    from trainledger.reports.daily import daily_report
 
     with session(db) as s:
         data = daily_report(s, date_, now=clock(now), currency=currency)

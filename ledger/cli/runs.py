@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import (
+from trainledger.cli.common import (
     DbOpt,
     JsonOpt,
     NowOpt,
@@ -40,9 +40,9 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
     Shows the newest --limit runs (default 50) after --offset; when more runs
     match, a last line on stderr says how many (the JSON output is the page only).
     """
-    from ledger.money.months import parse_month
-    from ledger.reports.present import table
-    from ledger.runs.registry import count_runs, list_runs
+    from trainledger.money.months import parse_month
+    from trainledger.reports.present import table
+    from trainledger.runs.registry import count_runs, list_runs
 
     if month:
         parse_month(month)
@@ -67,9 +67,9 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
               currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """One run: its figures, its nodes, its cost (final, or provisional while a month of it drawn from a fleet
     has not closed), lost work, energy and CO2e per month, its cost under every offer, and its resume chain."""
-    from ledger.reports.present import fmt_cell, key_values, table
-    from ledger.runs.predictions import planned_vs_measured_of, text_lines
-    from ledger.runs.registry import show_run
+    from trainledger.reports.present import fmt_cell, key_values, table
+    from trainledger.runs.predictions import planned_vs_measured_of, text_lines
+    from trainledger.runs.registry import show_run
 
     with session(db) as s:
         data = show_run(s, run_id, currency, clock(now))
@@ -106,7 +106,7 @@ def runs_card(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
     """A Hugging Face model-card metadata block for the run: co2_eq_emissions (grams) plus GPU-hours and cost."""
     import yaml
 
-    from ledger.runs.registry import model_card
+    from trainledger.runs.registry import model_card
 
     with session(db) as s:
         data = model_card(s, run_id, training_type, currency)
@@ -120,7 +120,7 @@ def runs_reap(stale_after: Annotated[int, typer.Option(help="Seconds without a h
     """Mark running runs whose heartbeat stopped as crashed (ended at the last heartbeat)."""
     from datetime import timedelta
 
-    from ledger.runs.registry import reap_stale
+    from trainledger.runs.registry import reap_stale
 
     with session(db) as s:
         n = reap_stale(s, timedelta(seconds=stale_after))
@@ -153,7 +153,7 @@ def launch(config: ConfigArg,
 
     Several nodes without ssh: run the same `trainledger launch CONFIG --nodes N --hostfile F --run-id ID`
     on every node (torchrun's static rendezvous on the hostfile's first host; docs/CAPTURE.md)."""
-    from ledger.runs.launch import (
+    from trainledger.runs.launch import (
         LaunchRequest,
         check_config_allowed,
         prepare,
@@ -161,7 +161,7 @@ def launch(config: ConfigArg,
         start,
         wait_attached,
     )
-    from ledger.store.db import get_engine, resolve_url, session_scope
+    from trainledger.store.db import get_engine, resolve_url, session_scope
 
     check_config_allowed(config)
 
@@ -175,7 +175,7 @@ def launch(config: ConfigArg,
     if launcher == "slurm":
         import shutil
 
-        from ledger.runs.launch import submit
+        from trainledger.runs.launch import submit
 
         sbatch = shutil.which("sbatch")
         if sbatch:
@@ -201,7 +201,7 @@ def launch(config: ConfigArg,
         typer.echo(f"{prep.run_id}  (log: {prep.log_path})", err=True)
     code = wait_attached(proc)
     with session(db) as s:
-        from ledger.store.models import Run
+        from trainledger.store.models import Run
 
         run = s.get(Run, prep.run_id)
         status = run.status.value if run is not None else "unknown"
@@ -217,7 +217,7 @@ def runs_cancel(run_id: Annotated[str, typer.Argument(help="Run id.")],
                 grace: Annotated[float, typer.Option(help="Seconds to wait after SIGTERM before SIGKILL.")] = 30.0,
                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Stop a launched run and its whole process group (it ends as cancelled)."""
-    from ledger.runs.launch import cancel
+    from trainledger.runs.launch import cancel
 
     with session(db) as s:
         data = cancel(s, run_id, grace)
@@ -233,10 +233,10 @@ def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal direc
 
     An event the ledger refuses is quarantined with its reason beside its journal and never stops the
     others (docs/CAPTURE.md)."""
-    from ledger.sources.journal import default_journal_dir
-    from ledger.sources.replay import quarantined, replay_all
-    from ledger.sources.replay import retry_quarantine as retry
-    from ledger.store.db import get_engine
+    from trainledger.sources.journal import default_journal_dir
+    from trainledger.sources.replay import quarantined, replay_all
+    from trainledger.sources.replay import retry_quarantine as retry
+    from trainledger.store.db import get_engine
 
     directory = Path(journal_dir) if journal_dir else default_journal_dir()
     if show_quarantine:
@@ -273,10 +273,10 @@ def sweep(config: ConfigArg,
 
     Ctrl-C / SIGTERM cancels the running strategy and stops the sweep (exit 130).
     """
-    from ledger.reports.weekly import strategy_comparison
-    from ledger.runs.launch import check_config_allowed
-    from ledger.runs.sweep import SweepRequest, parse_strategies, run_sweep
-    from ledger.store.db import resolve_url
+    from trainledger.reports.weekly import strategy_comparison
+    from trainledger.runs.launch import check_config_allowed
+    from trainledger.runs.sweep import SweepRequest, parse_strategies, run_sweep
+    from trainledger.store.db import resolve_url
 
     check_config_allowed(config)
 

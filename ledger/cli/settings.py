@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, session
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, session
+from trainledger.errors import LedgerInputError
 
 
 @command
@@ -15,8 +15,8 @@ def settings(key: Annotated[Optional[str], typer.Argument(help="timezone | curre
              value: Annotated[Optional[str], typer.Argument(help="New value.")] = None,
              db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show or change ledger settings (display time zone, currency)."""
-    from ledger.reports.present import key_values
-    from ledger.store.settings import DEFAULTS, get_setting, set_setting
+    from trainledger.reports.present import key_values
+    from trainledger.store.settings import DEFAULTS, get_setting, set_setting
 
     with session(db) as s:
         if key is not None and key not in DEFAULTS:

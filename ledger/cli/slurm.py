@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Slurm: map partitions, GPU types and node names to node types; sync jobs from sacct.")
 map_app = group("The Slurm mapping: which node type (and offer) a job's partition, GPU type or nodes stand for.")
@@ -48,7 +48,7 @@ def map_add(node_type: Annotated[str, typer.Option("--node-type", help="Node typ
 
     A job pays for its share of each node (share column of `slurm map list`): GPUs held ÷ GPUs of the node type
     by default, the whole node with --by-node, Slurm's billing ÷ a whole node's with --billing-weights."""
-    from ledger.store.slurm_map import add_rule
+    from trainledger.store.slurm_map import add_rule
 
     with session(db) as s:
         rule, result = add_rule(s, node_type=node_type, offer=offer, partition=partition, gpu_type=gpu_type,
@@ -69,7 +69,7 @@ def _describe(d: dict[str, Any]) -> str:
 @command
 def map_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """The mapping rules, in the order they are tried (most specific first)."""
-    from ledger.store.slurm_map import list_rules
+    from trainledger.store.slurm_map import list_rules
 
     with session(db) as s:
         rules = list_rules(s)
@@ -81,7 +81,7 @@ def map_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 def map_remove(rule_id: Annotated[int, typer.Argument(help="The rule's id (see `trainledger slurm map list`).")],
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Remove a mapping rule (runs already imported keep their node type)."""
-    from ledger.store.slurm_map import remove_rule
+    from trainledger.store.slurm_map import remove_rule
 
     with session(db) as s:
         rule = remove_rule(s, rule_id)
@@ -89,7 +89,7 @@ def map_remove(rule_id: Annotated[int, typer.Argument(help="The rule's id (see `
 
 
 def _when(text: Optional[str], zone, flag: str) -> Optional[datetime]:
-    from ledger.sources.importer import localize, parse_time
+    from trainledger.sources.importer import localize, parse_time
 
     if not text:
         return None
@@ -117,11 +117,11 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
     sync of the same jobs changes nothing; a job that `trainledger launch` or
     the run wrapper recorded is updated, never counted twice.
     """
-    from ledger.errors import LedgerInputError
-    from ledger.sources.importer import receipt_text, system_timezone
-    from ledger.sources.slurm_sync import sync as run_sync
-    from ledger.store.db import get_engine
-    from ledger.store.settings import parse_timezone
+    from trainledger.errors import LedgerInputError
+    from trainledger.sources.importer import receipt_text, system_timezone
+    from trainledger.sources.slurm_sync import sync as run_sync
+    from trainledger.store.db import get_engine
+    from trainledger.store.settings import parse_timezone
 
     zone = parse_timezone(tz) if tz else None
     read_zone = zone or system_timezone()

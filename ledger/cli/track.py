@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from ledger.cli.common import DbOpt, _click_errors, command
-from ledger.errors import LedgerInputError
+from trainledger.cli.common import DbOpt, _click_errors, command
+from trainledger.errors import LedgerInputError
 
 COMMAND_KEY = "trainledger.command"
 USAGE = "trainledger run [OPTIONS] -- COMMAND [ARGS...]"
@@ -96,14 +96,14 @@ def run_command(
     if not argv:
         raise LedgerInputError(f"COMMAND: nothing after `--`; {USAGE}")
     safe_stdio()
-    from ledger.store.db import LedgerURLError
+    from trainledger.store.db import LedgerURLError
 
     try:
         req = _request(argv, locals())
     except (LedgerInputError, LedgerURLError, typer.Exit):
         raise
     except Exception as exc:  # the last resort: a bug of ours never keeps the command from running
-        from ledger.sources.wrapper import run_bare
+        from trainledger.sources.wrapper import run_bare
 
         if require_ledger:
             raise LedgerInputError(f"--require-ledger: cannot prepare the run ({type(exc).__name__}: {exc})") from None
@@ -113,12 +113,12 @@ def run_command(
 
 def _request(argv: list[str], o: dict):
     """The :class:`WrapRequest` of the command line (``o``: the command's options), or one-line errors."""
-    from ledger.sources.journal import default_journal_dir
-    from ledger.sources.sampling import nvml_gpu_count
-    from ledger.sources.topology import Flags, resolve, slurm_part
-    from ledger.sources.wrapper import WrapRequest, find_command, run_passive
-    from ledger.store.db import resolve_url
-    from ledger.store.ids import validate_run_id
+    from trainledger.sources.journal import default_journal_dir
+    from trainledger.sources.sampling import nvml_gpu_count
+    from trainledger.sources.topology import Flags, resolve, slurm_part
+    from trainledger.sources.wrapper import WrapRequest, find_command, run_passive
+    from trainledger.store.db import resolve_url
+    from trainledger.store.ids import validate_run_id
 
     tags = _tags(o["tag"])
     if o["resume_of"] is not None:
@@ -147,7 +147,7 @@ def _request(argv: list[str], o: dict):
 
 
 def _wrap(req) -> int:
-    from ledger.sources.wrapper import EXIT_NOT_RECORDED, RecordingImpossible, run_wrapped
+    from trainledger.sources.wrapper import EXIT_NOT_RECORDED, RecordingImpossible, run_wrapped
 
     try:
         return run_wrapped(req)

@@ -34,15 +34,15 @@ from typing import Any, Optional
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.costs import ZERO
-from ledger.money.goodput_core import PHASE_SAVE
-from ledger.money.monthly import monthly_report
-from ledger.money.months import month_bounds, month_of, months_between
-from ledger.store.models import WASTE_STATUSES, NodeType, Run, RunPhase, RunStatus
-from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.costs import ZERO
+from trainledger.money.goodput_core import PHASE_SAVE
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import month_bounds, month_of, months_between
+from trainledger.store.models import WASTE_STATUSES, NodeType, Run, RunPhase, RunStatus
+from trainledger.store.settings import display_timezone
+from trainledger.store.types import utcnow
 
 SAVE_PHASE = PHASE_SAVE  # the phase a blocking checkpoint save is recorded under
 WINDOW_MONTHS = 3

@@ -3,7 +3,7 @@
 ``trainledger report anomalies --month M`` and the dashboard's Overview read :func:`anomalies`.
 
 **The days.** Each calendar day (display time zone) is costed as the month-end forecast costs
-an interval (:func:`ledger.money.forecast.cost_interval`): the fixed-cost fleets held that day
+an interval (:func:`trainledger.money.forecast.cost_interval`): the fixed-cost fleets held that day
 (their capacity in the day, at the day's month's rates, nominal power), the runs' node-hours in
 it allocated, the rest idle; elastic runs' bills by time share. Only whole days up to ``now`` are
 judged (today, still running, is not).
@@ -29,14 +29,14 @@ from typing import Any, Optional
 from sqlalchemy import or_
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.budgets import ledger_currency
-from ledger.money.forecast import _read_ledger, _usage_in, cost_interval  # the forecast's day costing, reused
-from ledger.money.months import date_start, month_bounds, month_of, month_period, parse_month, run_interval
-from ledger.store.models import Project, Run, User
-from ledger.store.settings import display_timezone, presentation_currency
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.budgets import ledger_currency
+from trainledger.money.forecast import _read_ledger, _usage_in, cost_interval  # the forecast's day costing, reused
+from trainledger.money.months import date_start, month_bounds, month_of, month_period, parse_month, run_interval
+from trainledger.store.models import Project, Run, User
+from trainledger.store.settings import display_timezone, presentation_currency
+from trainledger.store.types import utcnow
 
 WINDOW_DAYS = 28
 MAD_FACTOR = Decimal(3)

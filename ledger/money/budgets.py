@@ -15,7 +15,7 @@ Each row has the budget (``amount``), the scope's ``cost`` (``to_date``,
 ``expected`` at the month's end, ``p10``, ``p90``), ``used_pct`` and the state:
 
 * ``over``: spent to date above the budget (``crossed_on``: the day it went over);
-* ``at_risk``: the month-end forecast (:mod:`ledger.money.forecast`, expected
+* ``at_risk``: the month-end forecast (:mod:`trainledger.money.forecast`, expected
   figure) above the budget (``crossed_on``: the day the forecast crosses it, on
   a straight line from to date to the expected month end), or spent to date at
   or above the budget's alert threshold (``threshold_pct`` percent of the amount,
@@ -38,15 +38,15 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.forecast import DEFAULT_WINDOW_DAYS, crossing_day, forecast
-from ledger.money.fx import RateBook, load_rates
-from ledger.money.months import month_of, parse_month
-from ledger.store.fx import check_currency
-from ledger.store.models import Budget, FxRate, Offer, Project
-from ledger.store.settings import display_timezone, get_setting
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, crossing_day, forecast
+from trainledger.money.fx import RateBook, load_rates
+from trainledger.money.months import month_of, parse_month
+from trainledger.store.fx import check_currency
+from trainledger.store.models import Budget, FxRate, Offer, Project
+from trainledger.store.settings import display_timezone, get_setting
+from trainledger.store.types import utcnow
 
 MONTHLY = "monthly"
 STATES = ("ok", "at_risk", "over")

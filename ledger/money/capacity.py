@@ -3,7 +3,7 @@
 :func:`over_capacity` is pure: run intervals + the fleet's node count in, the peak
 and the runs in the over-used stretches out. Intervals are half-open ``[start, end)``:
 a run that ends exactly when another starts does not overlap it. A run that held part of each node
-(``run.share``, :mod:`ledger.money.shares`) counts its share: two 4-GPU runs on one 8-GPU node are one node.
+(``run.share``, :mod:`trainledger.money.shares`) counts its share: two 4-GPU runs on one 8-GPU node are one node.
 :func:`capacity_warnings` reads one month's runs and fleets from the ledger.
 """
 
@@ -17,12 +17,12 @@ from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, col, or_, select
 
-from ledger.money import shares
-from ledger.money.catalog import fleets_by_offer, load_catalog
-from ledger.money.months import month_period
-from ledger.store.models import NodeType, OfferKind, Run
-from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from trainledger.money import shares
+from trainledger.money.catalog import fleets_by_offer, load_catalog
+from trainledger.money.months import month_period
+from trainledger.store.models import NodeType, OfferKind, Run
+from trainledger.store.settings import display_timezone
+from trainledger.store.types import utcnow
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Carbon per run and per month: the grid intensity in force and the energy it applies to.
 
 CO2e = energy (kWh) × grid carbon intensity (gCO2e/kWh) ÷ 1,000
-(:func:`ledger.money.costs.co2e_kg`). Energy is the measured figure where
+(:func:`trainledger.money.costs.co2e_kg`). Energy is the measured figure where
 ``trainledger collect`` stored one for every node of a run (DCGM/NVML energy),
 else the node type's nominal power at load × node-hours, labelled *estimated*.
 The intensity is the one set for the node type (its site's grid), else the
-ledger-wide one, else the documented default (:data:`ledger.store.carbon.DEFAULT_G_PER_KWH`),
+ledger-wide one, else the documented default (:data:`trainledger.store.carbon.DEFAULT_G_PER_KWH`),
 labelled *assumed*. Intensities are effective-dated: a charge period is cut
 where one takes effect, so each part of a run gets the intensity in force then.
 """
@@ -21,11 +21,11 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
 
-from ledger.money import costs
-from ledger.money.costs import ZERO
-from ledger.money.months import date_start
-from ledger.store.carbon import DEFAULT_G_PER_KWH, DEFAULT_LOCATION, DEFAULT_SOURCE
-from ledger.store.models import CarbonIntensity, OfferKind
+from trainledger.money import costs
+from trainledger.money.costs import ZERO
+from trainledger.money.months import date_start
+from trainledger.store.carbon import DEFAULT_G_PER_KWH, DEFAULT_LOCATION, DEFAULT_SOURCE
+from trainledger.store.models import CarbonIntensity, OfferKind
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Carbon:
 
 
 def of_facts(facts: Any, power_kw: Optional[Decimal], intensity: Intensity) -> Carbon:
-    """Carbon of a set of rollup slices (:class:`ledger.money.rollup.Facts`) at one intensity.
+    """Carbon of a set of rollup slices (:class:`trainledger.money.rollup.Facts`) at one intensity.
 
     measured kWh = Σ measured slices' kWh; estimated kWh = unmeasured node-hours × nominal kW.
     """

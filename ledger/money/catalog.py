@@ -26,12 +26,12 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.costs import ZERO
-from ledger.money.fx import RateBook, convert_offer
-from ledger.money.months import date_start
-from ledger.store.models import PRICE_FIELDS, Fleet, NodeType, Offer, OfferKind, OfferPrice
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.costs import ZERO
+from trainledger.money.fx import RateBook, convert_offer
+from trainledger.money.months import date_start
+from trainledger.store.models import PRICE_FIELDS, Fleet, NodeType, Offer, OfferKind, OfferPrice
 
 
 @dataclass

@@ -1,14 +1,14 @@
 """Chargeback: what each project owes for a month, its runs plus its share of idle (exact figures).
 
-:func:`chargeback` reads the month's charges (:func:`ledger.money.monthly.month_charges`: the
+:func:`chargeback` reads the month's charges (:func:`trainledger.money.monthly.month_charges`: the
 monthly report and each fleet's charge periods), shares every fixed-cost fleet's idle under its
-policy (:mod:`ledger.money.idle_share`) and gathers, per project: its run lines (GPU-hours, cost,
+policy (:mod:`trainledger.money.idle_share`) and gathers, per project: its run lines (GPU-hours, cost,
 lost work), its share of idle and its total. Identity, whatever the policies:
 
     Σ projects' totals + the idle left unshared = the month's spend (``actual_cost``)
 
 exact in Decimal up to the run lines (which add up to the groups the spend is costed from); the
-statements' presented figures (:mod:`ledger.reports.chargeback`) add up to the spend to the cent.
+statements' presented figures (:mod:`trainledger.reports.chargeback`) add up to the spend to the cent.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money.costs import ZERO
-from ledger.money.idle_share import NO_PROJECT, IdleCharge, IdleSharing, share_idle
-from ledger.money.month_lines import RunSlice
-from ledger.money.monthly import month_charges
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import ZERO
+from trainledger.money.idle_share import NO_PROJECT, IdleCharge, IdleSharing, share_idle
+from trainledger.money.month_lines import RunSlice
+from trainledger.money.monthly import month_charges
 
 
 @dataclass

@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.fx import at_list_prices
-from ledger.money.monthly import monthly_report, period_summary
-from ledger.store.lookup import by_name
-from ledger.store.models import NodeType, Offer, OfferKind
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.fx import at_list_prices
+from trainledger.money.monthly import monthly_report, period_summary
+from trainledger.store.lookup import by_name
+from trainledger.store.models import NodeType, Offer, OfferKind
 
 
 def _offer(session: Session, nt: NodeType, name: Optional[str], kind: OfferKind, flag: str) -> Offer:

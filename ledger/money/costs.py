@@ -418,7 +418,7 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops_per_gpu: Option
 
     MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)   (PaLM, Chowdhery et al. 2022, App. B)
 
-    FLOPs per token come from ``trainer.shapes.flops_per_token`` (6N + 12·L·H·Q·T,
+    FLOPs per token come from ``trainledger.trainer.shapes.flops_per_token`` (6N + 12·L·H·Q·T,
     N without lookup tables). An unknown peak (None or 0: a CPU, a GPU missing
     from the catalog) gives None — never a fallback peak — and, when
     ``hardware`` names the device or node type, one warning line per name.

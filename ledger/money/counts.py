@@ -1,7 +1,7 @@
 """Run counts of a month: runs, not charge-period slices.
 
 The rollup cuts a run where a price, exchange rate or carbon intensity takes effect
-inside a month (:mod:`ledger.money.rollup`), so its facts hold one slice per run and
+inside a month (:mod:`trainledger.money.rollup`), so its facts hold one slice per run and
 charge period: adding their ``slices`` counts such a run twice. A run belongs to
 exactly one group (node type, recorded offer, project, status), so the number of
 distinct runs per group adds up over groups: Σ groups = the month's runs.
@@ -15,8 +15,8 @@ from typing import Iterable, Optional
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from ledger.money import rollup
-from ledger.store.models import RollupSlice
+from trainledger.money import rollup
+from trainledger.store.models import RollupSlice
 
 #: a group of runs in the rollup: (node type id, recorded offer id, project id, status)
 GroupKey = tuple[int, Optional[int], Optional[int], str]

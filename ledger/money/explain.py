@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-#: how each kind of offer turns hours into money (ledger.money.costs)
+#: how each kind of offer turns hours into money (trainledger.money.costs)
 BASIS = {
     "own": "owned: amortized capex + energy + ops of the fleet's month, shared by node-hours (idle is its own line)",
     "rent_reserved": "rented reserved: the reservation's price per node-month for the fleet, shared by node-hours",
@@ -14,7 +14,7 @@ BASIS = {
 
 def costed_under(offers: list[str], kind: Optional[str], recorded: bool) -> str:
     """Which offer a run was costed under and why: ``recorded`` (the run's own offer) or the node type's default
-    (its owned or reserved fleet when one is held, else elastic rent: ``ledger.money.catalog.default_offer``)."""
+    (its owned or reserved fleet when one is held, else elastic rent: ``trainledger.money.catalog.default_offer``)."""
     if not offers:
         return "Not costed yet: the run has not started."
     names = ", ".join(offers)

@@ -3,7 +3,7 @@
 What a month will have cost when it ends, from what it has cost so far and the
 team's own run rate:
 
-* **to date**: the monthly report at ``now`` (:func:`ledger.money.monthly.monthly_report`:
+* **to date**: the monthly report at ``now`` (:func:`trainledger.money.monthly.monthly_report`:
   fleets prorated to ``now``, live runs up to ``now``);
 * **the rest of the month** ``[now, month end)``: the fleets held then are known
   (their fixed cost, and their capacity), so only usage is projected: the node-hours,
@@ -25,7 +25,7 @@ team's own run rate:
 
 Identities: the forecast spend = Σ project forecasts + idle forecast (to date by the
 monthly report's allocation, the rest by ``costs.fleet_month``'s). The budgets
-(:mod:`ledger.money.budgets`) and the Prometheus exporter read their figures here.
+(:mod:`trainledger.money.budgets`) and the Prometheus exporter read their figures here.
 """
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func, or_
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog
-from ledger.money.costs import ZERO
-from ledger.money.fx import convert_offer, load_rates
-from ledger.money.monthly import MonthlyReport, monthly_report
-from ledger.money.months import Period, date_start, month_of, month_period, run_interval, time_share
-from ledger.money.rollup import sweep_peak
-from ledger.store.models import Fleet, Offer, OfferKind, Project, Run, RunStatus
-from ledger.store.settings import display_timezone, presentation_currency
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog
+from trainledger.money.costs import ZERO
+from trainledger.money.fx import convert_offer, load_rates
+from trainledger.money.monthly import MonthlyReport, monthly_report
+from trainledger.money.months import Period, date_start, month_of, month_period, run_interval, time_share
+from trainledger.money.rollup import sweep_peak
+from trainledger.store.models import Fleet, Offer, OfferKind, Project, Run, RunStatus
+from trainledger.store.settings import display_timezone, presentation_currency
+from trainledger.store.types import utcnow
 
 DEFAULT_WINDOW_DAYS = 7
 MIN_RANGE_DAYS = 3  # whole days of history below which the p10-p90 range cannot be estimated

@@ -1,8 +1,8 @@
 """Presenting money in another currency: the exchange rate in force for each charge period.
 
-Rates live in ``fx_rate`` (:mod:`ledger.store.fx`): 1 base = rate quote, from the
+Rates live in ``fx_rate`` (:mod:`trainledger.store.fx`): 1 base = rate quote, from the
 start of a day in the display time zone until the pair's next rate. A charge
-period (a month cut where a rate takes effect, :mod:`ledger.money.rollup`) has
+period (a month cut where a rate takes effect, :mod:`trainledger.money.rollup`) has
 one rate in force for the whole period; the report converts each period's
 offers at it (:func:`convert_offer`: every money field × rate), so every
 figure and identity is computed in the presented currency. The reverse pair
@@ -23,10 +23,10 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.months import date_start
-from ledger.store.models import CURRENCY_FIELDS, FxRate
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.months import date_start
+from trainledger.store.models import CURRENCY_FIELDS, FxRate
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,8 @@ def at_list_prices(session: Session, offers: list[Any], currency: Optional[str] 
     """Offers at their list prices (their newest version) in the presentation currency (``currency``, else the
     Settings one), converted at the rate in force ``now``: the what-ifs (cost compare, the Planner, "cost under
     every offer", the strategy comparison). Unconverted when no presentation currency is set."""
-    from ledger.store.settings import display_timezone, presentation_currency
-    from ledger.store.types import utcnow
+    from trainledger.store.settings import display_timezone, presentation_currency
+    from trainledger.store.types import utcnow
 
     target = presentation_currency(session, currency)
     if not target:

@@ -9,18 +9,18 @@
     checkpoint_save     blocking checkpoint saves             (phase "checkpoint_save", run.checkpoint(seconds=))
     checkpoint_restore  loading a checkpoint                  (phase "checkpoint_restore")
     eval                evaluation                            (phase "eval")
-    lost_work           after the last checkpoint of a failed/crashed/cancelled run (ledger.money.months.lost_interval)
+    lost_work           after the last checkpoint of a failed/crashed/cancelled run (trainledger.money.months.lost_interval)
     recovery            held capacity between an interruption and the resumed run of the same chain (resume_of)
     straggler_wait      other ranks waiting for the slowest one (per-rank step times)
     unattributed        everything no phase explains: a run seen only by the wrapper or a Slurm import is all
                         ``unattributed`` (never guessed), as are gaps between phases outside steps
 
-**Data model.** ``run_phase`` (:class:`ledger.store.models.RunPhase`, migration 0011): one row per
+**Data model.** ``run_phase`` (:class:`trainledger.store.models.RunPhase`, migration 0011): one row per
 (run, node, phase) with the node's total ``seconds``/``count`` and the totals at the run's last
 checkpoint (``ckpt_seconds``/``ckpt_count``); phase names are :data:`PHASES` (``step`` is the net time
 of steps, from one step's start to the next one's, nested phases taken out) or custom names (shown,
 not costed: their time stays in the step or gap it fell in). Rows ``quality:<issue>`` count bad input
-the writer clipped. Written by :mod:`ledger.sources.phases` on the run's writer thread.
+the writer clipped. Written by :mod:`trainledger.sources.phases` on the run's writer thread.
 
 **Time account of a run** (:func:`account_seconds`, pure): per node, the run's wall time W is
 split: lost L (an interrupted run: its lost interval, as the monthly report's lost work), then the
@@ -38,8 +38,8 @@ to the largest category, so the categories add up to the cost **exactly** (money
 reserved fleet is priced at the fleet's idle rate and moved from idle to the resumed run (on elastic
 rent the gap is not billed: time only). Per month: goodput + badput + idle = spend.
 
-**Modules.** This one is the API; :mod:`ledger.money.goodput_core` holds the categories, the pure time and
-money splits and the data classes (re-exported here); :mod:`ledger.money.goodput_ledger` reads the ledger.
+**Modules.** This one is the API; :mod:`trainledger.money.goodput_core` holds the categories, the pure time and
+money splits and the data classes (re-exported here); :mod:`trainledger.money.goodput_ledger` reads the ledger.
 
 **API** (``h25b`` builds the dashboard and advice on it; stable)::
 
@@ -57,7 +57,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional
 
-from ledger.money.goodput_core import (  # noqa: F401  (the account's vocabulary, re-exported)
+from trainledger.money.goodput_core import (  # noqa: F401  (the account's vocabulary, re-exported)
     BADPUT,
     CATEGORIES,
     CLIP_ORDER,
@@ -87,7 +87,7 @@ from ledger.money.goodput_core import (  # noqa: F401  (the account's vocabulary
     sum_categories,
     zero_account,
 )
-from ledger.money.goodput_ledger import build_account, load_timeline
+from trainledger.money.goodput_ledger import build_account, load_timeline
 
 
 def goodput_account(session: Any, *, month: Optional[str] = None, project: Optional[str] = None,

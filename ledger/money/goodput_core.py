@@ -1,8 +1,8 @@
 """The goodput account's vocabulary and pure arithmetic: :class:`Category`, phase names, the time split
 (:func:`account_seconds`), the money split (:func:`split_cost`) and the account's data classes.
 
-Imported by the writer thread (:mod:`ledger.sources.phases`) and by the ledger side
-(:mod:`ledger.money.goodput_ledger`); the public API and its description are :mod:`ledger.money.goodput`.
+Imported by the writer thread (:mod:`trainledger.sources.phases`) and by the ledger side
+(:mod:`trainledger.money.goodput_ledger`); the public API and its description are :mod:`trainledger.money.goodput`.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def goodput_ratio(productive: Decimal, total: Decimal) -> Optional[Decimal]:
     return (productive / total) if total > 0 else None
 
 
-# --- the account over the ledger: data classes (computed in ledger.money.goodput_ledger) ---------------
+# --- the account over the ledger: data classes (computed in trainledger.money.goodput_ledger) ---------------
 
 @dataclass
 class RunAccount:
@@ -245,7 +245,7 @@ class GoodputReport:
 
 
 def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
-    """The report as JSON-ready dicts (keys named so that ``ledger.reports.present`` rounds money to cents,
+    """The report as JSON-ready dicts (keys named so that ``trainledger.reports.present`` rounds money to cents,
     percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals)."""
     def cats(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
         return {name: d[c] for c, name in NAMED}

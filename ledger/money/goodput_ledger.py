@@ -1,11 +1,11 @@
-"""The goodput account over the ledger: the monthly report's run lines split by category (:mod:`ledger.money.goodput`).
+"""The goodput account over the ledger: the monthly report's run lines split by category (:mod:`trainledger.money.goodput`).
 
-For each month: :func:`ledger.money.monthly.monthly_report` gives every run's cost in the month at its
+For each month: :func:`trainledger.money.monthly.monthly_report` gives every run's cost in the month at its
 own prices (``RunSlice.cost``, its ``lost_work_cost``) and the month's spend and idle. Each run's time
-account (:func:`ledger.money.goodput.account_seconds`) comes from its interval, its lost interval and its
+account (:func:`trainledger.money.goodput.account_seconds`) comes from its interval, its lost interval and its
 ``run_phase`` rows; the month's part of it is the run's lost time inside the month plus its kept time in
 the month, split by its phases in the month (the writer's month-edge rows; without them the month's share
-of its kept interval). The line's cost is then split (:func:`~ledger.money.goodput.split_cost`)
+of its kept interval). The line's cost is then split (:func:`~trainledger.money.goodput.split_cost`)
 so the categories add up to it exactly. ``recovery``: the gap between an interrupted run's end and the start
 of the run that resumes it (``resume_of``), inside each month it covers, × its nodes (a month before the
 resumed run's first: an account of the gap alone); on an owned or
@@ -28,9 +28,9 @@ from typing import Any, Iterator, Optional
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
-from ledger.errors import LedgerInputError
-from ledger.money.costs import hours_between
-from ledger.money.goodput_core import (
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import hours_between
+from trainledger.money.goodput_core import (
     BADPUT,
     CATEGORIES,
     EDGE_MARK,
@@ -50,11 +50,11 @@ from ledger.money.goodput_core import (
     sum_categories,
     zero_account,
 )
-from ledger.money.monthly import MonthlyReport, RunSlice, monthly_report
-from ledger.money.months import check_month, lost_interval, month_bounds, month_of, months_between, run_interval
-from ledger.store.models import WASTE_STATUSES, NodeType, Offer, Project, Run, RunPhase
-from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from trainledger.money.monthly import MonthlyReport, RunSlice, monthly_report
+from trainledger.money.months import check_month, lost_interval, month_bounds, month_of, months_between, run_interval
+from trainledger.store.models import WASTE_STATUSES, NodeType, Offer, Project, Run, RunPhase
+from trainledger.store.settings import display_timezone
+from trainledger.store.types import utcnow
 
 HUNDRED = Decimal(100)
 FIXED_KINDS = ("own", "rent_reserved")
@@ -110,7 +110,7 @@ def _with_ancestors(session: Session, runs: dict[str, _RunInfo]) -> None:
 
 def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list[str]], dict]:
     """run → node → phase → PhaseTotal, run → the writer's data-quality notes, and run → node → month edge →
-    phase → PhaseTotal (the cumulative totals at that instant, ``ledger.sources.phases``' ``<phase>@<edge>`` rows)."""
+    phase → PhaseTotal (the cumulative totals at that instant, ``trainledger.sources.phases``' ``<phase>@<edge>`` rows)."""
     phases: dict[str, dict[str, dict[str, PhaseTotal]]] = defaultdict(lambda: defaultdict(dict))
     edges: dict[str, dict[str, dict[datetime, dict[str, PhaseTotal]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(dict)))
@@ -371,7 +371,7 @@ def _months(session: Session, month: Optional[str], run_id: Optional[str], tz, n
 def build_account(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
                   run_id: Optional[str] = None, currency: Optional[str] = None,
                   now: Optional[datetime] = None) -> GoodputReport:
-    """:func:`ledger.money.goodput.goodput_account`: months, runs (filtered), chains, projects and totals."""
+    """:func:`trainledger.money.goodput.goodput_account`: months, runs (filtered), chains, projects and totals."""
     with _gc_paused():
         return _build(session, month, project, run_id, currency, now or utcnow())
 

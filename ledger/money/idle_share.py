@@ -30,10 +30,10 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money.catalog import fleet_capacity
-from ledger.money.costs import ONE, ZERO, round_preserving_sum
-from ledger.store.models import Fleet, Project
+from trainledger.errors import LedgerInputError
+from trainledger.money.catalog import fleet_capacity
+from trainledger.money.costs import ONE, ZERO, round_preserving_sum
+from trainledger.store.models import Fleet, Project
 
 NONE, PROPORTIONAL, EVEN, WEIGHTS = "none", "proportional", "even", "weights"
 POLICY_HELP = "none | proportional | even | weights:<project=w,...> (e.g. weights:llm=3,vision=1)"
@@ -41,7 +41,7 @@ POLICY_HELP = "none | proportional | even | weights:<project=w,...> (e.g. weight
 QUANTUM = Decimal("1e-12")
 #: ratios are written with this many places and add up to exactly 1 per origin charge
 RATIO_QUANTUM = Decimal("1e-10")
-#: the name of the line of runs without a project (as in ``ledger.money.spend``)
+#: the name of the line of runs without a project (as in ``trainledger.money.spend``)
 NO_PROJECT = "(no project)"
 
 
@@ -130,7 +130,7 @@ class Share:
 class IdleCharge:
     """One origin charge: a fixed-cost offer's idle in one charge period, and how it was shared."""
 
-    offer: Any  # the priced offer (ledger.money.monthly.FleetCharge.offer)
+    offer: Any  # the priced offer (trainledger.money.monthly.FleetCharge.offer)
     start: datetime
     end: datetime
     idle: Decimal
@@ -171,7 +171,7 @@ class IdleSharing:
 
 
 def share_idle(session: Session, charges: Any) -> IdleSharing:
-    """Share each fixed-cost fleet's idle of the month (``charges``: :class:`ledger.money.monthly.MonthCharges`)
+    """Share each fixed-cost fleet's idle of the month (``charges``: :class:`trainledger.money.monthly.MonthCharges`)
     under its fleets' policies; a weights policy naming a project the ledger no longer has is refused."""
     fleets = {f.name: f for f in session.exec(select(Fleet)).all()}
     policies = {name: check_policy(session, f.idle_share, f"fleet {name} idle_share") for name, f in fleets.items()}

@@ -1,6 +1,6 @@
 """Per-run lines of a month and the rates that cost them: one run's slice under each option.
 
-:func:`ledger.money.monthly.monthly_report` costs a month per group of runs (node type,
+:func:`trainledger.money.monthly.monthly_report` costs a month per group of runs (node type,
 offer, project, status); :class:`_Costing` keeps each charge period's rates so that any
 part of a group (a project's share, one run's slice) is costed at exactly those rates,
 and :func:`_lines` turns the rollup's slices into :class:`RunSlice` lines that add up
@@ -16,10 +16,10 @@ from typing import Any, Iterable, Optional
 
 from sqlmodel import Session, select
 
-from ledger.money import carbon, costs, rollup
-from ledger.money.catalog import Catalog, own_energy_kwh
-from ledger.money.costs import ZERO
-from ledger.store.models import WASTE_STATUSES, Offer, OfferKind, Project, Run, User
+from trainledger.money import carbon, costs, rollup
+from trainledger.money.catalog import Catalog, own_energy_kwh
+from trainledger.money.costs import ZERO
+from trainledger.store.models import WASTE_STATUSES, Offer, OfferKind, Project, Run, User
 
 #: split costs are exact on this grid (a pico-unit of currency)
 SLICE_QUANTUM = Decimal("1e-12")
@@ -59,7 +59,7 @@ class RunSlice:
     co2e_basis: Optional[str] = None  # measured | estimated | mixed | unknown
     charge: Optional["ChargeInfo"] = field(default=None, repr=False, compare=False)  # per charge period only
     intensities: list = field(default_factory=list, repr=False, compare=False)  # carbon.Intensity of each period
-    lost_gpu_hours: Decimal = ZERO  # lost work in this month (ledger.money.months.lost_interval)
+    lost_gpu_hours: Decimal = ZERO  # lost work in this month (trainledger.money.months.lost_interval)
     lost_work_cost: Decimal = ZERO  # its cost at the run's own rates
     finality: str = "final"  # final | provisional (:func:`cost_finality`, docs/MONEY.md)
 
@@ -196,7 +196,7 @@ def _add(a: Optional[Decimal], b: Optional[Decimal], seen: bool = True) -> Optio
 
 def _lines(session: Session, m: Any, run_ids: Optional[set[str]], costings: dict[datetime, _Costing],
            per_period: bool = False) -> list[RunSlice]:
-    """Per-run lines of the month (``m``: :class:`ledger.money.monthly._Month`), costed with the same rates as the group totals (each charge period's);
+    """Per-run lines of the month (``m``: :class:`trainledger.money.monthly._Month`), costed with the same rates as the group totals (each charge period's);
     one line per run, or with ``per_period`` one per run and charge period (with its :class:`ChargeInfo`)."""
     slices = rollup.month_slices(session, m.name, m.facts.live, run_ids)
     info: dict[str, tuple] = {}

@@ -1,16 +1,16 @@
 """The monthly report: the ledger's real usage of a month costed under every option.
 
-This is where ledger rows meet the cost engine (:mod:`ledger.money.costs`). The CLI
+This is where ledger rows meet the cost engine (:mod:`trainledger.money.costs`). The CLI
 (``cost compare --month``, ``report monthly``), the export and the dashboard
 all read their figures from :func:`monthly_report`, so a number is computed in
 exactly one place.
 
-A month is a calendar month in the display time zone (:mod:`ledger.money.months`).
+A month is a calendar month in the display time zone (:mod:`trainledger.money.months`).
 A run that crosses a month boundary is split at the boundary: its node-hours are
 split exactly, and its elastic cost and tokens are split by the share of its
 duration, so that the slices of a run always add up to the run's total
 (telescoping shares). The facts come from the pre-aggregated rollup
-(:mod:`ledger.money.rollup`); the report takes them in five steps:
+(:mod:`trainledger.money.rollup`); the report takes them in five steps:
 
 1. :func:`_load_month`: the month's bounds, the part elapsed, catalog, fleets and rollup facts;
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
@@ -28,14 +28,14 @@ live runs are added up to ``now`` by the rollup, and the summary carries
 ``elapsed_hours``. An ended month's report is what it always was.
 **Charge periods.** Prices, exchange rates and carbon intensities are effective-dated;
 where one takes effect inside a month, the rollup cuts the node type's month there
-(:mod:`ledger.money.rollup`). Step 3 then runs once per charge period
+(:mod:`trainledger.money.rollup`). Step 3 then runs once per charge period
 (:func:`_cost_node_types`) on the catalog priced at that period's start
-(:func:`ledger.money.catalog.priced_catalog`), with each fleet's fixed cost prorated
+(:func:`trainledger.money.catalog.priced_catalog`), with each fleet's fixed cost prorated
 by the period's hours, and the periods are added up: Σ periods = the month, and the
 allocation identity holds in each. A month with no change is one period and is
 costed exactly as before. Money is presented in the offers' currency, or converted
 to ``currency`` (``--currency``, else the Settings currency once set) at each
-period's rate (:mod:`ledger.money.fx`); the rates used are listed in the report.
+period's rate (:mod:`trainledger.money.fx`); the rates used are listed in the report.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import carbon, costs, counts, rollup
-from ledger.money.catalog import (
+from trainledger.errors import LedgerInputError
+from trainledger.money import carbon, costs, counts, rollup
+from trainledger.money.catalog import (
     Catalog,
     Versions,
     combine_bases,
@@ -63,9 +63,9 @@ from ledger.money.catalog import (
     pick_offer,
     priced_catalog,
 )
-from ledger.money.costs import ZERO
-from ledger.money.fx import Conversion, load_rates
-from ledger.money.month_lines import (  # noqa: F401  (RunSlice, ChargeInfo, SLICE_QUANTUM: imported from here)
+from trainledger.money.costs import ZERO
+from trainledger.money.fx import Conversion, load_rates
+from trainledger.money.month_lines import (  # noqa: F401  (RunSlice, ChargeInfo, SLICE_QUANTUM: imported from here)
     SLICE_QUANTUM,
     ChargeInfo,
     GroupKey,
@@ -78,16 +78,16 @@ from ledger.money.month_lines import (  # noqa: F401  (RunSlice, ChargeInfo, SLI
     _lines,
     _total,
 )
-from ledger.money.months import Period, month_period
-from ledger.store.models import (
+from trainledger.money.months import Period, month_period
+from trainledger.store.models import (
     WASTE_STATUSES,
     Fleet,
     Offer,
     OfferKind,
     Project,
 )
-from ledger.store.settings import display_timezone, get_setting, presentation_currency
-from ledger.store.types import utcnow
+from trainledger.store.settings import display_timezone, get_setting, presentation_currency
+from trainledger.store.types import utcnow
 
 
 @dataclass
@@ -103,7 +103,7 @@ class FleetCharge:
 
 @dataclass
 class MonthCharges:
-    """The month's report and its charges per charge period (``ledger.reports.focus``)."""
+    """The month's report and its charges per charge period (``trainledger.reports.focus``)."""
 
     report: "MonthlyReport"
     lines: list[RunSlice]  # one per run and charge period, with ``charge`` set
@@ -632,7 +632,7 @@ def _sum_opt(values) -> Optional[Decimal]:
 def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dict[datetime, _Costing],
               periods: dict[datetime, dict], runs: dict[GroupKey, int]) -> list[dict[str, Any]]:
     """Per project: the groups of ``(node type, offer, project, status)`` costed at each charge period's rates
-    (``runs``: distinct runs per group, :func:`ledger.money.counts.runs_per_group`)."""
+    (``runs``: distinct runs per group, :func:`trainledger.money.counts.runs_per_group`)."""
     cost, cost_el, cost_own, co2, lost = _detail_costs(groups, costings, periods)
     names = {pid: name for pid, name in session.exec(select(Project.id, Project.name))}
     by_project: dict[str, list[tuple]] = defaultdict(list)

@@ -25,9 +25,9 @@ from functools import lru_cache
 from typing import Iterator, Optional
 from zoneinfo import ZoneInfo
 
-from ledger.errors import LedgerInputError
-from ledger.money.costs import ONE, ZERO, hours_between
-from ledger.store.models import WASTE_STATUSES, RunStatus
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import ONE, ZERO, hours_between
+from trainledger.store.models import WASTE_STATUSES, RunStatus
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 

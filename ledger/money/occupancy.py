@@ -6,7 +6,7 @@ fleets, or the capacity implied by peak use where none is configured), each hour
 of the month gets:
 
 * ``held_node_hours``: node-hours the fleets held in the hour
-  (:func:`ledger.money.catalog.fleet_capacity` on the hour, or the implied
+  (:func:`trainledger.money.catalog.fleet_capacity` on the hour, or the implied
   capacity's share of it);
 * ``used_node_hours``: node-hours of the runs costed under that offer in the hour
   (the rollup's slices, aggregated in SQL into a step function of nodes in use:
@@ -16,7 +16,7 @@ of the month gets:
 
 **Identity.** The month's idle cost is the monthly report's (``idle_cost``: each
 fleet's idle node-hours at its idle rate, per charge period, as
-:func:`ledger.money.monthly.month_charges` lists them). Each fleet's idle cost of a charge
+:func:`trainledger.money.monthly.month_charges` lists them). Each fleet's idle cost of a charge
 period is shared over its hours by their idle node-hours (an hour cut by a
 charge period gets a part from each); with no over-use that is exactly idle
 node-hours × the idle rate. The hours are then rounded to cents by largest
@@ -42,15 +42,15 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
 
-from ledger.money import costs, monthly, rollup
-from ledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer, load_catalog
-from ledger.money.costs import ZERO, cents, round_preserving_sum
-from ledger.money.monthly import SLICE_QUANTUM, FleetCharge, MonthlyReport
-from ledger.money.months import month_bounds, month_period, run_interval
-from ledger.money.shares import UNITS
-from ledger.store.models import Fleet, RollupSlice, Run
-from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from trainledger.money import costs, monthly, rollup
+from trainledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer, load_catalog
+from trainledger.money.costs import ZERO, cents, round_preserving_sum
+from trainledger.money.monthly import SLICE_QUANTUM, FleetCharge, MonthlyReport
+from trainledger.money.months import month_bounds, month_period, run_interval
+from trainledger.money.shares import UNITS
+from trainledger.store.models import Fleet, RollupSlice, Run
+from trainledger.store.settings import display_timezone
+from trainledger.store.types import utcnow
 
 HOUR = timedelta(hours=1)
 US_PER_HOUR = Decimal(3_600_000_000)
@@ -98,7 +98,7 @@ class Occupancy:
 def _usage_steps(session: Session, month: str, node_type_id: int, offer_keys: set[int],
                  live: Iterable[rollup.SliceFact]) -> list[tuple[datetime, int]]:
     """``[(instant, change in nodes in use)]`` sorted: the runs recorded with ``offer_keys`` (0: none); nodes
-    in node units (:data:`ledger.money.shares.UNITS`: a run holding part of a node counts its share)."""
+    in node units (:data:`trainledger.money.shares.UNITS`: a run holding part of a node counts its share)."""
     st = RollupSlice.__table__
     ids = sorted(k for k in offer_keys if k)
     none = [and_(st.c.offer_id.is_(None), st.c.node_type_id == node_type_id)] if 0 in offer_keys else []
@@ -145,7 +145,7 @@ class _Usage:
 
 def _members(session: Session, charges: list[FleetCharge], fleets: dict[int, list[Fleet]]) -> dict[int, set[int]]:
     """Fleet offer id → the recorded offer keys (0: none) of the runs costed under it, as the monthly report
-    resolves them: a run's own offer, else its node type's default (:func:`ledger.money.catalog.default_offer`)."""
+    resolves them: a run's own offer, else its node type's default (:func:`trainledger.money.catalog.default_offer`)."""
     cat = load_catalog(session)
     out: dict[int, set[int]] = {}
     for fc in charges:
@@ -157,7 +157,7 @@ def _members(session: Session, charges: list[FleetCharge], fleets: dict[int, lis
 def _fleet_charges(session: Session, month: str, currency: Optional[str], now: datetime
                    ) -> tuple[MonthlyReport, list[FleetCharge]]:
     """The month's report (totals only) and each fixed-cost fleet's charge per charge period: what
-    :func:`ledger.money.monthly.month_charges` returns, without its per-run lines (not needed here, and most
+    :func:`trainledger.money.monthly.month_charges` returns, without its per-run lines (not needed here, and most
     of its time on a large month)."""
     m, offers, costings, nt_months, currencies = monthly._cost_month(session, month, (None, None, None), now, currency)
     rep = monthly._assemble(session, m, offers, costings, nt_months, currencies, False, False)
@@ -309,10 +309,10 @@ def _spread(parts: list[Decimal], hours: list[Hour], scope: Iterable[int], exces
 
 def recovery_spans(session: Session, month: str, *, currency: Optional[str] = None,
                    now: Optional[datetime] = None) -> list[RecoverySpan]:
-    """The month's recovery gaps with their cost, from the goodput account (``ledger.money.goodput``): for each
+    """The month's recovery gaps with their cost, from the goodput account (``trainledger.money.goodput``): for each
     run that resumes an interrupted one and was charged recovery, [the interrupted run's end, its start] inside
     the month."""
-    from ledger.money.goodput import Category, goodput_account
+    from trainledger.money.goodput import Category, goodput_account
 
     now = now or utcnow()
     acct = goodput_account(session, month=month, currency=currency, now=now)

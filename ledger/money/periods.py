@@ -16,7 +16,7 @@ compared with as many days of the period before as it has begun (today counted w
 November for December to date on its 4th day.
 
 **Its pieces** (:func:`pieces`): the whole calendar months inside the period (a month that has not ended counts
-whole: its report is to date) and the days left over at either end. The totals of a period (``ledger.reports.periods``)
+whole: its report is to date) and the days left over at either end. The totals of a period (``trainledger.reports.periods``)
 are the monthly reports of its months plus the daily reports of those days, so a period of whole months adds up to
 its monthly reports to the cent. Pure functions of their arguments (no database).
 """
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Optional
 
-from ledger.errors import LedgerInputError
-from ledger.money.months import MONTH_YEARS, check_month, parse_month
+from trainledger.errors import LedgerInputError
+from trainledger.money.months import MONTH_YEARS, check_month, parse_month
 
 KINDS = ("month", "quarter", "ytd", "range")
 KIND_LABELS = {"month": "Month", "quarter": "Quarter", "ytd": "Year to date", "range": "Date range"}

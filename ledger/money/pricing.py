@@ -1,6 +1,6 @@
 """Views of the catalog for ``trainledger pricing list|show|history``, and price edits (``pricing set``).
 
-A price edit adds a version (:mod:`ledger.store.prices`); one that starts in the
+A price edit adds a version (:mod:`trainledger.store.prices`); one that starts in the
 past rewrites months already reported: :func:`confirm_versions` names them and
 refuses unless the caller confirmed (``--retroactive``).
 """
@@ -12,14 +12,14 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.months import month_of, months_between
-from ledger.store import prices
-from ledger.store.models import PRICE_FIELDS, NodeType, Offer, OfferKind
-from ledger.store.presets import OfferSpec, PricingFile, _one_line, apply_pricing
-from ledger.store.settings import display_timezone
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.months import month_of, months_between
+from trainledger.store import prices
+from trainledger.store.models import PRICE_FIELDS, NodeType, Offer, OfferKind
+from trainledger.store.presets import OfferSpec, PricingFile, _one_line, apply_pricing
+from trainledger.store.settings import display_timezone
+from trainledger.store.types import utcnow
 
 
 def _offer_row(o: Offer, nt: NodeType) -> dict[str, Any]:

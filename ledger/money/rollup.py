@@ -34,9 +34,9 @@ events (``before_flush`` collects the touched run ids; they are folded in before
 commit and before any read of the rollup in the same session). Core ``UPDATE``s
 of runs must call :func:`touch`. The display time zone changing rebuilds all.
 
-The parts live in modules of their own: the facts and slices (:mod:`ledger.money.rollup_facts`), what
-is read besides the runs (:mod:`ledger.money.rollup_source`), the peaks (:mod:`ledger.money.rollup_peaks`)
-and the lost interval (:mod:`ledger.money.rollup_lost`); their names are re-exported here.
+The parts live in modules of their own: the facts and slices (:mod:`trainledger.money.rollup_facts`), what
+is read besides the runs (:mod:`trainledger.money.rollup_source`), the peaks (:mod:`trainledger.money.rollup_peaks`)
+and the lost interval (:mod:`trainledger.money.rollup_lost`); their names are re-exported here.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session as SASession
 
-from ledger.money.months import (
+from trainledger.money.months import (
     month_bounds,
     month_of,
 )
-from ledger.money.rollup_facts import (  # noqa: F401  (re-exported: ``rollup.X`` keeps working)
+from trainledger.money.rollup_facts import (  # noqa: F401  (re-exported: ``rollup.X`` keeps working)
     _IDX,
     GRID,
     INTS,
@@ -95,8 +95,8 @@ from ledger.money.rollup_facts import (  # noqa: F401  (re-exported: ``rollup.X`
     rule_key,
     slices_of_run,
 )
-from ledger.money.rollup_lost import _LOST_COLUMNS, keep_lost, lost_mismatches, run_lost_interval  # noqa: F401
-from ledger.money.rollup_peaks import (  # noqa: F401
+from trainledger.money.rollup_lost import _LOST_COLUMNS, keep_lost, lost_mismatches, run_lost_interval  # noqa: F401
+from trainledger.money.rollup_peaks import (  # noqa: F401
     ALL,
     _apply_peaks,
     _insert,
@@ -109,7 +109,7 @@ from ledger.money.rollup_peaks import (  # noqa: F401
     scope_peak_sql,
     sweep_peak,
 )
-from ledger.money.rollup_source import (  # noqa: F401
+from trainledger.money.rollup_source import (  # noqa: F401
     CUTS_MARKER,
     MARKER,
     Cuts,
@@ -126,7 +126,7 @@ from ledger.money.rollup_source import (  # noqa: F401
     exact_kwh,
     measured_kwh,
 )
-from ledger.store.models import (
+from trainledger.store.models import (
     CarbonIntensity,
     FxRate,
     Offer,

@@ -1,4 +1,4 @@
-"""The additive facts of the monthly rollup (:mod:`ledger.money.rollup`): :class:`Facts`, one run's
+"""The additive facts of the monthly rollup (:mod:`trainledger.money.rollup`): :class:`Facts`, one run's
 charge-period slices (:class:`SliceFact`, :func:`slices_of_run`) and the billing-rule keys they carry."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import String, select, type_coerce
 
-from ledger.money import costs, shares
-from ledger.money.costs import ZERO
-from ledger.money.months import (
+from trainledger.money import costs, shares
+from trainledger.money.costs import ZERO
+from trainledger.money.months import (
     lost_interval,
     months_of,
     run_interval,
     time_share,
 )
-from ledger.money.shares import UNITS
-from ledger.store.models import NodeType, Run, RunStatus
+from trainledger.money.shares import UNITS
+from trainledger.store.models import NodeType, Run, RunStatus
 
 US_PER_HOUR = 3_600_000_000
 GRID = Decimal("1e-12")
@@ -41,7 +41,7 @@ class Facts:
     Integers (in :data:`INTS` order, kept in one list for fast sums): slices, node-µs,
     GPU-µs, tokens, slices with a measured GPU-Util, their GPU-µs, Σ round(GPU-Util ×
     GPU-µs), the same two for MFU, measured slices and their node-µs, and lost work
-    (:func:`ledger.money.months.lost_interval`): node-µs and GPU-µs lost by runs that
+    (:func:`trainledger.money.months.lost_interval`): node-µs and GPU-µs lost by runs that
     never checkpointed (``lost_*``: their whole slice) and by runs that did
     (``lost_ckpt_*``: the part after the last checkpoint). Then ``kwh`` (measured
     energy of the measured slices), ``billed`` (billing rule → billed node-hours),
@@ -211,7 +211,7 @@ class SliceFact:
     split: bool  # the run crosses a month boundary
     facts: Facts
     charge_from: datetime
-    held: Optional[int] = None  # nodes × share in node units (:data:`ledger.money.shares.UNITS`); None: nodes
+    held: Optional[int] = None  # nodes × share in node units (:data:`trainledger.money.shares.UNITS`); None: nodes
 
     @property
     def units(self) -> int:
@@ -296,7 +296,7 @@ def slices_of_run(row: tuple, tz: ZoneInfo, rules: Iterable[str], run_kwh: Optio
     tokens telescope with ``int``, and billed node-hours and kWh telescope on
     a 1e-12 grid. So does its lost work (:func:`_add_lost`).
 
-    A run that held part of each node (``share``, :mod:`ledger.money.shares`) has its node-µs, billed
+    A run that held part of each node (``share``, :mod:`trainledger.money.shares`) has its node-µs, billed
     node-hours and peak units scaled by the share (telescoping from the run's start, so its slices still add
     up to the run); its GPU-µs are its GPUs held (a MIG run's: share × the node type's GPUs).
     """

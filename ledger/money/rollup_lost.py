@@ -1,5 +1,5 @@
 """The lost interval stored on each run (``run.lost_from``/``lost_until``), kept by the rollup's
-session events (:mod:`ledger.money.rollup`)."""
+session events (:mod:`trainledger.money.rollup`)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from ledger.money.months import (
+from trainledger.money.months import (
     lost_interval,
     run_interval,
 )
-from ledger.money.rollup_facts import _utc
-from ledger.store.models import (
+from trainledger.money.rollup_facts import _utc
+from trainledger.store.models import (
     Run,
 )
 
 
 def run_lost_interval(status: Any, started: Any, ended: Any, heartbeat: Any,
                       last_checkpoint: Any) -> tuple[Optional[datetime], Optional[datetime]]:
-    """``(lost_from, lost_until)`` of a run from its row (:func:`ledger.money.months.lost_interval`); Nones
+    """``(lost_from, lost_until)`` of a run from its row (:func:`trainledger.money.months.lost_interval`); Nones
     when it lost nothing."""
     status_v = getattr(status, "value", status)
     started, ended, heartbeat = _utc(started), _utc(ended), _utc(heartbeat)

@@ -1,5 +1,5 @@
 """Peak concurrent nodes per month and node type (``rollup_peak``) of the monthly rollup
-(:mod:`ledger.money.rollup`): swept in Python or by the database, kept in step incrementally."""
+(:mod:`trainledger.money.rollup`): swept in Python or by the database, kept in step incrementally."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from ledger.money.rollup_facts import SliceFact
-from ledger.money.shares import UNITS, peak_nodes
-from ledger.store.models import (
+from trainledger.money.rollup_facts import SliceFact
+from trainledger.money.shares import UNITS, peak_nodes
+from trainledger.store.models import (
     RollupPeak,
     RollupSlice,
 )
@@ -62,7 +62,7 @@ def _scope_units(conn: Connection, month: str, nt: int, offer_key: int,
 
 
 def held_units(t: Any) -> Any:
-    """A slice's nodes held in node units (:mod:`ledger.money.shares`), as SQL: ``held``, else nodes × UNITS."""
+    """A slice's nodes held in node units (:mod:`trainledger.money.shares`), as SQL: ``held``, else nodes × UNITS."""
     return func.coalesce(t.c.held, t.c.nodes * UNITS)
 
 

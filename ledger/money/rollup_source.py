@@ -1,5 +1,5 @@
 """What the monthly rollup reads besides the runs: the display time zone, the elastic billing rules,
-measured energy and the charge-period cuts per node type (:mod:`ledger.money.rollup`)."""
+measured energy and the charge-period cuts per node type (:mod:`trainledger.money.rollup`)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from ledger.money.costs import ZERO
-from ledger.money.months import (
+from trainledger.money.costs import ZERO
+from trainledger.money.months import (
     cached_month_bounds,
     date_start,
     month_of,
 )
-from ledger.money.rollup_facts import _utc, rule_key
-from ledger.store.models import (
+from trainledger.money.rollup_facts import _utc, rule_key
+from trainledger.store.models import (
     CarbonIntensity,
     FxRate,
     NodeType,
@@ -43,7 +43,7 @@ CUTS_MARKER = "rollup:cuts"  # setting: the charge-period cuts per node type the
 # --- reading the catalog and runs ------------------------------------------------
 
 def _timezone(conn: Connection) -> str:
-    from ledger.store.settings import DEFAULTS
+    from trainledger.store.settings import DEFAULTS
 
     v = conn.execute(select(Setting.value).where(Setting.key == "timezone")).scalar()
     return v or DEFAULTS["timezone"]

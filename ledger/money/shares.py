@@ -25,8 +25,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Iterable, Optional
 
-from ledger.errors import LedgerInputError
-from ledger.store.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts  # noqa: F401
+from trainledger.errors import LedgerInputError
+from trainledger.store.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts  # noqa: F401
 
 #: node units of a peak: 720720 = lcm(1..16), so k/G for G ≤ 16 and every k/7/G with G | 8... are whole units
 UNITS = 720_720
@@ -103,7 +103,7 @@ def mig_catalog() -> dict[str, dict[str, int]]:
     import tomllib
 
     here = Path(__file__).resolve().parents[2] / "data" / MIG_FILE  # a source checkout: its own data/
-    raw = here.read_bytes() if here.exists() else resources.files("trainledger_data").joinpath(MIG_FILE).read_bytes()
+    raw = here.read_bytes() if here.exists() else resources.files("trainledger.data").joinpath(MIG_FILE).read_bytes()
     return {row["gpu"]: dict(row["profiles"]) for row in tomllib.loads(raw.decode())["mig_profile"]}
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Iterable
 
-from ledger.money.costs import ZERO, cents
-from ledger.money.monthly import MonthlyReport
+from trainledger.money.costs import ZERO, cents
+from trainledger.money.monthly import MonthlyReport
 
 NO_PROJECT = "(no project)"
 IDLE = "idle"

@@ -6,8 +6,8 @@ from typing import Any, Iterable
 
 from sqlmodel import Session, col, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import WASTE_STATUSES, Run
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import WASTE_STATUSES, Run
 
 SINCE_CHECKPOINT = "lost_since_checkpoint"
 #: the reasons runs are behind (idle is the fleet's, no run's)
@@ -24,7 +24,7 @@ def check_reason(value: str, flag: str = "?waste=") -> str:
 def run_reasons(session: Session, lines: Iterable[dict[str, Any]]) -> dict[str, str]:
     """Run id → its waste reason, for the run lines (presented or not) with lost work: a run that never
     checkpointed counts under its status (failed, crashed, cancelled), one that did under
-    ``lost_since_checkpoint`` — as ``ledger.money.monthly._waste`` splits the month's lost work."""
+    ``lost_since_checkpoint`` — as ``trainledger.money.monthly._waste`` splits the month's lost work."""
     waste = {s.value for s in WASTE_STATUSES}
     ids = sorted({r["run_id"] for r in lines if r["status"] in waste})
     checkpointed: set[str] = set()

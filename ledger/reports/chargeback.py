@@ -6,7 +6,7 @@ rounded spend less it, and inside a statement its run lines and idle parts are a
 total. So Σ statements + idle not charged back = the month's spend to the cent, and each statement's
 lines add up to its total. Every writer renders that one structure: the same figures in every format.
 
-Text cells a spreadsheet would run as a formula are escaped (``ledger.reports.export.guard_formula``);
+Text cells a spreadsheet would run as a formula are escaped (``trainledger.reports.export.guard_formula``);
 HTML is escaped. Output is deterministic: the same ledger and month give the same bytes.
 """
 
@@ -20,10 +20,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from ledger.money.chargeback import Chargeback, Statement
-from ledger.money.costs import cents, round_preserving_sum
-from ledger.money.idle_share import NO_PROJECT
-from ledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
+from trainledger.money.chargeback import Chargeback, Statement
+from trainledger.money.costs import cents, round_preserving_sum
+from trainledger.money.idle_share import NO_PROJECT
+from trainledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
 
 RUN_COLUMNS = ["run_id", "name", "user", "status", "node_type", "offer", "start", "end", "gpu_hours", "cost",
                "lost_work_cost", "finality"]

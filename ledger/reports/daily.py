@@ -33,9 +33,9 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.catalog import (
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.catalog import (
     Catalog,
     combine_bases,
     default_offer,
@@ -46,14 +46,14 @@ from ledger.money.catalog import (
     own_energy_kwh,
     priced_catalog,
 )
-from ledger.money.costs import ZERO
-from ledger.money.fx import load_rates
-from ledger.money.monthly import SLICE_QUANTUM, RunSlice
-from ledger.money.months import month_bounds, run_interval, time_share
-from ledger.money.rollup import exact_kwh, sweep_peak
-from ledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
-from ledger.store.settings import display_timezone, get_setting, presentation_currency
-from ledger.store.types import utcnow
+from trainledger.money.costs import ZERO
+from trainledger.money.fx import load_rates
+from trainledger.money.monthly import SLICE_QUANTUM, RunSlice
+from trainledger.money.months import month_bounds, run_interval, time_share
+from trainledger.money.rollup import exact_kwh, sweep_peak
+from trainledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
+from trainledger.store.settings import display_timezone, get_setting, presentation_currency
+from trainledger.store.types import utcnow
 
 
 def parse_day(text: Optional[str], tz, now: datetime) -> date:

@@ -21,9 +21,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from ledger.money.costs import ZERO, cents, round_preserving_sum
-from ledger.money.monthly import MonthlyReport
-from ledger.reports.present import jsonable
+from trainledger.money.costs import ZERO, cents, round_preserving_sum
+from trainledger.money.monthly import MonthlyReport
+from trainledger.reports.present import jsonable
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 #: control characters an XLSX cell cannot hold (openpyxl's ILLEGAL_CHARACTERS_RE); shown as U+FFFD
@@ -73,7 +73,7 @@ def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
 
 def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decimal]] | None = None) -> dict[str, Any]:
     """The report rounded for people: JSON-ready dict with summary, node types, projects, runs. ``goodput``:
-    run id → (goodput cost, badput cost) (``ledger.reports.goodput_columns.run_goodput``); each line's two
+    run id → (goodput cost, badput cost) (``trainledger.reports.goodput_columns.run_goodput``); each line's two
     add up to its presented cost."""
     s = rep.summary
     # idle is presented on its own (so the summary never depends on the run lines); the
@@ -176,7 +176,7 @@ def to_csv(p: dict[str, Any]) -> str:
 
 
 def _xlsx_cell(key: str, v: Any) -> Any:
-    from ledger.reports.present import kind_of
+    from trainledger.reports.present import kind_of
 
     if v is None:
         return None
@@ -194,7 +194,7 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
     from openpyxl import Workbook
     from openpyxl.utils import get_column_letter
 
-    from ledger.reports.present import kind_of
+    from trainledger.reports.present import kind_of
 
     wb = Workbook()
     fixed = datetime(2000, 1, 1)

@@ -32,10 +32,10 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money.costs import ZERO
-from ledger.money.monthly import FleetCharge, RunSlice, month_charges
-from ledger.reports.export import LFWriter, guard_formula
+from trainledger.errors import LedgerInputError
+from trainledger.money.costs import ZERO
+from trainledger.money.monthly import FleetCharge, RunSlice, month_charges
+from trainledger.reports.export import LFWriter, guard_formula
 
 FOCUS_VERSION = "1.2"  # the default
 FOCUS_VERSIONS = ("1.2", "1.3")
@@ -69,7 +69,7 @@ def columns(version: str) -> list[str]:
     columns (in alphabetical order among them), then the x_ training columns."""
     if version == "1.2":
         return COLUMNS
-    from ledger.reports.focus_allocation import ALLOCATION_COLUMNS
+    from trainledger.reports.focus_allocation import ALLOCATION_COLUMNS
 
     return sorted(FOCUS_COLUMNS + ALLOCATION_COLUMNS + [c[2:] for c in FOCUS_13_COLUMNS]) + EXTENSION_COLUMNS
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
@@ -97,7 +97,7 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
     """The FOCUS rows of ``month``; a month with no run and no fleet is refused (nothing to export).
 
     ``version`` 1.3: the provider names become FOCUS columns and a fleet's idle shared back to projects
-    (``fleet set --idle-share``) is split into allocated charges (:mod:`ledger.reports.focus_allocation`)."""
+    (``fleet set --idle-share``) is split into allocated charges (:mod:`trainledger.reports.focus_allocation`)."""
     if version not in FOCUS_VERSIONS:
         raise LedgerInputError(f"--focus-version: expected {' or '.join(FOCUS_VERSIONS)}, got {version!r}")
     charges = month_charges(session, month, currency=currency, now=now)
@@ -113,8 +113,8 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
                              r["CommitmentDiscountStatus"] or ""))
     if version == "1.2":
         return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
-    from ledger.money.idle_share import share_idle
-    from ledger.reports.focus_allocation import split_rows
+    from trainledger.money.idle_share import share_idle
+    from trainledger.reports.focus_allocation import split_rows
 
     cols = columns(version)
     rows = [{c: r.get(c, r.get(f"x_{c}")) for c in cols} for r in split_rows(rows, share_idle(session, charges), PLACES)]
@@ -123,7 +123,7 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
 
 def _goodput_columns(session: Session, rep: Any, rows: list[dict[str, Any]], now: Optional[datetime]) -> None:
     """x_GoodputCost / x_BadputCost of each run row: its cost split as the run's month splits (they add up to it)."""
-    from ledger.reports.goodput_columns import run_goodput
+    from trainledger.reports.goodput_columns import run_goodput
 
     split = run_goodput(session, rep, now)
     month_cost = {line.run_id: line.cost for line in rep.runs}

@@ -1,8 +1,8 @@
 """The current month's cost figures as Prometheus metrics (``trainledger exporter``).
 
 :func:`month_metrics` assembles the metric families from the same ledger
-functions as the CLI (:func:`ledger.money.forecast.forecast`, which reads the
-monthly report, and :func:`ledger.money.budgets.budget_status`);
+functions as the CLI (:func:`trainledger.money.forecast.forecast`, which reads the
+monthly report, and :func:`trainledger.money.budgets.budget_status`);
 :class:`LedgerCollector` caches them and recomputes them at most every
 ``refresh_s`` seconds, whatever the scrape interval. The HTTP serving lives in
 ``ledger/cli/exporter.py``; both use the official ``prometheus_client``.
@@ -31,12 +31,12 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from ledger.money.budgets import STATES, budget_status
-from ledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
-from ledger.money.monthly import monthly_report
-from ledger.money.months import date_start, month_of
-from ledger.store.models import Run, RunStatus
-from ledger.store.settings import display_timezone
+from trainledger.money.budgets import STATES, budget_status
+from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import date_start, month_of
+from trainledger.store.models import Run, RunStatus
+from trainledger.store.settings import display_timezone
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +142,13 @@ class LedgerCollector(Collector):
     """The ledger's month metrics, recomputed at most every ``refresh_s`` seconds (a scrape in between gets
     the cached families), plus the exporter's own: when and how long the last refresh took, and errors.
 
-    ``engine``: a read-only engine (:func:`ledger.store.db.read_only_engine`). ``clock``: "now" for the
-    figures (``ledger.store.types.report_clock``). A refresh that fails keeps the last good figures.
+    ``engine``: a read-only engine (:func:`trainledger.store.db.read_only_engine`). ``clock``: "now" for the
+    figures (``trainledger.store.types.report_clock``). A refresh that fails keeps the last good figures.
     """
 
     def __init__(self, engine: Engine, refresh_s: float = 60.0, window_days: int = DEFAULT_WINDOW_DAYS,
                  clock: Optional[Callable[[], datetime]] = None):
-        from ledger.store.types import report_clock
+        from trainledger.store.types import report_clock
 
         self.engine, self.refresh_s, self.window_days = engine, refresh_s, window_days
         self.clock = clock or report_clock

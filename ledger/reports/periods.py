@@ -1,6 +1,6 @@
 """A period's totals and their change against the period before: ``trainledger report period --from --to``.
 
-A period (``ledger.money.periods``) is its whole months plus the days left over at either end. Its totals are
+A period (``trainledger.money.periods``) is its whole months plus the days left over at either end. Its totals are
 the monthly reports of those months (``monthly_report``, to date for a month that has not ended) plus the daily
 reports of those days (``daily_report``), summed exactly and rounded only when presented, so:
 
@@ -23,14 +23,14 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.costs import ZERO
-from ledger.money.monthly import monthly_report
-from ledger.money.periods import ReportPeriod, is_partial, pieces, previous
-from ledger.reports.daily import daily_report
-from ledger.reports.present import jsonable, present
-from ledger.store.settings import display_timezone
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.costs import ZERO
+from trainledger.money.monthly import monthly_report
+from trainledger.money.periods import ReportPeriod, is_partial, pieces, previous
+from trainledger.reports.daily import daily_report
+from trainledger.reports.present import jsonable, present
+from trainledger.store.settings import display_timezone
 
 #: figures every period has (from monthly and daily reports alike)
 ALWAYS = ("actual_cost", "gpu_hours", "time_utilization", "gpu_util_mean")
@@ -176,7 +176,7 @@ def period_csv(p: dict[str, Any]) -> bytes:
     """A presented period as CSV: a head (period, from, to, currency, ...), then figure,value,before,change_pct."""
     import io
 
-    from ledger.reports.export import LFWriter, _csv_value
+    from trainledger.reports.export import LFWriter, _csv_value
 
     buf = io.StringIO()
     w = LFWriter(buf)

@@ -1,6 +1,6 @@
 """Data-quality warnings of the monthly export (``trainledger report monthly`` and the dashboard's download).
 
-A report with no warning is rendered exactly as :func:`ledger.reports.export.render` renders it, byte
+A report with no warning is rendered exactly as :func:`trainledger.reports.export.render` renders it, byte
 for byte; one with warnings carries them under ``data_quality`` (JSON) and as a fourth CSV block after
 the runs (``data_quality,node_type,peak_nodes,fleet_nodes,runs``).
 """
@@ -11,13 +11,13 @@ import csv
 import io
 from typing import Any
 
-from ledger.reports.export import guard_formula, render
+from trainledger.reports.export import guard_formula, render
 
 CSV_COLUMNS = ["data_quality", "node_type", "peak_nodes", "fleet_nodes", "runs"]
 
 
 def with_warnings(p: dict[str, Any], capacity: list[dict[str, Any]]) -> dict[str, Any]:
-    """The presented report with its capacity over-use warnings (``ledger.money.capacity``); unchanged without."""
+    """The presented report with its capacity over-use warnings (``trainledger.money.capacity``); unchanged without."""
     if not capacity:
         return p
     return {**p, "data_quality": [{"warning": "capacity_over_use", **w} for w in capacity]}

@@ -24,10 +24,10 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.money import costs
-from ledger.money.fx import at_list_prices
-from ledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
-from ledger.store.types import utcnow
+from trainledger.money import costs
+from trainledger.money.fx import at_list_prices
+from trainledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
+from trainledger.store.types import utcnow
 
 
 def node_hour_rate(offer: Offer) -> Decimal:
@@ -47,7 +47,7 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
                         currency: Optional[str] = None) -> dict[str, Any]:
     """The comparison table for a sweep (default: the latest) or for the last ``days`` days; costs at the offers'
     list prices, in ``currency`` (else the Settings currency once set) at the rate in force now."""
-    from ledger.runs.registry import reap_stale
+    from trainledger.runs.registry import reap_stale
 
     reap_stale(session)
     q = select(Run, NodeType).join(NodeType, NodeType.id == Run.node_type_id)

@@ -3,8 +3,8 @@
 ``trainledger plan calibrate`` (and every finished ``trainledger sweep``)
 takes the ledger's succeeded runs with a known plan (their trainer config,
 dp × tp × pp, ZeRO stage, micro-batches) and a measured median step time and
-peak memory, evaluates the planning model for each (``trainer.plan``), and
-fits the model's factors (``trainer.plan.factors``) per node type by least
+peak memory, evaluates the planning model for each (``trainledger.trainer.plan``), and
+fits the model's factors (``trainledger.trainer.plan.factors``) per node type by least
 squares on the relative error:
 
     minimise Σ_runs (Σ_k f_k · part_k / measured − 1)²
@@ -37,11 +37,11 @@ from typing import Any, Optional
 import numpy as np
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import NodeType, PlanCalibration, Run, RunStatus
-from trainer.plan.factors import MEMORY_FACTORS, TIME_FACTORS, Factors, memory_columns, time_columns
-from trainer.plan.memory import MemoryEstimate
-from trainer.plan.timing import Hardware, Link, StepTime, default_efficiency
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import NodeType, PlanCalibration, Run, RunStatus
+from trainledger.trainer.plan.factors import MEMORY_FACTORS, TIME_FACTORS, Factors, memory_columns, time_columns
+from trainledger.trainer.plan.memory import MemoryEstimate
+from trainledger.trainer.plan.timing import Hardware, Link, StepTime, default_efficiency
 
 DEVICES = ("gpu", "cpu")
 #: a fitted factor is kept at least this (a part cannot take negative time)
@@ -85,7 +85,7 @@ def cpu_hardware(processes_per_node: int, cores: Optional[int] = None,
 def model_hardware(session: Session, nt: NodeType, device: str, gpus_per_node: int) -> Hardware:
     """The hardware a calibration's factors scale: the node type's catalog figures with the *default*
     compute efficiency (so a factor means the same at fit and at use), or the CPU profile."""
-    from ledger.runs.hardware import hardware
+    from trainledger.runs.hardware import hardware
 
     if device == "cpu":
         return cpu_hardware(gpus_per_node)
@@ -108,9 +108,9 @@ class RunModel:
 
 def run_model(record: dict[str, Any], hw: Hardware, device: str) -> RunModel:
     """The model's step time and memory for a run (a ``Run`` row or a dict with its fields)."""
-    from trainer.config import ConfigError, config_from_dict
-    from trainer.plan.memory import memory_per_gpu
-    from trainer.plan.timing import step_time
+    from trainledger.trainer.config import ConfigError, config_from_dict
+    from trainledger.trainer.plan.memory import memory_per_gpu
+    from trainledger.trainer.plan.timing import step_time
 
     get = record.get if isinstance(record, dict) else lambda k: getattr(record, k)
     try:

@@ -3,11 +3,11 @@
 Compute efficiency per node type: the median, over the ledger's succeeded
 runs on it with a measured MFU, of MFU ÷ (1 − communication share) — the
 share of peak the compute reached with communication taken out — else the
-documented default for the GPU (``trainer.plan.timing.DEFAULT_EFFICIENCY``).
+documented default for the GPU (``trainledger.trainer.plan.timing.DEFAULT_EFFICIENCY``).
 Link speeds: the node type's catalog fields; where missing, the conservative
 :data:`ASSUMED_LINKS` (PCIe via host memory, 25 Gb/s Ethernet), said in the output.
-Used by ``ledger.runs.plan`` (ranking), ``ledger.runs.calibrate`` and
-``ledger.runs.predictions``.
+Used by ``trainledger.runs.plan`` (ranking), ``trainledger.runs.calibrate`` and
+``trainledger.runs.predictions``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from ledger.store.models import NodeType, Run, RunStatus
-from trainer.plan.memory import GIB
-from trainer.plan.timing import Hardware, Link, default_efficiency
+from trainledger.store.models import NodeType, Run, RunStatus
+from trainledger.trainer.plan.memory import GIB
+from trainledger.trainer.plan.timing import Hardware, Link, default_efficiency
 
 #: links assumed for a node type whose catalog entry has no link speeds (GB/s per GPU, Gb/s per node, µs)
 ASSUMED_LINKS = {"intra_node_gbytes_per_s": 16.0, "intra_node_latency_us": 10.0,

@@ -36,12 +36,12 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.sources.signals import pdeathsig
-from ledger.store.files import write_output
-from ledger.store.ids import validate_run_id
-from ledger.store.models import NodeType, Offer, Run, RunStatus
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.sources.signals import pdeathsig
+from trainledger.store.files import write_output
+from trainledger.store.ids import validate_run_id
+from trainledger.store.models import NodeType, Offer, Run, RunStatus
+from trainledger.store.types import utcnow
 
 LAUNCHERS = ("torchrun", "deepspeed", "slurm")
 
@@ -106,11 +106,11 @@ def run_log_file(run_id: str, log_path: Optional[str]) -> Optional[Path]:
     """The run's own log, if the ledger records exactly ``<run directory>/<run id>.log`` and it is a file there; else None.
 
     ``log_path`` is a value from the ledger, so it is trusted only this far: the
-    run id must be valid (``ledger.store.ids``), and the path, with every
+    run id must be valid (``trainledger.store.ids``), and the path, with every
     symlink resolved, must be that file inside :func:`default_log_dir`. Nothing
     else is ever opened as a run's log (the dashboard's Launch page shows it).
     """
-    from ledger.store.ids import validate_run_id
+    from trainledger.store.ids import validate_run_id
 
     if not log_path:
         return None
@@ -131,7 +131,7 @@ CONFIG_DIRS_ENV = "TRAINLEDGER_CONFIG_DIRS"
 
 
 def shipped_config_dir() -> Path:
-    from trainer import configs  # a package of YAML files; imports no torch
+    from trainledger.trainer import configs  # a package of YAML files; imports no torch
 
     return Path(configs.__file__).resolve().parent
 
@@ -162,8 +162,8 @@ def check_config_allowed(path: Path, flag: str = "CONFIG") -> Path:
 
 def _load_plan(req: LaunchRequest):
     """Validate the config and plan before anything starts; returns (config, plan)."""
-    from trainer.config import ConfigError, load_config
-    from trainer.parallel import PlanError, resolve_plan
+    from trainledger.trainer.config import ConfigError, load_config
+    from trainledger.trainer.parallel import PlanError, resolve_plan
 
     if not req.config.is_file():
         raise LedgerInputError(f"CONFIG: {req.config} does not exist")
@@ -213,7 +213,7 @@ def node_of_several(req: LaunchRequest) -> None:
     validate_run_id(req.run_id, "--run-id")
     hosts: list[str] = []
     if req.hostfile is not None:
-        from trainer.parallel import PlanError, parse_hostfile
+        from trainledger.trainer.parallel import PlanError, parse_hostfile
 
         try:
             hosts = [h for h, _ in parse_hostfile(req.hostfile)]
@@ -240,7 +240,7 @@ def _hostfile_slots(hostfile: Optional[Path]) -> Optional[int]:
     """The slots per host of a hostfile (its first host's; the plan checks that they agree), else None."""
     if hostfile is None:
         return None
-    from trainer.parallel import parse_hostfile
+    from trainledger.trainer.parallel import parse_hostfile
 
     return parse_hostfile(hostfile)[0][1]
 
@@ -256,7 +256,7 @@ def default_processes_per_node(cfg) -> int:
 
 def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     """Validate, register the run as queued, and build the launcher command (nothing started yet)."""
-    from ledger.store.ids import new_run_id
+    from trainledger.store.ids import new_run_id
 
     cfg, plan, gpn = _load_plan(req)
     nt = session.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
@@ -270,8 +270,8 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
             names = session.exec(select(Offer.name).where(Offer.node_type_id == nt.id)).all()
             raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for {nt.name}; use one of {', '.join(sorted(names))}")
         offer_id = off.id
-    from ledger.store.lookup import get_or_create
-    from ledger.store.models import Project, User
+    from trainledger.store.lookup import get_or_create
+    from trainledger.store.models import Project, User
 
     run_id = validate_run_id(req.run_id or new_run_id(), "--run-id")
     if req.sweep_id:
@@ -294,7 +294,7 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
         sweep_id=req.sweep_id, config={"path": str(req.config), "train": cfg.to_dict()}, status=RunStatus.queued,
         hostname=socket.gethostname(), log_path=str(log_path)))
     session.flush()
-    from ledger.runs.predictions import store_prediction
+    from trainledger.runs.predictions import store_prediction
 
     store_prediction(session, session.get(Run, run_id), req.steps)  # planned vs measured (docs/PLANNER.md)
     return _command(req, run_id, nt.name, name, gpn, log_path, db_url)
@@ -323,7 +323,7 @@ def _command(req: LaunchRequest, run_id: str, node_type: str, name: str, gpn: in
                   "--master-port", str(req.master_port)] if req.nodes > 1 else
                  ["--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1"])
         cmd = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(gpn),
-               "--max-restarts", "0", "-m", "trainer.train", *train_args]
+               "--max-restarts", "0", "-m", "trainledger.trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     if req.launcher == "deepspeed":
         ds = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
@@ -331,7 +331,7 @@ def _command(req: LaunchRequest, run_id: str, node_type: str, name: str, gpn: in
         cmd = [ds, "--num_nodes", str(req.nodes), "--num_gpus", str(gpn), "--master_port", str(_free_port())]
         if req.hostfile:
             cmd += ["--hostfile", str(req.hostfile)]
-        cmd += ["--module", "trainer.train", *train_args]
+        cmd += ["--module", "trainledger.trainer.train", *train_args]
         return Prepared(run_id, cmd, env, log_path)
     script = log_path.parent / f"{run_id}.sbatch"
     write_output(script, slurm_script(run_id, req, gpn, train_args, log_path).encode("utf-8"), flag="sbatch script")
@@ -343,7 +343,7 @@ def slurm_script(run_id: str, req: LaunchRequest, gpn: int, train_args: list[str
     q = shlex.quote
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(req.nodes), "--nproc-per-node", str(gpn),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head:29500", "--rdzv-id", "$SLURM_JOB_ID",
-                "-m", "trainer.train", *train_args]
+                "-m", "trainledger.trainer.train", *train_args]
     # only our own two placeholders are left for the shell to expand; every other argument
     # (run names, projects, users: user input) is quoted
     line = " ".join({"$SLURM_JOB_ID": '"$SLURM_JOB_ID"', "$head:29500": '"$head:29500"'}.get(a) or q(a) for a in torchrun)
@@ -477,13 +477,13 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
     A run whose rank 0 recorded ``cancelled`` although nobody asked to cancel it was stopped by its
     launcher because another rank failed first: it is ``failed``, with that rank's failure as its error.
     """
-    from ledger.sources.journal import (
+    from trainledger.sources.journal import (
         Journal,
         JournalWriteError,
         default_journal_dir,
         sync_journal,
     )
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     try:
         engine = make_engine(db_url)
@@ -547,7 +547,7 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
 def _lost_nodes(s: Session, run: Run) -> None:
     """Nodes of an ended run that never reported their end (their host died, or cannot reach the ledger):
     ``crashed`` at their last heartbeat. A node that is still alive reports its own end later."""
-    from ledger.store.models import RunNode
+    from trainledger.store.models import RunNode
 
     for node in s.exec(select(RunNode).where(RunNode.run_id == run.id, RunNode.status == "running")).all():
         node.status = "crashed"
@@ -563,8 +563,8 @@ def settle_member(run_id: str, db_url: str, exit_code: int, node_rank: int, log_
     """
     from datetime import timedelta
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import RunNode
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import RunNode
 
     host = socket.gethostname()
     try:
@@ -614,7 +614,7 @@ def _aware(ts: datetime) -> datetime:
 
 def start(prepared: Prepared, db_url: str, detach: bool) -> subprocess.Popen:
     """Start the supervisor in its own session (its pid is the run's process group)."""
-    cmd = [sys.executable, "-m", "ledger.runs.launch", "supervise", prepared.run_id, str(prepared.log_path), "--", *prepared.command]
+    cmd = [sys.executable, "-m", "trainledger.runs.launch", "supervise", prepared.run_id, str(prepared.log_path), "--", *prepared.command]
     return subprocess.Popen(cmd, env=prepared.env, start_new_session=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL if detach else None, stderr=subprocess.DEVNULL if detach else None,
                             preexec_fn=None if detach else pdeathsig(signal.SIGKILL))
@@ -672,7 +672,7 @@ def _group_alive(pgid: int) -> bool:
 def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, Any]:
     """Stop a launched run and its whole process group (a ``trainledger run`` wrapper: SIGTERM to the wrapper,
     which cancels its command, then SIGKILL to it after the grace period); returns what happened."""
-    from ledger.runs.registry import get_run
+    from trainledger.runs.registry import get_run
 
     run = get_run(session, run_id)
     if run.status not in (RunStatus.queued, RunStatus.running):
@@ -718,9 +718,9 @@ def cancel(session: Session, run_id: str, grace_s: float = 30.0) -> dict[str, An
 
 
 def _main(argv: list[str]) -> int:
-    # python -m ledger.runs.launch supervise RUN_ID LOG -- COMMAND...
+    # python -m trainledger.runs.launch supervise RUN_ID LOG -- COMMAND...
     if len(argv) < 4 or argv[0] != "supervise" or "--" not in argv:
-        print("usage: python -m ledger.runs.launch supervise RUN_ID LOG -- COMMAND...", file=sys.stderr)
+        print("usage: python -m trainledger.runs.launch supervise RUN_ID LOG -- COMMAND...", file=sys.stderr)
         return 2
     sep = argv.index("--")
     run_id, log = argv[1], Path(argv[2])

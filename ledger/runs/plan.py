@@ -2,8 +2,8 @@
 
 For a model and a token count, every offer of the ledger × node count ×
 strategy × (tp, pp, micro-batch, recompute) is evaluated by the trainer's
-planning model (``trainer.plan``: plan validation, memory per GPU, step
-time), priced with the offer (``ledger.money.costs.planned_run_cost``), checked
+planning model (``trainledger.trainer.plan``: plan validation, memory per GPU, step
+time), priced with the offer (``trainledger.money.costs.planned_run_cost``), checked
 against the deadline and budget, and ranked by total cost (or by time).
 Plans that fail are counted by reason, with examples, so the Planner page can
 say why a plan is not on the list; each offer's best plan is kept too
@@ -17,8 +17,8 @@ node is paid for the whole month, used or not, as in the monthly report);
 own node-hours × full-use rate (depreciation + operations per 730 h + load
 power). Cost per 1M tokens = cost ÷ tokens × 10⁶.
 
-The node type's efficiency and links: ``ledger.runs.hardware``. With a stored
-calibration (``ledger.runs.calibrate``) every plan's time and memory are the
+The node type's efficiency and links: ``trainledger.runs.hardware``. With a stored
+calibration (``trainledger.runs.calibrate``) every plan's time and memory are the
 calibrated ones, with the residuals' range; otherwise "uncalibrated".
 
 :func:`trial_sweep` turns the best plans into a pre-scale trial: each plan
@@ -38,16 +38,16 @@ from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.fx import at_list_prices
-from ledger.runs.hardware import ASSUMED_LINKS, calibrated_efficiency, hardware, hardware_summary  # noqa: F401
-from ledger.store.models import NodeType, Offer, Run
-from trainer.parallel import STRATEGY_ZERO_STAGE
-from trainer.plan.memory import GIB, RECOMPUTE
-from trainer.plan.search import DEFAULT_BATCH_TOKENS, MICRO_BATCHES, Evaluated, candidates, evaluate, reason_kind
-from trainer.plan.timing import Hardware
-from trainer.shapes import ModelShape, flops_per_token, get_shape, param_count
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.fx import at_list_prices
+from trainledger.runs.hardware import ASSUMED_LINKS, calibrated_efficiency, hardware, hardware_summary  # noqa: F401
+from trainledger.store.models import NodeType, Offer, Run
+from trainledger.trainer.parallel import STRATEGY_ZERO_STAGE
+from trainledger.trainer.plan.memory import GIB, RECOMPUTE
+from trainledger.trainer.plan.search import DEFAULT_BATCH_TOKENS, MICRO_BATCHES, Evaluated, candidates, evaluate, reason_kind
+from trainledger.trainer.plan.timing import Hardware
+from trainledger.trainer.shapes import ModelShape, flops_per_token, get_shape, param_count
 
 STRATEGIES = tuple(STRATEGY_ZERO_STAGE)
 RANK_BY = ("cost", "time")
@@ -150,9 +150,9 @@ class RecommendRequest:
 
 
 def planning_hardware(session: Session, nt: NodeType) -> tuple[Hardware, str]:
-    """The node type as ``plan recommend`` plans on it: with its newest GPU calibration (``ledger.runs.calibrate``;
+    """The node type as ``plan recommend`` plans on it: with its newest GPU calibration (``trainledger.runs.calibrate``;
     factors on the default efficiency, its residual ranges) when there is one, else :func:`hardware` as is."""
-    from ledger.runs.calibrate import latest, model_hardware, summary
+    from trainledger.runs.calibrate import latest, model_hardware, summary
 
     cal = latest(session, nt.id, "gpu")
     if cal is None:
@@ -164,15 +164,15 @@ def planning_hardware(session: Session, nt: NodeType) -> tuple[Hardware, str]:
 
 
 def calibration_factors(hw: Hardware):
-    """The calibration's factors for ``trainer.plan.search.evaluate`` (None: uncalibrated)."""
-    from trainer.plan.factors import Factors
+    """The calibration's factors for ``trainledger.trainer.plan.search.evaluate`` (None: uncalibrated)."""
+    from trainledger.trainer.plan.factors import Factors
 
     return Factors(**hw.calibration["factors"]) if hw.calibration else None
 
 
 def calibration_columns(hw: Hardware, step_s: float, memory_bytes: float) -> dict[str, Any]:
     """Per plan: how it was predicted and the range of its step time and memory from the residuals."""
-    from ledger.runs.calibrate import with_range
+    from trainledger.runs.calibrate import with_range
 
     c = hw.calibration
     if not c:
@@ -379,7 +379,7 @@ def _trial_config(row: dict[str, Any], shape: ModelShape, dp: int, tp: int, pp: 
 def _trial_entry(session: Session, row: dict[str, Any], shape: ModelShape, nodes: int, steps: int,
                  index: int) -> tuple[Optional[dict[str, Any]], str]:
     """The first trial layout of ``row`` that fits on the trial cluster, with its predictions; or the reason none does."""
-    from trainer.plan.search import Candidate
+    from trainledger.trainer.plan.search import Candidate
 
     nt = session.exec(select(NodeType).where(NodeType.name == row["node_type"])).one()
     hw, _ = hardware(session, nt)
@@ -429,7 +429,7 @@ def write_trial(trial: dict[str, Any], sweep_id: str) -> dict[str, Path]:
     """Write each trial run's config as YAML under the sweep config directory; name → path."""
     import yaml
 
-    from ledger.runs.sweep import config_dir
+    from trainledger.runs.sweep import config_dir
 
     out = config_dir() / sweep_id
     out.mkdir(parents=True, exist_ok=True)
@@ -509,9 +509,9 @@ def predict_run(run: Run, hw: Hardware, precision: str = "bf16", reserved: Optio
     ``reserved`` replaces the per-GPU reserve of the allowance (on CPU: the
     measured RSS of a process with torch, DeepSpeed and gloo loaded).
     """
-    from trainer.config import config_from_dict
-    from trainer.plan.memory import RESERVED_BYTES, memory_per_gpu
-    from trainer.plan.timing import step_time
+    from trainledger.trainer.config import config_from_dict
+    from trainledger.trainer.plan.memory import RESERVED_BYTES, memory_per_gpu
+    from trainledger.trainer.plan.timing import step_time
 
     cfg = config_from_dict((run.config or {}).get("train") or {})
     shape = cfg.shape

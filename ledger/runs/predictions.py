@@ -1,10 +1,10 @@
 """Planned vs measured on every run: the prediction stored at launch, compared with what the run measured.
 
 ``trainledger launch`` and ``trainledger sweep`` call :func:`store_prediction`
-as they register a run: the planning model (``trainer.plan``) evaluated for
+as they register a run: the planning model (``trainledger.trainer.plan``) evaluated for
 the run's own plan on its node type (the CPU profile on a machine without an
 NVIDIA device), scaled by the node type's newest calibration
-(``ledger.runs.calibrate``) when there is one, with the calibration's
+(``trainledger.runs.calibrate``) when there is one, with the calibration's
 residual range; "uncalibrated" when there is none. A prediction that cannot be
 made (no peak TFLOPs known) is stored with its reason; a launch never fails on it.
 
@@ -24,15 +24,15 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.months import run_interval
-from ledger.runs import calibrate as cal_mod
-from ledger.runs.registry import cost_under_offers
-from ledger.store.models import NodeType, Offer, Run, RunPrediction
-from ledger.store.types import utcnow
-from trainer.plan.factors import Factors
-from trainer.plan.memory import GIB
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.months import run_interval
+from trainledger.runs import calibrate as cal_mod
+from trainledger.runs.registry import cost_under_offers
+from trainledger.store.models import NodeType, Offer, Run, RunPrediction
+from trainledger.store.types import utcnow
+from trainledger.trainer.plan.factors import Factors
+from trainledger.trainer.plan.memory import GIB
 
 
 def predict_for_run(session: Session, run: Run, device: str) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def predict_for_run(session: Session, run: Run, device: str) -> dict[str, Any]:
     nt = session.get(NodeType, run.node_type_id)
     cal = cal_mod.latest(session, nt.id, device)
     if cal is None and device == "gpu":  # uncalibrated: the planner's own efficiency (measured MFU median or default)
-        from ledger.runs.hardware import hardware
+        from trainledger.runs.hardware import hardware
 
         hw = hardware(session, nt)[0]
     else:

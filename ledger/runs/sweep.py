@@ -3,7 +3,7 @@ for N steps, sharing a sweep id, one after another on the same nodes.
 
 :func:`run_sweep` is the loop (the ``sweep`` command calls it; so does the
 background sweep of ``trainledger demo``, through :func:`start_background`,
-which runs ``python -m ledger.runs.sweep run ...`` in its own session). Before the
+which runs ``python -m trainledger.runs.sweep run ...`` in its own session). Before the
 first run the sweep records its plan in the ledger (setting ``sweep:<id>``: the
 strategies, steps, and the driver's host and pid), so :func:`sweep_progress`
 can say "3 of 5 strategies measured" while it runs, from any process.
@@ -31,12 +31,12 @@ import yaml
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.runs.launch import _alive
-from ledger.store.files import write_output
-from ledger.store.ids import validate_run_id
-from ledger.store.models import Run, RunStatus, Setting
-from ledger.store.settings import display_timezone
+from trainledger.errors import LedgerInputError
+from trainledger.runs.launch import _alive
+from trainledger.store.files import write_output
+from trainledger.store.ids import validate_run_id
+from trainledger.store.models import Run, RunStatus, Setting
+from trainledger.store.settings import display_timezone
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "pp", "tp", "3d")
 
@@ -75,7 +75,7 @@ def config_dir() -> Path:
 
 
 def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_id: str) -> dict[str, Path]:
-    from trainer.config import ConfigError, load_yaml
+    from trainledger.trainer.config import ConfigError, load_yaml
 
     validate_run_id(sweep_id, "sweep id")  # it names the sweep's folder
 
@@ -176,7 +176,7 @@ def record_plan(session: Session, req: SweepRequest, pid: int, log: Optional[Pat
 
 
 def _mark_stopped(url: str, sweep_id: str, why: str) -> None:
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.store.db import get_engine, session_scope
 
     with session_scope(get_engine(url)) as s:
         row = s.get(Setting, PLAN_PREFIX + sweep_id)
@@ -217,8 +217,8 @@ def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int
     ``record`` the plan is written first (:func:`start_background` writes it
     itself, before the driver process is up).
     """
-    from ledger.runs.launch import LaunchRequest, cancel, prepare, record_process, start
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.launch import LaunchRequest, cancel, prepare, record_process, start
+    from trainledger.store.db import get_engine, session_scope
 
     names = list(req.strategies)
     paths = req.configs or write_configs(req.config, names, req.gpus_per_node or 2, req.sweep_id)
@@ -276,9 +276,9 @@ def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int
 
 
 def calibrate_sweep(url: str, sweep_id: str) -> dict[str, Any]:
-    """A finished sweep calibrates the planner (``ledger.runs.calibrate``): its calibrations, or why none."""
-    from ledger.runs.calibrate import calibrate
-    from ledger.store.db import get_engine, session_scope
+    """A finished sweep calibrates the planner (``trainledger.runs.calibrate``): its calibrations, or why none."""
+    from trainledger.runs.calibrate import calibrate
+    from trainledger.store.db import get_engine, session_scope
 
     try:
         with session_scope(get_engine(url)) as s:
@@ -291,8 +291,8 @@ def calibrate_sweep(url: str, sweep_id: str) -> dict[str, Any]:
 def _close_stopped(url: str, run_id: str, why: str) -> None:
     """After a stop signal: a run whose supervisor died before it could settle it (the signal came while it
     was starting) is cancelled here, and anything left in its process group is killed."""
-    from ledger.store.db import get_engine, session_scope
-    from ledger.store.types import utcnow
+    from trainledger.store.db import get_engine, session_scope
+    from trainledger.store.types import utcnow
 
     with session_scope(get_engine(url)) as s:
         run = s.get(Run, run_id)
@@ -313,17 +313,17 @@ def _close_stopped(url: str, run_id: str, why: str) -> None:
 def start_background(url: str, req: SweepRequest, log_path: Optional[Path] = None) -> dict[str, Any]:
     """Start :func:`run_sweep` in a detached process (its own session); returns at once.
 
-    The driver is ``python -m ledger.runs.sweep run ...``, started as an argument
+    The driver is ``python -m trainledger.runs.sweep run ...``, started as an argument
     list; the ledger URL travels in the environment. Its output goes to
     ``log_path`` (default: the runs' log directory, ``<sweep id>.log``). The
     plan is recorded before this returns, so the sweep shows up at once.
     """
-    from ledger.runs.launch import default_log_dir
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.launch import default_log_dir
+    from trainledger.store.db import get_engine, session_scope
 
     log_path = Path(log_path or default_log_dir() / f"{req.sweep_id}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "ledger.runs.sweep", "run", str(Path(req.config).resolve()),
+    argv = [sys.executable, "-m", "trainledger.runs.sweep", "run", str(Path(req.config).resolve()),
             "--sweep-id", req.sweep_id, "--strategies", ",".join(req.strategies), "--steps", str(req.steps),
             "--nodes", str(req.nodes), "--launcher", req.launcher, "--node-type", req.node_type]
     for flag, value in (("--gpus-per-node", req.gpus_per_node), ("--hostfile", req.hostfile), ("--project", req.project)):
@@ -342,7 +342,7 @@ def start_background(url: str, req: SweepRequest, log_path: Optional[Path] = Non
 def _main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m ledger.runs.sweep", description="The driver of a background sweep "
+    parser = argparse.ArgumentParser(prog="python -m trainledger.runs.sweep", description="The driver of a background sweep "
                                      "(started by trainledger demo); the ledger URL comes from $TRAINLEDGER_DB_URL.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run")
@@ -405,7 +405,7 @@ def sweep_progress(session: Session, sweep_id: str) -> dict[str, Any]:
     on another host and nothing is active. Without a recorded plan the slots are
     the sweep's runs.
     """
-    from ledger.runs.registry import reap_stale
+    from trainledger.runs.registry import reap_stale
 
     reap_stale(session)
     plan = sweep_plan(session, sweep_id)

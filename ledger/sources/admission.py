@@ -1,10 +1,10 @@
 """What an import admits: runs that can be costed and that have happened.
 
-Checked on the parsed rows (both parsers, :mod:`ledger.sources.importer` and
-:mod:`ledger.sources.slurm`, after the parse and before anything is written):
+Checked on the parsed rows (both parsers, :mod:`trainledger.sources.importer` and
+:mod:`trainledger.sources.slurm`, after the parse and before anything is written):
 
 * **no offer to cost it**: a run recorded without an offer is costed under its node
-  type's default (its fleet, else elastic rent, :func:`ledger.money.catalog.default_offer`);
+  type's default (its fleet, else elastic rent, :func:`trainledger.money.catalog.default_offer`);
   a node type with no offer at all would leave the run uncostable and block every
   report of its month. Refused, naming the node type and the command that adds an offer.
 * **an end in the future**: a finished run that ends after ``now`` is usage that has
@@ -20,8 +20,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import RunStatus
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import RunStatus
 
 NO_OFFER = "node type without an offer"
 FUTURE_END = "end in the future"

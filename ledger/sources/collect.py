@@ -46,11 +46,11 @@ from sqlalchemy import delete, or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.money.months import run_interval
-from ledger.store.ingest import insert_samples
-from ledger.store.models import MetricSample, Run, RunNode, RunStatus
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money.months import run_interval
+from trainledger.store.ingest import insert_samples
+from trainledger.store.models import MetricSample, Run, RunNode, RunStatus
+from trainledger.store.types import utcnow
 
 ENV_PROMETHEUS = "TRAINLEDGER_PROMETHEUS_URL"
 DEFAULT_PROMETHEUS = "http://127.0.0.1:9090"
@@ -275,7 +275,7 @@ class _RunWindow:
 
 
 def _windows(session: Session, run_id: Optional[str], since: Optional[datetime], now: datetime) -> list[_RunWindow]:
-    from ledger.store.lookup import get_run
+    from trainledger.store.lookup import get_run
 
     if run_id:
         runs = [get_run(session, run_id)]
@@ -646,7 +646,7 @@ def collect(engine: Engine, opts: Optional[CollectOptions] = None, *, run_id: Op
     ``reachable`` (False: Prometheus could not be reached; figures stored as
     missing), ``warnings`` (one line each), ``notes`` and one entry per run.
     """
-    from ledger.store.settings import display_timezone
+    from trainledger.store.settings import display_timezone
 
     opts = opts or CollectOptions()
     now = now or utcnow()
@@ -727,7 +727,7 @@ def _store_one(engine: Engine, opts: CollectOptions, w: _RunWindow, step_s: int,
 
 
 def _write(engine: Engine):
-    from ledger.store.db import session_scope
+    from trainledger.store.db import session_scope
 
     return session_scope(engine)
 

@@ -1,10 +1,10 @@
 """Prometheus metrics of a tracked run, served from the process that trains (or wraps) it.
 
 One exporter per trainer rank, per ``trainledger run`` wrapper (one per node)
-and per ``ledger.track`` process that asks for one. Names follow the
+and per ``trainledger.track`` process that asks for one. Names follow the
 Prometheus conventions (``trainledger_`` prefix, base units, ``_total``
 counters, ratios 0–1, labels ``run_id``/``node``/``rank``); ``trainledger
-collect`` reads them back (:mod:`ledger.sources.collect`). A series appears only
+collect`` reads them back (:mod:`trainledger.sources.collect`). A series appears only
 once it has a value: missing is never exported as zero.
 """
 
@@ -23,7 +23,7 @@ class Exporter:
                  allowed_hosts: tuple[str, ...] = ()):
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
-        from ledger.sources.metrics_http import serve
+        from trainledger.sources.metrics_http import serve
 
         self.registry = CollectorRegistry()
         labels = ["run_id", "node", "rank"]

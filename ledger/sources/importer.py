@@ -1,4 +1,4 @@
-"""``trainledger import``: runs from our CSV format (here) or Slurm ``sacct`` output (``ledger.sources.slurm``).
+"""``trainledger import``: runs from our CSV format (here) or Slurm ``sacct`` output (``trainledger.sources.slurm``).
 
 Both go through the one import path of this module, in two phases:
 
@@ -17,7 +17,7 @@ Every import returns a :class:`Receipt`: rows read, runs imported, updated,
 already present, and rows skipped by reason with the first job ids of each.
 Importing the same file twice imports nothing the second time (run ids are the
 Slurm job id, the CSV ``id`` column, or a hash of the row); an ``id`` must be a
-valid run id (``ledger.store.ids.validate_run_id``).
+valid run id (``trainledger.store.ids.validate_run_id``).
 
 Our CSV (header row, any column order)::
 
@@ -54,16 +54,16 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money import rollup
-from ledger.sources.admission import admit
-from ledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
-from ledger.store.db import session_scope
-from ledger.store.ids import validate_run_id
-from ledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
-from ledger.store.settings import display_timezone
-from ledger.store.slurm_map import Rule, load_rules
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money import rollup
+from trainledger.sources.admission import admit
+from trainledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
+from trainledger.store.db import session_scope
+from trainledger.store.ids import validate_run_id
+from trainledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
+from trainledger.store.settings import display_timezone
+from trainledger.store.slurm_map import Rule, load_rules
+from trainledger.store.types import utcnow
 
 CSV_REQUIRED = ["name", "nodes", "start", "end", "status"]
 CSV_OPTIONAL = ["id", "project", "user", "node_type", "offer", "gpus_per_node", "strategy", "tokens",
@@ -529,7 +529,7 @@ def merge_tracked(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     if row["started_at"] is not None:
         new["started_at"] = row["started_at"]
         new["nodes"] = row["nodes"]
-        if row.get("share_basis"):  # the allocation's share of each node (ledger.money.shares)
+        if row.get("share_basis"):  # the allocation's share of each node (trainledger.money.shares)
             new["share"], new["share_basis"] = row.get("share"), row["share_basis"]
     if row["ended_at"] is not None:
         new["ended_at"] = row["ended_at"]

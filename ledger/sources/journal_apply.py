@@ -1,4 +1,4 @@
-"""Applying journal events to the ledger, idempotently (the event format: :mod:`ledger.sources.journal`)."""
+"""Applying journal events to the ledger, idempotently (the event format: :mod:`trainledger.sources.journal`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import select
 from sqlmodel import Session
 
-from ledger.sources.journal_file import RunNotRegistered
-from ledger.sources.sanitize import clean_event
-from ledger.store.ids import validate_run_id
-from ledger.store.ingest import insert_samples
-from ledger.store.lookup import get_or_create
-from ledger.store.models import NodeType, Offer, Project, Run, RunNode, RunStatus, User
+from trainledger.sources.journal_file import RunNotRegistered
+from trainledger.sources.sanitize import clean_event
+from trainledger.store.ids import validate_run_id
+from trainledger.store.ingest import insert_samples
+from trainledger.store.lookup import get_or_create
+from trainledger.store.models import NodeType, Offer, Project, Run, RunNode, RunStatus, User
 
 #: fields of a ``run`` event that name rows in other tables
 NAMED = {"node_type": (NodeType, "node_type_id"), "offer": (Offer, "offer_id"),
@@ -159,8 +159,8 @@ def _apply_checkpoint(session: Session, rid: str, ev: dict[str, Any]) -> None:
 
 
 def _apply_phases(session: Session, rid: str, ev: dict[str, Any]) -> None:
-    """A node's phase totals (ledger.sources.phases): its ``run_phase`` rows set to them."""
-    from ledger.sources.phases import apply_phases
+    """A node's phase totals (trainledger.sources.phases): its ``run_phase`` rows set to them."""
+    from trainledger.sources.phases import apply_phases
 
     apply_phases(session, rid, ev, _registered, _ts)
 
@@ -171,6 +171,6 @@ _HANDLERS = {"run": _apply_run, "heartbeat": _apply_heartbeat, "samples": _apply
 
 def _insert_samples(session: Session, run_id: str, rows: list[list[Any]]) -> None:
     """Insert samples once: rows already present (same run, node, gpu, metric, ts) are skipped
-    (``ledger.store.ingest``: one executemany on SQLite, COPY on PostgreSQL)."""
+    (``trainledger.store.ingest``: one executemany on SQLite, COPY on PostgreSQL)."""
     if rows:
         insert_samples(session, rows, run_id=run_id)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Optional
 from zoneinfo import ZoneInfo
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 _UTC = timezone.utc
 

@@ -35,10 +35,10 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.sources.journal_apply import apply_events
-from ledger.sources.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
-from ledger.sources.sanitize import clean_text, clean_value
+from trainledger.errors import LedgerInputError
+from trainledger.sources.journal_apply import apply_events
+from trainledger.sources.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
+from trainledger.sources.sanitize import clean_text, clean_value
 
 #: failures that are the ledger's state, not the event's: retried by the next replay, never quarantined
 TRANSIENT = (RunNotRegistered, OperationalError, InterfaceError, DisconnectionError, PoolTimeout)

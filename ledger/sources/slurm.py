@@ -1,8 +1,8 @@
 """Slurm: ``sacct`` records as runs (``trainledger import`` of sacct output; ``trainledger slurm sync`` runs
-sacct itself: :mod:`ledger.sources.slurm_sync`).
+sacct itself: :mod:`trainledger.sources.slurm_sync`).
 
 A job's *allocation* record becomes a run with the id
-``ledger.store.ids.slurm_run_id`` of its JobID (``slurm-<jobid>``, or
+``trainledger.store.ids.slurm_run_id`` of its JobID (``slurm-<jobid>``, or
 ``slurm-<cluster>-<jobid>`` with ``--cluster``); job steps are never runs
 (their GPU usage counts towards their job). What the job ran on (node type and
 offer) comes from the Slurm mapping (``trainledger slurm map``), or from
@@ -45,9 +45,9 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from ledger.errors import LedgerInputError
-from ledger.money import shares
-from ledger.sources.importer import (
+from trainledger.errors import LedgerInputError
+from trainledger.money import shares
+from trainledger.sources.importer import (
     FIRST_IDS,
     MAX_NODES,
     TEXT_LIMITS,
@@ -63,9 +63,9 @@ from ledger.sources.importer import (
     readings,
     to_int,
 )
-from ledger.store.db import session_scope
-from ledger.store.ids import previous_attempt, slurm_attempt_id, slurm_attempt_of, slurm_run_id, validate_run_id
-from ledger.store.models import Run, RunStatus
+from trainledger.store.db import session_scope
+from trainledger.store.ids import previous_attempt, slurm_attempt_id, slurm_attempt_of, slurm_run_id, validate_run_id
+from trainledger.store.models import Run, RunStatus
 
 #: the fields a sacct file must have (``sacct --parsable2 --format ...``); the others are used when present
 REQUIRED = ["JobID", "JobName", "Account", "User", "Start", "End", "NNodes", "AllocTRES", "State"]
@@ -401,7 +401,7 @@ class SacctParser:
 
     def _share(self, get: Any, target: Target, nodes: int, gpn: int, job: str,
                where: str) -> Optional[tuple[Optional[str], str, Optional[str]]]:
-        """(share, basis, billing units) of the job's allocation (:mod:`ledger.money.shares`); None: skipped."""
+        """(share, basis, billing units) of the job's allocation (:mod:`trainledger.money.shares`); None: skipped."""
         nt = target.node_type
         if target.by_node:
             return None, "node", None
@@ -724,7 +724,7 @@ def parse_sacct(lines: Iterable[str], name: str, ctx: Context, opts: ImportOptio
 
 def import_sacct(engine: Engine, path: Path | str, opts: Optional[ImportOptions] = None) -> Receipt:
     """Import a sacct ``--parsable2`` file (``-``: standard input)."""
-    from ledger.sources.importer import open_input, read_lines
+    from trainledger.sources.importer import open_input, read_lines
 
     opts = opts or ImportOptions(fmt="sacct")
     name = "stdin" if str(path) == "-" else Path(path).name

@@ -4,7 +4,7 @@ sacct runs as a child process (an argument list, never a shell) in its own
 session: at its timeout the whole process group is killed (``os.killpg``), so
 a child of sacct (a wrapper script's, a plugin's) that keeps the output pipe
 open can never hold the sync past its timeout. The records go through the
-import's parser (:class:`ledger.sources.slurm.SacctParser`) and writer.
+import's parser (:class:`trainledger.sources.slurm.SacctParser`) and writer.
 
 A job that has just ended may not be in the window yet: slurmdbd completes its
 record (the eligible time, by which it selects a window without ``--state``,
@@ -32,14 +32,14 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.money.months import month_bounds, month_of
-from ledger.sources.importer import ImportOptions, Receipt, Spill, load_context, system_timezone, write_spill
-from ledger.sources.slurm import SYNC_FIELDS, SacctParser
-from ledger.store.db import session_scope
-from ledger.store.ids import slurm_attempt_of, slurm_run_id
-from ledger.store.models import Run, RunStatus, Setting
-from ledger.store.types import utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.money.months import month_bounds, month_of
+from trainledger.sources.importer import ImportOptions, Receipt, Spill, load_context, system_timezone, write_spill
+from trainledger.sources.slurm import SYNC_FIELDS, SacctParser
+from trainledger.store.db import session_scope
+from trainledger.store.ids import slurm_attempt_of, slurm_run_id
+from trainledger.store.models import Run, RunStatus, Setting
+from trainledger.store.types import utcnow
 
 WATERMARK = "slurm:watermark:"
 OVERLAP = timedelta(minutes=10)
@@ -157,7 +157,7 @@ def _window(engine: Engine, cluster: str, since: Optional[datetime], until: Opti
         elif prior is not None:
             start = prior - overlap
         else:  # first sync: the current month (display time zone), so its report is complete
-            from ledger.store.settings import display_timezone
+            from trainledger.store.settings import display_timezone
 
             tz = display_timezone(s)
             start = month_bounds(month_of(now, tz), tz)[0]

@@ -16,10 +16,10 @@
 
 A flag that contradicts the environment or the command (``--nodes 2`` inside a
 one-node Slurm allocation) is an error, as is a multi-node run without a shared
-run id. The run id of a Slurm job is :func:`ledger.store.ids.slurm_run_id` (with the
+run id. The run id of a Slurm job is :func:`trainledger.store.ids.slurm_run_id` (with the
 cluster only from ``--cluster``, as ``slurm sync --cluster``), the id ``slurm sync`` gives
 the job's accounting record; a requeued job (``SLURM_RESTART_COUNT`` N > 0) is
-``<that id>-r<N>`` (:func:`ledger.store.ids.slurm_attempt_id`, the id the sync gives that
+``<that id>-r<N>`` (:func:`trainledger.store.ids.slurm_attempt_id`, the id the sync gives that
 attempt's record too), recorded as a restart of ``-r<N−1>`` (or of the first run).
 
 A Slurm job is one run (the allocation, what is paid for), whatever its steps: the
@@ -42,9 +42,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from ledger.errors import LedgerInputError
-from ledger.sources.sampling import owned_gpus
-from ledger.store.ids import new_run_id, previous_attempt, slurm_attempt_id, slurm_run_id, validate_run_id
+from trainledger.errors import LedgerInputError
+from trainledger.sources.sampling import owned_gpus
+from trainledger.store.ids import new_run_id, previous_attempt, slurm_attempt_id, slurm_run_id, validate_run_id
 
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"  # set in the command's environment: the run id it is wrapped in
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
@@ -224,7 +224,7 @@ class Flags:
 
 def allocation(flags: Flags, env: Mapping[str, str], command: Sequence[str], gpus: Optional[list[str]],
                slurm_gpus: Optional[int]) -> dict:
-    """What this node's run holds of it, for its share (:func:`ledger.money.shares.alloc_share`): the GPUs it
+    """What this node's run holds of it, for its share (:func:`trainledger.money.shares.alloc_share`): the GPUs it
     owns (``CUDA_VISIBLE_DEVICES``, else Slurm's GPU lists, else ``SLURM_GPUS_ON_NODE``; None: not said), its
     MIG devices with their profile (``--mig-profile`` or ``$TRAINLEDGER_MIG_PROFILE``), and whether it holds
     the node exclusively (``--exclusive``, or ``srun --exclusive`` / ``--exclusive`` in an sbatch-style command)."""

@@ -1,8 +1,8 @@
-"""``ledger.track``: record a run from inside your own training code.
+"""``trainledger.track``: record a run from inside your own training code.
 
-    import ledger
+    import trainledger
 
-    with ledger.track(project="llm", node_type="h100-8x", flops_per_token=6 * n_params) as run:
+    with trainledger.track(project="llm", node_type="h100-8x", flops_per_token=6 * n_params) as run:
         for step, batch in enumerate(loader):
             loss = train_step(batch)
             run.log(step=step, tokens=batch.numel(), loss=loss.item(), lr=sched.get_last_lr()[0])
@@ -10,7 +10,7 @@
                 save(model, f"ckpt/{step}")
                 run.checkpoint(step=step, path=f"ckpt/{step}")
 
-    @ledger.track(project="llm")           # as a decorator: ledger.current_run() inside
+    @trainledger.track(project="llm")           # as a decorator: trainledger.current_run() inside
     def main(): ...
 
 * **Under ``trainledger run``** (``TRAINLEDGER_WRAPPED`` in the environment) the API
@@ -31,13 +31,13 @@ inside the run ends it ``succeeded``, ``sys.exit(n)`` records exit code n.
 
 ``log`` never touches the database: it updates a few numbers and appends
 samples to a list; a background thread journals them (fsync'd) and applies
-them to the ledger (:mod:`ledger.sources.writer`). Its cost per call is measured
+them to the ledger (:mod:`trainledger.sources.writer`). Its cost per call is measured
 in ``bench/`` (``python -m bench capture``).
 
 MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)
-(:func:`ledger.money.costs.mfu`, the same formula as the bundled trainer's).
+(:func:`trainledger.money.costs.mfu`, the same formula as the bundled trainer's).
 Pass ``flops_per_token`` (for a model of the bundled trainer's family:
-``trainer.shapes.flops_per_token(shape)``, the one function the trainer uses); the
+``trainledger.trainer.shapes.flops_per_token(shape)``, the one function the trainer uses); the
 peak is ``peak_tflops`` or the node type's ``peak_bf16_tflops``. On CPU MFU is null.
 """
 
@@ -53,9 +53,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ledger.sources.sanitize import INT64_MAX, Guard, warn
-from ledger.sources.signals import RunCancelled, StopSignals
-from ledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
+from trainledger.sources.sanitize import INT64_MAX, Guard, warn
+from trainledger.sources.signals import RunCancelled, StopSignals
+from trainledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
 
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"
@@ -86,7 +86,7 @@ class TrackedRun:
                  peak_tflops: Optional[float] = None, gpus: Optional[int] = None, metrics_port: Optional[int] = None,
                  flush_s: Optional[float] = None, heartbeat_s: Optional[float] = None,
                  ledger_wait_s: Optional[float] = None, env: Optional[dict] = None, exclusive: bool = False):
-        from ledger.store.ids import validate_run_id
+        from trainledger.store.ids import validate_run_id
 
         self.env = dict(os.environ if env is None else env)
         self.rank = _rank(self.env)
@@ -129,7 +129,7 @@ class TrackedRun:
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
         self.guard = Guard()
-        self.phases = None  # ledger.sources.phases.PhaseRecorder of rank 0
+        self.phases = None  # trainledger.sources.phases.PhaseRecorder of rank 0
 
     @property
     def active(self) -> bool:
@@ -163,7 +163,7 @@ class TrackedRun:
         return False
 
     def __call__(self, fn: Callable) -> Callable:
-        """Use as a decorator: every call of ``fn`` is one run (``ledger.current_run()`` inside)."""
+        """Use as a decorator: every call of ``fn`` is one run (``trainledger.current_run()`` inside)."""
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
             with self:
@@ -172,9 +172,9 @@ class TrackedRun:
 
     def start(self) -> "TrackedRun":
         """Open the run. Whatever goes wrong with the journal or the ledger, training goes on: recording
-        turns off with one warning (:class:`ledger.sources.sanitize.Guard`)."""
+        turns off with one warning (:class:`trainledger.sources.sanitize.Guard`)."""
         if self._open:
-            raise RuntimeError("this run is already open; use a new ledger.track(...) for another run")
+            raise RuntimeError("this run is already open; use a new trainledger.track(...) for another run")
         self._reset()
         self._open = True
         _CURRENT.append(self)
@@ -187,8 +187,8 @@ class TrackedRun:
         return self
 
     def _open_recording(self) -> None:
-        from ledger.sources.journal import default_journal_dir
-        from ledger.store.ids import new_run_id
+        from trainledger.sources.journal import default_journal_dir
+        from trainledger.store.ids import new_run_id
 
         self.run_id = self._given_id or new_run_id()  # a decorated function: a new run per call
         self.started_at = utc_now()
@@ -209,7 +209,7 @@ class TrackedRun:
         self.writer.flush()
         self.writer.start()
         if self.metrics_port is not None:
-            from ledger.sources.exporter import Exporter
+            from trainledger.sources.exporter import Exporter
 
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
@@ -217,14 +217,14 @@ class TrackedRun:
     def _attach_phases(self) -> None:
         """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
         from the run's start (the paid interval's start)."""
-        from ledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
+        from trainledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
         self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname(),
                                                ledger_timezone(self.writer)).events)
 
     def _register(self) -> None:
-        from ledger.sources.sampling import UtilSampler, node_probe, process_tree
+        from trainledger.sources.sampling import UtilSampler, node_probe, process_tree
 
         o, now = self.opts, self.started_at.isoformat()
         world = int(self.env.get("WORLD_SIZE", "1") or 1)
@@ -244,11 +244,11 @@ class TrackedRun:
 
     def _share(self) -> dict:
         """``share``/``share_basis`` of the node this process holds (``CUDA_VISIBLE_DEVICES`` /
-        ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`ledger.money.shares`); {} when the environment
+        ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`trainledger.money.shares`); {} when the environment
         does not say or the ledger cannot tell the node type's GPUs (the whole node, as before)."""
-        from ledger.money.shares import alloc_share
-        from ledger.sources.sampling import owned_gpus
-        from ledger.sources.topology import Flags, allocation
+        from trainledger.money.shares import alloc_share
+        from trainledger.sources.sampling import owned_gpus
+        from trainledger.sources.topology import Flags, allocation
 
         try:
             slurm_gpus = self.env.get("SLURM_GPUS_ON_NODE")
@@ -268,8 +268,8 @@ class TrackedRun:
     def _node_type(self) -> Optional[tuple]:
         from sqlmodel import Session, select
 
-        from ledger.store.db import make_engine
-        from ledger.store.models import NodeType
+        from trainledger.store.db import make_engine
+        from trainledger.store.models import NodeType
 
         engine = make_engine(self.db)
         try:
@@ -288,8 +288,8 @@ class TrackedRun:
         try:
             from sqlmodel import Session, select
 
-            from ledger.store.db import make_engine
-            from ledger.store.models import NodeType
+            from trainledger.store.db import make_engine
+            from trainledger.store.models import NodeType
 
             engine = make_engine(self.db)
             try:
@@ -339,7 +339,7 @@ class TrackedRun:
         self.writer.close(self.ledger_wait_s)
 
     def _end_fields(self, exc: Optional[BaseException]) -> dict:
-        from ledger.sources.sampling import sample_rows
+        from trainledger.sources.sampling import sample_rows
 
         ended = utc_now().isoformat()
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
@@ -429,17 +429,17 @@ class TrackedRun:
     def phase(self, name: str):
         """``with run.phase("checkpoint_save"): ...``: time a phase (``checkpoint_save``, ``checkpoint_restore``,
         ``eval``, ``data``, ``startup`` or a custom name) for the goodput account. About a microsecond;
-        never touches the database (aggregated on the writer thread, :mod:`ledger.sources.phases`)."""
+        never touches the database (aggregated on the writer thread, :mod:`trainledger.sources.phases`)."""
         if self.phases is None or not self._open:
             return _NO_PHASE
-        from ledger.sources.phases import _Phase, phase_name
+        from trainledger.sources.phases import _Phase, phase_name
 
         return _Phase(self.phases, phase_name(name))
 
     def phase_span(self, name: str, seconds: float) -> None:
         """A phase of ``seconds`` that ended now (a framework hook that fires only at the end of one)."""
         if self.phases is not None and self._open:
-            from ledger.sources.phases import SPAN, phase_name
+            from trainledger.sources.phases import SPAN, phase_name
 
             self.phases.events.append((SPAN, (phase_name(name), float(seconds)), self.phases.clock()))
 
@@ -491,7 +491,7 @@ class TrackedRun:
             tps = (self.tokens - self._tokens_first) / span
             out["tokens_per_s"] = tps
             if self._peak and self.flops_per_token:
-                from ledger.money.costs import mfu
+                from trainledger.money.costs import mfu
 
                 world = int(self.env.get("WORLD_SIZE", "1") or 1)
                 out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)
@@ -502,7 +502,7 @@ def _argv() -> list[str]:
     """This process's command line as recorded, with credentials redacted where the wrapper's redaction exists."""
     argv = [str(a) for a in sys.argv[:50]]
     try:
-        from ledger.sources.redact import redact_argv  # the wrapper's redaction (issue 24)
+        from trainledger.sources.redact import redact_argv  # the wrapper's redaction (issue 24)
     except ImportError:
         return argv
     return list(redact_argv(argv))
@@ -534,7 +534,7 @@ def _on_gpu(env) -> bool:
             return bool(torch.cuda.is_available())
         except Exception:
             return False
-    from ledger.sources.sampling import owned_gpus
+    from trainledger.sources.sampling import owned_gpus
 
     if owned_gpus(env) == []:
         return False
@@ -548,7 +548,7 @@ def _on_gpu(env) -> bool:
 
 
 def track(project: Optional[str] = None, **kwargs: Any) -> TrackedRun:
-    """A run recorded from your code: ``with ledger.track(project=...) as run:`` or ``@ledger.track(...)``.
+    """A run recorded from your code: ``with trainledger.track(project=...) as run:`` or ``@trainledger.track(...)``.
 
     Keyword arguments: ``name``, ``user``, ``node_type``, ``offer``, ``tags`` (dict),
     ``run_id``, ``resume_of`` (the run this one restarts from a checkpoint of),

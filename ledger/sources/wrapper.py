@@ -1,9 +1,9 @@
 """``trainledger run -- COMMAND``: record any training command in the ledger, whatever trained it.
 
 The wrapper registers the run (node 0) or adds its node to it (other nodes),
-then runs the command through the keeper (:mod:`ledger.sources.keeper`: an
+then runs the command through the keeper (:mod:`trainledger.sources.keeper`: an
 argument list, never a shell; no orphan survives the wrapper), heartbeats,
-samples the node (:mod:`ledger.sources.sampling`: NVML for the GPUs the job
+samples the node (:mod:`trainledger.sources.sampling`: NVML for the GPUs the job
 owns, else the CPU share of the command's process tree, labelled ``cpu``),
 and ends the run:
 
@@ -18,11 +18,11 @@ and ends the run:
 The command's stdout and stderr pass through (stderr through a pipe, so that
 its tail can be kept), and its exit status is the wrapper's (128 + N when it
 was killed by signal N). Every event goes to the run journal first and a
-background thread applies it (:mod:`ledger.sources.writer`): an unreachable
+background thread applies it (:mod:`trainledger.sources.writer`): an unreachable
 ledger never stops the command, and ``trainledger sync`` replays the rest.
 
 The command's environment carries ``TRAINLEDGER_RUN_ID`` (and the ledger URL,
-journal directory and node type), so that ``ledger.track`` and the framework
+journal directory and node type), so that ``trainledger.track`` and the framework
 callbacks inside it attach to this run instead of opening another.
 """
 
@@ -38,14 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ledger.errors import LedgerInputError
-from ledger.sources import keeper
-from ledger.sources.exporter import Exporter
-from ledger.sources.redact import redact_argv, redact_text
-from ledger.sources.sampling import UtilSampler, node_probe, process_tree, sample_rows
-from ledger.sources.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
-from ledger.sources.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
-from ledger.sources.writer import LedgerWriter, utc_now
+from trainledger.errors import LedgerInputError
+from trainledger.sources import keeper
+from trainledger.sources.exporter import Exporter
+from trainledger.sources.redact import redact_argv, redact_text
+from trainledger.sources.sampling import UtilSampler, node_probe, process_tree, sample_rows
+from trainledger.sources.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
+from trainledger.sources.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
+from trainledger.sources.writer import LedgerWriter, utc_now
 
 ENV_DB_URL = "TRAINLEDGER_DB_URL"
 ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
@@ -97,7 +97,7 @@ class WrapRequest:
 
 
 def redact_command(command: list[str]) -> list[str]:
-    """The command line as recorded (:func:`ledger.sources.redact.redact_argv`: credentials become ``***``)."""
+    """The command line as recorded (:func:`trainledger.sources.redact.redact_argv`: credentials become ``***``)."""
     return redact_argv(command)
 
 
@@ -134,8 +134,8 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
     """
     from sqlmodel import Session, select
 
-    from ledger.store.db import redact_url, upgrade_schema
-    from ledger.store.models import LIVE_STATUSES, NodeType, Offer, Run
+    from trainledger.store.db import redact_url, upgrade_schema
+    from trainledger.store.models import LIVE_STATUSES, NodeType, Offer, Run
 
     engine = None
     try:
@@ -147,7 +147,7 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
                 names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
                 raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
                                        "(add one with `trainledger pricing import`)")
-            from ledger.money.shares import alloc_share
+            from trainledger.money.shares import alloc_share
 
             req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
             if req.offer:
@@ -180,7 +180,7 @@ def _engine_without_waiting(url: str):
     after :data:`CHECK_BUSY_MS` instead of the writers' busy timeout; PostgreSQL gives up on a lock as soon."""
     from sqlalchemy import event
 
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url, upgrade=False)
 
@@ -277,7 +277,7 @@ class Wrapper:
             raise RecordingImpossible(warning)
         self._queue_registration()
         if self.req.require_ledger:
-            from ledger.sources.journal import JournalWriteError
+            from trainledger.sources.journal import JournalWriteError
 
             try:
                 self.writer.flush()

@@ -1,9 +1,9 @@
 """The run writer: events go to the run journal first, then a background thread applies them to the ledger.
 
 One implementation for the bundled trainer's rank 0, every ``trainledger run``
-wrapper (one per node) and the Python API (``ledger.track``). The training
+wrapper (one per node) and the Python API (``trainledger.track``). The training
 step only queues an event (a ``queue.put``); the writer thread appends what is
-queued to the journal (fsync'd, :mod:`ledger.sources.journal`) every
+queued to the journal (fsync'd, :mod:`trainledger.sources.journal`) every
 ``flush_s`` seconds, with a heartbeat every ``heartbeat_s``, and applies the
 journal to the ledger. An unreachable ledger never stops training: the journal
 keeps everything and the next flush (or ``trainledger sync``) replays it
@@ -12,7 +12,7 @@ stops loudly, and the events are written straight to the ledger at the end.
 
 A writer for a run another process owns (a second node, the API under the
 wrapper) may start before that run is in the ledger: its events wait in its
-journal (:class:`~ledger.sources.journal.RunNotRegistered`) until the owner's
+journal (:class:`~trainledger.sources.journal.RunNotRegistered`) until the owner's
 registration has been applied.
 """
 
@@ -50,7 +50,7 @@ class LedgerWriter(threading.Thread):
     def __init__(self, db_url: Optional[str], journal_dir: Path, run_id: str, flush_s: float, heartbeat_s: float,
                  beats: Optional[Callable[[str], list[dict]]] = run_heartbeat, journal_name: Optional[str] = None):
         super().__init__(name="trainledger-writer", daemon=True)
-        from ledger.sources.journal import Journal
+        from trainledger.sources.journal import Journal
 
         self.journal = Journal(journal_dir, run_id, name=journal_name)
         self.db_url = db_url
@@ -64,13 +64,13 @@ class LedgerWriter(threading.Thread):
         self.waiting_for_run = False  # events of a run whose owner has not registered it yet
         self.error: Optional[BaseException] = None  # a journal write failure: fatal for the run
         self.on_error: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGUSR1)
-        #: what a journal failure means, said once on stderr (None: the owner says it, e.g. ledger.track)
+        #: what a journal failure means, said once on stderr (None: the owner says it, e.g. trainledger.track)
         self.failure_note: Optional[str] = "the run stops (tracking cannot go on without its journal)"
         self.run_id = run_id
         self._unjournaled: list[dict] = []  # events the failed journal could not keep: written straight to the ledger
         self._last_beat = 0.0
         self._lock = threading.Lock()
-        #: more event sources drained at each flush, before the heartbeat (the run's phases: ledger.sources.phases)
+        #: more event sources drained at each flush, before the heartbeat (the run's phases: trainledger.sources.phases)
         self.sources: list[Callable[[], list[dict]]] = []
 
     def put(self, event: dict) -> None:
@@ -91,7 +91,7 @@ class LedgerWriter(threading.Thread):
 
     def _engine_or_none(self):
         if self._engine is None:
-            from ledger.store.db import make_engine
+            from trainledger.store.db import make_engine
 
             self._engine = make_engine(self.db_url)
         return self._engine
@@ -99,10 +99,10 @@ class LedgerWriter(threading.Thread):
     def flush(self) -> None:
         """Journal whatever is queued (fsync), then try to apply all pending events.
 
-        A journal write failure (disk full, ...) raises :class:`~ledger.sources.journal.JournalWriteError`
+        A journal write failure (disk full, ...) raises :class:`~trainledger.sources.journal.JournalWriteError`
         and is fatal for the run; the events of the failed write are kept for :meth:`close`.
         """
-        from ledger.sources.journal import JournalWriteError
+        from trainledger.sources.journal import JournalWriteError
 
         with self._lock:
             events = self._drain()
@@ -145,8 +145,8 @@ class LedgerWriter(threading.Thread):
                 print(f"[trainledger] error: {exc}; {self.failure_note}", file=sys.stderr, flush=True)
 
     def _apply(self) -> None:
-        from ledger.sources.journal import JournalWriteError, RunNotRegistered, sync_journal
-        from ledger.store.db import redact_url, resolve_url
+        from trainledger.sources.journal import JournalWriteError, RunNotRegistered, sync_journal
+        from trainledger.store.db import redact_url, resolve_url
 
         try:
             sync_journal(self._engine_or_none(), self.journal)
@@ -184,7 +184,7 @@ class LedgerWriter(threading.Thread):
         ``on_durable`` is called once every event is safe (fsync'd in the journal, or, after a journal
         failure, written to the ledger): from then on the process may be interrupted without loss.
         """
-        from ledger.sources.journal import JournalWriteError
+        from trainledger.sources.journal import JournalWriteError
 
         self._halt.set()
         if self.is_alive():
@@ -219,8 +219,8 @@ class LedgerWriter(threading.Thread):
         the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
         from sqlmodel import Session
 
-        from ledger.sources.journal import JournalWriteError, apply_events
-        from ledger.store.db import redact_url, resolve_url
+        from trainledger.sources.journal import JournalWriteError, apply_events
+        from trainledger.store.db import redact_url, resolve_url
 
         deadline = time.monotonic() + timeout_s
         while True:

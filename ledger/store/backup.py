@@ -3,7 +3,7 @@
 SQLite: the online backup API (consistent while runs are writing).
 PostgreSQL: ``pg_dump --format=custom`` / ``pg_restore --clean``, run as
 argument lists; the password travels in ``PGPASSWORD``, never on the command line.
-A backup is written through ``ledger.store.files.write_output`` (an existing
+A backup is written through ``trainledger.store.files.write_output`` (an existing
 file needs ``--force``); a restore first checks that the file is exactly a
 trainledger ledger (:func:`check_backup`) and changes nothing otherwise.
 """
@@ -22,9 +22,9 @@ from typing import Optional
 
 from sqlalchemy.engine import make_url
 
-from ledger.errors import LedgerInputError
-from ledger.store.db import make_engine, resolve_url
-from ledger.store.files import check_output, write_output
+from trainledger.errors import LedgerInputError
+from trainledger.store.db import make_engine, resolve_url
+from trainledger.store.files import check_output, write_output
 
 
 def _pg_args(url: str) -> tuple[list[str], dict[str, str]]:
@@ -54,7 +54,7 @@ def _sqlite_copy(src: sqlite3.Connection, dst_path) -> None:
 
 
 def backup(db: Optional[str], out: Path, force: bool = False) -> Path:
-    """Write a backup of the ledger to ``out`` (``ledger.store.files.write_output``: an existing file needs ``force``)."""
+    """Write a backup of the ledger to ``out`` (``trainledger.store.files.write_output``: an existing file needs ``force``)."""
     url = resolve_url(db)
     try:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def restore(db: Optional[str], file: Path, force: bool = False) -> None:
     """Replace the ledger with a backup, after :func:`check_backup` found it to be exactly a trainledger ledger."""
     from sqlmodel import Session, select
 
-    from ledger.store.models import Run
+    from trainledger.store.models import Run
 
     url = resolve_url(db)
     file = Path(file)
@@ -145,7 +145,7 @@ def expected_sqlite_schema(revision: str) -> dict[tuple[str, str], tuple[str, st
     """The schema trainledger's migrations build on SQLite at ``revision`` (built in a scratch file)."""
     from alembic import command
 
-    from ledger.store.db import alembic_config
+    from trainledger.store.db import alembic_config
 
     with tempfile.TemporaryDirectory(prefix="trainledger-schema-") as d:
         engine = make_engine(f"sqlite:///{d}/expected.db", upgrade=False)
@@ -163,7 +163,7 @@ def expected_sqlite_schema(revision: str) -> dict[tuple[str, str], tuple[str, st
 def known_revisions() -> list[str]:
     from alembic.script import ScriptDirectory
 
-    from ledger.store.db import alembic_config
+    from trainledger.store.db import alembic_config
 
     return [r.revision for r in ScriptDirectory.from_config(alembic_config(None)).walk_revisions()]
 
@@ -227,7 +227,7 @@ def _ledger_names() -> tuple[set[str], set[str]]:
     from sqlalchemy import Enum
     from sqlmodel import SQLModel
 
-    import ledger.store.models  # noqa: F401  (registers the tables)
+    import trainledger.store.models  # noqa: F401  (registers the tables)
 
     tables = set(SQLModel.metadata.tables) | {"alembic_version"}
     enums = {c.type.name for t in SQLModel.metadata.tables.values() for c in t.columns

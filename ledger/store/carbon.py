@@ -14,10 +14,10 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.fx import check_day, check_rate
-from ledger.store.lookup import by_name
-from ledger.store.models import CarbonIntensity, NodeType
+from trainledger.errors import LedgerInputError
+from trainledger.store.fx import check_day, check_rate
+from trainledger.store.lookup import by_name
+from trainledger.store.models import CarbonIntensity, NodeType
 
 #: the assumption used where no intensity is set: the world-average carbon intensity of electricity
 #: generation, 475 gCO2/kWh (IEA, Global Energy & CO2 Status Report 2019, figure for 2018)

@@ -174,7 +174,7 @@ def alembic_config(engine: Engine):
 def head_revision() -> str:
     from alembic.script import ScriptDirectory
 
-    from ledger.store.migrations import __name__ as _  # noqa: F401  (package must exist)
+    from trainledger.store.migrations import __name__ as _  # noqa: F401  (package must exist)
 
     cfg = alembic_config(None)  # type: ignore[arg-type]
     return ScriptDirectory.from_config(cfg).get_current_head()
@@ -253,7 +253,7 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> str:
         return HEAD_REVISION
     from alembic import command
 
-    from ledger.store.presets import ensure_presets
+    from trainledger.store.presets import ensure_presets
 
     target = head_revision() if revision == "head" else revision
     with _migration_lock(engine):

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 #: hard links unsupported here: fall back to check-then-rename (still never following a link)
 _NO_LINK = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}

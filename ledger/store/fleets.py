@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import Fleet, Offer, OfferKind
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import Fleet, Offer, OfferKind
 
 
 def list_fleets(session: Session) -> list[dict[str, Any]]:

@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.files import read_text
-from ledger.store.models import FxRate
-from ledger.store.types import RATE_SCALE
+from trainledger.errors import LedgerInputError
+from trainledger.store.files import read_text
+from trainledger.store.models import FxRate
+from trainledger.store.types import RATE_SCALE
 
 #: the largest rate kept (NUMERIC(30, 12): 18 digits before the point)
 RATE_MAX = Decimal("1e17")

@@ -20,7 +20,7 @@ import re
 import uuid
 from typing import Optional
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 MAX_RUN_ID = 64
 RUN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

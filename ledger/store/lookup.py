@@ -7,8 +7,8 @@ from typing import Optional
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import Run
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import Run
 
 
 def get_run(session: Session, run_id: str) -> Run:

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from ledger.store.types import Money, Rate, UTCDateTime, utcnow
+from trainledger.store.types import Money, Rate, UTCDateTime, utcnow
 
 
 class OfferKind(str, enum.Enum):
@@ -183,7 +183,7 @@ class Fleet(SQLModel, table=True):
     node_count: int
     valid_from: date
     valid_to: Optional[date] = None  # exclusive; None = still held
-    #: how its idle is charged back: none (NULL) | proportional | even | weights:<project=w,...> (ledger.money.idle_share)
+    #: how its idle is charged back: none (NULL) | proportional | even | weights:<project=w,...> (trainledger.money.idle_share)
     idle_share: Optional[str] = Field(default=None, max_length=1000)
 
 
@@ -281,7 +281,7 @@ class Run(SQLModel, table=True):
     last_checkpoint_at: Optional[datetime] = _ts()
     last_checkpoint_step: Optional[int] = Field(default=None, sa_type=BigInteger)
     last_checkpoint_path: Optional[str] = Field(default=None, max_length=500)
-    # lost work (ledger.money.months.lost_interval): a failed, crashed or cancelled run loses
+    # lost work (trainledger.money.months.lost_interval): a failed, crashed or cancelled run loses
     # [last checkpoint (else start), end]; kept in step with the row by the rollup's session hook
     lost_from: Optional[datetime] = _ts()
     lost_until: Optional[datetime] = _ts()
@@ -295,7 +295,7 @@ class SlurmMap(SQLModel, table=True):
     """Which node type (and offer) a Slurm job ran on, by partition, GPU type and node names (migration 0005).
 
     A rule matches a job when every field it sets matches (empty = any); the
-    most specific matching rule wins (``ledger.sources.slurm.resolve``).
+    most specific matching rule wins (``trainledger.sources.slurm.resolve``).
     ``by_node``: the job pays for every node it touches whatever its GPU count
     (exclusive nodes): uneven GPU spreads and jobs without GPUs are costed too.
     """
@@ -364,7 +364,7 @@ class MetricSample(SQLModel, table=True):
 # --- pre-aggregated monthly rollup (ledger/rollup.py; migration 0003) ------------------
 
 class RollupFacts(SQLModel):
-    """The additive facts of a set of run slices (``ledger.money.rollup.Facts``): integers, an exact
+    """The additive facts of a set of run slices (``trainledger.money.rollup.Facts``): integers, an exact
     decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices).
 
     Lost work (migration 0004): ``lost_*`` of runs that ended failed/crashed/cancelled without a
@@ -529,7 +529,7 @@ class RunPhase(SQLModel, table=True):
     by the run's writer thread: never one row per step. ``seconds``/``count`` are the run's totals so far;
     ``ckpt_seconds``/``ckpt_count`` the totals at its last checkpoint (what an interrupted run kept).
     Rows named ``quality:<issue>`` count clipped bad input (``count``). Written as cumulative totals, so
-    replaying a journal sets the same numbers again (``ledger.money.goodput`` reads them)."""
+    replaying a journal sets the same numbers again (``trainledger.money.goodput`` reads them)."""
 
     __tablename__ = "run_phase"
     __table_args__ = (UniqueConstraint("run_id", "node", "phase", name="uq_run_phase"),)

@@ -4,7 +4,7 @@ Files are TOML with ``[[node_type]]`` and ``[[offer]]`` tables (see
 ``data/pricing.toml``). Everything is validated before anything is written;
 a bad value is a one-line :class:`LedgerInputError` naming the entry and field.
 
-Prices have a history (:mod:`ledger.store.prices`): importing an existing offer
+Prices have a history (:mod:`trainledger.store.prices`): importing an existing offer
 with other prices adds a version valid from its ``valid_from`` key (a TOML date
 or date-time; default: the command's ``--from``, else now) instead of
 overwriting it. Several ``[[offer]]`` tables with one name and distinct
@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store import prices
-from ledger.store.files import read_text
-from ledger.store.fx import check_currency
-from ledger.store.models import NodeType, Offer, OfferKind, OfferPrice
-from ledger.store.settings import display_timezone
+from trainledger.errors import LedgerInputError
+from trainledger.store import prices
+from trainledger.store.files import read_text
+from trainledger.store.fx import check_currency
+from trainledger.store.models import NodeType, Offer, OfferKind, OfferPrice
+from trainledger.store.settings import display_timezone
 
 PRESET_FILE = "pricing.toml"
 #: Money columns are NUMERIC(20, 6): at most 14 digits before the point, 6 after
@@ -175,7 +175,7 @@ def parse_pricing(text: str, where: str = "pricing") -> PricingFile:
 
 
 def preset_text() -> str:
-    return resources.files("trainledger_data").joinpath(PRESET_FILE).read_text(encoding="utf-8")
+    return resources.files("trainledger.data").joinpath(PRESET_FILE).read_text(encoding="utf-8")
 
 
 def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: bool,
@@ -265,7 +265,7 @@ def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: i
 def import_pricing_file(session: Session, path: Path, valid_from: Optional[datetime] = None,
                         plans: Optional[list] = None) -> dict[str, int]:
     """``trainledger pricing import FILE.toml``: add or replace user node types, add offers and price versions
-    (a version in the past is added too; the caller confirms it, see ``ledger.money.pricing.confirm_versions``)."""
+    (a version in the past is added too; the caller confirms it, see ``trainledger.money.pricing.confirm_versions``)."""
     spec = parse_pricing(read_text(path), where=Path(path).name)
     try:
         return apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True,

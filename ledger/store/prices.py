@@ -9,7 +9,7 @@ used at. Rules, each refused with a one-line :class:`LedgerInputError`:
   (they would overlap); the same prices again are a no-op;
 * a version that starts in the past rewrites the months from its start to the next
   version (or now): it needs ``retroactive=True``, and the caller names those months
-  (``ledger.money.pricing.changed_months``) and asks for a confirmation.
+  (``trainledger.money.pricing.changed_months``) and asks for a confirmation.
 
 The offer row's own price fields mirror its newest version (the list price for
 what-ifs). An offer with no version at all (written by hand, e.g. in tests) is
@@ -27,10 +27,10 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.lookup import by_name
-from ledger.store.models import PRICE_FIELDS, Offer, OfferPrice, Run
-from ledger.store.types import MONEY_SCALE, utcnow
+from trainledger.errors import LedgerInputError
+from trainledger.store.lookup import by_name
+from trainledger.store.models import PRICE_FIELDS, Offer, OfferPrice, Run
+from trainledger.store.types import MONEY_SCALE, utcnow
 
 #: how far in the past a valid_from still counts as "now" (the time a command takes to run)
 NOW_SLACK = timedelta(minutes=5)

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import Setting
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import Setting
 
 DEFAULTS = {
     "timezone": "UTC",  # display time zone; months are calendar months in it
@@ -27,7 +27,7 @@ def set_setting(session: Session, key: str, value: str) -> None:
     if key == "timezone":
         parse_timezone(value)
     if key == "currency":
-        from ledger.store.fx import check_currency
+        from trainledger.store.fx import check_currency
 
         check_currency(value, "currency")
     row = session.get(Setting, key)
@@ -52,7 +52,7 @@ def presentation_currency(session: Session, requested: Optional[str] = None) -> 
     """The currency reports present money in: ``requested`` (``--currency``), else the ``currency`` setting
     once it has been set, else None (the offers' own currency, when they share one)."""
     if requested:
-        from ledger.store.fx import check_currency
+        from trainledger.store.fx import check_currency
 
         return check_currency(requested, "--currency")
     row = session.get(Setting, "currency")

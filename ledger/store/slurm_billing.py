@@ -1,14 +1,14 @@
 """Slurm's billing of an allocation (``TRESBillingWeights``, ``PriorityFlags=MAX_TRES``), as pure functions.
 
 Kept with the Slurm mapping (whose rules carry a partition's weights) so the mapping can check them;
-:mod:`ledger.money.shares` divides a job's billing by a whole node's to get its share.
+:mod:`trainledger.money.shares` divides a job's billing by a whole node's to get its share.
 """
 
 from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal
 
-from ledger.errors import LedgerInputError
+from trainledger.errors import LedgerInputError
 
 _UNIT = {"K": Decimal(1) / 1024, "M": Decimal(1), "G": Decimal(1024), "T": Decimal(1024 ** 2), "P": Decimal(1024 ** 3)}
 _NODE_TRES = ("cpu", "mem", "node")
@@ -40,7 +40,7 @@ def parse_weights(weights: str, field: str = "--billing-weights") -> dict[str, D
 
 
 def tres_counts(alloc: dict[str, str]) -> dict[str, Decimal]:
-    """An AllocTRES (``ledger.sources.slurm.tres``) as counts: memory in MB, the rest as numbers."""
+    """An AllocTRES (``trainledger.sources.slurm.tres``) as counts: memory in MB, the rest as numbers."""
     out: dict[str, Decimal] = {}
     for k, v in alloc.items():
         k = k.lower()

@@ -1,7 +1,7 @@
 """The Slurm mapping: which node type (and offer) a job's partition, GPU type or node names stand for.
 
 Edited with ``trainledger slurm map add|list|remove`` and on the dashboard's
-Settings page; read by ``ledger.sources.slurm`` when sacct output is imported
+Settings page; read by ``trainledger.sources.slurm`` when sacct output is imported
 or synced. A rule sets at least one of *partition*, *GPU type* (the ``TYPE``
 of ``gres/gpu:TYPE=N``) and *node pattern* (a shell glob over host names, e.g.
 ``gpu-a*``), optionally a *cluster*; a job matches when every field the rule
@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 
-from ledger.errors import LedgerInputError
-from ledger.store.models import NodeType, Offer, SlurmMap
+from trainledger.errors import LedgerInputError
+from trainledger.store.models import NodeType, Offer, SlurmMap
 
 #: printable text without spaces, commas or '|' (they separate values in sacct output)
 NAME_RE = re.compile(r"[^\s,|\x00-\x1f\x7f]+")
@@ -132,7 +132,7 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
 
 def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType) -> tuple[str, str]:
     """The billing weights and whole-node TRES of a rule, checked (Slurm's own spelling kept)."""
-    from ledger.store.slurm_billing import parse_weights, slurm_billing, tres_counts
+    from trainledger.store.slurm_billing import parse_weights, slurm_billing, tres_counts
 
     weights, node_tres = (weights or "").strip(), (node_tres or "").strip()
     if not weights:

@@ -92,7 +92,7 @@ CLOCK_ENV = "TRAINLEDGER_NOW"
 def parse_instant(text: str, flag: str = "--now") -> datetime:
     """An ISO 8601 date or time (``2026-12-03``, ``2026-12-03T08:00``, ``...+08:00``) as aware UTC; UTC
     when it names no zone. A one-line error naming ``flag`` otherwise."""
-    from ledger.errors import LedgerInputError
+    from trainledger.errors import LedgerInputError
 
     try:
         value = datetime.fromisoformat(text.strip())

@@ -53,9 +53,9 @@ def add_hand_runs(session) -> None:
 
 def build_ledger(url: str) -> str:
     """The demo ledger for 2026-06..2026-11 plus the hand-built runs, at ``url``."""
-    from ledger.demo import generate_demo
-    from ledger.store.db import make_engine, session_scope
-    from ledger.store.fx import set_rate
+    from trainledger.demo import generate_demo
+    from trainledger.store.db import make_engine, session_scope
+    from trainledger.store.fx import set_rate
 
     engine = make_engine(url)
     with session_scope(engine) as s:
@@ -71,7 +71,7 @@ def with_session(url: str, fn):
     """``fn(session)`` on a fresh engine for ``url``, disposed afterwards (a test reading the ledger a page shows)."""
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     try:
@@ -107,25 +107,25 @@ def metrics(at) -> dict[str, str]:
 
 
 def plain(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``app.ui.md`` removed."""
+    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``trainledger.app.ui.md`` removed."""
     return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
 
 
 def sign_in(at, user: str, password: str, client: str = "apptest"):
-    """Sign in as the HTTP form does (``app.signin.attempt`` + ``app.sessions.create``, under a fresh throttle),
+    """Sign in as the HTTP form does (``trainledger.app.signin.attempt`` + ``trainledger.app.sessions.create``, under a fresh throttle),
     hand the session token to the AppTest session as the cookie would, and run the app.
 
-    AppTest cannot carry cookies, so the token goes where ``app.access`` keeps the
+    AppTest cannot carry cookies, so the token goes where ``trainledger.app.access`` keeps the
     cookie's token for the life of a connection. Returns the sign-in attempt.
     """
     import os
 
-    from app import sessions
-    from app.access import TOKEN_KEY
-    from app.auth import load_auth_file
-    from app.signin import attempt
-    from app.throttle import Throttle
-    from ledger.store.db import resolve_url
+    from trainledger.app import sessions
+    from trainledger.app.access import TOKEN_KEY
+    from trainledger.app.auth import load_auth_file
+    from trainledger.app.signin import attempt
+    from trainledger.app.throttle import Throttle
+    from trainledger.store.db import resolve_url
 
     result = attempt(load_auth_file(os.environ["TRAINLEDGER_AUTH_FILE"]), user, password, client, throttle=Throttle())
     if result.entry is not None:
@@ -141,7 +141,7 @@ def set_role(users_file, user: str, role: str) -> None:
 
     import tomllib
 
-    from app.auth import ROLES
+    from trainledger.app.auth import ROLES
 
     assert role in ROLES
     users = tomllib.loads(users_file.read_text())["users"]

@@ -31,7 +31,7 @@ WAIT_MS = 60_000
 
 def trainledger() -> list[str]:
     script = Path(sys.executable).with_name("trainledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ledger.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trainledger.cli"]
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import pytest
 
-from app.auth import make_entry
+from trainledger.app.auth import make_entry
 from tests.app.helpers import make_app, plain, run_page, set_role, sign_in, with_session
 
 UTC = timezone.utc
@@ -26,7 +26,7 @@ NOW = "2026-12-01T06:00:00+00:00"
 
 
 def build(url: str, spike: bool) -> str:
-    from ledger.store.db import make_engine, session_scope
+    from trainledger.store.db import make_engine, session_scope
     from tests.helpers import add_run
 
     engine = make_engine(url)
@@ -50,13 +50,13 @@ def ledger(sqlite_url, app_env, monkeypatch):
 
 
 def _budgets(url):
-    from ledger.money.budgets import list_budgets
+    from trainledger.money.budgets import list_budgets
 
     return with_session(url, lambda s: [(r["project"], r["period"], r["amount"], r["currency"]) for r in list_budgets(s)])
 
 
 def _thresholds(url):
-    from ledger.money.budgets import list_budgets
+    from trainledger.money.budgets import list_budgets
 
     return with_session(url, lambda s: [(r["project"], r["threshold_pct"]) for r in list_budgets(s)])
 
@@ -134,7 +134,7 @@ def users_file(tmp_path):
 
 
 def test_a_viewer_sees_budgets_read_only_and_a_demoted_lead_saves_nothing(ledger, users_file, monkeypatch):
-    from ledger.money.budgets import set_budget
+    from trainledger.money.budgets import set_budget
 
     with_session(ledger, lambda s: (set_budget(s, "4000"), s.commit()))
     monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from ledger.money.monthly import monthly_report
-from ledger.reports.present import fmt_cell
-from ledger.store.db import make_engine
-from ledger.store.models import Run, RunStatus
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.present import fmt_cell
+from trainledger.store.db import make_engine
+from trainledger.store.models import Run, RunStatus
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
@@ -56,7 +56,7 @@ def test_the_ledger_url_is_not_on_the_command_line(dashboard):
             cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
         except OSError:
             pass
-    streamlit = [c for c in cmdlines if "app.serve run" in c]
+    streamlit = [c for c in cmdlines if "trainledger.app.serve run" in c]
     assert streamlit, cmdlines
     assert all(url not in c for c in streamlit) and all("--server.address 127.0.0.1" in c for c in streamlit)
 

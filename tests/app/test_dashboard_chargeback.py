@@ -18,8 +18,8 @@ D = Decimal
 
 
 def test_export_page_offers_the_statements(app_env, sqlite_url, monkeypatch):
-    from ledger.money.idle_share import set_fleet_policy
-    from ledger.store.db import make_engine
+    from trainledger.money.idle_share import set_fleet_policy
+    from trainledger.store.db import make_engine
 
     engine = make_engine(sqlite_url)
     with Session(engine) as s:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from app import cli as dashboard_cli
-from app.auth import make_entry
-from ledger.cli import app
+from trainledger.app import cli as dashboard_cli
+from trainledger.app.auth import make_entry
+from trainledger.cli.main import app
 
 
 def _invoke(*args):
@@ -30,7 +30,7 @@ def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, m
     assert r.exit_code == 0, r.output
     (argv, env, kw), = fake_popen
     assert isinstance(argv, list) and kw == {}
-    assert argv[1:5] == ["-m", "app.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/asgi.py`
+    assert argv[1:5] == ["-m", "trainledger.app.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/asgi.py`
     opts = dict(zip(argv[5::2], argv[6::2]))
     assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8765"
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
@@ -41,7 +41,7 @@ def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, m
 
 
 def test_allowed_hosts_travel_in_the_environment_and_need_sign_in(sqlite_url, fake_popen, monkeypatch, tmp_path):
-    from app.auth import make_entry
+    from trainledger.app.auth import make_entry
 
     monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
     r = _invoke("--allowed-host", "dash.example.com", "--db", sqlite_url)
@@ -64,10 +64,10 @@ def test_every_loopback_spelling_is_accepted(host, sqlite_url, fake_popen):
 
 
 def test_password_goes_to_the_environment_not_argv(fake_popen, monkeypatch):
-    import ledger.store.db
+    import trainledger.store.db
 
     url = "postgresql+psycopg://lead:s3cret@127.0.0.1:5432/ledger"
-    monkeypatch.setattr(ledger.store.db, "make_engine", lambda u: type("E", (), {"dispose": lambda self: None})())
+    monkeypatch.setattr(trainledger.store.db, "make_engine", lambda u: type("E", (), {"dispose": lambda self: None})())
     r = _invoke("--db", url)
     assert r.exit_code == 0, r.output
     (argv, env, _), = fake_popen

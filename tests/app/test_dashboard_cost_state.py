@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ledger.reports.present import fmt_cell
-from ledger.runs.registry import show_run
-from ledger.store.models import RunNode
+from trainledger.reports.present import fmt_cell
+from trainledger.runs.registry import show_run
+from trainledger.store.models import RunNode
 from tests.app.helpers import make_app, plain, run_page, with_session
 from tests.helpers import add_fleet, add_run
 

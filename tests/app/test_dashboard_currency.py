@@ -11,10 +11,10 @@ from decimal import Decimal
 
 D = Decimal
 
-from ledger.money.compare import compare_node_type
-from ledger.money.monthly import monthly_report
-from ledger.reports.present import fmt_cell
-from ledger.runs.registry import show_run
+from trainledger.money.compare import compare_node_type
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.present import fmt_cell
+from trainledger.runs.registry import show_run
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
 _with = with_session

@@ -13,12 +13,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from ledger.money.budgets import budget_status, set_budget
-from ledger.money.costs import cents
-from ledger.money.forecast import forecast
-from ledger.money.monthly import monthly_report
-from ledger.reports.export import presented_report
-from ledger.reports.present import fmt_cell
+from trainledger.money.budgets import budget_status, set_budget
+from trainledger.money.costs import cents
+from trainledger.money.forecast import forecast
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.export import presented_report
+from trainledger.reports.present import fmt_cell
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)

@@ -13,7 +13,7 @@ D = Decimal
 
 
 def _cli(url: str, *args: str) -> dict:
-    from ledger.cli.main import app
+    from trainledger.cli.main import app
 
     r = CliRunner().invoke(app, [*args, "--db", url, "--json", "--now", DEMO_NOW.isoformat()])
     assert r.exit_code == 0, r.output
@@ -57,14 +57,14 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
 
 
 def _account(url: str, month: str = MONTH, currency=None):
-    from ledger.money.goodput import goodput_account
+    from trainledger.money.goodput import goodput_account
     from tests.app.helpers import with_session
 
     return with_session(url, lambda s: goodput_account(s, month=month, currency=currency, now=DEMO_NOW))
 
 
 def _money(d) -> str:
-    from ledger.money.costs import cents
+    from trainledger.money.costs import cents
 
     return f"{cents(D(d)):,.2f}"
 
@@ -81,7 +81,7 @@ def test_overview_says_what_the_spend_bought(demo_url, app_env, monkeypatch):
 
 
 def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
-    from ledger.money.goodput import BADPUT, Category
+    from trainledger.money.goodput import BADPUT, Category
 
     monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
     app_env(demo_url)
@@ -106,8 +106,8 @@ def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
 def test_run_detail_shows_its_phases_per_node(demo_url, app_env, monkeypatch):
     from sqlmodel import select
 
-    from ledger.money.goodput import phase_timeline
-    from ledger.store.models import RunPhase
+    from trainledger.money.goodput import phase_timeline
+    from trainledger.store.models import RunPhase
     from tests.app.helpers import with_session
 
     monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
@@ -130,8 +130,8 @@ def test_goodput_page_on_day_3_is_to_date(tmp_path_factory, app_env, monkeypatch
     monkeypatch.setenv("TRAINLEDGER_NOW", DAY3.isoformat())
     app_env(url)
     at = run_page(make_app(DEC), "goodput")
-    from ledger.money.goodput import goodput_account
-    from ledger.money.occupancy import month_occupancy
+    from trainledger.money.goodput import goodput_account
+    from trainledger.money.occupancy import month_occupancy
     from tests.app.helpers import with_session
 
     m = with_session(url, lambda s: goodput_account(s, month=DEC, now=DAY3)).months[0]

@@ -2,7 +2,7 @@
 and only configs from the allowed directories.
 
 Runs start from this process (AppTest runs the page here) exactly as from
-`trainledger dashboard`: ledger.runs.launch.prepare + start(detach=True). The
+`trainledger dashboard`: trainledger.runs.launch.prepare + start(detach=True). The
 `launched` fixture kills anything a failed test leaves behind and checks that
 no process of a launched run is left.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, func, select
 
-from app import launch
-from app.auth import make_entry
-from ledger.runs.launch import LaunchRequest, prepare
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import MetricSample, Run, RunStatus
+from trainledger.app import launch
+from trainledger.app.auth import make_entry
+from trainledger.runs.launch import LaunchRequest, prepare
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import MetricSample, Run, RunStatus
 from tests.app.helpers import REPO, make_app, metrics, plain, run_page, sign_in
 from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for
 
@@ -237,7 +237,7 @@ def test_lead_launches_a_tiny_run_and_watches_it_succeed(ledger, launched):
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(MetricSample)
                       .where(MetricSample.run_id == rid, MetricSample.metric == "loss")).one() == 4
-        from ledger.store.models import Project
+        from trainledger.store.models import Project
 
         assert s.get(Project, run.project_id).name == "dash"
     engine.dispose()
@@ -274,7 +274,7 @@ def test_lead_cancels_a_running_run_from_the_page(ledger, launched):
 
 
 def test_progress_follows_the_runs_own_log_and_reads_no_other_file(run_env):
-    from ledger.runs.launch import default_log_dir
+    from trainledger.runs.launch import default_log_dir
 
     base = {"id": "abc123", "steps_done": 0, "steps_planned": 50, "last_loss": None}
     log = default_log_dir() / "abc123.log"

@@ -13,13 +13,13 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session
 
-from ledger.money import costs
-from ledger.money.budgets import budget_status, set_budget
-from ledger.money.forecast import forecast
-from ledger.money.monthly import monthly_report
-from ledger.reports.export import presented_report, render
-from ledger.reports.present import fmt_cell, present
-from ledger.store.db import make_engine, session_scope
+from trainledger.money import costs
+from trainledger.money.budgets import budget_status, set_budget
+from trainledger.money.forecast import forecast
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.export import presented_report, render
+from trainledger.reports.present import fmt_cell, present
+from trainledger.store.db import make_engine, session_scope
 from tests.app.helpers import make_app, metrics, run_page
 
 DAY3 = datetime(2026, 12, 3, 7, 7, 30, tzinfo=timezone.utc)
@@ -30,7 +30,7 @@ LABEL = "to date (3 of 31 days)"
 def build_day3(url: str) -> str:
     """The demo written on 2026-12-03 07:07:30 UTC, with budgets: the team 30,000 a month (at risk),
     demo-pretrain 2,000 in December (over), demo-finetune 5,000 a month (ok)."""
-    from ledger.demo import generate_demo
+    from trainledger.demo import generate_demo
 
     engine = make_engine(url)
     with session_scope(engine) as s:
@@ -164,12 +164,12 @@ def test_export_on_day_3_is_the_clis(day3):
     assert at.table[0].value.loc["Period", "value"] == LABEL  # the summary, with the dashboard's labels
     engine = make_engine(day3)
     with Session(engine) as s:
-        from ledger.reports.goodput_columns import run_goodput
+        from trainledger.reports.goodput_columns import run_goodput
 
         rep = monthly_report(s, MONTH, now=DAY3)
         want = render(presented_report(rep, run_goodput(s, rep, DAY3)), "csv")  # as `report monthly` writes it
     engine.dispose()
-    from app import data
+    from trainledger.app import data
 
     assert data.export_bytes(day3, MONTH, "csv") == want
     assert want.startswith(f"metric,value\nmonth,{MONTH}\ntimezone,UTC\ncurrency,CNY\nperiod,{LABEL}\nis_partial,true\n".encode())

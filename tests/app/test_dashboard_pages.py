@@ -7,13 +7,13 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
-from app.plain_words import compact
-from ledger.money.monthly import monthly_report
-from ledger.reports.export import presented_report
-from ledger.reports.present import fmt_cell
-from ledger.runs.registry import show_run
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import Run, RunNode
+from trainledger.app.plain_words import compact
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.export import presented_report
+from trainledger.reports.present import fmt_cell
+from trainledger.runs.registry import show_run
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import Run, RunNode
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
@@ -162,7 +162,7 @@ def test_roi_shows_the_summary_and_projects(demo_url, app_env):
 
 
 def test_strategies_shows_the_ledgers_comparison(demo_url, app_env):
-    from ledger.reports.weekly import strategy_comparison
+    from trainledger.reports.weekly import strategy_comparison
 
     app_env(demo_url)
     at = run_page(make_app(), "strategies")
@@ -194,8 +194,8 @@ def test_strategies_empty_state(sqlite_url, app_env):
 
 def test_planner_marks_what_fits(demo_url, app_env):
     """The seven strategies on the seed cluster: memory per GPU as the planning model predicts it."""
-    from ledger.runs.plan import strategy_table
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.plan import strategy_table
+    from trainledger.store.db import get_engine, session_scope
 
     app_env(demo_url)
     at = run_page(make_app(), "planner")
@@ -220,8 +220,8 @@ def test_export_bytes_are_the_clis(fmt, demo_url, tmp_path, app_env):
     """What the Export page offers for download is what `trainledger report monthly` writes."""
     from typer.testing import CliRunner
 
-    from app import data
-    from ledger.cli import app
+    from trainledger.app import data
+    from trainledger.cli.main import app
 
     out = tmp_path / f"report.{fmt}"
     r = CliRunner().invoke(app, ["report", "monthly", "--month", MONTH, "--format", fmt, "-o", str(out), "--db", demo_url])
@@ -259,9 +259,9 @@ def test_overview_shows_running_runs_in_the_current_month(sqlite_url, app_env):
     from datetime import timedelta
     from zoneinfo import ZoneInfo
 
-    from ledger.money.months import month_of
-    from ledger.store.models import RunStatus
-    from ledger.store.types import utcnow
+    from trainledger.money.months import month_of
+    from trainledger.store.models import RunStatus
+    from trainledger.store.types import utcnow
     from tests.helpers import add_run
 
     engine = make_engine(sqlite_url)

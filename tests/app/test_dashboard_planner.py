@@ -1,6 +1,6 @@
 """The Planner page under AppTest on the demo ledger: the ranking is `trainledger plan recommend`'s for the
 same inputs, the reasons plans were discarded are counted as the CLI counts them, and the seven-strategy
-table is ``ledger.runs.plan.strategy_table``'s."""
+table is ``trainledger.runs.plan.strategy_table``'s."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ledger.reports.present import fmt_cell
+from trainledger.reports.present import fmt_cell
 from tests.app.helpers import make_app, plain, run_page
 
 
 def _cli_json(url: str, *args: str) -> dict:
-    from ledger.cli import app
+    from trainledger.cli.main import app
 
     r = CliRunner().invoke(app, ["plan", "recommend", *args, "--json", "--db", url])
     assert r.exit_code == 0, r.output
@@ -63,8 +63,8 @@ def test_planner_says_why_plans_were_discarded(demo_url, app_env):
 
 
 def test_planner_shows_the_seven_strategies_on_the_seed_cluster(demo_url, app_env):
-    from ledger.runs.plan import strategy_table
-    from ledger.store.db import get_engine, session_scope
+    from trainledger.runs.plan import strategy_table
+    from trainledger.store.db import get_engine, session_scope
 
     app_env(demo_url)
     at = run_page(make_app(), "planner")

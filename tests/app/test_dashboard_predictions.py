@@ -1,5 +1,5 @@
 """Planned vs measured and calibrated ranges on the dashboard: the Runs page's run detail, the Strategies
-page and the Planner page show what ``ledger.runs.predictions`` / ``trainledger plan recommend`` compute."""
+page and the Planner page show what ``trainledger.runs.predictions`` / ``trainledger plan recommend`` compute."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from ledger.runs.predictions import planned_vs_measured_of, store_prediction
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import NodeType, PlanCalibration, Run
+from trainledger.runs.predictions import planned_vs_measured_of, store_prediction
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import NodeType, PlanCalibration, Run
 from tests.app.helpers import SWEEP, add_hand_runs, make_app, plain, run_page
 
 UTC = timezone.utc
@@ -77,7 +77,7 @@ def test_planner_shows_the_calibration_and_its_ranges(sqlite_url, app_env):
     app_env(sqlite_url)
     at = run_page(make_app(), "planner")
     assert not at.exception
-    from ledger.cli import app
+    from trainledger.cli.main import app
 
     r = CliRunner().invoke(app, ["plan", "recommend", "--model", "llama2-70b", "--tokens", "2e12", "--node-type",
                                  "rtx4090-8x", "--nodes", "1..64", "--json", "--db", sqlite_url])

@@ -9,18 +9,18 @@ from importlib import resources
 import pytest
 from sqlmodel import Session, select
 
-from app import offer_form, rentown
-from ledger.errors import LedgerInputError
-from ledger.money import costs
-from ledger.money.compare import compare_node_type, compare_offers
-from ledger.money.monthly import monthly_report
-from ledger.runs import registry
-from ledger.runs.registry import cost_under_offers, show_run
-from ledger.runs.sweep import list_sweeps
-from ledger.store.db import make_engine
-from ledger.store.fleets import save_fleet
-from ledger.store.models import Fleet, NodeType, Offer
-from ledger.store.presets import apply_pricing, parse_pricing
+from trainledger.app import offer_form, rentown
+from trainledger.errors import LedgerInputError
+from trainledger.money import costs
+from trainledger.money.compare import compare_node_type, compare_offers
+from trainledger.money.monthly import monthly_report
+from trainledger.runs import registry
+from trainledger.runs.registry import cost_under_offers, show_run
+from trainledger.runs.sweep import list_sweeps
+from trainledger.store.db import make_engine
+from trainledger.store.fleets import save_fleet
+from trainledger.store.models import Fleet, NodeType, Offer
+from trainledger.store.presets import apply_pricing, parse_pricing
 from tests.app.helpers import SWEEP
 
 
@@ -39,7 +39,7 @@ def _offer(session, name):
 @pytest.mark.parametrize("u", ["0", "0.25", "0.6", "0.7385", "1"])
 def test_compare_offers_on_assumed_copies_equals_compare_node_type(session, u):
     """The page costs detached copies of the offers; unedited, they give the CLI's figures."""
-    h100 = resources.files("trainledger_data").joinpath("examples/h100-offers.toml").read_text()
+    h100 = resources.files("trainledger.data").joinpath("examples/h100-offers.toml").read_text()
     apply_pricing(session, parse_pricing(h100), source="user", replace=True)
     for nt in ("rtx4090-8x", "h100-8x"):
         expected = compare_node_type(session, nt, Decimal(u))

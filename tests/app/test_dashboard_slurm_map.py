@@ -7,9 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from app.auth import make_entry
-from ledger.cli import app as cli_app
-from ledger.store.db import make_engine
+from trainledger.app.auth import make_entry
+from trainledger.cli.main import app as cli_app
+from trainledger.store.db import make_engine
 from tests.app.helpers import make_app, plain, set_role, sign_in
 
 FAST = 1_000  # PBKDF2 iterations in tests
@@ -23,7 +23,7 @@ def ledger(sqlite_url, app_env):
 
 
 def _rules(url: str) -> list[dict]:
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     r = CliRunner().invoke(cli_app, ["slurm", "map", "list", "--json", "--db", url])
     get_engine.cache_clear()

@@ -1,4 +1,4 @@
-"""Sweep progress (ledger.runs.sweep.sweep_progress) on the Strategies page, and `trainledger demo` with its
+"""Sweep progress (trainledger.runs.sweep.sweep_progress) on the Strategies page, and `trainledger demo` with its
 background sweep: the history is deterministic, the sweep's real runs share one sweep id, and stopping
 the sweep leaves no process behind."""
 
@@ -16,13 +16,13 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 from typer.testing import CliRunner
 
-from ledger.cli import app
-from ledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
-from ledger.reports.weekly import strategy_comparison
-from ledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import MetricSample, Run, RunStatus, Setting
-from ledger.store.types import utcnow
+from trainledger.cli.main import app
+from trainledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
+from trainledger.reports.weekly import strategy_comparison
+from trainledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import MetricSample, Run, RunStatus, Setting
+from trainledger.store.types import utcnow
 from tests.app.helpers import DEMO_NOW, MONTH, REPO, make_app, plain, run_page
 from tests.helpers import add_run
 from tests.tracking.conftest import processes_of_run, wait_for
@@ -100,7 +100,7 @@ def _demo_json(url: str, *args: str) -> dict:
 
 
 def test_demo_without_sweep_is_deterministic(tmp_path):
-    from ledger.demo import generate_demo
+    from trainledger.demo import generate_demo
 
     first = _demo_json(f"sqlite:///{tmp_path / 'a.db'}", "--end-month", MONTH, "--no-sweep")
     second = _demo_json(f"sqlite:///{tmp_path / 'b.db'}", "--end-month", MONTH, "--no-sweep")
@@ -134,7 +134,7 @@ def test_demo_starts_a_real_sweep_in_the_background(tmp_path, run_env):
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     env = {**os.environ, **run_env}
     env.pop("TRAINLEDGER_DB_URL", None)
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "demo", "--db", url, "--json"], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "demo", "--db", url, "--json"], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)

@@ -10,14 +10,14 @@ from decimal import Decimal
 import pytest
 from sqlmodel import col, select
 
-from ledger.money import costs
-from ledger.money.capacity import capacity_warnings, warning_text
-from ledger.money.monthly import monthly_report
-from ledger.money.spend import spend_by_project
-from ledger.money.waste import RUN_REASONS
-from ledger.reports.export import presented_report
-from ledger.store.db import make_engine, session_scope
-from ledger.store.models import Run
+from trainledger.money import costs
+from trainledger.money.capacity import capacity_warnings, warning_text
+from trainledger.money.monthly import monthly_report
+from trainledger.money.spend import spend_by_project
+from trainledger.money.waste import RUN_REASONS
+from trainledger.reports.export import presented_report
+from trainledger.store.db import make_engine, session_scope
+from trainledger.store.models import Run
 from tests.app.helpers import MONTH, make_app, metrics, plain, run_page, with_session
 
 D = Decimal
@@ -182,7 +182,7 @@ def test_cpu_run_detail_labels_and_readable_charts(sqlite_url, app_env):
     the loss chart's time axis is formatted as dates; a run without a user shows blank in the table."""
     import json
 
-    from ledger.store.models import MetricSample, RunNode
+    from trainledger.store.models import MetricSample, RunNode
     from tests.helpers import add_run
 
     t0 = datetime(2026, 11, 10, tzinfo=timezone.utc)

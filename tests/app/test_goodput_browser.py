@@ -9,7 +9,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from ledger.reports.present import fmt_cell
+from trainledger.reports.present import fmt_cell
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import DEMO_NOW, MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(url: str, *args: str) -> dict:
-    from ledger.cli.main import app
+    from trainledger.cli.main import app
 
     r = CliRunner().invoke(app, [*args, "--db", url, "--json", "--now", DEMO_NOW.isoformat()])
     assert r.exit_code == 0, r.output

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from app.plain_words import NEVER, break_even, compact, payback, payback_sentence
+from trainledger.app.plain_words import NEVER, break_even, compact, payback, payback_sentence
 
 
 @pytest.mark.parametrize("value,shown", [

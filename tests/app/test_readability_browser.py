@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.reports.weekly import strategy_comparison
+from trainledger.reports.weekly import strategy_comparison
 from tests.app.helpers import MONTH, REPO, with_session
 from tests.app.served import WAIT_MS, chromium, serve_demo, settle
 

@@ -11,13 +11,13 @@ import math
 
 from sqlmodel import Session, select
 
-from app import rentown, ui
-from ledger.money import costs
-from ledger.money.monthly import monthly_report
-from ledger.reports.present import fmt_cell
-from ledger.runs import plan
-from ledger.store.db import make_engine
-from ledger.store.models import Fleet, Offer
+from trainledger.app import rentown, ui
+from trainledger.money import costs
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.present import fmt_cell
+from trainledger.runs import plan
+from trainledger.store.db import make_engine
+from trainledger.store.models import Fleet, Offer
 from tests.app.helpers import MONTH, make_app, plain, run_page
 
 RESERVED = "rtx4090-reserved"

@@ -19,7 +19,7 @@ import re
 
 import pytest
 
-from app.auth import make_entry
+from trainledger.app.auth import make_entry
 from tests.app.helpers import MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
 

@@ -49,8 +49,8 @@ def job(*args) -> list[str]:
 def run_row(url: str, run_id: str):
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import Run
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import Run
 
     engine = make_engine(url)
     try:
@@ -63,8 +63,8 @@ def run_row(url: str, run_id: str):
 def all_runs(url: str) -> list:
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import Run
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import Run
 
     engine = make_engine(url)
     try:
@@ -77,8 +77,8 @@ def all_runs(url: str) -> list:
 def nodes_of(url: str, run_id: str) -> list:
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import RunNode
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import RunNode
 
     engine = make_engine(url)
     try:
@@ -91,8 +91,8 @@ def nodes_of(url: str, run_id: str) -> list:
 def samples_of(url: str, run_id: str, metric: str) -> list[tuple]:
     from sqlmodel import Session, select
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import MetricSample
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import MetricSample
 
     engine = make_engine(url)
     try:

@@ -1,5 +1,5 @@
 """A real tiny Hugging Face Trainer run (GPT-2 built from a config object: nothing downloaded), recorded
-by ``ledger.sources.integrations.hf.LedgerCallback``. Used by tests/capture/test_frameworks.py, alone
+by ``trainledger.integrations.hf.LedgerCallback``. Used by tests/capture/test_frameworks.py, alone
 and under ``torchrun --nproc-per-node 2``.
 
     python tests/capture/hf_train.py OUTPUT_DIR STEPS [SAVE_STEPS] [FAIL_AT_STEP]
@@ -19,7 +19,7 @@ import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-from ledger.sources.integrations.hf import LedgerCallback
+from trainledger.integrations.hf import LedgerCallback
 
 
 class FailAt(TrainerCallback):

@@ -6,7 +6,7 @@
                   [--track STEPS] [--checkpoint-at STEP] [--flops N --peak TFLOPS]
 
 ``--child``/``--setsid-child`` start a grandchild (in this process group, or in a session of its own
-like torchrun's workers) and write its pid to FILE. ``--track`` logs STEPS steps through ``ledger.track``. ``--wait-bytes`` waits (up to 600 s) until FILE holds
+like torchrun's workers) and write its pid to FILE. ``--track`` logs STEPS steps through ``trainledger.track``. ``--wait-bytes`` waits (up to 600 s) until FILE holds
 N bytes: the NVML double's read counter (FAKE_NVML_READS_FILE), so the job outlives N sampling reads.
 """
 
@@ -59,9 +59,9 @@ def main() -> int:
     for i in range(a.err_lines):
         print(f"stderr line {i}", file=sys.stderr, flush=True)
     if a.track:
-        import ledger
+        import trainledger
 
-        with ledger.track(project="api", flush_s=0.2, flops_per_token=a.flops, peak_tflops=a.peak) as run:
+        with trainledger.track(project="api", flush_s=0.2, flops_per_token=a.flops, peak_tflops=a.peak) as run:
             for step in range(a.track):
                 t = time.time()
                 while time.time() - t < 0.005:  # a step takes time

@@ -1,5 +1,5 @@
 """A real tiny Lightning run (a Llama built from a config object: nothing downloaded), recorded by
-``ledger.sources.integrations.lightning.LedgerCallback``; ``DEVICES=2`` trains with DDP on 2 CPU
+``trainledger.integrations.lightning.LedgerCallback``; ``DEVICES=2`` trains with DDP on 2 CPU
 processes started from plain ``python``. Used by tests/capture/test_frameworks.py.
 
     python tests/capture/lightning_train.py OUTPUT_DIR STEPS
@@ -16,7 +16,7 @@ import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ledger.sources.integrations.lightning import LedgerCallback
+from trainledger.integrations.lightning import LedgerCallback
 
 
 class TinyLlama(L.LightningModule):

@@ -1,4 +1,4 @@
-"""A training loop recorded through ``ledger.track`` with phases (tests/capture/test_goodput_capture.py).
+"""A training loop recorded through ``trainledger.track`` with phases (tests/capture/test_goodput_capture.py).
 
     python phase_job.py RUN_ID CKPT_DIR STEPS [--resume-of ID] [--hang-after-checkpoint]
 
@@ -11,7 +11,7 @@ import argparse
 import os
 import time
 
-import ledger
+import trainledger
 
 
 def compute(seconds: float) -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     p.add_argument("--resume-of")
     p.add_argument("--hang-after-checkpoint", action="store_true")
     a = p.parse_args()
-    with ledger.track(project="gp", run_id=a.run_id, resume_of=a.resume_of, name="phase-job") as run:
+    with trainledger.track(project="gp", run_id=a.run_id, resume_of=a.resume_of, name="phase-job") as run:
         first = 0
         if a.resume_of:
             with run.phase("checkpoint_restore"):

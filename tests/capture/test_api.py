@@ -1,4 +1,4 @@
-"""``ledger.track``: the Python API, as a context manager and a decorator (SQLite and PostgreSQL)."""
+"""``trainledger.track``: the Python API, as a context manager and a decorator (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-import ledger
-from ledger.money import costs
-from ledger.sources.journal import read_events, sync_all
-from ledger.store.db import make_engine
-from ledger.store.models import RunStatus
+import trainledger
+from trainledger.money import costs
+from trainledger.sources.journal import read_events, sync_all
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import REPO, all_runs, job, nodes_of, samples_of
 
 DOWN = "postgresql+psycopg://nobody@127.0.0.1:9/none"  # nothing listens on port 9
 
 
 def _track(url: str, tmp_path: Path, **kw):
-    return ledger.track(project="api", db=url, journal_dir=tmp_path / "journal", flush_s=0.1, ledger_wait_s=5,
+    return trainledger.track(project="api", db=url, journal_dir=tmp_path / "journal", flush_s=0.1, ledger_wait_s=5,
                         env={"USER": "ada"}, **kw)
 
 
@@ -42,14 +42,14 @@ def test_a_run_as_a_context_manager(ledger_url, tmp_path):
 def test_a_decorated_function_is_one_run_per_call_and_errors_fail_it(ledger_url, tmp_path):
     @_track(ledger_url, tmp_path)
     def train(fail: bool):
-        ledger.current_run().log(step=0, tokens=7, loss=1.5)
+        trainledger.current_run().log(step=0, tokens=7, loss=1.5)
         if fail:
             raise ValueError("bad batch\nsecond line")
 
     train(False)
     with pytest.raises(ValueError):
         train(True)
-    assert ledger.current_run() is None
+    assert trainledger.current_run() is None
     runs = sorted(all_runs(ledger_url), key=lambda r: r.started_at)
     assert [(r.status, r.tokens, r.error) for r in runs] == [
         (RunStatus.succeeded, 7, None), (RunStatus.failed, 7, "ValueError: bad batch")]
@@ -66,14 +66,14 @@ def test_keyboard_interrupt_cancels_the_run(ledger_url, tmp_path):
 
 
 def test_rank_other_than_zero_records_nothing(ledger_url, tmp_path):
-    with ledger.track(db=ledger_url, journal_dir=tmp_path / "journal", env={"RANK": "1"}) as run:
+    with trainledger.track(db=ledger_url, journal_dir=tmp_path / "journal", env={"RANK": "1"}) as run:
         run.log(step=0, tokens=10, loss=1.0)
         run.checkpoint(step=0)
     assert not run.active and all_runs(ledger_url) == [] and not (tmp_path / "journal").exists()
 
 
 def test_logging_never_waits_for_the_ledger_and_sync_applies_it_later(ledger_url, tmp_path):
-    with ledger.track(project="offline", db=DOWN, journal_dir=tmp_path / "journal", flush_s=0.1, ledger_wait_s=0,
+    with trainledger.track(project="offline", db=DOWN, journal_dir=tmp_path / "journal", flush_s=0.1, ledger_wait_s=0,
                       run_id="offline-1") as run:
         for step in range(200):
             run.log(step=step, tokens=10, loss=1.0)
@@ -88,12 +88,12 @@ def test_logging_never_waits_for_the_ledger_and_sync_applies_it_later(ledger_url
 
 
 def test_bad_ids_are_refused_before_anything_starts(tmp_path):
-    from ledger.errors import LedgerInputError
+    from trainledger.errors import LedgerInputError
 
     with pytest.raises(LedgerInputError, match="run_id: '../x' is not a run id"):
-        ledger.track(run_id="../x", journal_dir=tmp_path)
+        trainledger.track(run_id="../x", journal_dir=tmp_path)
     with pytest.raises(LedgerInputError, match="resume_of: empty"):
-        ledger.track(resume_of="", journal_dir=tmp_path)
+        trainledger.track(resume_of="", journal_dir=tmp_path)
 
 
 @pytest.mark.slow

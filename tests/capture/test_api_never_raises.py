@@ -1,4 +1,4 @@
-"""``ledger.track`` and the callbacks never raise into training (issue 24, item 2), on SQLite and PostgreSQL.
+"""``trainledger.track`` and the callbacks never raise into training (issue 24, item 2), on SQLite and PostgreSQL.
 
 Bad values (NaN, infinities, negative counts, integers beyond 64 bits) are dropped with one warning per
 field; a full journal disk (a real tmpfs filled up) turns recording off with one warning and the loop goes
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import ledger
-from ledger.store.models import RunStatus
+import trainledger
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import all_runs, samples_of
 from tests.tmpfs import mounted
 
@@ -25,7 +25,7 @@ def tiny_disk(tmp_path):
 
 
 def _track(url: str, journal: Path, **kw):
-    return ledger.track(project="api", db=url, journal_dir=journal, flush_s=0.05, heartbeat_s=0.05, ledger_wait_s=10,
+    return trainledger.track(project="api", db=url, journal_dir=journal, flush_s=0.05, heartbeat_s=0.05, ledger_wait_s=10,
                         env={"USER": "ada"}, **kw)
 
 
@@ -117,7 +117,7 @@ def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, cap
     L = pytest.importorskip("lightning")
     import torch
 
-    from ledger.sources.integrations.lightning import LedgerCallback
+    from trainledger.integrations.lightning import LedgerCallback
 
     ledger_cb = LedgerCallback(project="lightning", name="lt-full", tokens_per_batch=8, db=ledger_url,
                                journal_dir=tiny_disk.dir, flush_s=0.05, heartbeat_s=0.05, ledger_wait_s=10)
@@ -157,7 +157,7 @@ def test_hf_trainer_never_sees_a_full_journal_disk(ledger_url, tiny_disk, tmp_pa
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-    from ledger.sources.integrations.hf import LedgerCallback
+    from trainledger.integrations.hf import LedgerCallback
     from tests.capture.tiny_tokens import BATCH, SEQ, VOCAB, Tokens
 
     ledger_cb = LedgerCallback(project="hf", name="hf-full", db=ledger_url, journal_dir=tiny_disk.dir, flush_s=0.05,

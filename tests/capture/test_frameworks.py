@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ledger.store.models import RunStatus
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_wrapped, samples_of
 
 pytest.importorskip("transformers")

@@ -1,6 +1,6 @@
 """Phases captured by real runs: Hugging Face and Lightning callbacks (durations from their own hook times,
 read from the ledger callback by a callback that runs right after it)
-and a ``ledger.track`` run killed after a checkpoint and resumed (lost work, restore, recovery)."""
+and a ``trainledger.track`` run killed after a checkpoint and resumed (lost work, restore, recovery)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
-from ledger.money.goodput import Category, goodput_account, phase_timeline
-from ledger.money.months import month_of
-from ledger.store.db import make_engine
-from ledger.store.models import Run, RunPhase, RunStatus
-from ledger.store.settings import display_timezone
+from trainledger.money.goodput import Category, goodput_account, phase_timeline
+from trainledger.money.months import month_of
+from trainledger.store.db import make_engine
+from trainledger.store.models import Run, RunPhase, RunStatus
+from trainledger.store.settings import display_timezone
 from tests.capture.conftest import HERE, REPO, all_runs
 from tests.helpers import add_fleet
 
@@ -187,8 +187,8 @@ def _wait_checkpoint(url: str, run_id: str, proc: subprocess.Popen, timeout: flo
 
 def test_a_run_killed_after_a_checkpoint_and_resumed_shows_lost_work_restore_and_recovery(ledger_url, capture_env,
                                                                                           tmp_path):
-    from ledger.runs.registry import reap_stale
-    from ledger.sources.journal import sync_all
+    from trainledger.runs.registry import reap_stale
+    from trainledger.sources.journal import sync_all
 
     engine = make_engine(ledger_url)
     with Session(engine) as s:

@@ -15,11 +15,11 @@ from decimal import Decimal
 from sqlalchemy import text
 from sqlmodel import Session
 
-from ledger.money import costs, rollup
-from ledger.money.monthly import monthly_report
-from ledger.reports.export import presented_report, render
-from ledger.runs.registry import reap_stale, show_run
-from ledger.store.models import Run, RunStatus
+from trainledger.money import costs, rollup
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.export import presented_report, render
+from trainledger.runs.registry import reap_stale, show_run
+from trainledger.store.models import Run, RunStatus
 from tests.helpers import add_fleet, add_run, offer
 
 D = Decimal
@@ -171,7 +171,7 @@ def test_a_resume_chain_reads_as_one_job(session):
 
 
 def test_cli_show_export_and_rollup_check_carry_lost_work(cli, ledger_url):
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(ledger_url)
     with Session(engine) as s:
@@ -209,7 +209,7 @@ def test_upgrading_a_ledger_to_0004_backfills_lost_work(ledger_url):
     the lost facts of their rollup rows, so the report and the check agree with a fresh ledger."""
     from alembic import command
 
-    from ledger.store.db import HEAD_REVISION, alembic_config, make_engine, upgrade_schema
+    from trainledger.store.db import HEAD_REVISION, alembic_config, make_engine, upgrade_schema
 
     engine = make_engine(ledger_url)
     with Session(engine) as s:

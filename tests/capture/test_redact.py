@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.sources.redact import redact_argv, redact_env, redact_text, secret_name, secret_option
+from trainledger.sources.redact import redact_argv, redact_env, redact_text, secret_name, secret_option
 from tests.capture.conftest import REPO, run_id_of, wrap_cmd
 
 SECRET = "s3cr3tVALUE42"
@@ -105,7 +105,7 @@ def _ledger_text(url: str) -> str:
     """Every row of every table of the ledger, as text."""
     from sqlalchemy import MetaData, select
 
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     engine = make_engine(url)
     try:

@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ledger.sources.journal import Journal, sync_all
-from ledger.store.db import make_engine
-from ledger.store.models import RunStatus
+from trainledger.sources.journal import Journal, sync_all
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import REPO, all_runs, run_row, samples_of
 
 T0 = "2026-11-03T10:00:00+00:00"
@@ -93,7 +93,7 @@ def test_a_poisoned_journal_never_stops_a_good_one(ledger_url, tmp_path):
     assert (runs["a-poison"].status, runs["a-poison"].tokens) == (RunStatus.succeeded, 300)
     assert [v for _, _, v in samples_of(ledger_url, "a-poison", "loss")] == [1.25]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "sync", "--journal-dir", str(journal), "--db", ledger_url,
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "sync", "--journal-dir", str(journal), "--db", ledger_url,
                           "--show-quarantine", "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["quarantined"]
@@ -104,7 +104,7 @@ def test_a_poisoned_journal_never_stops_a_good_one(ledger_url, tmp_path):
     assert "unknown node_type 'no-such-node-type'" in rows[3]["reason"]
     # a second sync finds nothing pending and quarantines nothing twice
     assert _sync(ledger_url, journal) == {}
-    again = subprocess.run([sys.executable, "-m", "ledger.cli", "sync", "--journal-dir", str(journal), "--db",
+    again = subprocess.run([sys.executable, "-m", "trainledger.cli", "sync", "--journal-dir", str(journal), "--db",
                             ledger_url, "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert json.loads(again.stdout) == {"applied": {}, "quarantined": 4}
 

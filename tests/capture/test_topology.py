@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.errors import LedgerInputError
-from ledger.sources.sampling import owned_gpus
-from ledger.sources.topology import Flags, parse_command, resolve
-from ledger.sources.wrapper import default_name, redact_command
-from ledger.store.ids import slurm_attempt_id, slurm_run_id
+from trainledger.errors import LedgerInputError
+from trainledger.sources.sampling import owned_gpus
+from trainledger.sources.topology import Flags, parse_command, resolve
+from trainledger.sources.wrapper import default_name, redact_command
+from trainledger.store.ids import slurm_attempt_id, slurm_run_id
 
 TORCHRUN = ["torchrun", "--nnodes=2", "--nproc_per_node", "4", "--node-rank", "1", "--rdzv-id", "job42",
             "train.py", "--nnodes", "9"]

@@ -12,13 +12,13 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
-from ledger.money import costs
-from ledger.money.goodput import Category, goodput_account, seconds_decimal
-from ledger.money.monthly import monthly_report
-from ledger.money.months import month_of
-from ledger.store.db import make_engine
-from ledger.store.models import RunPhase, RunStatus
-from ledger.store.settings import display_timezone
+from trainledger.money import costs
+from trainledger.money.goodput import Category, goodput_account, seconds_decimal
+from trainledger.money.monthly import monthly_report
+from trainledger.money.months import month_of
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunPhase, RunStatus
+from trainledger.store.settings import display_timezone
 from tests.tracking.conftest import CONFIGS, kill_leftover_runs, make_track_env, run_row, trainledger
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.store.models import RunStatus
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import (
     HERE,
     REPO,
@@ -184,7 +184,7 @@ def test_an_unreachable_ledger_does_not_stop_the_run_and_sync_replays_it(ledger_
     assert "unreachable" in err and "the run starts and its events wait in the journal" in err
     run_id = run_id_of(out.stderr)
     assert (tmp_path / "journal" / f"{run_id}.jsonl").exists()
-    synced = subprocess.run([sys.executable, "-m", "ledger.cli", "sync", "--db", ledger_url, "--json"], env=capture_env,
+    synced = subprocess.run([sys.executable, "-m", "trainledger.cli", "sync", "--db", ledger_url, "--json"], env=capture_env,
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert json.loads(synced.stdout)["applied"][run_id] > 0
     run = run_row(ledger_url, run_id)
@@ -228,11 +228,11 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     assert run.status == RunStatus.crashed and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
     from sqlmodel import Session
 
-    from ledger.money import costs
-    from ledger.money.monthly import monthly_report
-    from ledger.money.months import month_of
-    from ledger.runs.registry import show_run
-    from ledger.store.db import make_engine
+    from trainledger.money import costs
+    from trainledger.money.monthly import monthly_report
+    from trainledger.money.months import month_of
+    from trainledger.runs.registry import show_run
+    from trainledger.store.db import make_engine
 
     engine = make_engine(ledger_url)
     with Session(engine) as s:
@@ -274,7 +274,7 @@ def test_runs_cancel_stops_a_wrapped_run(ledger_url, capture_env, tmp_path):
                          env=capture_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     wait_for(lambda: started.exists() and all_runs(ledger_url), 180, "the job and its run")
     run_id = all_runs(ledger_url)[0].id
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "cancel", run_id, "--db", ledger_url, "--json"],
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "runs", "cancel", run_id, "--db", ledger_url, "--json"],
                          env=capture_env, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert json.loads(out.stdout) == {"run_id": run_id, "status": "cancelled", "signalled": True,
                                       "killed_after_grace": False}
@@ -284,6 +284,6 @@ def test_runs_cancel_stops_a_wrapped_run(ledger_url, capture_env, tmp_path):
 
 def _reap(url: str, env: dict) -> int:
     """``trainledger runs reap --stale-after 1``: how many runs it marked crashed."""
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "runs", "reap", "--stale-after", "1", "--db", url, "--json"],
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "runs", "reap", "--stale-after", "1", "--db", url, "--json"],
                          env=env, capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
     return json.loads(out.stdout)["reaped"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.store.models import RunStatus
+from trainledger.store.models import RunStatus
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_id_of, run_row, wrap_cmd
 from tests.tracking.conftest import wait_for
 
@@ -84,7 +84,7 @@ sys.stdin.readline()
 """
 
     def __init__(self, url: str):
-        from ledger.store.db import make_engine
+        from trainledger.store.db import make_engine
 
         make_engine(url).dispose()  # the schema exists: the lock is a writer's, not a migration's
         self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, url], stdin=subprocess.PIPE,
@@ -385,8 +385,8 @@ def test_a_closed_or_broken_stderr_still_runs_the_job_with_its_exit_code(ledger_
 
 # --- 5. the last resort: a bug of ours runs the command bare ----------------------------------
 
-@pytest.mark.parametrize("target", ["ledger.sources.topology.resolve", "ledger.sources.keeper.spawn",
-                                    "ledger.sources.sampling.UtilSampler.start"])
+@pytest.mark.parametrize("target", ["trainledger.sources.topology.resolve", "trainledger.sources.keeper.spawn",
+                                    "trainledger.sources.sampling.UtilSampler.start"])
 def test_an_unexpected_error_inside_the_wrapper_runs_the_command_once_with_its_exit_code(
         ledger_url, capture_env, tmp_path, target):
     site = tmp_path / "site"

@@ -16,7 +16,7 @@ node-c     88 %      20000   300 W/GPU  eth 1e9 + IB    communication-blocked
 
 Two GPUs per node. Counters are exact functions of the scrape time, so their
 rates are known: energy rises 300 W = 300,000 mJ/s per GPU. Three real
-``trainer.tracking.Exporter`` instances (one rank per node) serve the run
+``trainledger.trainer.tracking.Exporter`` instances (one rank per node) serve the run
 ``TRAINER_RUN``'s ``trainledger_*`` series.
 """
 
@@ -121,7 +121,7 @@ def prom(tmp_path_factory) -> PromEnv:
     from prometheus_api_client import PrometheusConnect
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from trainer.tracking import Exporter
+    from trainledger.trainer.tracking import Exporter
 
     work = tmp_path_factory.mktemp("prometheus")
     registry = CollectorRegistry()

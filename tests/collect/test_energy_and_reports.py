@@ -8,12 +8,12 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.money import costs
-from ledger.money.monthly import monthly_report
-from ledger.reports.daily import daily_report
-from ledger.reports.weekly import strategy_comparison
-from ledger.store.models import RunNode
-from ledger.store.settings import set_setting
+from trainledger.money import costs
+from trainledger.money.monthly import monthly_report
+from trainledger.reports.daily import daily_report
+from trainledger.reports.weekly import strategy_comparison
+from trainledger.store.models import RunNode
+from trainledger.store.settings import set_setting
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

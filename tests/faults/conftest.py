@@ -70,7 +70,7 @@ def audit_samples(engine, run_id: str, journal: Optional[Path] = None, steps: Op
     """
     from sqlmodel import Session, select
 
-    from ledger.store.models import MetricSample
+    from trainledger.store.models import MetricSample
 
     with Session(engine) as s:
         rows = s.exec(select(MetricSample.metric, MetricSample.ts, MetricSample.value)
@@ -103,7 +103,7 @@ def run_lost(engine, run_id: str) -> Optional[str]:
     """
     from sqlmodel import Session
 
-    from ledger.runs.registry import show_run
+    from trainledger.runs.registry import show_run
     from tests.tracking.conftest import run_row
 
     run = run_row(engine, run_id)
@@ -138,7 +138,7 @@ def rank_pid(launcher_pid: int, rank: int) -> Optional[int]:
 
 def training(engine, run_id: str, min_steps: int = 3) -> bool:
     """The run is running, heartbeating, and the ledger has at least ``min_steps`` of its steps."""
-    from ledger.store.models import RunStatus
+    from trainledger.store.models import RunStatus
     from tests.tracking.conftest import run_row, sample_counts
 
     run = run_row(engine, run_id)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.store.db import make_engine
-from ledger.store.models import RunNode, RunStatus
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, run_lost
 from tests.tracking.conftest import (
     CONFIGS,
@@ -39,7 +39,7 @@ def test_eight_concurrent_runs_on_one_sqlite_ledger(tmp_path, shard_cache, fault
     db = tmp_path / "ledger.db"
     url = f"sqlite:///{db}"
     # one rank each (dp.yaml): eight writers, not sixteen trainers, on two cores
-    launches = [subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "dp.yaml"),
+    launches = [subprocess.Popen([sys.executable, "-m", "trainledger.cli", "launch", str(CONFIGS / "dp.yaml"),
                                   "--gpus-per-node", "1", "--steps", str(STEPS), "--name", f"concurrent-{i}",
                                   "--db", url, "--detach", "--json"],
                                  env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -20,9 +20,9 @@ import sys
 
 import pytest
 
-from ledger.sources.journal import read_events
-from ledger.store.db import make_engine
-from ledger.store.models import RunNode, RunStatus
+from trainledger.sources.journal import read_events
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunNode, RunStatus
 from tests.faults.conftest import audit_samples, log_of, rank_pid, run_lost, training
 from tests.tmpfs import fill_to_enospc
 from tests.tracking.conftest import (
@@ -95,7 +95,7 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
            "TRAINLEDGER_TEST_HOLD": f"3:{gate}"}
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     engine = make_engine(url)
-    launch = subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
+    launch = subprocess.Popen([sys.executable, "-m", "trainledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
                                "--steps", "1000", "--db", url, "--json"],
                               env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rid = None
@@ -157,7 +157,7 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
 def _only_run(engine):
     from sqlmodel import Session, select
 
-    from ledger.store.models import Run
+    from trainledger.store.models import Run
 
     with Session(engine) as s:
         ids = s.exec(select(Run.id)).all()
@@ -166,7 +166,7 @@ def _only_run(engine):
 
 APPEND_UNTIL_FULL = """
 import json, sys
-from ledger.sources.journal import Journal, JournalWriteError
+from trainledger.sources.journal import Journal, JournalWriteError
 j = Journal(sys.argv[1], "r1")
 n, err = 0, None
 try:
@@ -182,7 +182,7 @@ print(json.dumps({"appended": n, "seq": j.seq, "error": err}))
 def test_journal_append_is_all_or_nothing_on_a_full_disk(tiny_disk, fault_tally):
     """A journal write that hits a full disk leaves no torn line: the events written before it and
     after it (once there is room again) are all readable, numbered without a gap."""
-    from ledger.sources.journal import read_events
+    from trainledger.sources.journal import read_events
 
     def append(limit: int, events: int) -> dict:
         out = subprocess.run([sys.executable, "-c", APPEND_UNTIL_FULL, str(tiny_disk.dir), str(events)], cwd=REPO,

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ledger.store.db import make_engine
-from ledger.store.models import RunStatus
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunStatus
 from tests.faults.conftest import _utc, audit_samples, rank_pid, run_lost, training
 from tests.tracking.conftest import (
     CONFIGS,
@@ -50,7 +50,7 @@ def runs(tmp_path_factory, shard_cache):
     # each run holds after step HOLD_AT (TRAINLEDGER_TEST_HOLD) until its kill is due: all three are still
     # training when the kills come, however long the others took to start
     gates = {case: base / f"go-{case}" for case in CASES}
-    procs = {case: subprocess.Popen([sys.executable, "-m", "ledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
+    procs = {case: subprocess.Popen([sys.executable, "-m", "trainledger.cli", "launch", str(CONFIGS / "zero2.yaml"),
                                      "--steps", "1000", "--name", f"kill-{case}", "--db", url, "--detach", "--json"],
                                     env={**env, "TRAINLEDGER_TEST_HOLD": f"{HOLD_AT}:{gates[case]}"}, cwd=REPO,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -138,8 +138,8 @@ def test_rank0_stopped_by_the_launcher_is_failed_unless_someone_cancelled(runs, 
 
     from sqlmodel import Session
 
-    from ledger.runs.launch import settle
-    from ledger.store.models import Run
+    from trainledger.runs.launch import settle
+    from trainledger.store.models import Run
     from tests.helpers import add_run
 
     report = run_row(runs.engine, runs.rids["rank1"]).log_path
@@ -171,8 +171,8 @@ def test_rank0_stopped_before_it_recorded_its_end_is_failed_not_crashed(runs, tm
 
     from sqlmodel import Session
 
-    from ledger.runs.launch import settle
-    from ledger.store.models import Run
+    from trainledger.runs.launch import settle
+    from trainledger.store.models import Run
     from tests.helpers import add_run
 
     report = run_row(runs.engine, runs.rids["rank1"]).log_path

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.sources.journal import Journal, read_events
-from ledger.store.db import make_engine
-from ledger.store.models import RunStatus
+from trainledger.sources.journal import Journal, read_events
+from trainledger.store.db import make_engine
+from trainledger.store.models import RunStatus
 from tests.faults.conftest import audit_samples, log_of, run_lost, training
 from tests.tracking.conftest import (
     journal_samples,

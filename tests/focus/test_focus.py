@@ -16,9 +16,9 @@ from decimal import Decimal
 
 from sqlmodel import Session
 
-from ledger.money.costs import cents
-from ledger.money.monthly import monthly_report
-from ledger.store.models import RunStatus
+from trainledger.money.costs import cents
+from trainledger.money.monthly import monthly_report
+from trainledger.store.models import RunStatus
 from tests.focus.validate import problems
 from tests.helpers import add_fleet, add_run
 

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 from sqlmodel import Session, select
 
-from ledger.reports.focus import COLUMNS
-from ledger.store.models import Run
+from trainledger.reports.focus import COLUMNS
+from trainledger.store.models import Run
 from tests.focus.validate import problems
 from tests.helpers import add_run
 

@@ -67,7 +67,7 @@ def invoke(args: list[Any], db: Optional[str] = None, env: Optional[dict[str, st
     import typer.testing
     from typer.testing import CliRunner
 
-    from ledger.cli import app
+    from trainledger.cli.main import app
 
     argv = [str(a) for a in args] + (["--db", db] if db else [])
     with mock.patch.object(typer.testing, "_get_command", _command):  # Typer rebuilds the click tree per call: 0.1 s
@@ -80,9 +80,9 @@ def invoke(args: list[Any], db: Optional[str] = None, env: Optional[dict[str, st
 
 
 def run_subprocess(args: list[Any], env: Optional[dict[str, str]] = None, timeout: float = 120) -> Outcome:
-    """``python -m ledger.cli ARGS``: the real process, its real exit status and streams."""
+    """``python -m trainledger.cli ARGS``: the real process, its real exit status and streams."""
     full_env = {**os.environ, **(env or {})}
-    p = subprocess.run([sys.executable, "-m", "ledger.cli", *[str(a) for a in args]], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "trainledger.cli", *[str(a) for a in args]], capture_output=True,
                        text=True, env=full_env, cwd=REPO, timeout=timeout)
     STATS["inputs"] += 1
     out = Outcome(p.returncode, p.stdout, p.stderr, None)
@@ -112,7 +112,7 @@ def assert_clean(out: Outcome, context: Any = None, codes: tuple[int, ...] = (0,
 
 def snapshot(url: str) -> dict[str, list[tuple]]:
     """Every row of every ledger table (ordered), to prove that a refused input wrote nothing."""
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     engine = get_engine(url)
     out = {}
@@ -136,7 +136,7 @@ def unchanged(url: str, before: dict, context: Any = None) -> None:
 @pytest.fixture
 def ledger(ledger_url, monkeypatch):
     """A ledger with the presets (both backends) for a fuzz test; TRAINLEDGER_DB_URL unset."""
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     get_engine(ledger_url)  # upgrade + presets once, outside the examples
@@ -147,7 +147,7 @@ def ledger(ledger_url, monkeypatch):
 @pytest.fixture
 def sqlite_ledger(sqlite_url, monkeypatch):
     """A SQLite ledger with the presets, for tests where the backend does not matter."""
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     get_engine(sqlite_url)
@@ -167,7 +167,7 @@ def pg_databases():
 
     from sqlalchemy import create_engine
 
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
     from tests.conftest import PG_ADMIN
 
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")

@@ -26,13 +26,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlmodel import Session, select
 
-from app import launch as app_launch
-from app.access import IDENTITY_KEY, TOKEN_KEY, Identity
-from app.auth import make_entry
-from app.cli import is_loopback
-from ledger.errors import LedgerInputError
-from ledger.store.db import make_engine
-from ledger.store.models import Run
+from trainledger.app import launch as app_launch
+from trainledger.app.access import IDENTITY_KEY, TOKEN_KEY, Identity
+from trainledger.app.auth import make_entry
+from trainledger.app.cli import is_loopback
+from trainledger.errors import LedgerInputError
+from trainledger.store.db import make_engine
+from trainledger.store.models import Run
 from tests.app.helpers import make_app, plain, set_role
 from tests.app.helpers import sign_in as sign_in_with
 from tests.helpers import offer_price
@@ -329,7 +329,7 @@ def test_trainledger_launch_and_sweep_accept_only_configs_from_the_allowed_direc
                                                                                      monkeypatch, fake_popen):
     """A config outside trainer/configs and $TRAINLEDGER_CONFIG_DIRS is refused (one line, exit 2, nothing
     registered or started), also through a symlink or '..' out of an allowed directory."""
-    from ledger.runs.launch import CONFIG_DIRS_ENV
+    from trainledger.runs.launch import CONFIG_DIRS_ENV
 
     outside = tmp_path / "outside"
     outside.mkdir()

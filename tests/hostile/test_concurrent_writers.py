@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow  # many real CLI processes at once: not in `tests/
 BARRIER = """
 import sys, time
 from pathlib import Path
-from ledger.cli.main import main   # the import cost is paid before the barrier
+from trainledger.cli.main import main   # the import cost is paid before the barrier
 go = Path(sys.argv[1])
 deadline = time.monotonic() + 300
 while not go.exists() and time.monotonic() < deadline:
@@ -105,7 +105,7 @@ def test_eight_imports_into_a_ledger_that_does_not_exist_yet(backend, tmp_path, 
 
 def test_twenty_concurrent_imports_sharing_new_project_names_on_postgresql(tmp_path, new_pg_url):
     url = new_pg_url
-    first = subprocess.run([sys.executable, "-m", "ledger.cli", "db", "upgrade", "--db", url], cwd=REPO, env=_env(),
+    first = subprocess.run([sys.executable, "-m", "trainledger.cli", "db", "upgrade", "--db", url], cwd=REPO, env=_env(),
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     shared = [f"shared-{i}" for i in range(5)]  # every import creates these: the unique index is contended
@@ -116,7 +116,7 @@ def test_twenty_concurrent_imports_sharing_new_project_names_on_postgresql(tmp_p
     assert all("Traceback" not in err and "IntegrityError" not in err for _, _, err in results)
     runs, projects, users, _ = _counts(url)
     assert (runs, projects, users) == (20 * 50, 5, 7)
-    check = subprocess.run([sys.executable, "-m", "ledger.cli", "db", "rollup", "--db", url], cwd=REPO, env=_env(),
+    check = subprocess.run([sys.executable, "-m", "trainledger.cli", "db", "rollup", "--db", url], cwd=REPO, env=_env(),
                            capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and "rollup consistent" in check.stdout, check.stderr
 
@@ -125,7 +125,7 @@ def test_the_same_file_imported_four_times_at_once_is_one_line_at_worst(tmp_path
     """Four imports of one file race for the same run ids: each imports it, finds it imported, or loses the race
     with one line (exit 1, nothing written); never a traceback, and the runs are there once."""
     url = new_pg_url
-    first = subprocess.run([sys.executable, "-m", "ledger.cli", "db", "upgrade", "--db", url], cwd=REPO, env=_env(),
+    first = subprocess.run([sys.executable, "-m", "trainledger.cli", "db", "upgrade", "--db", url], cwd=REPO, env=_env(),
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     f = write_csv(tmp_path / "same.csv", "same", 50, ["p"])

@@ -23,8 +23,8 @@ import threading
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.auth import make_entry
-from ledger.store.db import make_engine
+from trainledger.app.auth import make_entry
+from trainledger.store.db import make_engine
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.guard import HostPolicy, is_loopback_name, parse_allowed, split_host
+from trainledger.app.guard import HostPolicy, is_loopback_name, parse_allowed, split_host
 
 LOCAL = HostPolicy(signin=False)
 SIGNIN = HostPolicy(signin=True, allowed=("dash.example.com", "*.corp.example"), own_names=("gpu-box",))

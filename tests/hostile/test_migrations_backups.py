@@ -24,7 +24,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from ledger.store.db import get_engine, head_revision, make_engine, upgrade_schema
+from trainledger.store.db import get_engine, head_revision, make_engine, upgrade_schema
 from tests.conftest import PG_ADMIN
 from tests.hostile.conftest import assert_clean, assert_refused, invoke, snapshot, unchanged
 
@@ -96,8 +96,8 @@ def rows_of(url: str, tables: dict[str, list[str]]) -> dict[str, list[tuple]]:
 def reports(url: str) -> dict[str, dict]:
     from sqlmodel import Session
 
-    from ledger.money.monthly import monthly_report
-    from ledger.reports.export import presented_report
+    from trainledger.money.monthly import monthly_report
+    from trainledger.reports.export import presented_report
 
     get_engine.cache_clear()
     eng = make_engine(url)
@@ -165,7 +165,7 @@ def test_backup_and_restore_round_trip_row_for_row(ledger_url, second_url, tmp_p
     make_engine(ledger_url).dispose()
     write_history(ledger_url)
     original, original_reports = snapshot(ledger_url), reports(ledger_url)
-    out_file = tmp_path / "ledger.store.backup"
+    out_file = tmp_path / "trainledger.store.backup"
     assert_clean(invoke(["db", "backup", "--out", out_file], ledger_url), codes=(0,))
     assert_refused(invoke(["db", "backup", "--out", out_file], ledger_url), "--out", "exists")
 

@@ -2,7 +2,7 @@
 
 The finding: ``report monthly -o X`` followed a planted ``X.part`` symlink (writing through it into
 another file) and replaced an existing X without a word, while ``db backup`` refused one. Both
-now go through ``ledger.store.files.write_output``: an existing output needs ``--force``; the
+now go through ``trainledger.store.files.write_output``: an existing output needs ``--force``; the
 bytes go to a temporary file created with O_EXCL under a random name in X's directory, then
 take X's name (a hard link that fails if X appeared meanwhile; ``os.replace`` with --force, which
 replaces a link at X rather than following it). Nothing is left behind when a write fails.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import LedgerInputError
-from ledger.store.db import make_engine
-from ledger.store.files import write_output
+from trainledger.errors import LedgerInputError
+from trainledger.store.db import make_engine
+from trainledger.store.files import write_output
 from tests.hostile.conftest import assert_clean, assert_refused, invoke
 from tests.hostile.test_migrations_backups import write_history
 

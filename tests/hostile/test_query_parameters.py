@@ -76,7 +76,7 @@ def test_bad_query_parameters_are_one_line_in_the_browser(served):
 
 
 def test_an_error_no_page_handles_is_one_line_and_goes_to_the_log(app_env, tmp_path, monkeypatch, caplog):
-    from app import data
+    from trainledger.app import data
 
     app_env(build_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"))
 

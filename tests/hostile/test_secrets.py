@@ -14,7 +14,7 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.auth import load_auth_file, make_entry
+from trainledger.app.auth import load_auth_file, make_entry
 from tests.app.helpers import make_app, plain, sign_in
 from tests.conftest import PG_ADMIN
 from tests.helpers import FakePopen
@@ -35,7 +35,7 @@ def pg_with_password(monkeypatch):
     """A new PostgreSQL ledger, addressed with a password (trust authentication ignores it)."""
     if os.environ.get("TRAINLEDGER_SKIP_PG") == "1" and not os.environ.get("CI"):
         pytest.skip("TRAINLEDGER_SKIP_PG=1")
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)
     name = f"tl_test_{uuid.uuid4().hex[:12]}"
@@ -140,7 +140,7 @@ PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "lau
 
 
 def test_no_page_shows_hashes_or_passwords(pg_with_password, app_env, tmp_path, monkeypatch, run_env):
-    from ledger.store.db import make_engine
+    from trainledger.store.db import make_engine
 
     make_engine(pg_with_password).dispose()
     app_env(pg_with_password)  # TRAINLEDGER_DB_URL with the password

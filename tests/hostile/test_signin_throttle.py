@@ -23,10 +23,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from app import auth as auth_module
-from app.auth import authenticate, load_auth_file, make_entry
-from app.signin import VERIFY_SLOTS, attempt
-from app.throttle import CLIENT_POLICY, USER_POLICY, Policy, Throttle
+from trainledger.app import auth as auth_module
+from trainledger.app.auth import authenticate, load_auth_file, make_entry
+from trainledger.app.signin import VERIFY_SLOTS, attempt
+from trainledger.app.throttle import CLIENT_POLICY, USER_POLICY, Policy, Throttle
 from tests.app.helpers import build_ledger
 from tests.app.served import serve
 
@@ -192,7 +192,7 @@ def test_one_client_trying_many_names_is_locked_as_a_client(site):
 
 
 def test_the_wait_shown_is_whole_seconds_without_float_noise():
-    from app.signin import whole_seconds
+    from trainledger.app.signin import whole_seconds
 
     now = 1048173.1128487753  # a monotonic clock reading: (now + 600) - now is not exactly 600 in floats
     assert (now + 600) - now != 600 and whole_seconds((now + 600) - now) == 600

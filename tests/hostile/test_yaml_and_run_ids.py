@@ -6,7 +6,7 @@
   dashboard's Launch page refuse it with one line (exit 2 in the CLI), register nothing and
   write no sweep configs. Anchors alone still parse; a config over 1 MiB is refused unread.
 * A run id names files (journal, log), so every way in outside the importer checks it with
-  ``ledger.store.ids.validate_run_id``: the trainer's ``--run-id`` / ``$TRAINLEDGER_RUN_ID`` and
+  ``trainledger.store.ids.validate_run_id``: the trainer's ``--run-id`` / ``$TRAINLEDGER_RUN_ID`` and
   ``--sweep-id``, the run journal (its file names and its events), the dashboard's ``?run=``.
 * A run's log is shown only when the ledger records exactly ``<run directory>/<run id>.log``
   and that is a file inside the run directory (symlinks resolved): with a run id such as
@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from app import launch as app_launch
-from ledger.errors import LedgerInputError
-from ledger.runs.launch import CONFIG_DIRS_ENV, default_log_dir, run_log_file
-from ledger.sources.journal import Journal, apply_events, sync_all
-from ledger.store.db import make_engine
-from ledger.store.models import Run, RunStatus
+from trainledger.app import launch as app_launch
+from trainledger.errors import LedgerInputError
+from trainledger.runs.launch import CONFIG_DIRS_ENV, default_log_dir, run_log_file
+from trainledger.sources.journal import Journal, apply_events, sync_all
+from trainledger.store.db import make_engine
+from trainledger.store.models import Run, RunStatus
 from tests.app.helpers import make_app
 from tests.helpers import node_type
 from tests.hostile.conftest import REPO, assert_refused, invoke, snapshot, unchanged
@@ -92,7 +92,7 @@ def test_launch_sweep_and_the_launch_page_refuse_an_alias_bomb(sqlite_url, confi
 
 @pytest.mark.parametrize("bad", ["../../../../var/log/dpkg", "a/b", "..", ".hidden", "-rf", "x" * 65, "a b", "run\n1"])
 def test_the_trainer_refuses_a_run_id_that_is_not_one(bad, monkeypatch, tmp_path, capsys):
-    from trainer.train import main
+    from trainledger.trainer.train import main
 
     monkeypatch.setenv("TRAINLEDGER_JOURNAL_DIR", str(tmp_path / "journal"))
     assert main(["--config", str(SHIPPED), "--track", f"--run-id={bad}", "--dry-run"]) == 2
@@ -165,9 +165,9 @@ def test_log_files_outside_the_run_directory_are_never_shown(sqlite_url, run_env
 
 
 def test_launch_and_sweep_check_their_ids_and_keep_logs_in_the_run_directory(sqlite_url, run_env, tmp_path):
-    from ledger.runs.launch import LaunchRequest, prepare
-    from ledger.runs.sweep import write_configs
-    from ledger.store.db import session_scope
+    from trainledger.runs.launch import LaunchRequest, prepare
+    from trainledger.runs.sweep import write_configs
+    from trainledger.store.db import session_scope
 
     make_engine(sqlite_url).dispose()
     before = snapshot(sqlite_url)

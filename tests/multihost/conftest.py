@@ -56,7 +56,7 @@ class Ledger:
     url: str  # as every host (and the root namespace) reaches it: over the bridge
 
     def engine(self):
-        from ledger.store.db import make_engine
+        from trainledger.store.db import make_engine
 
         return make_engine(self.url)
 
@@ -71,7 +71,7 @@ def ledger(ledger_server, hosts):
     led = Ledger(f"postgresql+psycopg://postgres@{hosts.gateway}:{ledger_server.port}/{name}?connect_timeout=10")
     led.engine().dispose()  # migrate once, before the hosts race to
     yield led
-    from ledger.store.db import get_engine
+    from trainledger.store.db import get_engine
 
     get_engine.cache_clear()
     with admin.connect() as c:
@@ -101,7 +101,7 @@ def host_env(base: Path, host: Host, ledger: Ledger, **extra: str) -> dict:
 
 
 def trainledger(*args) -> list[str]:
-    return [sys.executable, "-m", "ledger.cli", *map(str, args)]
+    return [sys.executable, "-m", "trainledger.cli", *map(str, args)]
 
 
 def start_on(host: Host, command: list[str], env: dict, log: Path) -> subprocess.Popen:

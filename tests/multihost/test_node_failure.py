@@ -16,9 +16,9 @@ import yaml
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from ledger.money import costs
-from ledger.runs.registry import show_run
-from ledger.store.models import MetricSample, Run
+from trainledger.money import costs
+from trainledger.runs.registry import show_run
+from trainledger.store.models import MetricSample, Run
 from tests.multihost.conftest import host_env, poll, start_on, tail, trainledger, wait_all
 from tests.trainer.conftest import parity_config
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from sqlmodel import Session, select
 
-from ledger.store.ids import slurm_run_id
-from ledger.store.models import Run, RunNode, RunStatus
+from trainledger.store.ids import slurm_run_id
+from trainledger.store.models import Run, RunNode, RunStatus
 from tests.multihost.conftest import REPO
 from tests.slurm.cluster import missing_programs
 
@@ -52,7 +52,7 @@ def test_a_two_node_job_is_one_run_with_both_hosts(hosts, slurm_hosts, ledger, t
     journal = tmp_path / "journal"
     env = (f"--export=ALL,TRAINLEDGER_JOURNAL_DIR={journal},TRAINLEDGER_FLUSH_S=0.5,TRAINLEDGER_HEARTBEAT_S=1,"
            f"GLOO_SOCKET_IFNAME=eth0,OMP_NUM_THREADS=1,PYTHONPATH={REPO}")
-    command = [sys.executable, "-m", "ledger.cli", "run", "--name", "two-host-job", "--node-type", "rtx4090-8x",
+    command = [sys.executable, "-m", "trainledger.cli", "run", "--name", "two-host-job", "--node-type", "rtx4090-8x",
                "--db", ledger.url, "--", sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0].name}:29431",
                "--rdzv-id", "mh-slurm", str(script)]
@@ -67,7 +67,7 @@ def test_a_two_node_job_is_one_run_with_both_hosts(hosts, slurm_hosts, ledger, t
     assert sorted(lines) == [f"{h.name}: sum 3" for h in hosts], text[-4000:]
     from typer.testing import CliRunner
 
-    from ledger.cli import app
+    from trainledger.cli.main import app
 
     for args in (["slurm", "map", "add", "--partition", "debug", "--node-type", "rtx4090-8x", "--by-node"],
                  ["slurm", "sync", "--tz", "UTC", "--json"]):  # no GPUs here: the partition costed by whole nodes

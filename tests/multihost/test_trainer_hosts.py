@@ -16,7 +16,7 @@ import pytest
 import yaml
 from sqlmodel import Session, select
 
-from ledger.store.models import Run, RunNode
+from trainledger.store.models import Run, RunNode
 from tests.multihost.conftest import REPO, host_env, start_on, tail, trainledger, wait_all
 from tests.trainer.conftest import PARITY_STEPS, parity_config
 

@@ -4,7 +4,7 @@ All jobs are submitted at once when the module starts (they run side by side whi
 completed (on the ``batch`` partition with a typed GPU), failed with exit 3, cancelled with scancel,
 timed out (``--time=1``), requeued with ``scontrol requeue``, one still running at the first sync, the
 sbatch script of ``trainledger launch --launcher slurm``, and three that run the real run wrapper
-(``srun python -m ledger.cli run ... -- python -c TRAIN``, tokens through ``ledger.track``): one the
+(``srun python -m trainledger.cli run ... -- python -c TRAIN``, tokens through ``trainledger.track``): one the
 wrapper registers before the first sync sees it running, one whose batch script waits until after
 that sync (so the sync creates the run and the wrapper takes it over), and one requeued while its
 wrapper runs (attempts ``slurm-<job>`` and ``slurm-<job>-r1`` for both). Every duration is checked
@@ -29,9 +29,9 @@ import pytest
 from sqlmodel import Session, select
 from typer.testing import CliRunner
 
-from ledger.store.db import make_engine
-from ledger.store.ids import slurm_attempt_id, slurm_run_id
-from ledger.store.models import Run, RunStatus
+from trainledger.store.db import make_engine
+from trainledger.store.ids import slurm_attempt_id, slurm_run_id
+from trainledger.store.models import Run, RunStatus
 from tests.helpers import node_type
 
 pytestmark = pytest.mark.slow
@@ -45,10 +45,10 @@ SRUN = Path(__file__).with_name("srun.sh")
 #: the wrapped command: tokens through the Python API (the first attempt of a job logs TOKENS, a restart
 #: N × more), then it waits for the release file, except in a requeued attempt
 TRAIN = """import os, sys, time
-import ledger
+import trainledger
 tokens, release = int(sys.argv[1]), sys.argv[2]
 restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-with ledger.track() as run:
+with trainledger.track() as run:
     run.log(step=0, tokens=tokens * (1 + restart))
 deadline = time.monotonic() + 600
 while restart == 0 and not os.path.exists(release) and time.monotonic() < deadline:
@@ -59,8 +59,8 @@ TOKENS = {"wrapped": 4242, "late": 1717, "wrq": 999}
 
 
 def cli(url: str, slurm, *args: str) -> dict:
-    from ledger.cli import app
-    from ledger.store.db import get_engine
+    from trainledger.cli.main import app
+    from trainledger.store.db import get_engine
 
     r = CliRunner().invoke(app, [*map(str, args), "--db", url], env={"SLURM_CONF": str(slurm.conf)},
                            catch_exceptions=False)
@@ -134,10 +134,10 @@ def _until(path: Path) -> str:
 
 
 def _wrapped(slurm, url: str, name: str, release: Path, journal: Path, *, wait: bool = False) -> str:
-    """A job whose batch script runs `srun <python> -m ledger.cli run ... -- <python> -c TRAIN` (argument lists
+    """A job whose batch script runs `srun <python> -m trainledger.cli run ... -- <python> -c TRAIN` (argument lists
     throughout: sbatch passes the script its arguments as they are)."""
     env = f"--export=ALL,TRAINLEDGER_JOURNAL_DIR={journal},TRAINLEDGER_FLUSH_S=0.5,TRAINLEDGER_HEARTBEAT_S=1"
-    wrapper = [sys.executable, "-m", "ledger.cli", "run", "--project", "wrapped", "--name", f"{name}-run",
+    wrapper = [sys.executable, "-m", "trainledger.cli", "run", "--project", "wrapped", "--name", f"{name}-run",
                "--node-type", "rtx4090-8x", "--offer", "rtx4090-rent", "--grace", "1", "--db", url, "--",
                sys.executable, "-c", TRAIN, str(TOKENS[name]), str(release)]
     first = ["--wait-for", str(release)] if wait else []
@@ -193,7 +193,7 @@ def _launch(slurm, url: str, base: Path) -> dict:
            "TRAINLEDGER_JOURNAL_DIR": str(base / "journal"), "TRAINLEDGER_CACHE_DIR": str(base / "cache"),
            "TRAINLEDGER_HEARTBEAT_S": "1", "TRAINLEDGER_FLUSH_S": "0.5", "OMP_NUM_THREADS": "1"}
     env.pop("TRAINLEDGER_DB_URL", None)
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
                           "--launcher", "slurm", "--steps", "3", "--name", "via-sbatch", "--db", url, "--json"],
                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -374,7 +374,7 @@ def test_postgresql_ledger_gets_the_same_runs(slurm, ledger, jobs):
         again = sync(url, slurm)
         assert (again["imported"], again["updated"], again["already_present"]) == (0, 0, first["imported"])
     finally:
-        from ledger.store.db import get_engine
+        from trainledger.store.db import get_engine
 
         get_engine.cache_clear()
         with admin.connect() as c:
@@ -386,7 +386,7 @@ def test_a_job_sbatch_refuses_fails_its_run(slurm, ledger, tmp_path):
     """Two fake GPUs on the only node: 4 per node cannot be met; sbatch says so and the run is failed, not left queued."""
     env = {**os.environ, "SLURM_CONF": str(slurm.conf), "XDG_DATA_HOME": str(tmp_path / "xdg")}
     env.pop("TRAINLEDGER_DB_URL", None)
-    out = subprocess.run([sys.executable, "-m", "ledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
+    out = subprocess.run([sys.executable, "-m", "trainledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
                           "--launcher", "slurm", "--gpus-per-node", "4", "--name", "too-big", "--db", ledger],
                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 2 and out.stderr.startswith("error: sbatch: ") and out.stderr.count("\n") == 1, out.stderr

@@ -64,7 +64,7 @@ def free_port() -> int:
 
 
 def trainledger(args: list[str], env: dict, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "ledger.cli", *map(str, args)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "trainledger.cli", *map(str, args)], env=env, capture_output=True,
                           text=True, timeout=timeout, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"trainledger {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -81,7 +81,7 @@ def run_row(engine, run_id: str):
     """The run's ledger row (detached from its session), or None."""
     from sqlmodel import Session
 
-    from ledger.store.models import Run
+    from trainledger.store.models import Run
 
     with Session(engine) as s:
         return s.get(Run, run_id)
@@ -91,7 +91,7 @@ def sample_counts(engine, run_id: str) -> dict[str, int]:
     """Number of metric samples of a run, per metric."""
     from sqlmodel import Session, func, select
 
-    from ledger.store.models import MetricSample
+    from trainledger.store.models import MetricSample
 
     with Session(engine) as s:
         return dict(s.exec(select(MetricSample.metric, func.count()).where(MetricSample.run_id == run_id)
@@ -100,7 +100,7 @@ def sample_counts(engine, run_id: str) -> dict[str, int]:
 
 def journal_samples(path: Path) -> list[list]:
     """Every sample row ([node, gpu, metric, ts, value]) in a run journal file."""
-    from ledger.sources.journal import read_events
+    from trainledger.sources.journal import read_events
 
     if not Path(path).exists():
         return []
@@ -146,8 +146,8 @@ def kill_leftover_runs(url: str, run_ids) -> None:
     """Teardown: SIGKILL the process group of any launched run still alive, then insist none is left."""
     from sqlmodel import Session
 
-    from ledger.store.db import make_engine
-    from ledger.store.models import Run
+    from trainledger.store.db import make_engine
+    from trainledger.store.models import Run
 
     engine = make_engine(url)
     for rid in run_ids:

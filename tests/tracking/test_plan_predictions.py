@@ -9,13 +9,13 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 
-from ledger.runs import calibrate as cal
-from ledger.runs.predictions import planned_vs_measured
-from ledger.store.db import make_engine
-from ledger.store.models import Offer, Run, RunPrediction
+from trainledger.runs import calibrate as cal
+from trainledger.runs.predictions import planned_vs_measured
+from trainledger.store.db import make_engine
+from trainledger.store.models import Offer, Run, RunPrediction
 from tests.tracking.conftest import CONFIGS, trainledger
-from trainer.plan.factors import Factors
-from trainer.plan.memory import GIB
+from trainledger.trainer.plan.factors import Factors
+from trainledger.trainer.plan.memory import GIB
 
 pytestmark = pytest.mark.slow
 

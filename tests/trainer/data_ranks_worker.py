@@ -14,7 +14,7 @@ from itertools import islice
 
 import torch.distributed as dist
 
-from trainer.data import SampleStream
+from trainledger.trainer.data import SampleStream
 
 
 def main() -> None:
@@ -35,4 +35,4 @@ def main() -> None:
 if __name__ == "__main__":
     main()
     sys.stdout.flush()
-    os._exit(0)  # skip teardown of torch's leftover gloo threads (see trainer.train.run_and_exit)
+    os._exit(0)  # skip teardown of torch's leftover gloo threads (see trainledger.trainer.train.run_and_exit)

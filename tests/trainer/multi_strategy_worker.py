@@ -13,11 +13,11 @@ import os
 import sys
 import warnings
 
-from trainer.config import config_from_dict
-from trainer.distributed import launch_env
-from trainer.engine import Trainer
-from trainer.parallel import resolve_plan
-from trainer.train import write_json_atomic
+from trainledger.trainer.config import config_from_dict
+from trainledger.trainer.distributed import launch_env
+from trainledger.trainer.engine import Trainer
+from trainledger.trainer.parallel import resolve_plan
+from trainledger.trainer.train import write_json_atomic
 
 
 class Recorder:
@@ -58,4 +58,4 @@ def main() -> None:
 if __name__ == "__main__":
     main()
     sys.stdout.flush()
-    os._exit(0)  # skip teardown of torch's leftover gloo threads (see trainer.train.run_and_exit)
+    os._exit(0)  # skip teardown of torch's leftover gloo threads (see trainledger.trainer.train.run_and_exit)

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from trainer.plan import memory
-from trainer.plan.memory import (
+from trainledger.trainer.plan import memory
+from trainledger.trainer.plan.memory import (
     korthikanti_layer_bytes,
     layer_activation_bytes,
     model_states,
@@ -19,7 +19,7 @@ from trainer.plan.memory import (
     stage_params,
     zero_paper_bytes,
 )
-from trainer.shapes import SHAPES, param_count
+from trainledger.trainer.shapes import SHAPES, param_count
 
 BIG = ["llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "7b"]
 CLUSTERS = [(1, 8), (8, 8), (2, 4)]  # (nodes, GPUs per node)
@@ -37,7 +37,7 @@ def _params_as_deepspeed_counts(model) -> tuple[int, int]:
 def test_stage_params_are_the_built_models(name):
     import torch
 
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     with torch.device("meta"):
         model = build_model(SHAPES[name])
@@ -86,7 +86,7 @@ def test_all_live_estimates_of_the_real_model(capsys, stage, fn_name, name):
     """DeepSpeed's printing estimator on the real (CPU) model: its "offload_optimizer=none" GB per GPU."""
     import importlib
 
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     module = importlib.import_module("deepspeed.runtime.zero." + ("stage_1_and_2" if stage == 2 else "stage3"))
     model = build_model(SHAPES[name])
@@ -133,8 +133,8 @@ def test_tp_and_pp_split_the_blocks_and_keep_embeddings_whole():
 
 
 def test_tp_shard_sizes_are_the_built_shards():
-    from trainer.model import LlamaBlock
-    from trainer.tensor_parallel import TPGroup
+    from trainledger.trainer.model import LlamaBlock
+    from trainledger.trainer.tensor_parallel import TPGroup
 
     shape = SHAPES["llama-small"]
     blocks = [LlamaBlock(shape, 0, 1, TPGroup(None, r, 4)) for r in range(4)]
@@ -186,7 +186,7 @@ def test_layer_activations_are_what_autograd_saves(name):
     """One block's forward in fp32 on CPU (SDPA): the saved tensors add up to the formula, byte for byte."""
     import torch
 
-    from trainer.model import Block, LlamaBlock
+    from trainledger.trainer.model import Block, LlamaBlock
 
     shape = SHAPES[name]
     block = (LlamaBlock if shape.arch == "llama" else Block)(shape, 0, 1)
@@ -201,7 +201,7 @@ def test_model_activations_are_what_autograd_saves(name, recompute):
     recomputation only each block's input. Off by the loss's 4-byte total weight, which is not modelled."""
     import torch
 
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     shape = SHAPES[name]
     model = build_model(shape, activation_checkpointing=recompute == "full").train()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.plan import search, timing
-from trainer.plan.memory import GIB, memory_per_gpu, stage_params
-from trainer.plan.timing import Hardware, Link, all_gather_s, all_reduce_s, group_link, p2p_s, step_time
-from trainer.shapes import SHAPES, flops_per_token
+from trainledger.trainer.plan import search, timing
+from trainledger.trainer.plan.memory import GIB, memory_per_gpu, stage_params
+from trainledger.trainer.plan.timing import Hardware, Link, all_gather_s, all_reduce_s, group_link, p2p_s, step_time
+from trainledger.trainer.shapes import SHAPES, flops_per_token
 
 NVLINK = Link(100e9, 0.0)
 #: 8 GPUs per node, 100 GB/s inside a node, 400 Gb/s (50 GB/s) per node between nodes

@@ -13,7 +13,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from trainer.cli import data_app, train_command
+from trainledger.trainer.cli import data_app, train_command
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "trainer" / "configs"
@@ -47,8 +47,8 @@ def test_dry_run_prints_plan_and_deepspeed_json(app):
     assert lines[1] == "world size      4 = dp 4 × tp 1 × pp 1 = nodes 1 × gpus_per_node 4"
     assert lines[2] == "batch           global 16 = micro 4 × grad_accum 1 × dp 4 sequences; 2048 tokens/step"
     assert "222,400 params; 1,678,464 FLOPs/token" in lines[3]
-    from trainer.plan.memory import memory_per_gpu
-    from trainer.shapes import SHAPES
+    from trainledger.trainer.plan.memory import memory_per_gpu
+    from trainledger.trainer.shapes import SHAPES
 
     mem = memory_per_gpu(SHAPES["tiny"], dp=4, tp=1, pp=1, zero_stage=2, micro_batch=4, micro_batches=1,
                          precision="fp32")
@@ -81,7 +81,7 @@ def test_bad_config_exits_2_with_one_line(app, tmp_path):
 def test_entry_point_refuses_before_starting(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"parallel": {"strategy": "tp", "tp": 3}}), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "trainer.train", "--config", str(bad)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "trainledger.trainer.train", "--config", str(bad)], cwd=REPO,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"})
     assert proc.returncode == 2
@@ -93,9 +93,9 @@ def test_planning_modules_import_without_torch():
     code = (
         "import sys\n"
         "for m in ('torch', 'deepspeed', 'webdataset'): sys.modules[m] = None\n"
-        "import trainer, trainer.shapes, trainer.parallel, trainer.cli, trainer.metrics, trainer.hardware\n"
-        "import trainer.plan.memory, trainer.plan.timing, trainer.plan.search\n"
-        "from trainer.parallel import resolve_plan, deepspeed_config\n"
+        "import trainledger.trainer, trainledger.trainer.shapes, trainledger.trainer.parallel, trainledger.trainer.cli, trainledger.trainer.metrics, trainledger.trainer.hardware\n"
+        "import trainledger.trainer.plan.memory, trainledger.trainer.plan.timing, trainledger.trainer.plan.search\n"
+        "from trainledger.trainer.parallel import resolve_plan, deepspeed_config\n"
         "cfg = {'model': {'shape': '7b'}, 'parallel': {'strategy': '3d', 'tp': 8, 'pp': 4, 'micro_batch': 1,"
         " 'global_batch': 512}}\n"
         "plan = resolve_plan(cfg, nodes=16, gpus_per_node=8)\n"

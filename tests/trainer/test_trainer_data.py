@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trainer.data import (
+from trainledger.trainer.data import (
     DataError,
     SampleStream,
     load_index,
@@ -19,7 +19,7 @@ from trainer.data import (
     shipped_corpus_dir,
     stage_to_cache,
 )
-from trainer.tokenizer import ByteTokenizer
+from trainledger.trainer.tokenizer import ByteTokenizer
 
 HERE = Path(__file__).resolve().parent
 SEQ = 32
@@ -174,7 +174,7 @@ def test_three_real_ranks_partition_an_epoch(shards, tmp_path, launcher):
 def test_data_prepare_command(tmp_path):
     import typer
 
-    from trainer.cli import data_app
+    from trainledger.trainer.cli import data_app
 
     app = typer.Typer()
     app.add_typer(data_app, name="data")
@@ -193,11 +193,11 @@ def test_data_prepare_command(tmp_path):
 
 
 def test_timed_batches_add_up_the_wait_for_each_batch_and_refuse_a_bad_knob(monkeypatch):
-    from trainer.data import DATA_DELAY_ENV, TimedBatches
-    from trainer.engine import SLOW_RANK_ENV, slow_rank
+    from trainledger.trainer.data import DATA_DELAY_ENV, TimedBatches
+    from trainledger.trainer.engine import SLOW_RANK_ENV, slow_rank
 
     ticks = iter(range(100))
-    monkeypatch.setattr("trainer.data.time.perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr("trainledger.trainer.data.time.perf_counter", lambda: float(next(ticks)))
     batches = TimedBatches(iter(["a", "b"]), delay_s=0.0)
     assert list(batches) == ["a", "b"] and batches.waited == 3.0  # 1 s for each batch, 1 s to find the end
     monkeypatch.setenv(DATA_DELAY_ENV, "-1")

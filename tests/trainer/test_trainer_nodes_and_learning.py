@@ -24,7 +24,7 @@ def test_two_nodes_rendezvous_and_report_two_hosts(tmp_path, trainer_cache, two_
     port = launcher.free_port()
     procs = []
     for node_rank, host in enumerate(["node-a", "node-b"]):
-        cmd = launcher.torchrun_cmd(1, ["-m", "trainer.train", "--config", str(config), "--results-json", str(results)],
+        cmd = launcher.torchrun_cmd(1, ["-m", "trainledger.trainer.train", "--config", str(config), "--results-json", str(results)],
                            port=port, nnodes=2, node_rank=node_rank)
         procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=launcher.env(TRAINLEDGER_HOSTNAME=host),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -64,8 +64,8 @@ def test_tiny_learns_on_the_shipped_corpus(tmp_path, trainer_cache):
     entropy (3.32 nats), i.e. the model uses context, not only byte
     frequencies. Observed: 5.52 → ≈ 3.0 in 100 steps (0.46 epochs).
     """
-    from trainer.cli import train_command
-    from trainer.data import shipped_corpus_dir
+    from trainledger.trainer.cli import train_command
+    from trainledger.trainer.data import shipped_corpus_dir
 
     config = tmp_path / "learn.yaml"
     config.write_text(yaml.safe_dump({

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainer.config import ConfigError, config_from_dict
-from trainer.parallel import (
+from trainledger.trainer.config import ConfigError, config_from_dict
+from trainledger.trainer.parallel import (
     ParallelPlan,
     PlanError,
     apply_deepspeed_json,

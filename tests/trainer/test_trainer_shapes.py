@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.hardware import lookup_peak_tflops
-from trainer.metrics import percentile
-from trainer.shapes import SHAPES, ModelShape, flops_per_token, llama_ffn_dim, param_count
+from trainledger.trainer.hardware import lookup_peak_tflops
+from trainledger.trainer.metrics import percentile
+from trainledger.trainer.shapes import SHAPES, ModelShape, flops_per_token, llama_ffn_dim, param_count
 
 #: Published parameter counts (Touvron et al. 2023 released checkpoints; Meta Llama 3 8B model card).
 PUBLISHED = {"llama2-7b": 6_738_415_616, "llama2-13b": 13_015_864_320, "llama2-70b": 68_976_648_192,
@@ -16,14 +16,14 @@ PUBLISHED = {"llama2-7b": 6_738_415_616, "llama2-13b": 13_015_864_320, "llama2-7
 
 @pytest.mark.parametrize("name", ["tiny", "small", "llama-tiny", "llama-small"])
 def test_param_count_is_the_built_models(name):
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     model = build_model(SHAPES[name])
     assert param_count(SHAPES[name]) == sum(p.numel() for p in model.parameters())  # a tied head counted once
 
 
 def test_gpt_head_is_tied_and_llama_head_is_not():
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     gpt, llama = build_model(SHAPES["tiny"]), build_model(SHAPES["llama-tiny"])
     assert gpt.lm_head.weight is gpt.tok.weight
@@ -74,7 +74,7 @@ def test_flops_per_token_is_palms_arithmetic_for_llama2_7b():
 
 def test_flops_n_is_the_built_models_matmul_parameters():
     """6N counts every parameter of the built model but the lookup tables (nanoGPT's non_embedding)."""
-    from trainer.model import build_model
+    from trainledger.trainer.model import build_model
 
     for name, table in (("tiny", "pos"), ("llama-tiny", "tok")):
         shape = SHAPES[name]
@@ -98,8 +98,8 @@ def test_tensor_parallel_shards_are_slices_of_the_full_weights():
     """tp shards built from the same seed, concatenated, equal the unsharded layer's weights."""
     import torch
 
-    from trainer.model import Block
-    from trainer.tensor_parallel import TPGroup
+    from trainledger.trainer.model import Block
+    from trainledger.trainer.tensor_parallel import TPGroup
 
     shape = SHAPES["tiny"]
     full = Block(shape, layer=1, seed=5)
@@ -117,8 +117,8 @@ def test_llama_tp_shards_own_whole_query_groups():
     heads 4r..4r+3 and the key/value heads 2r, 2r+1 they read (query head h reads h ÷ 2)."""
     import torch
 
-    from trainer.model import LlamaBlock
-    from trainer.tensor_parallel import TPGroup
+    from trainledger.trainer.model import LlamaBlock
+    from trainledger.trainer.tensor_parallel import TPGroup
 
     shape = SHAPES["llama-small"]
     full = LlamaBlock(shape, layer=0, seed=7)
@@ -140,9 +140,9 @@ def test_llama_tp_partial_outputs_add_up_to_the_full_block(monkeypatch, name, tp
     block's: heads, key/value groups and SwiGLU units are split without loss or overlap."""
     import torch
 
-    import trainer.tensor_parallel as tpmod
-    from trainer.model import LlamaBlock
-    from trainer.tensor_parallel import TPGroup
+    import trainledger.trainer.tensor_parallel as tpmod
+    from trainledger.trainer.model import LlamaBlock
+    from trainledger.trainer.tensor_parallel import TPGroup
 
     monkeypatch.setattr(tpmod, "_all_reduce", lambda x, tp: x.clone())  # each rank keeps its partial sum
     shape = SHAPES[name]
@@ -160,7 +160,7 @@ def test_rope_scores_depend_on_relative_position_only():
     """⟨RoPE(q, m), RoPE(k, n)⟩ depends on m − n: shifting both positions leaves the score unchanged."""
     import torch
 
-    from trainer.model import apply_rope, rope_cos_sin
+    from trainledger.trainer.model import apply_rope, rope_cos_sin
 
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(32, generator=g), torch.randn(32, generator=g)

@@ -1,9 +1,9 @@
 """Calibration factors of the planning model: how far measured runs sit from its parts (stdlib only).
 
 The model predicts a step as compute + communication + pipeline bubble
-(:mod:`trainer.plan.timing`) and a GPU's memory as states + activations +
-allowance (:mod:`trainer.plan.memory`). A calibration scales each part by a
-factor fitted to measured runs (``ledger.runs.calibrate``); 1.0 everywhere is
+(:mod:`trainledger.trainer.plan.timing`) and a GPU's memory as states + activations +
+allowance (:mod:`trainledger.trainer.plan.memory`). A calibration scales each part by a
+factor fitted to measured runs (``trainledger.runs.calibrate``); 1.0 everywhere is
 the model as written:
 
     step   = compute · f_compute + intra-node comm · f_intra + inter-node comm · f_inter
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from trainer.plan.memory import FRAGMENTATION, MemoryEstimate
-from trainer.plan.timing import Hardware, StepTime
+from trainledger.trainer.plan.memory import FRAGMENTATION, MemoryEstimate
+from trainledger.trainer.plan.timing import Hardware, StepTime
 
 #: the factors of the step time, in the order of :func:`time_columns`
 TIME_FACTORS = ("compute", "intra_comm", "inter_comm", "bubble")

@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from trainer.shapes import ModelShape, block_params
+from trainledger.trainer.shapes import ModelShape, block_params
 
 GIB = 2**30
 #: CUDA context + cuBLAS/NCCL workspaces per GPU (bytes), outside the caching allocator's count

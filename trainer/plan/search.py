@@ -12,9 +12,9 @@ each with every micro-batch of ``micro_batches`` and recompute "none" or
 micro_batch × dp: grad_accum = ⌈G / (micro_batch · dp)⌉.
 
 A candidate is kept when it passes the trainer's own plan validation
-(``trainer.parallel.ParallelPlan.validate``: the message it raises is the
-reason it is discarded), fits in GPU memory (:mod:`trainer.plan.memory`) and
-the peak of the GPU is known (:mod:`trainer.plan.timing`).
+(``trainledger.trainer.parallel.ParallelPlan.validate``: the message it raises is the
+reason it is discarded), fits in GPU memory (:mod:`trainledger.trainer.plan.memory`) and
+the peak of the GPU is known (:mod:`trainledger.trainer.plan.timing`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
-from trainer.parallel import STRATEGY_ZERO_STAGE, ParallelPlan, PlanError
-from trainer.plan.factors import Factors, calibrated_memory, calibrated_time
-from trainer.plan.memory import GIB, RECOMPUTE, MemoryEstimate, memory_per_gpu
-from trainer.plan.timing import Hardware, StepTime, step_time
-from trainer.shapes import ModelShape
+from trainledger.trainer.parallel import STRATEGY_ZERO_STAGE, ParallelPlan, PlanError
+from trainledger.trainer.plan.factors import Factors, calibrated_memory, calibrated_time
+from trainledger.trainer.plan.memory import GIB, RECOMPUTE, MemoryEstimate, memory_per_gpu
+from trainledger.trainer.plan.timing import Hardware, StepTime, step_time
+from trainledger.trainer.shapes import ModelShape
 
 #: micro-batch sizes tried by default (sequences per GPU per micro-step)
 MICRO_BATCHES = (1, 2, 4, 8)

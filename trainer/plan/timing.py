@@ -6,10 +6,10 @@ Per GPU and micro-batch of b sequences of length s:
 
     t_compute = flops_per_token · b · s · r / (tp · pp) / (peak · efficiency)
 
-with ``trainer.shapes.flops_per_token`` (6N + 12·L·H·Q·T), r = 4/3 with full
+with ``trainledger.trainer.shapes.flops_per_token`` (6N + 12·L·H·Q·T), r = 4/3 with full
 activation recomputation (the forward pass runs twice: 8N instead of 6N) and
 1 without. ``efficiency`` is the share of the dense peak the matmuls reach:
-calibrated from measured runs in the ledger (``ledger.runs.plan``), else
+calibrated from measured runs in the ledger (``trainledger.runs.plan``), else
 :data:`DEFAULT_EFFICIENCY` for the GPU.
 
 Communication (alpha-beta, ring algorithms as NCCL and gloo use them)
@@ -55,8 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from trainer.plan.memory import element_bytes
-from trainer.shapes import ModelShape, flops_per_token
+from trainledger.trainer.plan.memory import element_bytes
+from trainledger.trainer.shapes import ModelShape, flops_per_token
 
 #: Share of the dense bf16 peak the matmuls reach when no measured run calibrates it (0–1), by GPU model
 #: substring. Sources: Narayanan et al. 2021 (Megatron-LM, SC'21) report 44–52% of the A100 peak end to
@@ -104,7 +104,7 @@ class Hardware:
     intra: Link
     inter: Link
     efficiency_source: str = "default"
-    calibration: Optional[dict] = field(default=None, compare=False, hash=False)  # ledger.runs.calibrate summary
+    calibration: Optional[dict] = field(default=None, compare=False, hash=False)  # trainledger.runs.calibrate summary
 
 
 def all_reduce_s(nbytes: float, n: int, link: Link) -> float:

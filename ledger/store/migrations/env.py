@@ -1,9 +1,9 @@
-"""Alembic environment: runs migrations on the engine handed over by ledger.store.db."""
+"""Alembic environment: runs migrations on the engine handed over by trainledger.store.db."""
 
 from alembic import context
 from sqlmodel import SQLModel
 
-import ledger.store.models  # noqa: F401  (registers the tables)
+import trainledger.store.models  # noqa: F401  (registers the tables)
 
 config = context.config
 target_metadata = SQLModel.metadata
@@ -20,14 +20,14 @@ def _configure(connection) -> None:
 
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
-    if connection is not None:  # ledger.store.db.upgrade_schema: its transaction, committed by the caller
+    if connection is not None:  # trainledger.store.db.upgrade_schema: its transaction, committed by the caller
         _configure(connection)
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = config.attributes.get("engine")
     if engine is None:
-        from ledger.store.db import make_engine
+        from trainledger.store.db import make_engine
 
         engine = make_engine(config.get_main_option("sqlalchemy.url"), upgrade=False)
     with engine.connect() as connection:

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = '0001'
 down_revision = None
@@ -61,18 +61,18 @@ def upgrade() -> None:
     sa.Column('node_type_id', sa.Integer(), nullable=False),
     sa.Column('kind', sa.Enum('rent_elastic', 'rent_reserved', 'own', name='offerkind'), nullable=False),
     sa.Column('currency', sqlmodel.sql.sqltypes.AutoString(length=3), nullable=False),
-    sa.Column('price_per_node_hour', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('price_per_node_month', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('billing_granularity_hours', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('minimum_hours', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('capex_per_node', ledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('price_per_node_hour', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('price_per_node_month', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('billing_granularity_hours', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('minimum_hours', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('capex_per_node', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
     sa.Column('depreciation_months', sa.Integer(), nullable=True),
-    sa.Column('residual_value', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('power_kw_load', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('power_kw_idle', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('electricity_price_per_kwh', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('pue', ledger.store.types.Money(precision=20, scale=6), nullable=True),
-    sa.Column('operations_per_node_month', ledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('residual_value', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('power_kw_load', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('power_kw_idle', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('electricity_price_per_kwh', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('pue', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
+    sa.Column('operations_per_node_month', trainledger.store.types.Money(precision=20, scale=6), nullable=True),
     sa.Column('source', sqlmodel.sql.sqltypes.AutoString(length=20), nullable=False),
     sa.Column('notes', sqlmodel.sql.sqltypes.AutoString(length=500), nullable=False),
     sa.ForeignKeyConstraint(['node_type_id'], ['node_type.id'], ),
@@ -123,10 +123,10 @@ def upgrade() -> None:
     sa.Column('sweep_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
     sa.Column('config', sa.JSON(), nullable=True),
     sa.Column('status', sa.Enum('queued', 'running', 'succeeded', 'failed', 'cancelled', 'crashed', name='runstatus'), nullable=False),
-    sa.Column('created_at', ledger.store.types.UTCDateTime(), nullable=False),
-    sa.Column('started_at', ledger.store.types.UTCDateTime(), nullable=True),
-    sa.Column('ended_at', ledger.store.types.UTCDateTime(), nullable=True),
-    sa.Column('heartbeat_at', ledger.store.types.UTCDateTime(), nullable=True),
+    sa.Column('created_at', trainledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('started_at', trainledger.store.types.UTCDateTime(), nullable=True),
+    sa.Column('ended_at', trainledger.store.types.UTCDateTime(), nullable=True),
+    sa.Column('heartbeat_at', trainledger.store.types.UTCDateTime(), nullable=True),
     sa.Column('steps', sa.Integer(), nullable=True),
     sa.Column('tokens', sa.BigInteger(), nullable=True),
     sa.Column('step_time_median_s', sa.Float(), nullable=True),
@@ -165,7 +165,7 @@ def upgrade() -> None:
     sa.Column('node', sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
     sa.Column('gpu', sa.Integer(), nullable=False),
     sa.Column('metric', sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-    sa.Column('ts', ledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('ts', trainledger.store.types.UTCDateTime(), nullable=False),
     sa.Column('value', sa.Float(), nullable=True),
     sa.ForeignKeyConstraint(['run_id'], ['run.id'], ),
     sa.PrimaryKeyConstraint('id'),

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = '0003'
 down_revision = '0002'
@@ -60,8 +60,8 @@ def upgrade() -> None:
     sa.Column('offer_id', sa.Integer(), nullable=True),
     sa.Column('project_id', sa.Integer(), nullable=True),
     sa.Column('status', sqlmodel.sql.sqltypes.AutoString(length=20), nullable=False),
-    sa.Column('start_at', ledger.store.types.UTCDateTime(), nullable=False),
-    sa.Column('end_at', ledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('start_at', trainledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('end_at', trainledger.store.types.UTCDateTime(), nullable=False),
     sa.Column('nodes', sa.Integer(), nullable=False),
     sa.Column('gpus_per_node', sa.Integer(), nullable=False),
     sa.Column('split', sa.Boolean(), nullable=False),

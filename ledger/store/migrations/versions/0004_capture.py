@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = "0004"
 down_revision = "0003"
@@ -33,15 +33,15 @@ LOST_TEXTS = ("lost_billed", "lost_ckpt_billed")
 def upgrade() -> None:
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.add_column(sa.Column("resume_of", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True))
-        batch_op.add_column(sa.Column("last_checkpoint_at", ledger.store.types.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("last_checkpoint_at", trainledger.store.types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("last_checkpoint_step", sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column("last_checkpoint_path", sqlmodel.sql.sqltypes.AutoString(length=500), nullable=True))
-        batch_op.add_column(sa.Column("lost_from", ledger.store.types.UTCDateTime(), nullable=True))
-        batch_op.add_column(sa.Column("lost_until", ledger.store.types.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("lost_from", trainledger.store.types.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("lost_until", trainledger.store.types.UTCDateTime(), nullable=True))
         batch_op.create_index(batch_op.f("ix_run_resume_of"), ["resume_of"], unique=False)
     with op.batch_alter_table("run_node", schema=None) as batch_op:
         batch_op.add_column(sa.Column("status", sqlmodel.sql.sqltypes.AutoString(length=20), nullable=True))
-        batch_op.add_column(sa.Column("heartbeat_at", ledger.store.types.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("heartbeat_at", trainledger.store.types.UTCDateTime(), nullable=True))
         batch_op.add_column(sa.Column("exit_code", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("processes", sa.Integer(), nullable=True))
     for table in ("rollup_slice", "rollup_month"):
@@ -55,7 +55,7 @@ def upgrade() -> None:
 
 
 def _backfill() -> None:
-    # the costed end of an ended run (ledger.money.months.run_interval): its end, else its last heartbeat,
+    # the costed end of an ended run (trainledger.money.months.run_interval): its end, else its last heartbeat,
     # never before its start
     op.execute(sa.text(
         f"UPDATE run SET lost_from = started_at, lost_until = CASE "

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = '0007'
 down_revision = '0006'
@@ -21,8 +21,8 @@ def upgrade() -> None:
     sa.Column('token_hash', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
     sa.Column('user_name', sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
     sa.Column('password_fp', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
-    sa.Column('created_at', ledger.store.types.UTCDateTime(), nullable=False),
-    sa.Column('expires_at', ledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('created_at', trainledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('expires_at', trainledger.store.types.UTCDateTime(), nullable=False),
     sa.PrimaryKeyConstraint('token_hash')
     )
     op.create_index(op.f('ix_dashboard_session_expires_at'), 'dashboard_session', ['expires_at'], unique=False)

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = '0008'
 down_revision = '0007'
@@ -21,9 +21,9 @@ def upgrade() -> None:
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('project_key', sa.Integer(), nullable=False),
     sa.Column('period', sqlmodel.sql.sqltypes.AutoString(length=7), nullable=False),
-    sa.Column('amount', ledger.store.types.Money(precision=20, scale=6), nullable=False),
+    sa.Column('amount', trainledger.store.types.Money(precision=20, scale=6), nullable=False),
     sa.Column('currency', sqlmodel.sql.sqltypes.AutoString(length=3), nullable=False),
-    sa.Column('updated_at', ledger.store.types.UTCDateTime(), nullable=False),
+    sa.Column('updated_at', trainledger.store.types.UTCDateTime(), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('project_key', 'period', name='uq_budget')
     )

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = "0009"
 down_revision = '0008'
@@ -35,7 +35,7 @@ PRESET_POWER_KW = {"rtx4090-8x": "4.0", "a100-8x": "6.5", "h100-8x": "10.2", "h2
 
 
 def _price_columns() -> list:
-    money = ledger.store.types.Money
+    money = trainledger.store.types.Money
     return [sa.Column(c, sa.Integer() if c == "depreciation_months" else money(), nullable=True) for c in PRICE_COLUMNS]
 
 
@@ -45,8 +45,8 @@ def upgrade() -> None:
                     sa.Column("id", sa.Integer(), nullable=False),
                     sa.Column("offer_id", sa.Integer(), nullable=False),
                     sa.Column("version", sa.Integer(), nullable=False),
-                    sa.Column("valid_from", ledger.store.types.UTCDateTime(), nullable=False),
-                    sa.Column("created_at", ledger.store.types.UTCDateTime(), nullable=False),
+                    sa.Column("valid_from", trainledger.store.types.UTCDateTime(), nullable=False),
+                    sa.Column("created_at", trainledger.store.types.UTCDateTime(), nullable=False),
                     sa.Column("note", sqlmodel.sql.sqltypes.AutoString(length=500), nullable=False),
                     sa.ForeignKeyConstraint(["offer_id"], ["offer.id"]),
                     sa.PrimaryKeyConstraint("id"),
@@ -59,7 +59,7 @@ def upgrade() -> None:
                     sa.Column("base", sqlmodel.sql.sqltypes.AutoString(length=3), nullable=False),
                     sa.Column("quote", sqlmodel.sql.sqltypes.AutoString(length=3), nullable=False),
                     sa.Column("valid_from", sa.Date(), nullable=False),
-                    sa.Column("rate", ledger.store.types.Rate(), nullable=False),
+                    sa.Column("rate", trainledger.store.types.Rate(), nullable=False),
                     sa.Column("source", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
                     sa.PrimaryKeyConstraint("id"),
                     sa.UniqueConstraint("base", "quote", "valid_from", name="uq_fx_rate"))
@@ -67,16 +67,16 @@ def upgrade() -> None:
                     sa.Column("id", sa.Integer(), nullable=False),
                     sa.Column("node_type_key", sa.Integer(), nullable=False),
                     sa.Column("valid_from", sa.Date(), nullable=False),
-                    sa.Column("g_per_kwh", ledger.store.types.Rate(), nullable=False),
+                    sa.Column("g_per_kwh", trainledger.store.types.Rate(), nullable=False),
                     sa.Column("location", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
                     sa.Column("source", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
                     sa.PrimaryKeyConstraint("id"),
                     sa.UniqueConstraint("node_type_key", "valid_from", name="uq_carbon_intensity"))
     with op.batch_alter_table("node_type", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("nominal_power_kw", ledger.store.types.Money(), nullable=True))
+        batch_op.add_column(sa.Column("nominal_power_kw", trainledger.store.types.Money(), nullable=True))
     conn = op.get_bind()
     nt = sa.table("node_type", sa.column("name", sa.String), sa.column("source", sa.String),
-                  sa.column("nominal_power_kw", ledger.store.types.Money()))
+                  sa.column("nominal_power_kw", trainledger.store.types.Money()))
     for name, kw in PRESET_POWER_KW.items():
         conn.execute(nt.update().where(nt.c.name == name, nt.c.source == "preset").values(nominal_power_kw=kw))
     _first_versions(conn)
@@ -85,18 +85,18 @@ def upgrade() -> None:
 
 def _first_versions(conn) -> None:
     """Version 1 of every offer: its prices now, valid from the earliest run (else from 1970-01-01)."""
-    run = sa.table("run", sa.column("started_at", ledger.store.types.UTCDateTime()),
-                   sa.column("created_at", ledger.store.types.UTCDateTime()))
+    run = sa.table("run", sa.column("started_at", trainledger.store.types.UTCDateTime()),
+                   sa.column("created_at", trainledger.store.types.UTCDateTime()))
     first = conn.execute(sa.select(sa.func.min(run.c.started_at))).scalar()
     if first is None:
         first = conn.execute(sa.select(sa.func.min(run.c.created_at))).scalar()
     now = datetime.now(timezone.utc)
-    first = (ledger.store.types.UTCDateTime().process_result_value(first, conn.dialect) if first is not None
+    first = (trainledger.store.types.UTCDateTime().process_result_value(first, conn.dialect) if first is not None
              else datetime(1970, 1, 1, tzinfo=timezone.utc))
     offer = sa.table("offer", sa.column("id", sa.Integer), *[sa.column(c) for c in PRICE_COLUMNS])
     price = sa.table("offer_price", sa.column("offer_id", sa.Integer), sa.column("version", sa.Integer),
-                     sa.column("valid_from", ledger.store.types.UTCDateTime()),
-                     sa.column("created_at", ledger.store.types.UTCDateTime()), sa.column("note", sa.String),
+                     sa.column("valid_from", trainledger.store.types.UTCDateTime()),
+                     sa.column("created_at", trainledger.store.types.UTCDateTime()), sa.column("note", sa.String),
                      *[sa.column(c) for c in PRICE_COLUMNS])
     rows = [dict(r._mapping) for r in conn.execute(sa.select(offer))]
     if rows:
@@ -113,18 +113,18 @@ def _charge_periods() -> None:
     tz = ZoneInfo(tz_name)
     for table in ("rollup_slice", "rollup_month"):
         with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.add_column(sa.Column("charge_from", ledger.store.types.UTCDateTime(), nullable=True))
-        t = sa.table(table, sa.column("month", sa.String), sa.column("charge_from", ledger.store.types.UTCDateTime()))
+            batch_op.add_column(sa.Column("charge_from", trainledger.store.types.UTCDateTime(), nullable=True))
+        t = sa.table(table, sa.column("month", sa.String), sa.column("charge_from", trainledger.store.types.UTCDateTime()))
         for (month,) in conn.execute(sa.select(t.c.month).distinct()).all():
             y, m = int(month[:4]), int(month[5:7])
             start = datetime(y, m, 1, tzinfo=tz).astimezone(timezone.utc)
             conn.execute(t.update().where(t.c.month == month).values(charge_from=start))
     with op.batch_alter_table("rollup_slice", schema=None) as batch_op:
-        batch_op.alter_column("charge_from", existing_type=ledger.store.types.UTCDateTime(), nullable=False)
+        batch_op.alter_column("charge_from", existing_type=trainledger.store.types.UTCDateTime(), nullable=False)
         batch_op.drop_constraint("uq_rollup_slice", type_="unique")
         batch_op.create_unique_constraint("uq_rollup_slice", ["run_id", "month", "charge_from"])
     with op.batch_alter_table("rollup_month", schema=None) as batch_op:
-        batch_op.alter_column("charge_from", existing_type=ledger.store.types.UTCDateTime(), nullable=False)
+        batch_op.alter_column("charge_from", existing_type=trainledger.store.types.UTCDateTime(), nullable=False)
         batch_op.drop_constraint("uq_rollup_month", type_="unique")
         batch_op.create_unique_constraint("uq_rollup_month", ["month", "charge_from", "node_type_id", "offer_key",
                                                               "project_key", "status"])

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = '0011'
 down_revision = '0009'
@@ -26,8 +26,8 @@ def upgrade() -> None:
     sa.Column('count', sa.Integer(), nullable=False),
     sa.Column('ckpt_seconds', sa.Float(), nullable=True),
     sa.Column('ckpt_count', sa.Integer(), nullable=True),
-    sa.Column('first_at', ledger.store.types.UTCDateTime(), nullable=True),
-    sa.Column('last_at', ledger.store.types.UTCDateTime(), nullable=True),
+    sa.Column('first_at', trainledger.store.types.UTCDateTime(), nullable=True),
+    sa.Column('last_at', trainledger.store.types.UTCDateTime(), nullable=True),
     sa.ForeignKeyConstraint(['run_id'], ['run.id'], ),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('run_id', 'node', 'phase', name='uq_run_phase')

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = "0014"
 down_revision = "0011"
@@ -26,7 +26,7 @@ def upgrade() -> None:
                     sa.Column("id", sa.Integer(), nullable=False),
                     sa.Column("node_type_id", sa.Integer(), nullable=False),
                     sa.Column("device", sqlmodel.sql.sqltypes.AutoString(length=10), nullable=False),
-                    sa.Column("created_at", ledger.store.types.UTCDateTime(), nullable=False),
+                    sa.Column("created_at", trainledger.store.types.UTCDateTime(), nullable=False),
                     sa.Column("sweep_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
                     sa.Column("n_runs", sa.Integer(), nullable=False),
                     sa.Column("factors", sa.JSON(), nullable=False),
@@ -37,7 +37,7 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_plan_calibration_node_type_id"), ["node_type_id"], unique=False)
     op.create_table("run_prediction",
                     sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
-                    sa.Column("created_at", ledger.store.types.UTCDateTime(), nullable=False),
+                    sa.Column("created_at", trainledger.store.types.UTCDateTime(), nullable=False),
                     sa.Column("calibration_id", sa.Integer(), nullable=True),
                     sa.Column("step_time_s", sa.Float(), nullable=True),
                     sa.Column("memory_bytes", sa.Float(), nullable=True),

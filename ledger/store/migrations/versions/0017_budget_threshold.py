@@ -10,7 +10,7 @@ Create Date: 2026-12-04
 import sqlalchemy as sa
 from alembic import op
 
-import ledger.store.types
+import trainledger.store.types
 
 revision = "0017"
 down_revision = "0016"
@@ -20,7 +20,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("budget", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("threshold_pct", ledger.store.types.Money(precision=20, scale=6), nullable=True))
+        batch_op.add_column(sa.Column("threshold_pct", trainledger.store.types.Money(precision=20, scale=6), nullable=True))
 
 
 def downgrade() -> None:

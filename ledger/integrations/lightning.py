@@ -1,6 +1,6 @@
 """PyTorch Lightning → the ledger (``pip install 'trainledger[lightning]'``).
 
-    from ledger.sources.integrations.lightning import LedgerCallback
+    from trainledger.integrations.lightning import LedgerCallback
 
     L.Trainer(..., callbacks=[LedgerCallback(project="llm", tokens_per_batch=lambda b: b["input_ids"].numel())])
 
@@ -14,7 +14,7 @@ the checkpoint restore (``on_load_checkpoint`` to ``on_train_start``) and the
 sanity check; steps are ``on_train_batch_start`` to ``on_train_batch_end``;
 validation (``on_validation_start`` to ``on_validation_end``) is ``eval``; a save
 runs from ``on_save_checkpoint`` (called before the file is written) to the next
-hook that fires (:mod:`ledger.sources.phases`). The callback runs on every rank; only global rank 0 records. Under
+hook that fires (:mod:`trainledger.sources.phases`). The callback runs on every rank; only global rank 0 records. Under
 ``trainledger run`` the wrapper records the status, the nodes and the utilization.
 """
 
@@ -26,8 +26,8 @@ from typing import Any, Callable, Optional, Union
 
 from lightning.pytorch import Callback
 
-from ledger.sources.sanitize import Guard
-from ledger.sources.track import TrackedRun
+from trainledger.sources.sanitize import Guard
+from trainledger.sources.track import TrackedRun
 
 
 def _default_tokens(batch: Any) -> Optional[int]:
@@ -40,7 +40,7 @@ def _default_tokens(batch: Any) -> Optional[int]:
 
 
 class LedgerCallback(Callback):
-    """Records a Lightning run; keyword arguments are :func:`ledger.track`'s."""
+    """Records a Lightning run; keyword arguments are :func:`trainledger.track`'s."""
 
     def __init__(self, project: Optional[str] = None,
                  tokens_per_batch: Union[int, Callable[[Any], int], None] = None, **track_kwargs: Any):

@@ -1,6 +1,6 @@
 """Hugging Face ``transformers.Trainer`` → the ledger (``pip install 'trainledger[hf]'``).
 
-    from ledger.sources.integrations.hf import LedgerCallback
+    from trainledger.integrations.hf import LedgerCallback
 
     args = TrainingArguments(..., include_num_input_tokens_seen="all")   # tokens from the Trainer's own counter
     Trainer(model, args, ..., callbacks=[LedgerCallback(project="llm", node_type="h100-8x")]).train()
@@ -9,7 +9,7 @@ Tokens are the Trainer's ``state.num_input_tokens_seen`` (the global count, set
 with ``include_num_input_tokens_seen``; without it no token count is recorded),
 the loss and the other logged numbers come from ``on_log``, every ``on_save``
 is a checkpoint (``<output_dir>/checkpoint-<step>``), ``on_train_end`` ends the
-run. Phases for the goodput account (:mod:`ledger.sources.phases`): steps from
+run. Phases for the goodput account (:mod:`trainledger.sources.phases`): steps from
 ``on_step_begin`` to ``on_step_end``; an evaluation from the step's end (or the
 last hook) to ``on_evaluate``; a checkpoint save from the last hook to ``on_save``
 (the Trainer has no hook before either starts, so these are the callbacks' own
@@ -19,7 +19,7 @@ Trainer restores a checkpoint (``train(resume_from_checkpoint=...)``) before
 is already the checkpoint's) and links the run to the run that saved it (``resume_of``,
 read from ``trainledger-run.json``, which it leaves in every checkpoint directory it
 saves). When that run was interrupted, the time from its end to this run's start,
-the restore included, is the chain's ``recovery`` (``ledger.money.goodput``). The callback runs on every rank; only rank 0 records. MFU needs
+the restore included, is the chain's ``recovery`` (``trainledger.money.goodput``). The callback runs on every rank; only rank 0 records. MFU needs
 ``flops_per_token`` (default: Hugging Face's own estimate, 6 × the model's
 non-embedding parameters, the figure ``Trainer.floating_point_ops`` uses) and a
 GPU. A run that dies in the training loop (an exception, SIGTERM) is ended
@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-from ledger.sources.sanitize import Guard, warn
-from ledger.sources.track import TrackedRun
+from trainledger.sources.sanitize import Guard, warn
+from trainledger.sources.track import TrackedRun
 
 #: logged keys that are not step figures (the running time and rate the Trainer adds to every log)
 #: left in each checkpoint directory the callback saves: which run saved it (a resumed run's ``resume_of``)
@@ -49,7 +49,7 @@ _NOT_STEP = ("epoch", "loss", "train_runtime", "train_tokens_per_second", "train
 
 
 class LedgerCallback(TrainerCallback):
-    """Records a ``transformers.Trainer`` run; keyword arguments are :func:`ledger.track`'s."""
+    """Records a ``transformers.Trainer`` run; keyword arguments are :func:`trainledger.track`'s."""
 
     def __init__(self, project: Optional[str] = None, flops_per_token: Optional[float] = None, **track_kwargs: Any):
         self.project = project
@@ -139,7 +139,7 @@ def _saved_by(args, state) -> Optional[str]:
     """The run that saved the checkpoint the Trainer restored (training begins at ``state.global_step`` > 0): its
     id from the checkpoint's :data:`MARKER` (``args.resume_from_checkpoint``, else the output directory's
     ``checkpoint-<step>``); None when there is none or it is unreadable."""
-    from ledger.store.ids import validate_run_id
+    from trainledger.store.ids import validate_run_id
 
     candidates = [getattr(args, "resume_from_checkpoint", None),
                   os.path.join(args.output_dir or "", f"checkpoint-{state.global_step}")]

@@ -1,0 +1,5 @@
+"""``python -m trainledger ARGS``: the same as ``trainledger ARGS``."""
+
+from trainledger.cli.main import main
+
+main()
