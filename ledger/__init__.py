@@ -40,16 +40,34 @@ from __future__ import annotations
 
 import importlib
 
-# The rollup's session events keep the monthly rollup in step with every write of
-# runs, whatever part of the ledger a program imports first.
-from trainledger.money import rollup as _rollup  # noqa: F401
+
+def _load_session_hooks() -> None:
+    """Register the rollup's session events, which keep the monthly rollup in step with every write of runs.
+
+    Called by :mod:`trainledger.store.models` once the tables are defined: every program that can write a
+    run has loaded them, and ``import trainledger`` (the CLI's ``--help``, the run wrapper) stays free of
+    SQLAlchemy.
+    """
+    importlib.import_module("trainledger.money.rollup")
+
 
 #: the Python API, loaded on first use (``import trainledger`` stays light: no torch, no sampler, no writer)
 _LAZY = {"track": ("trainledger.sources.track", "track"),
          "current_run": ("trainledger.sources.track", "current_run")}
 
 
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trainledger")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":  # importlib.metadata on first use: ``import trainledger`` stays fast
+        return _installed_version()
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)

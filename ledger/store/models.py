@@ -20,6 +20,7 @@ from typing import Any, Optional
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+import trainledger as _root
 from trainledger.store.types import Money, Rate, UTCDateTime, utcnow
 
 
@@ -544,3 +545,7 @@ class RunPhase(SQLModel, table=True):
     ckpt_count: Optional[int] = None
     first_at: Optional[datetime] = _ts()  # first time the phase began
     last_at: Optional[datetime] = _ts()  # last time it ended
+
+
+# Last: every program that has the tables also keeps the monthly rollup in step (the rollup's session events).
+_root._load_session_hooks()
