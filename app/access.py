@@ -32,7 +32,6 @@ from typing import Optional
 from urllib.parse import quote, urlencode
 
 import streamlit as st
-
 from trainledger.app import sessions
 from trainledger.app.auth import AuthFileError, users_file
 from trainledger.app.cli import AUTH_ENV, is_loopback

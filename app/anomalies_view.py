@@ -11,7 +11,6 @@ from datetime import date
 from typing import Any, Optional
 
 import streamlit as st
-
 from trainledger.app import data, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.anomalies import MEASURES, RULE, anomalies, parse_day, runs_on_day

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import streamlit as st
 from starlette.middleware import Middleware
-
 from trainledger.app.guard import HostGuard
 from trainledger.app.signin import SignInRequired, routes
 

@@ -32,11 +32,10 @@ import re
 import secrets
 import sys
 import threading
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
-
-import tomllib
 
 ALGORITHM = "pbkdf2_sha256"
 ITERATIONS = 600_000

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import streamlit as st
-
 from trainledger.app import access, data, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget

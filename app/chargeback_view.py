@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import data
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"

@@ -78,7 +78,6 @@ def dashboard_command(
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
     from sqlalchemy.exc import OperationalError
-
     from trainledger.app.auth import AuthFileError, load_auth_file
     from trainledger.app.guard import parse_allowed
     from trainledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url

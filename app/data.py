@@ -20,7 +20,6 @@ from typing import Any, Iterator, Optional
 
 import streamlit as st
 from sqlmodel import Session, select
-
 from trainledger.demo import is_demo
 from trainledger.errors import LedgerInputError
 from trainledger.money.budgets import budget_status as ledger_budget_status

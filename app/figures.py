@@ -8,7 +8,6 @@ from typing import Any, Optional
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import data, ui
 from trainledger.money.spend import IDLE, NO_PROJECT
 

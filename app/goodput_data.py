@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import streamlit as st
-
 from trainledger.app.data import TTL, now, read_session
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import goodput_data, ui
 
 

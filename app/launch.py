@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import CONFIG_DIRS_ENV, allowed_config_dirs, shipped_config_dir  # noqa: F401  (re-exported)
 

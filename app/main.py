@@ -23,7 +23,6 @@ from typing import Optional
 
 import streamlit as st
 from sqlalchemy.exc import OperationalError
-
 from trainledger.app import access, data, ui
 from trainledger.app.auth import AuthFileError
 from trainledger.errors import LedgerInputError

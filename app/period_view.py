@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import data, ui
 
 #: money up is worse: its delta is red when it grows

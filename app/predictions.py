@@ -10,7 +10,6 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import ui
 from trainledger.app.data import TTL, read_session
 from trainledger.runs.predictions import planned_vs_measured_of

@@ -24,7 +24,6 @@ from datetime import datetime, timedelta
 from typing import Optional
 
 from sqlmodel import delete
-
 from trainledger.app.auth import UserEntry
 from trainledger.store.db import get_engine, session_scope
 from trainledger.store.models import DashboardSession

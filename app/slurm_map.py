@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import streamlit as st
-
 from trainledger.app import access, data, ui
 from trainledger.errors import LedgerInputError
 from trainledger.store.slurm_map import add_rule, list_rules, remove_rule

@@ -26,7 +26,6 @@ from zoneinfo import ZoneInfo
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.months import check_month
 from trainledger.reports.present import fmt_cell, kind_of, present

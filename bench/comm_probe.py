@@ -22,9 +22,8 @@ import time
 
 def main(out: str) -> None:
     import torch
-    from deepspeed import comm as dist
-
     import trainledger.trainer.engine  # noqa: F401  (the modules a training process holds)
+    from deepspeed import comm as dist
     from trainledger.trainer.distributed import init_distributed, launch_env
 
     env = launch_env()

@@ -47,9 +47,9 @@ def render(url: str, month: str) -> float:
 def run(quick: bool) -> Result:
     from streamlit import config
     from streamlit.logger import set_log_level
+    from trainledger.store.db import make_engine
 
     from bench.gen import generate
-    from trainledger.store.db import make_engine
 
     res = Result("dashboard", "dashboard Overview render, cold (AppTest)", "the same render over an empty ledger", 2.0, "<=")
     n_runs = 2_000 if quick else 100_000

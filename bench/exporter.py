@@ -27,12 +27,12 @@ from bench import Result, log, median
 def run(quick: bool) -> Result:
     from prometheus_client import CollectorRegistry, generate_latest
     from sqlmodel import Session, delete, select
-
-    from bench.gen import generate
     from trainledger.money.budgets import set_budget
     from trainledger.reports.metrics import LedgerCollector, month_metrics
     from trainledger.store.db import make_engine, read_only_engine, session_scope
     from trainledger.store.models import Budget, Project
+
+    from bench.gen import generate
 
     res = Result("exporter", "trainledger exporter: a cached scrape ÷ a refresh (100k runs)",
                  "a refresh of the month's figures (report, forecast, budgets)", None, "<=")

@@ -194,7 +194,6 @@ def _ts_strings(us) -> list[str]:
 def _build(path: Path, n_runs: int, n_samples: int, months: int, end_month: str) -> dict[str, Any]:
     import numpy as np
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
     from trainledger.store.presets import apply_pricing, parse_pricing
 

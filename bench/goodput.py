@@ -24,7 +24,6 @@ from bench import Result, log, median
 
 def _account_vs_report(url: str, month: str, repeats: int) -> tuple[list[float], list[float], dict]:
     from sqlmodel import Session
-
     from trainledger.money.goodput import goodput_account
     from trainledger.money.monthly import monthly_report
     from trainledger.store.db import make_engine

@@ -51,7 +51,6 @@ def sample_rows(n: int, runs: int = 50) -> list[tuple]:
 
 def make_template(directory: Path, runs: int = 50) -> Path:
     from sqlmodel import Session, select
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import NodeType, Run, RunStatus
 
@@ -94,7 +93,6 @@ def raw_insert(path: Path, text_rows: list[tuple]) -> float:
 
 def api_insert(path: Path, rows: list[tuple]) -> tuple[float, int]:
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
     from trainledger.store.ingest import insert_samples
 
@@ -114,7 +112,6 @@ def core_insert(path: Path, rows: list[tuple]) -> float:
     """The previous path (ledger/journal.py ``_insert_samples``): Core insert … on_conflict_do_nothing, dict rows."""
     from sqlalchemy.dialects.sqlite import insert
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import MetricSample
 

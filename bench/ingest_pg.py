@@ -45,7 +45,6 @@ def _truncate(engine) -> None:
 
 def _api(engine, rows: list[tuple], **kw: Any) -> tuple[float, int]:
     from sqlmodel import Session
-
     from trainledger.store.ingest import insert_samples
 
     with Session(engine) as s:
@@ -78,10 +77,10 @@ def run(quick: bool) -> Result:
 
     from sqlalchemy import text
     from sqlmodel import Session, select
-
-    from bench.ingest import T0
     from trainledger.store.db import make_engine
     from trainledger.store.models import NodeType, Run, RunStatus
+
+    from bench.ingest import T0
 
     res = Result("ingest_pg", "ingest MetricSample on PostgreSQL (trainledger.store.ingest, COPY)",
                  "raw psycopg binary COPY of the same rows (ratio informational)", None, ">=")

@@ -66,7 +66,6 @@ def _setup(steps: int, work: Path):
 
     torch.set_num_threads(1)
     from deepspeed.utils import logger as ds_logger
-
     from trainledger.trainer.train import load_run_config
 
     ds_logger.setLevel(logging.WARNING)

@@ -125,7 +125,6 @@ def predict_sweep(url: str, sweep_ids: str | list[str], probe: dict, cores: int,
                   reserve: dict[str, float] | None = None) -> list[dict]:
     """Predictions for every run of the sweep(s); ``reserve`` (by strategy) replaces the probe's baseline RSS."""
     from sqlmodel import select
-
     from trainledger.runs.plan import predict_run
     from trainledger.store.db import make_engine, session_scope
     from trainledger.store.models import Run
@@ -159,7 +158,6 @@ RAW_FIELDS = ("id", "strategy", "nodes", "gpus_per_node", "world_size", "dp", "t
 def raw_runs(url: str, sweep_id: str) -> list[dict]:
     """The sweep's runs as measured (the fields a calibration needs), to refit without re-running."""
     from sqlmodel import select
-
     from trainledger.store.db import make_engine, session_scope
     from trainledger.store.models import Run
 

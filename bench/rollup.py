@@ -87,7 +87,6 @@ def load_duckdb(path) -> Any:
     import duckdb
     import pandas as pd
     from sqlmodel import Session, select
-
     from trainledger.money.catalog import default_offer, load_catalog
     from trainledger.store.db import make_engine
     from trainledger.store.models import Fleet
@@ -141,7 +140,6 @@ def duck_month(con, month: str) -> tuple[float, list[tuple]]:
 
 def ledger_month(engine, month: str) -> tuple[float, Any]:
     from sqlmodel import Session
-
     from trainledger.money.monthly import monthly_report
 
     kwargs = {"lines": False} if "lines" in inspect.signature(monthly_report).parameters else {}
@@ -175,8 +173,9 @@ def cross_check(rep, rows: list[tuple], names: dict[int, str]) -> list[str]:
 
 
 def run(quick: bool) -> Result:
-    from bench.gen import generate
     from trainledger.store.db import make_engine
+
+    from bench.gen import generate
 
     res = Result("rollup", "monthly rollup (report monthly)", "DuckDB, one SQL query over the same tables", 2.0, "<=")
     n_runs, n_samples = (20_000, 200_000) if quick else (1_000_000, 10_000_000)
@@ -204,7 +203,6 @@ def run(quick: bool) -> Result:
         duck.append(t)
     names = {}
     from sqlmodel import Session, select
-
     from trainledger.store.models import NodeType
 
     with Session(engine) as s:

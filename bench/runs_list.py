@@ -55,8 +55,9 @@ def in_process(url: str, month: str) -> tuple[float, float, int]:
 
 
 def run(quick: bool) -> Result:
-    from bench.gen import generate
     from trainledger.store.db import make_engine
+
+    from bench.gen import generate
 
     res = Result("runs_list", "`trainledger runs list --month M` (CLI process)",
                  "the same command over an empty ledger (CLI start-up; ratio informational)", None, "<=")

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.months import month_bounds, months_between

@@ -6,7 +6,6 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Optional
 
 from sqlmodel import Session, select
-
 from trainledger.store.lookup import get_or_create
 from trainledger.store.models import Fleet, NodeType, Offer, Project, Run, RunStatus, User
 

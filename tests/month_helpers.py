@@ -21,8 +21,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from sqlmodel import Session
-
 from trainledger.store.models import RunStatus
+
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc

@@ -9,7 +9,6 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from trainledger.money import costs
 from trainledger.money.compare import compare_month
 from trainledger.money.monthly import monthly_report
@@ -19,6 +18,7 @@ from trainledger.reports.export import presented_report
 from trainledger.reports.present import jsonable
 from trainledger.store.models import RunStatus
 from trainledger.store.settings import set_setting
+
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

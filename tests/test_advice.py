@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.money.advice import advise, replay, young_daly_interval_hours
 from trainledger.money.costs import cents
 from trainledger.store.models import RunPhase, RunStatus
+
 from tests.helpers import add_run
 
 D = Decimal

@@ -15,8 +15,8 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.money.anomalies import anomalies, runs_on_day
+
 from tests.helpers import add_run
 
 UTC = timezone.utc

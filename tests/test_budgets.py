@@ -8,12 +8,12 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import func, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.budgets import budget_status, list_budgets, remove_budget, set_budget
 from trainledger.money.costs import cents
 from trainledger.money.forecast import forecast
 from trainledger.store.models import Budget
+
 from tests.month_helpers import (
     FIXED_PER_NODE_MONTH,
     LLM_TO_DATE,
@@ -133,7 +133,6 @@ def test_budget_check_for_cron(cli, ledger_url):
 ])
 def test_cli_bad_input_is_one_line_and_writes_nothing(cli, ledger_url, args, message):
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(ledger_url)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from trainledger.money.capacity import Interval, capacity_warnings, over_capacity
 from trainledger.store.models import Run
+
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from openpyxl import load_workbook
-
 from trainledger.store.lookup import get_or_create
 from trainledger.store.models import Project, RunStatus
+
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

@@ -7,7 +7,6 @@ import json
 import pytest
 import typer
 from sqlmodel import Session, select
-
 from trainledger.cli.main import app
 from trainledger.store.models import Offer
 

@@ -14,10 +14,10 @@ import json
 from datetime import datetime, timezone
 
 from sqlmodel import Session
-
 from trainledger.money.costs import cents
 from trainledger.reports.focus import focus_export, to_csv
 from trainledger.store.models import RunNode
+
 from tests.helpers import add_fleet, add_run
 
 UTC = timezone.utc

@@ -11,12 +11,12 @@ import json
 from decimal import Decimal
 
 import pytest
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.budgets import budget_status, set_budget
 from trainledger.money.costs import cents
 from trainledger.money.forecast import forecast
 from trainledger.store.fx import set_rate
+
 from tests.month_helpers import MONTH, NOW, build_december
 
 RATE = Decimal("0.14")

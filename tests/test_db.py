@@ -12,9 +12,9 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import Session, func, select
-
 from trainledger.store.db import HEAD_REVISION, current_revision, head_revision, make_engine, redact_url, resolve_url
 from trainledger.store.models import Offer, Run
+
 from tests.helpers import add_run
 
 
@@ -118,7 +118,6 @@ def test_ledger_and_cli_import_without_torch():
 
 def test_downgrade_to_base_and_upgrade_again(engine):
     from alembic import command
-
     from trainledger.store.db import alembic_config, upgrade_schema
 
     command.downgrade(alembic_config(engine), "base")
@@ -176,7 +175,6 @@ def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
 
 def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch):
     from sqlalchemy import text
-
     from trainledger.store.db import LedgerURLError, make_engine, read_only_engine
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"

@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.demo import FLEET_NODES, FLOPS_PER_TOKEN, generate_demo
 from trainledger.money import costs
 from trainledger.money.monthly import monthly_report

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from openpyxl import load_workbook
-
 from trainledger.reports.export import guard_formula
 from trainledger.store.models import RunStatus
+
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

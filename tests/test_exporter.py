@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlmodel import Session, text
-
 from trainledger.money.budgets import budget_status, set_budget
 from trainledger.money.forecast import forecast
 from trainledger.money.monthly import monthly_report
 from trainledger.store.db import make_engine, read_only_engine, session_scope
+
 from tests.month_helpers import MONTH, NOW, build_december
 from tests.tracking.conftest import wait_for
 

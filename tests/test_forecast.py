@@ -10,12 +10,12 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import cents
 from trainledger.money.forecast import Z_P90, forecast
 from trainledger.money.monthly import monthly_report
 from trainledger.store.models import Run, RunStatus
+
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import (
     FIXED_PER_NODE_MONTH,

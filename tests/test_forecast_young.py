@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from trainledger.money.costs import cents
 from trainledger.money.forecast import forecast
+
 from tests.helpers import add_run
 
 UTC = timezone.utc

@@ -13,7 +13,6 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.demo import generate_demo
 from trainledger.money import costs
 from trainledger.money.goodput import (
@@ -32,6 +31,7 @@ from trainledger.sources import phases as ph
 from trainledger.sources.journal import Journal, sync_journal
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run, RunPhase, RunStatus
+
 from tests.helpers import add_fleet, add_run, month_account_identities
 
 D = Decimal

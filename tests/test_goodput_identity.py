@@ -17,11 +17,11 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.money.goodput import BADPUT, Category, on_grid
 from trainledger.money.months import month_bounds
 from trainledger.store.lookup import get_or_create
 from trainledger.store.models import Project, Run, RunPhase, RunStatus, User
+
 from tests.helpers import add_fleet, month_account_identities, node_type, offer
 
 pytestmark = pytest.mark.slow

@@ -17,6 +17,7 @@ from trainledger.sources import phases as ph
 from trainledger.store.models import Run, RunStatus
 from trainledger.store.presets import import_pricing_file
 from trainledger.store.settings import set_setting
+
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import FIXED_PER_NODE_MONTH, IDLE_KWH_PRICE
 

@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.money.goodput import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
 from trainledger.sources import phases as ph
 

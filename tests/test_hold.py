@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from trainledger.sources.hold import ENV, Holds, parse_holds
 
 

@@ -1,7 +1,6 @@
 """Run ids: one rule on every way in, and the id of a Slurm job."""
 
 import pytest
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.ids import MAX_RUN_ID, new_run_id, slurm_run_id, validate_run_id
 

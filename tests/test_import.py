@@ -6,7 +6,6 @@ import json
 from decimal import Decimal
 
 from sqlmodel import Session, func, select
-
 from trainledger.store.models import Project, Run, RunStatus
 
 CSV = """name,project,user,node_type,offer,nodes,gpus_per_node,start,end,status,tokens,gpu_util_mean

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 from sqlmodel import Session, func, select
-
 from trainledger.store.models import NodeType, Run
 
 HEADER = "JobID|JobName|Partition|Account|User|NodeList|NNodes|AllocTRES|ElapsedRaw|State|ExitCode|Submit|Start|End|Cluster\n"

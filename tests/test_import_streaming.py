@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, func, select
-
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run
 

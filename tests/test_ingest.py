@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
-
 from trainledger.store.ingest import insert_samples
 from trainledger.store.models import MetricSample
 from trainledger.store.models import MetricSample as MS
+
 from tests.helpers import add_run
 
 UTC = timezone.utc

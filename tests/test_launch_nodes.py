@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import ENV_MEMBER, MASTER_PORT, LaunchRequest, node_of_several, prepare, settle_member
 from trainledger.store.models import Run, RunStatus
@@ -82,6 +81,7 @@ def test_one_node_lets_torchrun_bind_its_own_port(session):
 def _running(url: str, beat_ago: timedelta) -> None:
     from trainledger.store.db import make_engine
     from trainledger.store.models import RunNode
+
     from tests.helpers import add_run
 
     engine = make_engine(url)

@@ -11,13 +11,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from trainledger.money.costs import cents
 from trainledger.money.monthly import monthly_report
 from trainledger.money.months import month_period
 from trainledger.reports.daily import daily_report
 from trainledger.reports.export import presented_report, render
 from trainledger.store.settings import set_setting
+
 from tests.helpers import add_fleet, add_run
 from tests.month_helpers import (
     ELAPSED_H,
@@ -151,7 +151,6 @@ def test_cli_says_to_date(cli, ledger_url):
 def test_demo_on_day_3(tmp_path):
     """The issue's case: the demo ledger on 2026-12-03 charges the owned fleet for 3 days' worth, not 31."""
     from sqlmodel import select
-
     from trainledger.demo import generate_demo
     from trainledger.money import costs
     from trainledger.store.db import make_engine, session_scope
@@ -200,7 +199,6 @@ def test_identities_hold_to_date(session, runs, now_minutes, fleet_nodes):
     import uuid
 
     from sqlmodel import delete
-
     from trainledger.store.models import Budget, Fleet, Run
 
     start = datetime(2026, 12, 1, tzinfo=UTC)

@@ -16,6 +16,7 @@ from trainledger.money.monthly import SLICE_QUANTUM, monthly_report
 from trainledger.money.occupancy import by_day, heat_map, month_occupancy
 from trainledger.store import prices
 from trainledger.store.models import Run, RunStatus
+
 from tests.helpers import add_fleet, add_run, offer
 
 D = Decimal
@@ -180,6 +181,7 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
     """The demo (six months, own fleet, elastic and reserved runs, failures) and its hand-built runs: for every month,
     Σ hours' idle cost == the monthly report's idle cost to the cent, in CNY and converted to USD."""
     from trainledger.money.goodput import Category, goodput_account
+
     from tests.app.helpers import DEMO_NOW, build_ledger, with_session
 
     build_ledger(ledger_url)

@@ -12,8 +12,6 @@ from datetime import date, datetime, timezone
 from decimal import Decimal as D
 
 import pytest
-from typer.testing import CliRunner
-
 from trainledger.cli.main import app as cli
 from trainledger.errors import LedgerInputError
 from trainledger.money import periods as P
@@ -21,6 +19,8 @@ from trainledger.money.costs import cents
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.daily import daily_report
 from trainledger.reports.periods import period_report, presented_period
+from typer.testing import CliRunner
+
 from tests.app.helpers import build_ledger, with_session
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)  # the demo's clock: December has begun (half a day)

@@ -11,14 +11,14 @@ from decimal import Decimal as D
 
 import pytest
 from sqlmodel import select
-
 from trainledger.money import costs
 from trainledger.money.monthly import monthly_report
 from trainledger.runs import plan as planner
 from trainledger.store.models import Offer
-from tests.helpers import add_run
 from trainledger.trainer.plan.memory import GIB, memory_per_gpu
 from trainledger.trainer.shapes import SHAPES
+
+from tests.helpers import add_run
 
 UTC = timezone.utc
 SEED = ["plan", "recommend", "--model", "llama2-70b", "--tokens", "2e12", "--json"]

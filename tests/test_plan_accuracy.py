@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from bench import plan_accuracy as pa
 from trainledger.runs import calibrate as cal
 from trainledger.trainer.plan.factors import Factors
 from trainledger.trainer.shapes import get_shape
+
+from bench import plan_accuracy as pa
 
 KNOWN = Factors(compute=1.6, intra_comm=9.0, bubble=1.4, memory=1.2, memory_fixed=1.7)
 #: (strategy, processes, dp, tp, pp, ZeRO, micro-batches per step): the bench's sweep

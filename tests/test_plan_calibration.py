@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 
 import pytest
 from sqlmodel import func, select
-
 from trainledger.runs import calibrate as cal
 from trainledger.store.models import NodeType, PlanCalibration, Run, RunStatus
 from trainledger.trainer.plan.factors import Factors

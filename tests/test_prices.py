@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import rollup
 from trainledger.money.monthly import monthly_report
 from trainledger.store.db import make_engine, upgrade_schema
 from trainledger.store.models import Offer, OfferPrice, RollupSlice, Run
 from trainledger.store.settings import set_setting
+
 from tests.helpers import RENT_OFFER_TOML as OFFER
 from tests.helpers import add_run
 

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, update
 from sqlmodel import Session, select
-
 from trainledger.money import costs, rollup
 from trainledger.money.monthly import monthly_report
 from trainledger.money.months import month_bounds
 from trainledger.runs.registry import reap_stale
 from trainledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
 from trainledger.store.settings import set_setting
+
 from tests.helpers import add_fleet, add_run, node_type, offer
 
 D = Decimal

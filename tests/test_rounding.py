@@ -14,6 +14,7 @@ from decimal import Decimal
 from trainledger.money.costs import cents
 from trainledger.money.monthly import monthly_report
 from trainledger.money.spend import ROUNDING, spend_by_project
+
 from tests.helpers import add_run
 
 UTC = timezone.utc

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from trainledger.runs.registry import count_runs, list_runs
+
 from tests.helpers import add_run
 
 UTC = timezone.utc
@@ -44,7 +45,6 @@ def test_cli_pages_newest_first_and_says_how_many_more(cli, session):
 
 def test_count_with_an_index_on_ended_at_gives_the_same_numbers(session):
     from sqlalchemy import text
-
     from trainledger.runs import registry as runs
 
     _ledger(session)

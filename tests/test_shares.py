@@ -16,12 +16,12 @@ from fractions import Fraction
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import shares
 from trainledger.money.capacity import capacity_warnings
 from trainledger.money.monthly import monthly_report
 from trainledger.store.models import Run
+
 from tests.helpers import add_fleet, add_run, node_type
 
 UTC = timezone.utc

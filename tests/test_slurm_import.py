@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, func, select
-
 from trainledger.store.models import Run, RunStatus
+
 from tests.helpers import node_type
 
 DATA = Path(__file__).parent / "slurm" / "data"

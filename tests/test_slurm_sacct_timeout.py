@@ -55,7 +55,6 @@ def test_sacct_timeout_kills_its_children_that_hold_the_pipe(tmp_path):
         time.sleep(0.05)
     assert not (base / "DONE").exists()
     from sqlmodel import Session, select
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import Setting
 

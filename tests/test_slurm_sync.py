@@ -14,7 +14,6 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session, select
-
 from trainledger.store.models import Run, RunStatus, Setting
 
 UTC = timezone.utc

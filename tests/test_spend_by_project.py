@@ -10,6 +10,7 @@ from trainledger.money.monthly import monthly_report
 from trainledger.money.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
 from trainledger.reports.export import presented_report
 from trainledger.store.models import RunStatus
+
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

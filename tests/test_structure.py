@@ -11,8 +11,6 @@ import ast
 import textwrap
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 #: the folders of the repository → the import names they install as (one package: ``trainledger``)
 PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "trainledger.trainer"}

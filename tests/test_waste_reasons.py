@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import ZERO, cents
 from trainledger.money.monthly import monthly_report
 from trainledger.money.waste import check_reason, run_reasons
 from trainledger.store.models import RunStatus
+
 from tests.helpers import add_fleet, add_run
 
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)

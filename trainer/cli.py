@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
-
 from trainledger.trainer.config import ConfigError
 from trainledger.trainer.parallel import PlanError, resolve_plan
 

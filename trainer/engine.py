@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from trainledger.trainer.config import TrainConfig
 from trainledger.trainer.metrics import TrainResult, percentile
-from trainledger.trainer.parallel import ParallelPlan, deepspeed_config, resolve_plan, resolve_precision, trainer_clips_gradients
+from trainledger.trainer.parallel import (
+    ParallelPlan,
+    deepspeed_config,
+    resolve_plan,
+    resolve_precision,
+    trainer_clips_gradients,
+)
 from trainledger.trainer.shapes import flops_per_token, param_count
 
 #: a callback with ``on_rank_steps`` gets every rank's step figures this often (one all-gather per N steps)
@@ -224,7 +230,6 @@ class Trainer:
         """Collective: start the process group, build the rank grid, and gather every rank's hostname."""
         import torch
         from deepspeed import comm as dist
-
         from trainledger.trainer.distributed import build_grid, hostname, init_distributed
 
         device = init_distributed(env)
@@ -248,7 +253,6 @@ class Trainer:
     def _stage_data(self, env: LaunchEnv) -> Path:
         """Collective: one process per node prepares or copies the shards to the node-local cache; the rest wait."""
         from deepspeed import comm as dist
-
         from trainledger.trainer import data as data_mod
 
         cache_dir = self.config.data.cache_dir or data_mod.default_cache_dir()
@@ -297,7 +301,6 @@ class Trainer:
         """Collective: DeepSpeed's engine around ``model``, with AdamW, the LR schedule and the gradient clip."""
         import deepspeed
         import torch
-
         from trainledger.trainer.model import optimizer_groups
 
         config = self.config

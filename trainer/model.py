@@ -29,7 +29,6 @@ from typing import Optional
 import torch
 from torch import nn
 from torch.nn import functional as F
-
 from trainledger.trainer.shapes import ModelShape
 from trainledger.trainer.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TPGroup
 

@@ -138,7 +138,6 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     import logging
 
     from deepspeed.utils import logger as ds_logger
-
     from trainledger.trainer.data import DataError
     from trainledger.trainer.engine import Trainer
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import access, data, period_view, ui
 from trainledger.app.chargeback_view import chargeback_section
 from trainledger.reports.present import label, labelled_rows

@@ -8,7 +8,6 @@ hour (``trainledger goodput idle --month M``, ``trainledger.money.occupancy``). 
 from __future__ import annotations
 
 import streamlit as st
-
 from trainledger.app import access, data, goodput_data, goodput_view, ui
 
 access.page_gate()

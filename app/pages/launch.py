@@ -16,7 +16,6 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
-
 from trainledger.app import access, data, launch, ui
 from trainledger.errors import LedgerInputError
 

@@ -14,7 +14,6 @@ from decimal import Decimal
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import access, anomalies_view, budgets_view, data, figures, goodput_view, period_view, ui
 from trainledger.money import costs
 from trainledger.money.capacity import warning_text

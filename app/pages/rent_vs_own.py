@@ -13,7 +13,6 @@ from decimal import Decimal
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import access, data, plain_words, rentown, ui
 from trainledger.money import costs
 from trainledger.money.compare import compare_offers

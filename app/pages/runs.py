@@ -18,7 +18,6 @@ from typing import Optional
 import altair as alt
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs, explain

@@ -17,7 +17,6 @@ from datetime import date
 from zoneinfo import available_timezones
 
 import streamlit as st
-
 from trainledger.app import access, data, offer_form, slurm_map, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.pricing import confirm_versions

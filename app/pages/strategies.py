@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
 from trainledger.app import access, data, predictions, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import cents

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Grid carbon intensity (gCO2e/kWh) for CO2e per run; without one, a labelled default is assumed.")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 
 

@@ -72,7 +72,6 @@ def command(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
-
         from trainledger.store.db import LedgerURLError, redact_url, resolve_url
 
         try:
@@ -162,7 +161,6 @@ def session(db: Optional[str]):
 def sync_quietly(db: Optional[str]) -> None:
     """Replay local run journals written while the ledger was unreachable (best effort)."""
     from sqlalchemy.exc import OperationalError
-
     from trainledger.sources.journal import sync_all
     from trainledger.store.db import get_engine
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group
 from trainledger.errors import LedgerInputError
 
@@ -20,7 +19,6 @@ def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Tar
     """Apply pending schema migrations (the CLI also does this on first use)."""
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
-
     from trainledger.store.db import (
         alembic_config,
         current_revision,
@@ -76,7 +74,6 @@ def db_rollup(db: DbOpt = None,
               rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild the monthly rollup from the run rows.")] = False) -> None:
     """Check the pre-aggregated monthly rollup against the run rows (exit 1 on a difference); --rebuild it."""
     from sqlmodel import Session
-
     from trainledger.money import rollup
     from trainledger.store.db import get_engine
 

@@ -21,7 +21,6 @@ import threading
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, NowOpt, command
 from trainledger.errors import LedgerInputError
 
@@ -40,7 +39,6 @@ def exporter_command(
     utilization and running runs as Prometheus metrics (read-only)."""
     from prometheus_client import CollectorRegistry
     from sqlmodel import Session
-
     from trainledger.money import rollup
     from trainledger.reports.metrics import LedgerCollector, month_metrics
     from trainledger.sources.hosts import parse_allowed

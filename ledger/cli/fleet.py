@@ -6,7 +6,6 @@ from datetime import date
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 from trainledger.errors import LedgerInputError
 

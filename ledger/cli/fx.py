@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Exchange rates: set, import and list them (reports convert each charge period at its rate).")

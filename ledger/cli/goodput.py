@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, session
 
 app = typer.Typer(help="Goodput in money: what every paid node-hour bought, by category (docs/GOODPUT.md).",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, decimal_option, emit, session
 
 CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (each charge period at its exchange rate). Default: the Settings currency once set, else the offers' own.")]

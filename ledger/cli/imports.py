@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit
 
 DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: a sacct record is skipped and counted in the receipt (--strict: the file is refused); our CSV is refused, naming the row.", show_default=False)]

@@ -10,7 +10,6 @@ ledger cannot be reached.
 from __future__ import annotations
 
 import typer
-
 from trainledger.cli import (
     budget,
     carbon,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, decimal_option, emit, group, session
 
 app = group("Plan a training run: which cluster, strategy and offer trains a model on T tokens most cheaply.")

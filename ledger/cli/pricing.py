@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 from trainledger.errors import LedgerInputError
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
 from trainledger.errors import LedgerInputError
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import (
     DbOpt,
     JsonOpt,
@@ -105,7 +104,6 @@ def runs_card(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
               currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """A Hugging Face model-card metadata block for the run: co2_eq_emissions (grams) plus GPU-hours and cost."""
     import yaml
-
     from trainledger.runs.registry import model_card
 
     with session(db) as s:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, session
 from trainledger.errors import LedgerInputError
 

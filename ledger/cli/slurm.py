@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Optional
 
 import typer
-
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Slurm: map partitions, GPU types and node names to node types; sync jobs from sacct.")

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperCommand
-
 from trainledger.cli.common import DbOpt, _click_errors, command
 from trainledger.errors import LedgerInputError
+from typer.core import TyperCommand
 
 COMMAND_KEY = "trainledger.command"
 USAGE = "trainledger run [OPTIONS] -- COMMAND [ARGS...]"

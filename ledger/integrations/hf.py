@@ -36,10 +36,9 @@ import sys
 import time
 from typing import Any, Optional
 
-from transformers import TrainerCallback
-
 from trainledger.sources.sanitize import Guard, warn
 from trainledger.sources.track import TrackedRun
+from transformers import TrainerCallback
 
 #: logged keys that are not step figures (the running time and rate the Trainer adds to every log)
 #: left in each checkpoint directory the callback saves: which run saved it (a resumed run's ``resume_of``)

@@ -25,7 +25,6 @@ import time
 from typing import Any, Callable, Optional, Union
 
 from lightning.pytorch import Callback
-
 from trainledger.sources.sanitize import Guard
 from trainledger.sources.track import TrackedRun
 

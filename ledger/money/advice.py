@@ -33,7 +33,6 @@ from typing import Any, Optional
 
 from sqlalchemy import func, select
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.costs import ZERO

@@ -28,7 +28,6 @@ from typing import Any, Optional
 
 from sqlalchemy import or_
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.budgets import ledger_currency

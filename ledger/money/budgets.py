@@ -37,7 +37,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, crossing_day, forecast

@@ -16,7 +16,6 @@ from fractions import Fraction
 from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, col, or_, select
-
 from trainledger.money import shares
 from trainledger.money.catalog import fleets_by_offer, load_catalog
 from trainledger.money.months import month_period

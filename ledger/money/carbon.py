@@ -20,7 +20,6 @@ from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
-
 from trainledger.money import costs
 from trainledger.money.costs import ZERO
 from trainledger.money.months import date_start

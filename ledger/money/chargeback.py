@@ -19,7 +19,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import ZERO
 from trainledger.money.idle_share import NO_PROJECT, IdleCharge, IdleSharing, share_idle

@@ -7,7 +7,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.fx import at_list_prices

@@ -14,7 +14,6 @@ from typing import Iterable, Optional
 
 from sqlalchemy import func, select
 from sqlmodel import Session
-
 from trainledger.money import rollup
 from trainledger.store.models import RollupSlice
 

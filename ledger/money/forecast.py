@@ -40,7 +40,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, or_
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog

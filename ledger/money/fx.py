@@ -22,7 +22,6 @@ from typing import Any, Optional
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.months import date_start

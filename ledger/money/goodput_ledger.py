@@ -27,7 +27,6 @@ from typing import Any, Iterator, Optional
 
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import hours_between
 from trainledger.money.goodput_core import (

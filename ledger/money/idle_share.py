@@ -29,7 +29,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.catalog import fleet_capacity
 from trainledger.money.costs import ONE, ZERO, round_preserving_sum

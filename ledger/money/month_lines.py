@@ -15,7 +15,6 @@ from decimal import Decimal
 from typing import Any, Iterable, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.money import carbon, costs, rollup
 from trainledger.money.catalog import Catalog, own_energy_kwh
 from trainledger.money.costs import ZERO

@@ -48,7 +48,6 @@ from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import carbon, costs, counts, rollup
 from trainledger.money.catalog import (

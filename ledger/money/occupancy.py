@@ -41,7 +41,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
-
 from trainledger.money import costs, monthly, rollup
 from trainledger.money.catalog import default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from trainledger.money.costs import ZERO, cents, round_preserving_sum

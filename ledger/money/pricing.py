@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.months import month_of, months_between

@@ -63,7 +63,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session as SASession
-
 from trainledger.money.months import (
     month_bounds,
     month_of,

@@ -13,7 +13,6 @@ from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import String, select, type_coerce
-
 from trainledger.money import costs, shares
 from trainledger.money.costs import ZERO
 from trainledger.money.months import (

@@ -13,7 +13,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
-
 from trainledger.money.months import (
     lost_interval,
     run_interval,

@@ -15,7 +15,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
-
 from trainledger.money.rollup_facts import SliceFact
 from trainledger.money.shares import UNITS, peak_nodes
 from trainledger.store.models import (

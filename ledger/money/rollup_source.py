@@ -16,7 +16,6 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection
-
 from trainledger.money.costs import ZERO
 from trainledger.money.months import (
     cached_month_bounds,

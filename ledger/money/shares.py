@@ -97,10 +97,9 @@ def gpu_share(gpus_held: int, node_gpus: int, node_type: str, field: str = "gpus
 @lru_cache(maxsize=1)
 def mig_catalog() -> dict[str, dict[str, int]]:
     """GPU model key → MIG profile → compute slices (of 7), from :data:`MIG_FILE`."""
+    import tomllib
     from importlib import resources
     from pathlib import Path
-
-    import tomllib
 
     here = Path(__file__).resolve().parents[2] / "data" / MIG_FILE  # a source checkout: its own data/
     raw = here.read_bytes() if here.exists() else resources.files("trainledger.data").joinpath(MIG_FILE).read_bytes()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from sqlmodel import Session, col, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import WASTE_STATUSES, Run
 

@@ -27,7 +27,6 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs, rollup
 from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, FIGURES, forecast

@@ -32,7 +32,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import or_
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.catalog import (

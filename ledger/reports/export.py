@@ -193,7 +193,6 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
     """An XLSX workbook with Summary, Projects and Runs sheets (deterministic bytes)."""
     from openpyxl import Workbook
     from openpyxl.utils import get_column_letter
-
     from trainledger.reports.present import kind_of
 
     wb = Workbook()

@@ -31,7 +31,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.costs import ZERO
 from trainledger.money.monthly import FleetCharge, RunSlice, month_charges

@@ -30,7 +30,6 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
-
 from trainledger.money.budgets import STATES, budget_status
 from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
 from trainledger.money.monthly import monthly_report

@@ -22,7 +22,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.costs import ZERO

@@ -23,7 +23,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.money import costs
 from trainledger.money.fx import at_list_prices
 from trainledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus

@@ -36,7 +36,6 @@ from typing import Any, Optional
 
 import numpy as np
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import NodeType, PlanCalibration, Run, RunStatus
 from trainledger.trainer.plan.factors import MEMORY_FACTORS, TIME_FACTORS, Factors, memory_columns, time_columns

@@ -16,7 +16,6 @@ import statistics
 from typing import Any
 
 from sqlmodel import Session, select
-
 from trainledger.store.models import NodeType, Run, RunStatus
 from trainledger.trainer.plan.memory import GIB
 from trainledger.trainer.plan.timing import Hardware, Link, default_efficiency

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.sources.signals import pdeathsig
 from trainledger.store.files import write_output

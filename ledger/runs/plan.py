@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.fx import at_list_prices
@@ -45,7 +44,14 @@ from trainledger.runs.hardware import ASSUMED_LINKS, calibrated_efficiency, hard
 from trainledger.store.models import NodeType, Offer, Run
 from trainledger.trainer.parallel import STRATEGY_ZERO_STAGE
 from trainledger.trainer.plan.memory import GIB, RECOMPUTE
-from trainledger.trainer.plan.search import DEFAULT_BATCH_TOKENS, MICRO_BATCHES, Evaluated, candidates, evaluate, reason_kind
+from trainledger.trainer.plan.search import (
+    DEFAULT_BATCH_TOKENS,
+    MICRO_BATCHES,
+    Evaluated,
+    candidates,
+    evaluate,
+    reason_kind,
+)
 from trainledger.trainer.plan.timing import Hardware
 from trainledger.trainer.shapes import ModelShape, flops_per_token, get_shape, param_count
 
@@ -428,7 +434,6 @@ def trial_plan(session: Session, result: dict[str, Any], *, nodes: int = 2, coun
 def write_trial(trial: dict[str, Any], sweep_id: str) -> dict[str, Path]:
     """Write each trial run's config as YAML under the sweep config directory; name → path."""
     import yaml
-
     from trainledger.runs.sweep import config_dir
 
     out = config_dir() / sweep_id

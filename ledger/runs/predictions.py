@@ -23,7 +23,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
 from trainledger.money.months import run_interval

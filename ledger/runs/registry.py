@@ -13,7 +13,6 @@ from typing import Any, Optional
 
 from sqlalchemy import func, update
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs, rollup, shares
 from trainledger.money.monthly import monthly_report

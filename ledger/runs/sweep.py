@@ -30,7 +30,6 @@ from typing import Any, Callable, Optional
 import yaml
 from sqlalchemy import func
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import _alive
 from trainledger.store.files import write_output

@@ -45,7 +45,6 @@ from urllib.parse import urlparse
 from sqlalchemy import delete, or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.months import run_interval
 from trainledger.store.ingest import insert_samples

@@ -22,7 +22,6 @@ class Exporter:
     def __init__(self, port: int, addr: str, run_id: str, node: str, rank: int | str, source: str,
                  allowed_hosts: tuple[str, ...] = ()):
         from prometheus_client import CollectorRegistry, Counter, Gauge
-
         from trainledger.sources.metrics_http import serve
 
         self.registry = CollectorRegistry()

@@ -53,7 +53,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import rollup
 from trainledger.sources.admission import admit

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Optional
 
 from sqlalchemy.engine import Engine
-
 from trainledger.sources.journal_apply import ENDED, NAMED, REAPED_ERROR, REOPENING, TIME_FIELDS, apply_events
 from trainledger.sources.journal_file import (
     ENV_JOURNAL_DIR,

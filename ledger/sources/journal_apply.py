@@ -7,7 +7,6 @@ from typing import Any, Iterable, Optional
 
 from sqlalchemy import select
 from sqlmodel import Session
-
 from trainledger.sources.journal_file import RunNotRegistered
 from trainledger.sources.sanitize import clean_event
 from trainledger.store.ids import validate_run_id

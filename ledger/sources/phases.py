@@ -335,7 +335,6 @@ def ledger_timezone(writer: Any) -> Callable[[], Optional[tzinfo]]:
     """The display time zone of the ledger a run writer applies to (None when it cannot be read)."""
     def resolve() -> Optional[tzinfo]:
         from sqlmodel import Session
-
         from trainledger.store.settings import display_timezone
 
         try:
@@ -350,7 +349,6 @@ def apply_phases(session: Any, run_id: str, ev: dict[str, Any], registered: Any,
     """Journal handler: set a node's ``run_phase`` rows to the event's totals (idempotent). ``registered`` and
     ``ts`` are the journal's (the run must be in the ledger; ISO text → datetime)."""
     from sqlmodel import select
-
     from trainledger.store.models import RunPhase
 
     registered(session, run_id)

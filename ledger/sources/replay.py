@@ -34,7 +34,6 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.sources.journal_apply import apply_events
 from trainledger.sources.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied

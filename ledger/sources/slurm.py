@@ -44,7 +44,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
-
 from trainledger.errors import LedgerInputError
 from trainledger.money import shares
 from trainledger.sources.importer import (

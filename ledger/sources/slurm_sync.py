@@ -31,7 +31,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.money.months import month_bounds, month_of
 from trainledger.sources.importer import ImportOptions, Receipt, Spill, load_context, system_timezone, write_spill

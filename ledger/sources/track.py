@@ -267,7 +267,6 @@ class TrackedRun:
 
     def _node_type(self) -> Optional[tuple]:
         from sqlmodel import Session, select
-
         from trainledger.store.db import make_engine
         from trainledger.store.models import NodeType
 
@@ -287,7 +286,6 @@ class TrackedRun:
             return float(self.peak_tflops)
         try:
             from sqlmodel import Session, select
-
             from trainledger.store.db import make_engine
             from trainledger.store.models import NodeType
 

@@ -133,7 +133,6 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
     a Slurm job a part of its run (``topology.part``); elsewhere it is refused.
     """
     from sqlmodel import Session, select
-
     from trainledger.store.db import redact_url, upgrade_schema
     from trainledger.store.models import LIVE_STATUSES, NodeType, Offer, Run
 
@@ -179,7 +178,6 @@ def _engine_without_waiting(url: str):
     """The ledger's engine for the checks before the start: a locked SQLite file answers "database is locked"
     after :data:`CHECK_BUSY_MS` instead of the writers' busy timeout; PostgreSQL gives up on a lock as soon."""
     from sqlalchemy import event
-
     from trainledger.store.db import make_engine
 
     engine = make_engine(url, upgrade=False)

@@ -218,7 +218,6 @@ class LedgerWriter(threading.Thread):
         """After a journal failure: apply what the journal holds and what it could not keep straight to
         the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
         from sqlmodel import Session
-
         from trainledger.sources.journal import JournalWriteError, apply_events
         from trainledger.store.db import redact_url, resolve_url
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Optional
 
 from sqlalchemy.engine import make_url
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.db import make_engine, resolve_url
 from trainledger.store.files import check_output, write_output
@@ -88,7 +87,6 @@ def _last_line(stderr: str, code: int) -> str:
 def restore(db: Optional[str], file: Path, force: bool = False) -> None:
     """Replace the ledger with a backup, after :func:`check_backup` found it to be exactly a trainledger ledger."""
     from sqlmodel import Session, select
-
     from trainledger.store.models import Run
 
     url = resolve_url(db)
@@ -144,7 +142,6 @@ def _sqlite_objects(conn: sqlite3.Connection) -> dict[tuple[str, str], tuple[str
 def expected_sqlite_schema(revision: str) -> dict[tuple[str, str], tuple[str, str]]:
     """The schema trainledger's migrations build on SQLite at ``revision`` (built in a scratch file)."""
     from alembic import command
-
     from trainledger.store.db import alembic_config
 
     with tempfile.TemporaryDirectory(prefix="trainledger-schema-") as d:
@@ -162,7 +159,6 @@ def expected_sqlite_schema(revision: str) -> dict[tuple[str, str], tuple[str, st
 
 def known_revisions() -> list[str]:
     from alembic.script import ScriptDirectory
-
     from trainledger.store.db import alembic_config
 
     return [r.revision for r in ScriptDirectory.from_config(alembic_config(None)).walk_revisions()]
@@ -224,10 +220,9 @@ _PG_CONST_DEFAULT = re.compile(r"^\s*[a-z_]+ [a-z ]+(\(\d+\))? DEFAULT (-?\d+|'[
 
 def _ledger_names() -> tuple[set[str], set[str]]:
     """The ledger's table names (with alembic_version) and enum type names."""
+    import trainledger.store.models  # noqa: F401  (registers the tables)
     from sqlalchemy import Enum
     from sqlmodel import SQLModel
-
-    import trainledger.store.models  # noqa: F401  (registers the tables)
 
     tables = set(SQLModel.metadata.tables) | {"alembic_version"}
     enums = {c.type.name for t in SQLModel.metadata.tables.values() for c in t.columns

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.fx import check_day, check_rate
 from trainledger.store.lookup import by_name

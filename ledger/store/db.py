@@ -173,7 +173,6 @@ def alembic_config(engine: Engine):
 
 def head_revision() -> str:
     from alembic.script import ScriptDirectory
-
     from trainledger.store.migrations import __name__ as _  # noqa: F401  (package must exist)
 
     cfg = alembic_config(None)  # type: ignore[arg-type]
@@ -252,7 +251,6 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> str:
     if revision in ("head", HEAD_REVISION) and stored_revision(engine) == HEAD_REVISION:
         return HEAD_REVISION
     from alembic import command
-
     from trainledger.store.presets import ensure_presets
 
     target = head_revision() if revision == "head" else revision

@@ -7,7 +7,6 @@ from datetime import date
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import Fleet, Offer, OfferKind
 

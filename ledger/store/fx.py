@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.files import read_text
 from trainledger.store.models import FxRate

@@ -6,7 +6,6 @@ from typing import Optional
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import Run
 

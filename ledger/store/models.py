@@ -17,10 +17,9 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Optional
 
+import trainledger as _root
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
-
-import trainledger as _root
 from trainledger.store.types import Money, Rate, UTCDateTime, utcnow
 
 

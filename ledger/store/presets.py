@@ -14,17 +14,16 @@ currency cannot change (its past months were priced in them).
 
 from __future__ import annotations
 
+import tomllib
 from datetime import date, datetime
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store import prices
 from trainledger.store.files import read_text

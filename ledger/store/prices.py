@@ -26,7 +26,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import func
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.lookup import by_name
 from trainledger.store.models import PRICE_FIELDS, Offer, OfferPrice, Run

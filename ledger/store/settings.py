@@ -6,7 +6,6 @@ from typing import Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import Setting
 

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.models import NodeType, Offer, SlurmMap
 

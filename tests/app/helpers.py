@@ -70,7 +70,6 @@ def build_ledger(url: str) -> str:
 def with_session(url: str, fn):
     """``fn(session)`` on a fresh engine for ``url``, disposed afterwards (a test reading the ledger a page shows)."""
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
 
     engine = make_engine(url)
@@ -138,7 +137,6 @@ def sign_in(at, user: str, password: str, client: str = "apptest"):
 def set_role(users_file, user: str, role: str) -> None:
     """Change ``user``'s role in the auth file, keeping the password hash (their session stays valid), as an admin would."""
     import os
-
     import tomllib
 
     from trainledger.app.auth import ROLES

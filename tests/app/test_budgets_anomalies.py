@@ -16,8 +16,8 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.app.auth import make_entry
+
 from tests.app.helpers import make_app, plain, run_page, set_role, sign_in, with_session
 
 UTC = timezone.utc
@@ -27,6 +27,7 @@ NOW = "2026-12-01T06:00:00+00:00"
 
 def build(url: str, spike: bool) -> str:
     from trainledger.store.db import make_engine, session_scope
+
     from tests.helpers import add_run
 
     engine = make_engine(url)

@@ -13,11 +13,11 @@ import subprocess
 from decimal import Decimal
 
 import pytest
-
 from trainledger.app.auth import make_entry
 from trainledger.money.anomalies import anomalies, runs_on_day
 from trainledger.money.budgets import budget_status
 from trainledger.reports.present import fmt_cell
+
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session
 from tests.app.served import WAIT_MS, chromium, need_chromium, open_expander, serve, settle, trainledger
 

@@ -7,16 +7,16 @@ import hashlib
 import os
 import subprocess
 import sys
+import tomllib
 from datetime import date
 from decimal import Decimal
 
 import pytest
-import tomllib
 from sqlmodel import Session, select
-
 from trainledger.app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
 from trainledger.store.db import make_engine
 from trainledger.store.models import Fleet, Setting
+
 from tests.app.helpers import REPO, make_app, metrics, plain, set_role, sign_in
 from tests.helpers import offer_price
 
@@ -160,7 +160,6 @@ def test_a_lead_demoted_while_the_page_is_open_cannot_edit_fleet_or_settings(led
 
 def _require_lead_script():
     import streamlit as st
-
     from trainledger.app.access import require_lead
 
     st.write(f"allowed: {require_lead('change prices')}")

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.present import fmt_cell
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus
+
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import MONTH, REPO, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger

@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from trainledger.app import ui
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
+
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import with_session
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger

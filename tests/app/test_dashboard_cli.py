@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
-
 from trainledger.app import cli as dashboard_cli
 from trainledger.app.auth import make_entry
 from trainledger.cli.main import app
+from typer.testing import CliRunner
 
 
 def _invoke(*args):

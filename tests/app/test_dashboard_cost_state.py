@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
 from trainledger.store.models import RunNode
+
 from tests.app.helpers import make_app, plain, run_page, with_session
 from tests.helpers import add_fleet, add_run
 

@@ -15,6 +15,7 @@ from trainledger.money.compare import compare_node_type
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
+
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
 _with = with_session

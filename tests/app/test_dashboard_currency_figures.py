@@ -19,6 +19,7 @@ from trainledger.money.forecast import forecast
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
+
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)

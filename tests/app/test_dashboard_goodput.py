@@ -58,6 +58,7 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
 
 def _account(url: str, month: str = MONTH, currency=None):
     from trainledger.money.goodput import goodput_account
+
     from tests.app.helpers import with_session
 
     return with_session(url, lambda s: goodput_account(s, month=month, currency=currency, now=DEMO_NOW))
@@ -105,9 +106,9 @@ def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
 
 def test_run_detail_shows_its_phases_per_node(demo_url, app_env, monkeypatch):
     from sqlmodel import select
-
     from trainledger.money.goodput import phase_timeline
     from trainledger.store.models import RunPhase
+
     from tests.app.helpers import with_session
 
     monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
@@ -132,6 +133,7 @@ def test_goodput_page_on_day_3_is_to_date(tmp_path_factory, app_env, monkeypatch
     at = run_page(make_app(DEC), "goodput")
     from trainledger.money.goodput import goodput_account
     from trainledger.money.occupancy import month_occupancy
+
     from tests.app.helpers import with_session
 
     m = with_session(url, lambda s: goodput_account(s, month=DEC, now=DAY3)).months[0]

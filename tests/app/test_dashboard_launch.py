@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, func, select
-
 from trainledger.app import launch
 from trainledger.app.auth import make_entry
 from trainledger.runs.launch import LaunchRequest, prepare
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import MetricSample, Run, RunStatus
+
 from tests.app.helpers import REPO, make_app, metrics, plain, run_page, sign_in
 from tests.tracking.conftest import kill_leftover_runs, processes_of_run, wait_for
 

@@ -12,7 +12,6 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.money import costs
 from trainledger.money.budgets import budget_status, set_budget
 from trainledger.money.forecast import forecast
@@ -20,6 +19,7 @@ from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report, render
 from trainledger.reports.present import fmt_cell, present
 from trainledger.store.db import make_engine, session_scope
+
 from tests.app.helpers import make_app, metrics, run_page
 
 DAY3 = datetime(2026, 12, 3, 7, 7, 30, tzinfo=timezone.utc)

@@ -6,7 +6,6 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.app.plain_words import compact
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report
@@ -14,6 +13,7 @@ from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run, RunNode
+
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
@@ -218,10 +218,9 @@ def test_export_page_offers_the_three_formats(demo_url, app_env):
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "json"])
 def test_export_bytes_are_the_clis(fmt, demo_url, tmp_path, app_env):
     """What the Export page offers for download is what `trainledger report monthly` writes."""
-    from typer.testing import CliRunner
-
     from trainledger.app import data
     from trainledger.cli.main import app
+    from typer.testing import CliRunner
 
     out = tmp_path / f"report.{fmt}"
     r = CliRunner().invoke(app, ["report", "monthly", "--month", MONTH, "--format", fmt, "-o", str(out), "--db", demo_url])
@@ -262,6 +261,7 @@ def test_overview_shows_running_runs_in_the_current_month(sqlite_url, app_env):
     from trainledger.money.months import month_of
     from trainledger.store.models import RunStatus
     from trainledger.store.types import utcnow
+
     from tests.helpers import add_run
 
     engine = make_engine(sqlite_url)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from trainledger.reports.present import fmt_cell
 from typer.testing import CliRunner
 
-from trainledger.reports.present import fmt_cell
 from tests.app.helpers import make_app, plain, run_page
 
 

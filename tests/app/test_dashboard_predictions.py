@@ -7,11 +7,11 @@ import json
 from datetime import datetime, timezone
 
 from sqlmodel import select
-from typer.testing import CliRunner
-
 from trainledger.runs.predictions import planned_vs_measured_of, store_prediction
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import NodeType, PlanCalibration, Run
+from typer.testing import CliRunner
+
 from tests.app.helpers import SWEEP, add_hand_runs, make_app, plain, run_page
 
 UTC = timezone.utc

@@ -8,7 +8,6 @@ from importlib import resources
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.app import offer_form, rentown
 from trainledger.errors import LedgerInputError
 from trainledger.money import costs
@@ -21,6 +20,7 @@ from trainledger.store.db import make_engine
 from trainledger.store.fleets import save_fleet
 from trainledger.store.models import Fleet, NodeType, Offer
 from trainledger.store.presets import apply_pricing, parse_pricing
+
 from tests.app.helpers import SWEEP
 
 

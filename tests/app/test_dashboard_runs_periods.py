@@ -11,11 +11,11 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-
 from trainledger.app import ui
 from trainledger.money import periods as P
 from trainledger.reports.periods import period_report, presented_period
 from trainledger.reports.present import fmt_cell
+
 from tests.app.helpers import make_app, metrics, plain, run_page, with_session
 
 NOW = "2026-12-01T12:00:00+00:00"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from trainledger.app.auth import make_entry
 from trainledger.cli.main import app as cli_app
 from trainledger.store.db import make_engine
+from typer.testing import CliRunner
+
 from tests.app.helpers import make_app, plain, set_role, sign_in
 
 FAST = 1_000  # PBKDF2 iterations in tests

@@ -14,8 +14,6 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func
 from sqlmodel import Session, select
-from typer.testing import CliRunner
-
 from trainledger.cli.main import app
 from trainledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
 from trainledger.reports.weekly import strategy_comparison
@@ -23,6 +21,8 @@ from trainledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import MetricSample, Run, RunStatus, Setting
 from trainledger.store.types import utcnow
+from typer.testing import CliRunner
+
 from tests.app.helpers import DEMO_NOW, MONTH, REPO, make_app, plain, run_page
 from tests.helpers import add_run
 from tests.tracking.conftest import processes_of_run, wait_for

@@ -9,7 +9,6 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import col, select
-
 from trainledger.money import costs
 from trainledger.money.capacity import capacity_warnings, warning_text
 from trainledger.money.monthly import monthly_report
@@ -18,6 +17,7 @@ from trainledger.money.waste import RUN_REASONS
 from trainledger.reports.export import presented_report
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run
+
 from tests.app.helpers import MONTH, make_app, metrics, plain, run_page, with_session
 
 D = Decimal
@@ -183,6 +183,7 @@ def test_cpu_run_detail_labels_and_readable_charts(sqlite_url, app_env):
     import json
 
     from trainledger.store.models import MetricSample, RunNode
+
     from tests.helpers import add_run
 
     t0 = datetime(2026, 11, 10, tzinfo=timezone.utc)

@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
+from trainledger.reports.present import fmt_cell
 from typer.testing import CliRunner
 
-from trainledger.reports.present import fmt_cell
 from tests.app.conftest import RUN_ENV
 from tests.app.helpers import DEMO_NOW, MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle

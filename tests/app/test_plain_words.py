@@ -5,7 +5,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-
 from trainledger.app.plain_words import NEVER, break_even, compact, payback, payback_sentence
 
 

@@ -11,13 +11,13 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-
 from trainledger.app import ui
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell, kind_of, label
 from trainledger.reports.weekly import strategy_comparison
 from trainledger.store.db import make_engine, session_scope
+
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, plain, run_page, with_session
 
 

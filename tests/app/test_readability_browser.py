@@ -11,8 +11,8 @@ test-artifacts/screenshots/.
 from __future__ import annotations
 
 import pytest
-
 from trainledger.reports.weekly import strategy_comparison
+
 from tests.app.helpers import MONTH, REPO, with_session
 from tests.app.served import WAIT_MS, chromium, serve_demo, settle
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 from sqlmodel import Session, select
-
 from trainledger.app import rentown, ui
 from trainledger.money import costs
 from trainledger.money.monthly import monthly_report
@@ -18,6 +17,7 @@ from trainledger.reports.present import fmt_cell
 from trainledger.runs import plan
 from trainledger.store.db import make_engine
 from trainledger.store.models import Fleet, Offer
+
 from tests.app.helpers import MONTH, make_app, plain, run_page
 
 RESERVED = "rtx4090-reserved"

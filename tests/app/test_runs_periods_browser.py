@@ -23,10 +23,10 @@ import subprocess
 from decimal import Decimal as D
 
 import pytest
-
 from trainledger.money.costs import cents
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.present import fmt_cell
+
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle, trainledger
 

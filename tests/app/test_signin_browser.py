@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from trainledger.app.auth import make_entry
+
 from tests.app.helpers import MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
 

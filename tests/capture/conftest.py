@@ -48,7 +48,6 @@ def job(*args) -> list[str]:
 
 def run_row(url: str, run_id: str):
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import Run
 
@@ -62,7 +61,6 @@ def run_row(url: str, run_id: str):
 
 def all_runs(url: str) -> list:
     from sqlmodel import Session, select
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import Run
 
@@ -76,7 +74,6 @@ def all_runs(url: str) -> list:
 
 def nodes_of(url: str, run_id: str) -> list:
     from sqlmodel import Session, select
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import RunNode
 
@@ -90,7 +87,6 @@ def nodes_of(url: str, run_id: str) -> list:
 
 def samples_of(url: str, run_id: str, metric: str) -> list[tuple]:
     from sqlmodel import Session, select
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import MetricSample
 

@@ -17,9 +17,8 @@ import time
 
 import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
-
 from trainledger.integrations.hf import LedgerCallback
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 
 class FailAt(TrainerCallback):

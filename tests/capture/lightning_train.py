@@ -14,9 +14,8 @@ import sys
 import lightning as L
 import torch
 from tiny_tokens import BATCH, SEQ, VOCAB, StampFile, Tokens  # this script's folder is on sys.path
-from transformers import LlamaConfig, LlamaForCausalLM
-
 from trainledger.integrations.lightning import LedgerCallback
+from transformers import LlamaConfig, LlamaForCausalLM
 
 
 class TinyLlama(L.LightningModule):

@@ -6,12 +6,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 import trainledger
 from trainledger.money import costs
 from trainledger.sources.journal import read_events, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import REPO, all_runs, job, nodes_of, samples_of
 
 DOWN = "postgresql+psycopg://nobody@127.0.0.1:9/none"  # nothing listens on port 9

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 import trainledger
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import all_runs, samples_of
 from tests.tmpfs import mounted
 
@@ -116,7 +116,6 @@ def test_a_dead_writer_thread_turns_recording_off_once(ledger_url, tmp_path, cap
 def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, capfd):
     L = pytest.importorskip("lightning")
     import torch
-
     from trainledger.integrations.lightning import LedgerCallback
 
     ledger_cb = LedgerCallback(project="lightning", name="lt-full", tokens_per_batch=8, db=ledger_url,
@@ -155,9 +154,9 @@ def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, cap
 def test_hf_trainer_never_sees_a_full_journal_disk(ledger_url, tiny_disk, tmp_path, capfd):
     pytest.importorskip("transformers")
     import torch
+    from trainledger.integrations.hf import LedgerCallback
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-    from trainledger.integrations.hf import LedgerCallback
     from tests.capture.tiny_tokens import BATCH, SEQ, VOCAB, Tokens
 
     ledger_cb = LedgerCallback(project="hf", name="hf-full", db=ledger_url, journal_dir=tiny_disk.dir, flush_s=0.05,

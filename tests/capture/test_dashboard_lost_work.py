@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from sqlmodel import Session
-
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus
+
 from tests.app.helpers import make_app, metrics, run_page
 from tests.helpers import add_fleet, add_run
 

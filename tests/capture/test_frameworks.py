@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_wrapped, samples_of
 
 pytest.importorskip("transformers")

@@ -15,12 +15,12 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.money.goodput import Category, goodput_account, phase_timeline
 from trainledger.money.months import month_of
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunPhase, RunStatus
 from trainledger.store.settings import display_timezone
+
 from tests.capture.conftest import HERE, REPO, all_runs
 from tests.helpers import add_fleet
 

@@ -14,12 +14,12 @@ from decimal import Decimal
 
 from sqlalchemy import text
 from sqlmodel import Session
-
 from trainledger.money import costs, rollup
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.export import presented_report, render
 from trainledger.runs.registry import reap_stale, show_run
 from trainledger.store.models import Run, RunStatus
+
 from tests.helpers import add_fleet, add_run, offer
 
 D = Decimal
@@ -208,7 +208,6 @@ def test_upgrading_a_ledger_to_0004_backfills_lost_work(ledger_url):
     """A ledger at revision 0003 with a rollup built: upgrading sets the lost interval of its failed runs and
     the lost facts of their rollup rows, so the report and the check agree with a fresh ledger."""
     from alembic import command
-
     from trainledger.store.db import HEAD_REVISION, alembic_config, make_engine, upgrade_schema
 
     engine = make_engine(ledger_url)

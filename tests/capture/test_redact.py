@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from trainledger.sources.redact import redact_argv, redact_env, redact_text, secret_name, secret_option
+
 from tests.capture.conftest import REPO, run_id_of, wrap_cmd
 
 SECRET = "s3cr3tVALUE42"
@@ -104,7 +104,6 @@ def test_a_wrapped_run_stores_no_secret_in_its_journal_or_ledger(ledger_url, cap
 def _ledger_text(url: str) -> str:
     """Every row of every table of the ledger, as text."""
     from sqlalchemy import MetaData, select
-
     from trainledger.store.db import make_engine
 
     engine = make_engine(url)

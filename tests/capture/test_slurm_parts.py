@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-
 from trainledger.sources.topology import Flags, resolve
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import HERE, REPO, all_runs, nodes_of, run_row, wrap_cmd
 from tests.tracking.conftest import wait_for
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from trainledger.sources.journal import Journal, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import REPO, all_runs, run_row, samples_of
 
 T0 = "2026-11-03T10:00:00+00:00"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trainledger.errors import LedgerInputError
 from trainledger.sources.sampling import owned_gpus
 from trainledger.sources.topology import Flags, parse_command, resolve

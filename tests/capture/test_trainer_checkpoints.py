@@ -7,11 +7,11 @@ import sys
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.money import costs
 from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunPhase, RunStatus
+
 from tests.capture.conftest import samples_of
 from tests.tracking.conftest import CONFIGS, kill_leftover_runs, make_track_env, run_row, trainledger
 

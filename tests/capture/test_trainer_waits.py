@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.money import costs
 from trainledger.money.goodput import Category, goodput_account, seconds_decimal
 from trainledger.money.monthly import monthly_report
@@ -19,6 +18,7 @@ from trainledger.money.months import month_of
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunPhase, RunStatus
 from trainledger.store.settings import display_timezone
+
 from tests.tracking.conftest import CONFIGS, kill_leftover_runs, make_track_env, run_row, trainledger
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from datetime import timedelta, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import (
     HERE,
     REPO,
@@ -227,7 +227,6 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.crashed and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
     from sqlmodel import Session
-
     from trainledger.money import costs
     from trainledger.money.monthly import monthly_report
     from trainledger.money.months import month_of

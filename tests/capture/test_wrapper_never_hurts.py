@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from trainledger.store.models import RunStatus
+
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_id_of, run_row, wrap_cmd
 from tests.tracking.conftest import wait_for
 

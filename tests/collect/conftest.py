@@ -120,7 +120,6 @@ def prom(tmp_path_factory) -> PromEnv:
         pytest.skip("prometheus not on PATH: apt-get install prometheus (tests/run.sh does)")
     from prometheus_api_client import PrometheusConnect
     from prometheus_client import CollectorRegistry, start_http_server
-
     from trainledger.trainer.tracking import Exporter
 
     work = tmp_path_factory.mktemp("prometheus")

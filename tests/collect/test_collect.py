@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
-
-from trainledger.sources.collect import M_FB, M_LOSS, M_POWER, M_RX, M_TOKENS, M_UTIL, grid, node_of, pick_step, strip_port
+from trainledger.sources.collect import (
+    M_FB,
+    M_LOSS,
+    M_POWER,
+    M_RX,
+    M_TOKENS,
+    M_UTIL,
+    grid,
+    node_of,
+    pick_step,
+    strip_port,
+)
 from trainledger.store.db import make_engine
 from trainledger.store.models import MetricSample, Run, RunNode
+
 from tests.collect.conftest import (
     ETH_BPS,
     FB,

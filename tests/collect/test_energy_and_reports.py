@@ -7,13 +7,13 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-
 from trainledger.money import costs
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.daily import daily_report
 from trainledger.reports.weekly import strategy_comparison
 from trainledger.store.models import RunNode
 from trainledger.store.settings import set_setting
+
 from tests.helpers import add_fleet, add_run
 
 D = Decimal

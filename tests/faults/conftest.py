@@ -69,7 +69,6 @@ def audit_samples(engine, run_id: str, journal: Optional[Path] = None, steps: Op
     recorded); ``journal``: its journal file, every sample of which must be in the ledger.
     """
     from sqlmodel import Session, select
-
     from trainledger.store.models import MetricSample
 
     with Session(engine) as s:
@@ -102,8 +101,8 @@ def run_lost(engine, run_id: str) -> Optional[str]:
     function, called in this process to spare a CLI start per run).
     """
     from sqlmodel import Session
-
     from trainledger.runs.registry import show_run
+
     from tests.tracking.conftest import run_row
 
     run = run_row(engine, run_id)
@@ -139,6 +138,7 @@ def rank_pid(launcher_pid: int, rank: int) -> Optional[int]:
 def training(engine, run_id: str, min_steps: int = 3) -> bool:
     """The run is running, heartbeating, and the ledger has at least ``min_steps`` of its steps."""
     from trainledger.store.models import RunStatus
+
     from tests.tracking.conftest import run_row, sample_counts
 
     run = run_row(engine, run_id)

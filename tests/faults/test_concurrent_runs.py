@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode, RunStatus
+
 from tests.faults.conftest import audit_samples, log_of, run_lost
 from tests.tracking.conftest import (
     CONFIGS,

@@ -19,10 +19,10 @@ import subprocess
 import sys
 
 import pytest
-
 from trainledger.sources.journal import read_events
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode, RunStatus
+
 from tests.faults.conftest import audit_samples, log_of, rank_pid, run_lost, training
 from tests.tmpfs import fill_to_enospc
 from tests.tracking.conftest import (
@@ -156,7 +156,6 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
 
 def _only_run(engine):
     from sqlmodel import Session, select
-
     from trainledger.store.models import Run
 
     with Session(engine) as s:

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
+
 from tests.faults.conftest import _utc, audit_samples, rank_pid, run_lost, training
 from tests.tracking.conftest import (
     CONFIGS,
@@ -137,9 +137,9 @@ def test_rank0_stopped_by_the_launcher_is_failed_unless_someone_cancelled(runs, 
     from datetime import timedelta
 
     from sqlmodel import Session
-
     from trainledger.runs.launch import settle
     from trainledger.store.models import Run
+
     from tests.helpers import add_run
 
     report = run_row(runs.engine, runs.rids["rank1"]).log_path
@@ -170,9 +170,9 @@ def test_rank0_stopped_before_it_recorded_its_end_is_failed_not_crashed(runs, tm
     from datetime import timedelta
 
     from sqlmodel import Session
-
     from trainledger.runs.launch import settle
     from trainledger.store.models import Run
+
     from tests.helpers import add_run
 
     report = run_row(runs.engine, runs.rids["rank1"]).log_path

@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from trainledger.sources.journal import Journal, read_events
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
+
 from tests.faults.conftest import audit_samples, log_of, run_lost, training
 from tests.tracking.conftest import (
     journal_samples,

@@ -15,10 +15,10 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session
-
 from trainledger.money.costs import cents
 from trainledger.money.monthly import monthly_report
 from trainledger.store.models import RunStatus
+
 from tests.focus.validate import problems
 from tests.helpers import add_fleet, add_run
 

@@ -9,9 +9,9 @@ import io
 from datetime import datetime, timezone
 
 from sqlmodel import Session, select
-
 from trainledger.reports.focus import COLUMNS
 from trainledger.store.models import Run
+
 from tests.focus.validate import problems
 from tests.helpers import add_run
 

@@ -65,9 +65,8 @@ def _command(app):
 def invoke(args: list[Any], db: Optional[str] = None, env: Optional[dict[str, str]] = None) -> Outcome:
     """``trainledger ARGS [--db DB]`` in this process, as the console script would run it."""
     import typer.testing
-    from typer.testing import CliRunner
-
     from trainledger.cli.main import app
+    from typer.testing import CliRunner
 
     argv = [str(a) for a in args] + (["--db", db] if db else [])
     with mock.patch.object(typer.testing, "_get_command", _command):  # Typer rebuilds the click tree per call: 0.1 s
@@ -166,8 +165,8 @@ def pg_databases():
     import uuid
 
     from sqlalchemy import create_engine
-
     from trainledger.store.db import get_engine
+
     from tests.conftest import PG_ADMIN
 
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")

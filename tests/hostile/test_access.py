@@ -25,7 +25,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlmodel import Session, select
-
 from trainledger.app import launch as app_launch
 from trainledger.app.access import IDENTITY_KEY, TOKEN_KEY, Identity
 from trainledger.app.auth import make_entry
@@ -33,6 +32,7 @@ from trainledger.app.cli import is_loopback
 from trainledger.errors import LedgerInputError
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run
+
 from tests.app.helpers import make_app, plain, set_role
 from tests.app.helpers import sign_in as sign_in_with
 from tests.helpers import offer_price

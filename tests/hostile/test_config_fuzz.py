@@ -21,8 +21,8 @@ import pytest
 import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
-
 from trainledger.runs.launch import CONFIG_DIRS_ENV
+
 from tests.hostile.conftest import FUZZ, REPO, assert_clean, assert_refused, invoke, snapshot, unchanged
 
 CONFIGS = REPO / "trainer" / "configs"

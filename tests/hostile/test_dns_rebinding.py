@@ -22,9 +22,9 @@ import threading
 
 import pytest
 from sqlalchemy import create_engine, text
-
 from trainledger.app.auth import make_entry
 from trainledger.store.db import make_engine
+
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openpyxl import load_workbook
 from sqlmodel import Session
-
 from trainledger.reports.export import FORMULA_PREFIXES, XLSX_ILLEGAL, guard_formula
+
 from tests.hostile.conftest import FUZZ, assert_clean, invoke
 
 EXPORT_FUZZ = settings(FUZZ, max_examples=max(10, FUZZ.max_examples // 3))  # each example writes and reads an XLSX
@@ -100,6 +100,7 @@ def test_imported_names_are_guarded_in_csv_and_xlsx(ledger, tmp_path, rows):
 def test_names_written_by_other_paths_are_guarded(sqlite_url, tmp_path, name, strategy):
     """Tracked runs and the dashboard write names the importer would refuse (tab, CR, control characters)."""
     from trainledger.store.db import get_engine
+
     from tests.helpers import add_run
 
     with Session(get_engine(sqlite_url)) as s:

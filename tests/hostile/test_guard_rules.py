@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trainledger.app.guard import HostPolicy, is_loopback_name, parse_allowed, split_host
 
 LOCAL = HostPolicy(signin=False)

@@ -23,8 +23,8 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
-
 from trainledger.store.db import get_engine, head_revision, make_engine, upgrade_schema
+
 from tests.conftest import PG_ADMIN
 from tests.hostile.conftest import assert_clean, assert_refused, invoke, snapshot, unchanged
 
@@ -95,7 +95,6 @@ def rows_of(url: str, tables: dict[str, list[str]]) -> dict[str, list[tuple]]:
 
 def reports(url: str) -> dict[str, dict]:
     from sqlmodel import Session
-
     from trainledger.money.monthly import monthly_report
     from trainledger.reports.export import presented_report
 

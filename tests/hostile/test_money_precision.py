@@ -18,13 +18,13 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session
-
 from trainledger.money import costs
 from trainledger.money.monthly import monthly_report
 from trainledger.reports.daily import daily_report
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode
 from trainledger.store.prices import versions
+
 from tests.helpers import add_fleet, add_run, offer
 
 ENERGY_KWH = [7654321098765.4, 0.15, 0.15, 0.15]

@@ -15,10 +15,10 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from trainledger.errors import LedgerInputError
 from trainledger.store.db import make_engine
 from trainledger.store.files import write_output
+
 from tests.hostile.conftest import assert_clean, assert_refused, invoke
 from tests.hostile.test_migrations_backups import write_history
 

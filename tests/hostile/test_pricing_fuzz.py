@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from datetime import date
 
-import tomllib
 from hypothesis import event, given
 from hypothesis import strategies as st
 

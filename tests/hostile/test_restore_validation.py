@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-
 from trainledger.store.db import get_engine, make_engine
+
 from tests.hostile.conftest import assert_clean, assert_refused, invoke, snapshot, unchanged
 from tests.hostile.test_migrations_backups import write_history
 

@@ -22,11 +22,11 @@ import re
 from urllib.parse import urlencode
 
 import pytest
-
 from trainledger.app import auth as auth_module
 from trainledger.app.auth import authenticate, load_auth_file, make_entry
 from trainledger.app.signin import VERIFY_SLOTS, attempt
 from trainledger.app.throttle import CLIENT_POLICY, USER_POLICY, Policy, Throttle
+
 from tests.app.helpers import build_ledger
 from tests.app.served import serve
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.app import launch as app_launch
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import CONFIG_DIRS_ENV, default_log_dir, run_log_file
 from trainledger.sources.journal import Journal, apply_events, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus
+
 from tests.app.helpers import make_app
 from tests.helpers import node_type
 from tests.hostile.conftest import REPO, assert_refused, invoke, snapshot, unchanged

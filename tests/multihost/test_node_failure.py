@@ -15,10 +15,10 @@ import pytest
 import yaml
 from sqlalchemy import func
 from sqlmodel import Session, select
-
 from trainledger.money import costs
 from trainledger.runs.registry import show_run
 from trainledger.store.models import MetricSample, Run
+
 from tests.multihost.conftest import host_env, poll, start_on, tail, trainledger, wait_all
 from tests.trainer.conftest import parity_config
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.store.ids import slurm_run_id
 from trainledger.store.models import Run, RunNode, RunStatus
+
 from tests.multihost.conftest import REPO
 from tests.slurm.cluster import missing_programs
 
@@ -65,9 +65,8 @@ def test_a_two_node_job_is_one_run_with_both_hosts(hosts, slurm_hosts, ledger, t
     # each host ran one rank, and the all-reduce between them summed 1 + 2 (c10d numbers ranks by arrival)
     lines = [x.split(" on ", 1)[1] for x in text.splitlines() if x.startswith("rank ")]
     assert sorted(lines) == [f"{h.name}: sum 3" for h in hosts], text[-4000:]
-    from typer.testing import CliRunner
-
     from trainledger.cli.main import app
+    from typer.testing import CliRunner
 
     for args in (["slurm", "map", "add", "--partition", "debug", "--node-type", "rtx4090-8x", "--by-node"],
                  ["slurm", "sync", "--tz", "UTC", "--json"]):  # no GPUs here: the partition costed by whole nodes

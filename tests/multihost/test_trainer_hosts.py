@@ -15,8 +15,8 @@ import sys
 import pytest
 import yaml
 from sqlmodel import Session, select
-
 from trainledger.store.models import Run, RunNode
+
 from tests.multihost.conftest import REPO, host_env, start_on, tail, trainledger, wait_all
 from tests.trainer.conftest import PARITY_STEPS, parity_config
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.store.models import Run, RunNode
+
 from tests.multihost.conftest import host_env, start_on, tail, trainledger, wait_all
 
 pytestmark = pytest.mark.slow

@@ -27,11 +27,11 @@ from typing import Optional
 
 import pytest
 from sqlmodel import Session, select
-from typer.testing import CliRunner
-
 from trainledger.store.db import make_engine
 from trainledger.store.ids import slurm_attempt_id, slurm_run_id
 from trainledger.store.models import Run, RunStatus
+from typer.testing import CliRunner
+
 from tests.helpers import node_type
 
 pytestmark = pytest.mark.slow

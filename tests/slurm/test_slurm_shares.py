@@ -18,11 +18,11 @@ from fractions import Fraction
 
 import pytest
 from sqlmodel import Session
-
 from trainledger.money.capacity import capacity_warnings
 from trainledger.money.monthly import monthly_report
 from trainledger.store.db import make_engine
 from trainledger.store.models import Fleet, Offer, RunStatus
+
 from tests.slurm.cluster import SlurmCluster, missing_programs
 from tests.slurm.test_slurm_live import _until, cli, runs, sync, wait_recorded, wait_state
 

@@ -80,7 +80,6 @@ def launch_detached(url: str, env: dict, *extra, config: str = "zero2.yaml") -> 
 def run_row(engine, run_id: str):
     """The run's ledger row (detached from its session), or None."""
     from sqlmodel import Session
-
     from trainledger.store.models import Run
 
     with Session(engine) as s:
@@ -90,7 +89,6 @@ def run_row(engine, run_id: str):
 def sample_counts(engine, run_id: str) -> dict[str, int]:
     """Number of metric samples of a run, per metric."""
     from sqlmodel import Session, func, select
-
     from trainledger.store.models import MetricSample
 
     with Session(engine) as s:
@@ -145,7 +143,6 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 def kill_leftover_runs(url: str, run_ids) -> None:
     """Teardown: SIGKILL the process group of any launched run still alive, then insist none is left."""
     from sqlmodel import Session
-
     from trainledger.store.db import make_engine
     from trainledger.store.models import Run
 

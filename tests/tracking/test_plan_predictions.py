@@ -8,14 +8,14 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-
 from trainledger.runs import calibrate as cal
 from trainledger.runs.predictions import planned_vs_measured
 from trainledger.store.db import make_engine
 from trainledger.store.models import Offer, Run, RunPrediction
-from tests.tracking.conftest import CONFIGS, trainledger
 from trainledger.trainer.plan.factors import Factors
 from trainledger.trainer.plan.memory import GIB
+
+from tests.tracking.conftest import CONFIGS, trainledger
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,11 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, func, select
-
 from trainledger.money import costs
 from trainledger.sources.journal import Journal
 from trainledger.store.db import make_engine
 from trainledger.store.models import MetricSample, Offer, Run, RunNode, RunStatus
+
 from tests.tracking.conftest import (
     CONFIGS,
     children,

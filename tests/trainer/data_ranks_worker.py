@@ -13,7 +13,6 @@ import sys
 from itertools import islice
 
 import torch.distributed as dist
-
 from trainledger.trainer.data import SampleStream
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from trainledger.trainer.plan import memory
 from trainledger.trainer.plan.memory import (
     korthikanti_layer_bytes,
@@ -36,7 +35,6 @@ def _params_as_deepspeed_counts(model) -> tuple[int, int]:
 @pytest.mark.parametrize("name", BIG + ["tiny", "llama-tiny"])
 def test_stage_params_are_the_built_models(name):
     import torch
-
     from trainledger.trainer.model import build_model
 
     with torch.device("meta"):
@@ -185,7 +183,6 @@ def _saved_bytes(fn, params) -> int:
 def test_layer_activations_are_what_autograd_saves(name):
     """One block's forward in fp32 on CPU (SDPA): the saved tensors add up to the formula, byte for byte."""
     import torch
-
     from trainledger.trainer.model import Block, LlamaBlock
 
     shape = SHAPES[name]
@@ -200,7 +197,6 @@ def test_model_activations_are_what_autograd_saves(name, recompute):
     """The whole model with its loss: every block, token ids, final norm, log-softmax and targets; with full
     recomputation only each block's input. Off by the loss's 4-byte total weight, which is not modelled."""
     import torch
-
     from trainledger.trainer.model import build_model
 
     shape = SHAPES[name]

@@ -4,7 +4,6 @@ bubble, what each ZeRO stage sends; and the candidate search (validation, memory
 from __future__ import annotations
 
 import pytest
-
 from trainledger.trainer.plan import search, timing
 from trainledger.trainer.plan.memory import GIB, memory_per_gpu, stage_params
 from trainledger.trainer.plan.timing import Hardware, Link, all_gather_s, all_reduce_s, group_link, p2p_s, step_time

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from typer.testing import CliRunner
-
 from trainledger.trainer.cli import data_app, train_command
+from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "trainer" / "configs"

@@ -9,8 +9,6 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from trainledger.trainer.data import (
     DataError,
     SampleStream,
@@ -20,6 +18,7 @@ from trainledger.trainer.data import (
     stage_to_cache,
 )
 from trainledger.trainer.tokenizer import ByteTokenizer
+from typer.testing import CliRunner
 
 HERE = Path(__file__).resolve().parent
 SEQ = 32
@@ -173,7 +172,6 @@ def test_three_real_ranks_partition_an_epoch(shards, tmp_path, launcher):
 
 def test_data_prepare_command(tmp_path):
     import typer
-
     from trainledger.trainer.cli import data_app
 
     app = typer.Typer()

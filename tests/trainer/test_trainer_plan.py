@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from trainledger.trainer.config import ConfigError, config_from_dict
 from trainledger.trainer.parallel import (
     ParallelPlan,

@@ -4,7 +4,6 @@ nanoGPT/PaLM count them, the Llama blocks (RoPE, GQA split over tensor-parallel 
 from __future__ import annotations
 
 import pytest
-
 from trainledger.trainer.hardware import lookup_peak_tflops
 from trainledger.trainer.metrics import percentile
 from trainledger.trainer.shapes import SHAPES, ModelShape, flops_per_token, llama_ffn_dim, param_count
@@ -97,7 +96,6 @@ def test_shape_checks_its_dims():
 def test_tensor_parallel_shards_are_slices_of_the_full_weights():
     """tp shards built from the same seed, concatenated, equal the unsharded layer's weights."""
     import torch
-
     from trainledger.trainer.model import Block
     from trainledger.trainer.tensor_parallel import TPGroup
 
@@ -116,7 +114,6 @@ def test_llama_tp_shards_own_whole_query_groups():
     """GQA split over tp = 2 (llama-small: 8 query heads, 4 key/value heads, Q = 32): rank r owns query
     heads 4r..4r+3 and the key/value heads 2r, 2r+1 they read (query head h reads h ÷ 2)."""
     import torch
-
     from trainledger.trainer.model import LlamaBlock
     from trainledger.trainer.tensor_parallel import TPGroup
 
@@ -139,7 +136,6 @@ def test_llama_tp_partial_outputs_add_up_to_the_full_block(monkeypatch, name, tp
     """Σ over tp ranks of each rank's attention and MLP outputs (before the all-reduce) = the unsharded
     block's: heads, key/value groups and SwiGLU units are split without loss or overlap."""
     import torch
-
     import trainledger.trainer.tensor_parallel as tpmod
     from trainledger.trainer.model import LlamaBlock
     from trainledger.trainer.tensor_parallel import TPGroup
@@ -159,7 +155,6 @@ def test_llama_tp_partial_outputs_add_up_to_the_full_block(monkeypatch, name, tp
 def test_rope_scores_depend_on_relative_position_only():
     """⟨RoPE(q, m), RoPE(k, n)⟩ depends on m − n: shifting both positions leaves the score unchanged."""
     import torch
-
     from trainledger.trainer.model import apply_rope, rope_cos_sin
 
     g = torch.Generator().manual_seed(1)

@@ -1,9 +1,8 @@
 """Alembic environment: runs migrations on the engine handed over by trainledger.store.db."""
 
+import trainledger.store.models  # noqa: F401  (registers the tables)
 from alembic import context
 from sqlmodel import SQLModel
-
-import trainledger.store.models  # noqa: F401  (registers the tables)
 
 config = context.config
 target_metadata = SQLModel.metadata
