@@ -28,7 +28,7 @@ from bench import RESULTS_DIR, ROOT, Result, log
 
 KEYS = ("tracking_overhead", "wrapper_overhead", "wrapper_start", "api_overhead", "ingest_sqlite", "ingest_pg", "rollup",
         "dashboard", "runs_list", "exporter", "plan_recommend", "mfu", "slurm_parse", "slurm_import", "slurm_import_1m",
-        "goodput")
+        "goodput", "cli_start")
 
 
 def _mfu(quick: bool) -> Result:
@@ -69,7 +69,7 @@ def _runner(key: str) -> Callable[[bool], Result]:
                      "api_overhead": "bench.capture:run_api", "ingest_sqlite": "bench.ingest",
                      "ingest_pg": "bench.ingest_pg", "rollup": "bench.rollup", "dashboard": "bench.dashboard",
                      "runs_list": "bench.runs_list", "exporter": "bench.exporter", "plan_recommend": "bench.plan",
-                     "goodput": "bench.goodput"}[key].partition(":")
+                     "goodput": "bench.goodput", "cli_start": "bench.startup"}[key].partition(":")
     return getattr(importlib.import_module(module), fn or "run")
 
 

@@ -55,7 +55,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    event,
     func,
     select,
     text,
@@ -426,8 +425,7 @@ def touch(session: SASession, run_ids: Iterable[str]) -> None:
     session.info.setdefault(_PENDING, set()).update(run_ids)
 
 
-@event.listens_for(SASession, "before_flush")
-def _collect(session: SASession, flush_context: Any, instances: Any) -> None:
+def collect(session: SASession, flush_context: Any, instances: Any) -> None:
     pending = None
     for obj in (*session.new, *session.dirty, *session.deleted):
         if isinstance(obj, Run):
@@ -449,16 +447,14 @@ def _collect(session: SASession, flush_context: Any, instances: Any) -> None:
             session.info[_REBUILD] = True
 
 
-@event.listens_for(SASession, "before_commit")
-def _before_commit(session: SASession) -> None:
+def before_commit(session: SASession) -> None:
     # commit() flushes only after this hook: unflushed changes are collected by the flush in sync()
     if (session.info.get(_PENDING) or session.info.get(_REBUILD) or session.info.get(_RULES) or session.info.get(_CUTS)
             or session.new or session.dirty or session.deleted):
         sync(session)
 
 
-@event.listens_for(SASession, "after_soft_rollback")
-def _after_rollback(session: SASession, previous_transaction: Any) -> None:
+def after_rollback(session: SASession, previous_transaction: Any) -> None:
     for k in (_PENDING, _REBUILD, _RULES, _CUTS):
         session.info.pop(k, None)
 
