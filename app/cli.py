@@ -75,6 +75,7 @@ def dashboard_command(
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
     auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m trainledger.app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
     allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name browsers use to reach the dashboard, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection). Needs --auth-file.", show_default=False)] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Open the demo's own ledger (what `trainledger demo` fills: demo.db in the user data dir) instead of yours.")] = False,
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
     from sqlalchemy.exc import OperationalError
@@ -90,8 +91,12 @@ def dashboard_command(
         _fail("--allowed-host needs --auth-file: without sign-in the dashboard answers only loopback names "
               "(localhost, 127.0.0.1), where everyone is a lead")
 
+    if demo and db:
+        _fail("--demo opens the demo's own ledger: drop --db, or drop --demo to open --db")
     try:
-        url = resolve_url(db)
+        from trainledger.store.defaults import demo_ledger_url
+
+        url = demo_ledger_url() if demo else resolve_url(db)
     except LedgerURLError as exc:
         _fail(str(exc))
     if auth_file is not None:

@@ -52,11 +52,13 @@ def run(quick: bool) -> Result:
     rounds = 3 if quick else 9
     with tempfile.TemporaryDirectory(prefix="tl-bench-cli-") as tmp:
         work = Path(tmp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+        # as installed from the wheel: pip writes the bytecode, so the warm-up run may write it here too
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(XDG_DATA_HOME=str(work / "xdg"), XDG_CONFIG_HOME=str(work / "xdg-config"),
                    TRAINLEDGER_JOURNAL_DIR=str(work / "journal"))
         cmds = _commands(work)
-        _wall(cmds["wrapped"], env)  # the ledger's schema, once, outside the rounds
+        _wall(cmds["wrapped"], env)  # the ledger's schema and the bytecode, once, outside the rounds
+        _wall(cmds["help"], env)
         times: dict[str, list[float]] = {k: [] for k in cmds}
         for i in range(rounds):
             log(f"cli start: round {i + 1}/{rounds}", progress=True)

@@ -22,7 +22,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Optional
+from typing import Callable, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
@@ -44,6 +44,8 @@ from trainledger.store.prices import backdate_first_versions
 from trainledger.store.types import utcnow
 
 SEED = 20261202
+#: the demo's node type, named wherever the demo records a run (its history and its sweep): never a default
+DEMO_NODE_TYPE = "rtx4090-8x"
 # 1.3B GPT (24 layers, d=2048, 16 heads, seq 2048): FLOPs/token = 6N + 12·L·H·Q·T
 DEMO_MODEL = {"model_shape": "1.3b", "params": 1_313_000_000, "n_layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}
 FLOPS_PER_TOKEN = 6 * DEMO_MODEL["params"] + 12 * 24 * 16 * (2048 // 16) * 2048
@@ -93,8 +95,15 @@ def _add_months(month: str, delta: int) -> str:
     return f"{idx // 12:04d}-{idx % 12 + 1:02d}"
 
 
-def generate_demo(session: Session, end_month: Optional[str] = None, now: Optional[datetime] = None) -> dict[str, int]:
-    """Fill an empty ledger with six months of demo history; refuses a ledger that has runs."""
+#: the steps of :func:`generate_demo` that report progress: runs, per-node figures and losses, phases, budgets
+DEMO_STEPS = 4
+
+
+def generate_demo(session: Session, end_month: Optional[str] = None, now: Optional[datetime] = None,
+                  progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, int]:
+    """Fill an empty ledger with six months of demo history; refuses a ledger that has runs.
+    ``progress(steps done, DEMO_STEPS)`` after each step."""
+    step = (lambda done: progress(done, DEMO_STEPS)) if progress else (lambda done: None)
     if session.exec(select(Run.id).limit(1)).first() is not None:
         if is_demo(session):  # running the README's first command twice is fine
             from sqlalchemy import func
@@ -110,11 +119,15 @@ def generate_demo(session: Session, end_month: Optional[str] = None, now: Option
     demo.walk(first_month, end_month)
     session.add_all(demo.runs)
     session.flush()
+    step(1)
     samples = demo.add_nodes_and_losses()
     session.flush()
+    step(2)
     add_demo_phases(session, demo.runs, demo.hosts)
     session.flush()
+    step(3)
     add_demo_budgets(session)
+    step(4)
     return {"runs": len(demo.runs), "months": len(months_between(first_month, end_month)), "samples": samples}
 
 
@@ -136,7 +149,7 @@ class _Demo:
     def start(cls, session: Session, first_month: str, now: datetime) -> "_Demo":
         """The demo marker, the owned 8-node fleet, two projects and three users."""
         rng = random.Random(SEED)
-        nt = session.exec(select(NodeType).where(NodeType.name == "rtx4090-8x")).one()
+        nt = session.exec(select(NodeType).where(NodeType.name == DEMO_NODE_TYPE)).one()
         own = session.exec(select(Offer).where(Offer.name == "rtx4090-own")).one()
         start, _ = month_bounds(first_month, timezone.utc)
         session.add(Setting(key="demo", value="true"))
@@ -277,7 +290,7 @@ def start_demo_sweep(url: str) -> dict:
     from trainledger.runs.sweep import SweepRequest, start_background
 
     req = SweepRequest(config=shipped_config_dir() / "dp.yaml", strategies=list(DEMO_SWEEP),
-                       steps=DEMO_SWEEP_STEPS, gpus_per_node=2, project=DEMO_SWEEP_PROJECT)
+                       steps=DEMO_SWEEP_STEPS, gpus_per_node=2, project=DEMO_SWEEP_PROJECT, node_type=DEMO_NODE_TYPE)
     return start_background(url, req)
 
 

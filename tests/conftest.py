@@ -33,8 +33,11 @@ def _pg_admin():
 def _private_user_dirs(tmp_path_factory):
     """No test writes to the real user's ledger, journals or logs."""
     home = tmp_path_factory.mktemp("user-data")
-    saved = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "TRAINLEDGER_DB_URL", "TRAINLEDGER_JOURNAL_DIR")}
+    saved = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "TRAINLEDGER_DB_URL",
+                                            "TRAINLEDGER_JOURNAL_DIR", "TRAINLEDGER_CONFIG")}
     os.environ["XDG_DATA_HOME"] = str(home)
+    os.environ["XDG_CONFIG_HOME"] = str(home / "config")  # no user's config file (trainledger.store.config)
+    os.environ.pop("TRAINLEDGER_CONFIG", None)
     os.environ["TRAINLEDGER_DB_URL"] = f"sqlite:///{home / 'default-ledger.db'}"
     os.environ["TRAINLEDGER_JOURNAL_DIR"] = str(home / "journal")
     yield home

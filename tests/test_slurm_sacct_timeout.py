@@ -62,3 +62,20 @@ def test_sacct_timeout_kills_its_children_that_hold_the_pipe(tmp_path):
     with Session(engine) as s:  # nothing written: no watermark
         assert [k for k in s.exec(select(Setting.key)).all() if k.startswith("slurm:watermark")] == []
     engine.dispose()
+
+
+def test_the_system_time_zone_has_its_name_so_an_import_can_pickle_it(monkeypatch):
+    """``slurm sync`` without ``--tz`` or ``$TZ`` read /etc/localtime as a nameless zone, which an import's
+    temporary store could not pickle (PicklingError)."""
+    import os
+    import pickle
+
+    from trainledger.sources.localtime import system_timezone
+
+    monkeypatch.delenv("TZ", raising=False)
+    zone = system_timezone()
+    target = os.path.realpath("/etc/localtime")
+    if "/zoneinfo/" not in target:
+        pytest.skip("/etc/localtime is not a link into a zoneinfo folder here")
+    assert zone.key == target.split("/zoneinfo/", 1)[1]
+    assert pickle.loads(pickle.dumps(zone)) is zone

@@ -68,7 +68,7 @@ def train_command(
     results_json: Annotated[Optional[Path], typer.Option("--results-json", help="Write the run's results (steps, tokens/s, MFU, losses, …) here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: print plan and DeepSpeed JSON as one JSON object.")] = False,
     track: Annotated[bool, typer.Option("--track/--no-track", help="Record the run in the ledger (default), or train untracked.")] = True,
-    node_type: Annotated[str, typer.Option("--node-type", help="Node type the tracked run is costed as.")] = "rtx4090-8x",
+    node_type: Annotated[Optional[str], typer.Option("--node-type", help="Node type the tracked run is costed as (default: $TRAINLEDGER_NODE_TYPE; none: recorded, not costed).")] = None,
     project: Annotated[Optional[str], typer.Option("--project", help="Project of the tracked run.")] = None,
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL for the tracked run (default: $TRAINLEDGER_DB_URL, else the embedded SQLite file).", show_default=False)] = None,
 ) -> None:
@@ -115,8 +115,10 @@ def train_command(
     env = dict(os.environ)
     if track:
         from trainledger.store.db import resolve_url
+        from trainledger.store.defaults import default_node_type
 
-        args += ["--track", "--node-type", node_type, "--launcher", "local"]
+        node_type = node_type or default_node_type()
+        args += ["--track", *(["--node-type", node_type] if node_type else []), "--launcher", "local"]
         if project:
             args += ["--project", project]
         env["TRAINLEDGER_DB_URL"] = resolve_url(db)  # via the environment: never in argv

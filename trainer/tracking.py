@@ -72,7 +72,7 @@ class TrackingOptions:
     db_url: Optional[str] = None
     journal_dir: Optional[Path] = None
     name: str = ""
-    node_type: str = "rtx4090-8x"
+    node_type: Optional[str] = None  # None: recorded, not costed (never a guessed node type)
     offer: Optional[str] = None
     project: Optional[str] = None
     user: Optional[str] = None
@@ -142,7 +142,7 @@ class LedgerTracker:
         gpn = self.o.gpus_per_node or (info["world_size"] // max(1, info["nodes"]))
         self.writer.put({"type": "run", "fields": {
             "name": self.o.name or f"{plan['strategy']}-{shape['name']}", "status": "running",
-            "node_type": self.o.node_type, "offer": self.o.offer, "project": self.o.project, "user": self.o.user,
+            "offer": self.o.offer, "project": self.o.project, "user": self.o.user,
             "launcher": self.o.launcher, "nodes": info["nodes"], "gpus_per_node": gpn,
             "world_size": info["world_size"], "strategy": plan["strategy"], "dp": plan["dp"], "tp": plan["tp"],
             "pp": plan["pp"], "zero_stage": plan["zero_stage"], "micro_batch": plan["micro_batch"],
@@ -153,7 +153,13 @@ class LedgerTracker:
                        "backend": info["backend"], "precision": info["precision"]},
             "started_at": now.isoformat(), "heartbeat_at": now.isoformat(), "ended_at": None,
             "tokens_per_epoch": info["samples_per_epoch"] * shape["seq_len"], "error": None, "exit_code": None,
+            # no node type: leave what `trainledger launch` registered; a run of its own is recorded, not costed
+            **({"node_type": self.o.node_type} if self.o.node_type else {}),
         }})
+        if not self.o.node_type and self.o.launcher == "local":
+            from trainledger.store.defaults import warn_not_costed
+
+            warn_not_costed(self.o.run_id, None)
         self.writer.put({"type": "nodes", "rows": _start_nodes(info, now)})
         self._attach_phases(now, info["hostname"])
         if self.o.launcher == "local":  # not started by `trainledger launch`, which records its own process
@@ -372,7 +378,8 @@ def add_tracking_args(parser) -> None:
     g.add_argument("--db", default=None, help="ledger URL (default: $TRAINLEDGER_DB_URL, else the embedded SQLite file)")
     g.add_argument("--run-id", default=None, help=f"run id (default: ${ENV_RUN_ID}, else a new one)")
     g.add_argument("--name", default="", help="run name")
-    g.add_argument("--node-type", default="rtx4090-8x", help="node type the run is costed as")
+    g.add_argument("--node-type", default=None, help="node type the run is costed as (default: "
+                   "$TRAINLEDGER_NODE_TYPE; none: the run is recorded but not costed)")
     g.add_argument("--offer", default=None, help="offer the node-hours are paid under")
     g.add_argument("--project", default=None)
     g.add_argument("--user", default=None)
@@ -410,10 +417,13 @@ def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTrac
     if not (args.track or os.environ.get(ENV_RUN_ID)):
         return None
     check_tracking_args(args)  # one-line ConfigError before anything starts
+    from trainledger.store.defaults import default_node_type
+
     given = args.run_id or os.environ.get(ENV_RUN_ID)
     opts = TrackingOptions(
         run_id=given or new_run_id(), db_url=args.db,
-        journal_dir=Path(args.journal_dir) if args.journal_dir else None, name=args.name, node_type=args.node_type,
+        journal_dir=Path(args.journal_dir) if args.journal_dir else None, name=args.name,
+        node_type=args.node_type or default_node_type(),
         offer=args.offer, project=args.project, user=args.user, sweep_id=args.sweep_id, launcher=args.launcher,
         config=config_dict, gpus_per_node=args.gpus_per_node, metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,

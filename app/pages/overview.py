@@ -43,10 +43,16 @@ st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'
 if s.get("fx_rates"):
     st.caption("Converted at: " + "; ".join(ui.md(r) for r in s["fx_rates"]))
 ui.to_date_note(month, s)
+if s.get("unpriced_runs"):  # never priced as something else, never 0.00: said, with the node-hours left out
+    st.warning(f"{s['unpriced_runs']:,} runs are not costed ({ui.number('node_hours', s['not_costed_node_hours'])} "
+               "node-hours, in no figure below): "
+               + "; ".join(([f"{s['runs_without_node_type']:,} without a node type"] if s.get("runs_without_node_type") else [])
+                           + [f"no offer for node type {ui.md(n)}" for n in s.get("unpriced_node_types", [])])
+               + ". `trainledger report monthly` lists them.")
 
 if not has_runs and not rep.node_types:
     ui.empty(f"No runs and no fleet in {month}. Import runs (`trainledger import runs.csv`), track one "
-             "(`trainledger train`), or try the demo (`trainledger demo --db sqlite:///demo.db`).")
+             "(`trainledger train`), or try the demo (`trainledger demo`, then `trainledger dashboard --demo`).")
 
 OPTION = {"own": "owning", "rent_elastic": "renting elastic", "rent_reserved": "renting reserved"}
 c = st.columns(5)

@@ -232,11 +232,13 @@ currency = d["currency"] or currency
 md = ui.md
 st.subheader(f"{md(d['id'])} · {md(d['name'])}" if d["name"] else md(d["id"]))
 st.caption(f"{md(d['status'])} · project {md(d['project'] or ui.DASH)} · user {md(d['user'] or ui.DASH)} · "
-           f"{md(d['node_type'])}: {d['nodes']} nodes × {d['gpus_per_node']} GPUs · strategy {md(d['strategy'] or ui.DASH)}"
+           f"{md(d['node_type'] or 'no node type')}: {d['nodes']} nodes × {d['gpus_per_node']} GPUs · strategy {md(d['strategy'] or ui.DASH)}"
            + (f" (dp {d['dp']}, tp {d['tp']}, pp {d['pp']}, ZeRO-{d['zero_stage']})" if d.get("dp") else "")
            + (f" · sweep {md(d['sweep_id'])}" if d.get("sweep_id") else ""))
 if d.get("error"):
     st.error(f"Error: {md(d['error'], 1000)}")
+if d.get("not_costed"):
+    st.warning(f"Not costed: {md(d['not_costed'])}. Its node-hours are in no cost figure.")
 if d.get("lost_work_cost") is not None:
     since = "its start (it never checkpointed)"
     if d["lost_since"] == "checkpoint":

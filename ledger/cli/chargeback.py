@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
@@ -12,8 +12,10 @@ from trainledger.errors import LedgerInputError
 
 def write_statements(session: Session, month: str, output: Path, *, project: Optional[str] = None,
                      currency: Optional[str] = None, force: bool = False,
-                     now: Optional[datetime] = None) -> dict[str, Any]:
-    """Render every file first, check every target, then write: a bad input writes nothing."""
+                     now: Optional[datetime] = None,
+                     progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, Any]:
+    """Render every file first, check every target, then write: a bad input writes nothing.
+    ``progress(files rendered, files to render)`` as the statements are rendered."""
     from trainledger.money.chargeback import chargeback
     from trainledger.reports.chargeback import files, presented, summary_rows
     from trainledger.store.files import check_output, write_output
@@ -27,7 +29,7 @@ def write_statements(session: Session, month: str, output: Path, *, project: Opt
     if project is not None:
         cb.statement(project)  # one line naming the projects when it has none
     p = presented(cb)
-    out = files(p, project)
+    out = files(p, project, progress)
     if output.exists():
         for name in out:
             check_output(output / name, force=force)
@@ -37,4 +39,6 @@ def write_statements(session: Session, month: str, output: Path, *, project: Opt
         write_output(output / name, data, force=force)
     return {"month": month, "currency": p["summary"]["currency"], "spend": p["summary"]["spend"],
             "idle_not_charged_back": p["summary"]["idle_not_charged_back"], "output": str(output),
-            "files": sorted(out), "lines": summary_rows(p)[:-1]}
+            "files": sorted(out), "lines": summary_rows(p)[:-1],
+            **({"not_costed_runs": p["summary"]["not_costed_runs"],
+                "not_costed_node_hours": p["summary"]["not_costed_node_hours"]} if p.get("not_costed") else {})}

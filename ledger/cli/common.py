@@ -1,10 +1,10 @@
-"""What every ``trainledger`` command shares: options, one-line errors, sessions, output.
+"""What every ``trainledger`` command shares: options, one-line errors, sessions, output, warnings.
 
-Every command takes ``--db URL`` (else ``$TRAINLEDGER_DB_URL``, else the
-embedded SQLite ledger in the user's data directory), prints figures as a
-table or, with ``--json``, as the same dict in JSON. Exit status: 0 on
-success, 2 with a one-line reason on bad input, 1 when the ledger cannot be
-reached.
+Every command takes ``--db URL`` (else ``$TRAINLEDGER_DB_URL``, else the config
+file's ``db``, else the embedded SQLite ledger in the user's data directory),
+prints figures as a table or, with ``--json``, as the same dict in JSON. Exit
+status: 0 on success, 2 with a one-line reason on bad input, 1 when the ledger
+cannot be reached. Warnings go through :func:`warn` (hidden by ``-q``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ class OneLineUsageErrors(TyperGroup):
     """Click's usage errors (bad option value, missing argument, unknown option) as one line + exit 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return self._main(args, prog_name, complete_var, standalone_mode, **extra)
+        finally:  # the logging the root callback set up ends with the command
+            logs = sys.modules.get("trainledger.cli.logs")
+            if logs is not None:
+                logs.reset()
+
+    def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
+        """Click's ``main``, with its usage errors as one line (``error: ...``) and exit 2."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -55,9 +64,49 @@ def group(help_text: str) -> typer.Typer:
     return typer.Typer(help=help_text, no_args_is_help=True)
 
 
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)]
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the config file's db (`trainledger config show`), else the embedded SQLite file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 NowOpt = Annotated[Optional[str], typer.Option("--now", help="The reports' clock: an ISO 8601 time (UTC unless it names a zone). Default: $TRAINLEDGER_NOW, else the current time. A month not ended at this time is reported to date.", show_default=False)]
+
+
+def warn(message: str) -> None:
+    """``warning: MESSAGE`` on standard error (one line), unless the global ``-q`` (:mod:`trainledger.cli.logs`)."""
+    from trainledger.cli.logs import warn as log_warning
+
+    log_warning(message)
+
+
+#: what a command checks once per invocation (reset by the root callback, :func:`start_invocation`)
+_ONCE: dict[str, bool] = {"timezone": False}
+
+
+def start_invocation() -> None:
+    """A new command starts (the root callback): the once-per-command checks run again."""
+    for key in _ONCE:
+        _ONCE[key] = False
+
+
+def check_timezone(engine: Any) -> None:
+    """Warn once per command when the configured time zone (``$TRAINLEDGER_TIMEZONE``, else the config file's
+    ``timezone``) differs from the ledger's ``timezone`` setting, which the reports and the monthly rollup use:
+    a configured zone only sets the zone of a new ledger, and the ledger's own is never silently replaced."""
+    if _ONCE["timezone"]:
+        return
+    _ONCE["timezone"] = True
+    from trainledger.store import config
+
+    zone = config.configured("timezone")
+    if not zone.value:
+        return
+    from sqlmodel import Session
+    from trainledger.store.settings import get_setting
+
+    with Session(engine) as s:
+        ledger = get_setting(s, "timezone")
+    if ledger != zone.value:
+        said = f"${zone.where}" if zone.source == "env" else f"the config file ({zone.where})"
+        warn(f"{said} sets the time zone {zone.value}, but this ledger's is {ledger}, which the reports use; "
+             f"to change the ledger's: trainledger settings timezone {zone.value}")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -153,9 +202,13 @@ def clock(now: Optional[str]):
 
 
 def session(db: Optional[str]):
+    """A session on the ledger (``--db``, else the configured one) that commits on success; warns once per
+    command when the configured time zone is not the ledger's (:func:`check_timezone`)."""
     from trainledger.store.db import get_engine, session_scope
 
-    return session_scope(get_engine(db))
+    engine = get_engine(db)
+    check_timezone(engine)
+    return session_scope(engine)
 
 
 def sync_quietly(db: Optional[str]) -> None:
@@ -170,7 +223,7 @@ def sync_quietly(db: Optional[str]) -> None:
     except OperationalError:
         raise
     except Exception as exc:  # a broken journal must not block reading the ledger
-        typer.echo(f"warning: journal replay failed ({type(exc).__name__}); run `trainledger sync`", err=True)
+        warn(f"journal replay failed ({type(exc).__name__}); run `trainledger sync`")
         return
     if applied:
         typer.echo(f"replayed {sum(applied.values())} journal events of {len(applied)} runs", err=True)

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from trainledger.cli import progress
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group
 from trainledger.errors import LedgerInputError
+from trainledger.store.files import is_stdout
 
 app = group("Ledger database: upgrade the schema, back up and restore.")
 
@@ -43,7 +45,7 @@ def db_upgrade(db: DbOpt = None, revision: Annotated[str, typer.Option(help="Tar
 
 @app.command("backup")
 @command
-def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write (an existing file needs --force).")],
+def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file to write (an existing file needs --force); -: standard output, not to a terminal (`-o - | ssh host 'cat > ledger.bak'`).")],
               db: DbOpt = None,
               force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
               as_json: JsonOpt = False) -> None:
@@ -51,6 +53,8 @@ def db_backup(out: Annotated[Path, typer.Option("--out", "-o", help="Backup file
     from trainledger.store.backup import backup
 
     path = backup(db, out, force=force)
+    if is_stdout(path):  # `-o -`: the backup's bytes, and nothing else, on standard output
+        return
     emit({"backup": str(path), "bytes": path.stat().st_size}, as_json, lambda d: f"backup written to {d['backup']}")
 
 
@@ -79,10 +83,9 @@ def db_rollup(db: DbOpt = None,
 
     with Session(get_engine(db)) as s:
         if rebuild:
-            def progress(done: int, total: int) -> None:
-                typer.echo(f"rollup: {done:,}/{total:,} runs", err=True)
-            n = rollup.rebuild(s, progress=progress)
-            s.commit()
+            with progress.bar("rebuilding the rollup", unit="runs") as bar:
+                n = rollup.rebuild(s, progress=bar if bar.drawn else None)
+                s.commit()
             typer.echo(f"rollup rebuilt from {n:,} runs")
             return
         problems = rollup.check(s)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from trainledger.cli import progress
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit
 
 DstOpt = Annotated[Optional[str], typer.Option("--dst", help="How to read a local time that a DST change skips or repeats: earliest | latest. Default: a sacct record is skipped and counted in the receipt (--strict: the file is refused); our CSV is refused, naming the row.", show_default=False)]
@@ -35,7 +36,11 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
 
     opts = importer.ImportOptions(node_type=node_type, offer=offer, tz=parse_timezone(tz) if tz else None, fmt=fmt,
                                   cluster=cluster, strict=strict, dst=_dst(dst), by_node=by_node)
-    receipt = importer.import_file(get_engine(db), file, opts, {"csv": importer.parse_csv, "sacct": slurm.parse_sacct})
+    name = "stdin" if str(file) == "-" else file.name
+    with progress.bar(f"reading {name}") as bar:
+        report = bar.staged({"read": f"reading {name}", "write": f"writing {name}"})
+        receipt = importer.import_file(get_engine(db), file, opts, {"csv": importer.parse_csv, "sacct": slurm.parse_sacct},
+                                       progress=report if bar.drawn else None)
     emit(receipt.as_dict(), as_json, importer.receipt_text)
 
 

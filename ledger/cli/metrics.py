@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 import typer
-from trainledger.cli.common import DbOpt, JsonOpt, command, emit
+from trainledger.cli.common import DbOpt, JsonOpt, command, emit, warn
 
 
 def _fmt_pct(x: Optional[float]) -> str:
@@ -68,7 +68,7 @@ def collect_command(
     opts = CollectOptions(**kwargs)
     data = collect(get_engine(db), opts, run_id=run, since=since)
     for w in data["warnings"]:
-        typer.echo(f"warning: {w}", err=True)
+        warn(w)
     emit(data, as_json, _collect_text)
     if not data["reachable"]:
         raise typer.Exit(1)

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session
+from trainledger.cli import progress
+from trainledger.cli.common import DbOpt, JsonOpt, NowOpt, clock, command, emit, group, session, warn
 from trainledger.errors import LedgerInputError
+from trainledger.store.files import is_stdout
 
 app = group("Reports and the monthly export.")
 
@@ -20,7 +22,7 @@ CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present 
 @command
 def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
                    fmt: Annotated[str, typer.Option("--format", help="csv | xlsx | json")] = "csv",
-                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json); an existing file needs --force.")] = None,
+                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout for csv/json); an existing file needs --force. -: the file's bytes on standard output (xlsx: not to a terminal).")] = None,
                    force: Annotated[bool, typer.Option("--force", help="Replace an existing --output file.")] = False,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
@@ -37,9 +39,9 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     if fmt not in ("csv", "xlsx", "json"):
         raise LedgerInputError(f"--format: expected csv, xlsx or json, got {fmt!r}")
     if fmt == "xlsx" and output is None:
-        raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx")
+        raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx (or -o - > report.xlsx)")
     if output is not None:
-        check_output(output, force=force)  # before any work
+        check_output(output, force=force, binary=fmt == "xlsx")  # before any work; `-`: standard output
     from trainledger.money.capacity import capacity_warnings, warning_text
     from trainledger.reports.quality import render_report, with_warnings
 
@@ -49,10 +51,13 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
     data = render_report(p, "json" if as_json and output is None else fmt)  # --json: JSON, whatever --format
-    if output is None:
+    if output is None or is_stdout(output):  # `-o -`: the file's bytes, and nothing else, on standard output
         for w in warnings:
-            typer.echo(f"warning: {warning_text(w)}", err=True)
-        sys.stdout.write(data.decode("utf-8"))
+            warn(warning_text(w))
+        if output is None:
+            sys.stdout.write(data.decode("utf-8"))
+        else:
+            write_output(output, data, binary=fmt == "xlsx")
         return
     write_output(output, data, force=force)  # whole or not at all; never through a planted link
     summary = {**p["summary"], "data_quality": p["data_quality"]} if warnings else p["summary"]
@@ -63,7 +68,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
 @app.command("focus")
 @command
 def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing period: a calendar month in the display time zone).")],
-                 output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+                 output: Annotated[Path, typer.Option("--output", "-o", help="File to write; an existing file needs --force. -: standard output (parquet: not to a terminal).")],
                  fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
                  force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")] = False,
                  focus_version: Annotated[str, typer.Option("--focus-version", help="1.2 (default) | 1.3: adds the split cost allocation columns, filled where a fleet shares its idle (`fleet set --idle-share`).")] = "1.2",
@@ -78,11 +83,13 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
         raise LedgerInputError(f"--format: expected csv or parquet, got {fmt!r}")
     if focus_version not in FOCUS_VERSIONS:
         raise LedgerInputError(f"--focus-version: expected {' or '.join(FOCUS_VERSIONS)}, got {focus_version!r}")
-    check_output(output, force=force)
+    check_output(output, force=force, binary=fmt == "parquet")
     with session(db) as s:
         export = focus_export(s, month, currency=currency, version=focus_version)
     data = render(export, fmt)
-    write_output(output, data, force=force)
+    write_output(output, data, force=force, binary=fmt == "parquet")
+    if is_stdout(output):  # `-o -`: the file's bytes, and nothing else, on standard output
+        return
     total = sum((r["EffectiveCost"] for r in export.rows), Decimal(0))
     summary = {"month": month, "focus_version": export.version, "format": fmt, "rows": len(export.rows),
                "currency": export.currency, "effective_cost": total, "billed_cost": sum((r["BilledCost"] for r in export.rows), Decimal(0)),
@@ -94,7 +101,7 @@ def report_focus(month: Annotated[str, typer.Option(help="YYYY-MM (the billing p
 @app.command("chargeback")
 @command
 def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar month in the display time zone).")],
-                      output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the statements to (made if missing; its parent must exist).")],
+                      output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the statements to (made if missing; its parent must exist); not - (several files).")],
                       project: Annotated[Optional[str], typer.Option(help="Only this project's statement (the totals still cover every project).")] = None,
                       force: Annotated[bool, typer.Option("--force", help="Replace statements already in the folder.")] = False,
                       currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
@@ -105,12 +112,18 @@ def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar
     the default, none, leaves it its own line."""
     from trainledger.cli.chargeback import write_statements
 
-    with session(db) as s:
-        summary = write_statements(s, month, output, project=project, currency=currency, force=force, now=clock(now))
+    if is_stdout(output):
+        raise LedgerInputError("--output: chargeback writes a folder of statements (XLSX and HTML per project, a "
+                               "summary CSV), which cannot go to standard output; give a folder, e.g. -o statements")
+    with session(db) as s, progress.bar(f"chargeback {month}", unit="files") as bar:
+        summary = write_statements(s, month, output, project=project, currency=currency, force=force, now=clock(now),
+                                   progress=bar if bar.drawn else None)
     emit(summary, as_json, lambda d: "\n".join(
         [f"{r['statement']}: {r['total']} {d['currency']}" for r in d["lines"]]
         + [f"wrote {len(d['files'])} files to {d['output']} (statements + idle not charged back = spend "
-           f"{d['spend']} {d['currency']})"]))
+           f"{d['spend']} {d['currency']})"]
+        + ([f"not costed, charged to no one: {d['not_costed_runs']} runs, {d['not_costed_node_hours']} node-hours "
+            "(no node type, or no offer for it; listed in the summary CSV)"] if d.get("not_costed_runs") else [])))
 
 
 @app.command("weekly")
@@ -151,7 +164,7 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
 
 def _period_text(d: dict[str, Any]) -> str:
     from trainledger.reports.periods import FIGURES
-    from trainledger.reports.present import table
+    from trainledger.reports.present import fmt_cell, table
 
     span = f"{d['from']} to {d['to']}"
     head = (f"{d['period']}{'' if d['period'] == span else ': ' + span} ({d['timezone']}, {d['currency']}"
@@ -164,7 +177,15 @@ def _period_text(d: dict[str, Any]) -> str:
     out = head + ("" if not prev else f"\nbefore: {prev['period']} ({prev['from']} to {prev['to']})") + "\n" + table(rows)
     if not d["whole_months"]:
         out += "\nidle, waste, the alternatives, ROI, tokens and CO2e: only for whole months (the daily report does not split them)"
+    if d["summary"].get("not_costed_runs"):
+        out += (f"\nnot costed: {d['summary']['not_costed_runs']} runs, "
+                f"{fmt_cell('node_hours', d['summary']['not_costed_node_hours'])} node-hours (no node type, or no offer "
+                "for it; in no figure above): `trainledger report monthly` lists them")
     return out
+
+
+#: monthly and daily reports (of the period and of the one before) from which `report period` draws a progress bar
+LONG_PERIOD = 6
 
 
 @app.command("period")
@@ -185,9 +206,11 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
         raise LedgerInputError(f"--format: expected table, csv or json, got {fmt!r}")
     from trainledger.store.settings import display_timezone
 
-    with session(db) as s:
+    with session(db) as s, progress.bar(f"period {from_} to {to}", unit="reports",
+                                        min_items=LONG_PERIOD) as bar:
         period = parse_range(from_, to, today=clock(now).astimezone(display_timezone(s)).date())
-        data = presented_period(period_report(s, period, now=clock(now), currency=currency))
+        data = presented_period(period_report(s, period, now=clock(now), currency=currency,
+                                              progress=bar if bar.drawn else None))
     if fmt in ("csv", "json") or as_json:  # --json: JSON, whatever --format (as `report monthly`)
         sys.stdout.write((period_json(data) if as_json or fmt == "json" else period_csv(data)).decode("utf-8"))
         return
@@ -235,6 +258,9 @@ def _daily_text(d: dict[str, Any]) -> str:
                                                      "time_utilization", "nodes_never_used", "cost", "idle_cost", "power_basis"])]
     if d["runs"]:
         parts += ["", "runs:", table(d["runs"], ["run_id", "status", "offer", "nodes", "node_hours", "gpu_util_mean", "util_source", "cost"])]
+    if d.get("not_costed"):
+        parts += ["", "not costed (in no figure above but the counts):",
+                  table(d["not_costed"], ["run_id", "status", "node_type", "nodes", "node_hours", "cost", "reason"])]
     return "\n".join(parts)
 
 

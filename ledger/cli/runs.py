@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from trainledger.cli import progress
 from trainledger.cli.common import (
     DbOpt,
     JsonOpt,
@@ -50,11 +51,18 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
     with session(db) as s:
         rows = list_runs(s, **filters, limit=limit, offset=offset)
         total = count_runs(s, **filters) if len(rows) == limit or offset else offset + len(rows)
-    emit(rows, as_json, lambda r: table(r, RUN_COLUMNS))
+    emit(rows, as_json, lambda r: table([_with_not_costed(x) for x in r], RUN_COLUMNS))
     more = total - offset - len(rows)
     if more > 0 and not as_json:
         typer.echo(f"… {more:,} more of {total:,} matching runs (newest first: rows {offset + 1:,}-{offset + len(rows):,} "
                    f"shown); see --limit and --offset", err=True)
+
+
+def _with_not_costed(row: dict) -> dict:
+    """A runs-list row for the table: a run no offer can cost says so in its node type cell."""
+    if not row.get("not_costed"):
+        return row
+    return {**row, "node_type": f"{row['node_type'] or '—'} (not costed: {row['not_costed']})"}
 
 
 CurrencyOpt = Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set, else the offers' own.")]
@@ -134,7 +142,7 @@ def launch(config: ConfigArg,
            gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node; default: the visible GPUs, on CPU enough for tp × pp (≥ 2).")] = None,
            hostfile: Annotated[Optional[Path], typer.Option(help="DeepSpeed hostfile (hostname slots=N).")] = None,
            launcher: Annotated[str, typer.Option(help="torchrun | deepspeed | slurm")] = "torchrun",
-           node_type: Annotated[str, typer.Option(help="Node type the run is costed as.")] = "rtx4090-8x",
+           node_type: Annotated[Optional[str], typer.Option(help="Node type the run is costed as (default: $TRAINLEDGER_NODE_TYPE; none: the run is recorded but not costed).")] = None,
            offer: Annotated[Optional[str], typer.Option(help="Offer the node-hours are paid under.")] = None,
            project: Annotated[Optional[str], typer.Option()] = None,
            user: Annotated[Optional[str], typer.Option(help="Default: $USER.")] = None,
@@ -264,7 +272,7 @@ def sweep(config: ConfigArg,
           gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs (processes) per node (3d uses at least 4).")] = None,
           hostfile: Annotated[Optional[Path], typer.Option()] = None,
           launcher: Annotated[str, typer.Option(help="torchrun | deepspeed")] = "torchrun",
-          node_type: Annotated[str, typer.Option()] = "rtx4090-8x",
+          node_type: Annotated[Optional[str], typer.Option(help="Node type the runs are costed as (default: $TRAINLEDGER_NODE_TYPE; none: recorded, not costed).")] = None,
           project: Annotated[Optional[str], typer.Option()] = None,
           db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Run each strategy for N steps as tracked runs sharing a sweep id (pre-scaling trial).
@@ -281,8 +289,11 @@ def sweep(config: ConfigArg,
     req = SweepRequest(config=config, strategies=parse_strategies(strategies), steps=steps, nodes=nodes,
                        gpus_per_node=gpus_per_node, hostfile=hostfile, launcher=launcher, node_type=node_type,
                        project=project)
-    outcome = run_sweep(resolve_url(db), req,
-                        on_start=lambda i, n, strat, run_id: typer.echo(f"[{i}/{n}] {strat}: run {run_id}", err=True))
+    # the runs write to this terminal too: the bar is redrawn only as a strategy starts or ends (live=False)
+    with progress.bar("sweep", total=len(req.strategies), unit="strategies", live=False) as bar:
+        outcome = run_sweep(resolve_url(db), req,
+                            on_start=lambda i, n, strat, run_id: typer.echo(f"[{i}/{n}] {strat}: run {run_id}", err=True),
+                            progress=bar if bar.drawn else None)
     with session(db) as s:
         table_data = strategy_comparison(s, sweep_id=outcome.sweep_id)
     emit({"sweep_id": outcome.sweep_id, "runs": outcome.runs, "comparison": table_data,

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Optional
 
 import typer
+from trainledger.cli import progress
 from trainledger.cli.common import DbOpt, JsonOpt, command, emit, group, session
 
 app = group("Slurm: map partitions, GPU types and node names to node types; sync jobs from sacct.")
@@ -126,10 +127,12 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
     read_zone = zone or system_timezone()
     if dst not in (None, "earliest", "latest"):
         raise LedgerInputError(f"--dst: expected earliest or latest, got {dst!r}")
-    result = run_sync(get_engine(db), cluster=cluster, tz=zone, since=_when(since, read_zone, "--since"),
-                      until=_when(until, read_zone, "--until"), overlap=timedelta(minutes=overlap), dst=dst or "report",
-                      node_type=node_type, offer=offer, by_node=by_node, strict=strict, sacct=sacct,
-                      timeout_s=sacct_timeout)
+    with progress.bar("reading sacct", unit="records", min_items=_bar_from(db, cluster, since)) as bar:
+        result = run_sync(get_engine(db), cluster=cluster, tz=zone, since=_when(since, read_zone, "--since"),
+                          until=_when(until, read_zone, "--until"), overlap=timedelta(minutes=overlap),
+                          dst=dst or "report", node_type=node_type, offer=offer, by_node=by_node, strict=strict,
+                          sacct=sacct, timeout_s=sacct_timeout,
+                          progress=bar.staged({"read": "reading sacct", "write": "writing runs"}, {"write": "runs"}) if bar.drawn else None)
 
     def text(d: dict[str, Any]) -> str:
         w = d["window"]
@@ -137,6 +140,21 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
                 f"{d['rechecked_jobs']} live jobs asked for by id)\n" + receipt_text(d))
 
     emit(result.as_dict(), as_json, text)
+
+
+#: records (or runs) from which a routine sync, every few minutes, draws a progress bar
+LONG_SYNC = 2000
+
+
+def _bar_from(db: Optional[str], cluster: str, since: Optional[str]) -> int:
+    """``min_items`` of the sync's bar: a first sync or a back-fill (--since) always draws one, a routine one
+    only when it reads or writes :data:`LONG_SYNC` or more."""
+    if since or not progress.active():
+        return 0
+    from trainledger.sources.slurm_sync import read_watermark
+
+    with session(db) as s:
+        return 0 if read_watermark(s, cluster) is None else LONG_SYNC
 
 
 def register(root: typer.Typer) -> None:

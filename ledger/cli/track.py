@@ -60,7 +60,7 @@ def run_command(
     project: Annotated[Optional[str], typer.Option(help="Project the run is allocated to.")] = None,
     user: Annotated[Optional[str], typer.Option(help="Default: $USER.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name (default: the script or module the command runs).")] = None,
-    node_type: Annotated[str, typer.Option(help="Node type the run is costed as (`trainledger pricing list`).")] = "rtx4090-8x",
+    node_type: Annotated[Optional[str], typer.Option(help="Node type the run is costed as (`trainledger pricing list`). Default: $TRAINLEDGER_NODE_TYPE; none: the run is recorded but not costed.")] = None,
     offer: Annotated[Optional[str], typer.Option(help="Offer the node-hours are paid under (default: the node type's).")] = None,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", help="KEY=VALUE recorded with the run (repeatable).")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="Run id shared by every node's wrapper (default: from Slurm, the torchrun rendezvous id, or new).")] = None,
@@ -95,7 +95,10 @@ def run_command(
     if not argv:
         raise LedgerInputError(f"COMMAND: nothing after `--`; {USAGE}")
     safe_stdio()
+    from trainledger.store import config
     from trainledger.store.db import LedgerURLError
+
+    config.never_refuse()  # a broken config file is said once and ignored: the job runs
 
     try:
         req = _request(argv, locals())
@@ -117,6 +120,7 @@ def _request(argv: list[str], o: dict):
     from trainledger.sources.topology import Flags, resolve, slurm_part
     from trainledger.sources.wrapper import WrapRequest, find_command, run_passive
     from trainledger.store.db import resolve_url
+    from trainledger.store.defaults import default_node_type
     from trainledger.store.ids import validate_run_id
 
     tags = _tags(o["tag"])
@@ -137,7 +141,7 @@ def _request(argv: list[str], o: dict):
     slurm_part(topology, journal_dir)
     return WrapRequest(
         command=argv, topology=topology, db_url=resolve_url(o["db"]), journal_dir=journal_dir,
-        node_type=o["node_type"], offer=o["offer"], project=o["project"], user=o["user"] or os.environ.get("USER") or None,
+        node_type=o["node_type"] or default_node_type(), offer=o["offer"], project=o["project"], user=o["user"] or os.environ.get("USER") or None,
         name=o["name"], tags=tags, grace_s=o["grace"], metrics_port=o["metrics_port"], metrics_addr=o["metrics_addr"],
         flush_s=_env_float("TRAINLEDGER_FLUSH_S", 2.0), heartbeat_s=_env_float("TRAINLEDGER_HEARTBEAT_S", 5.0),
         ledger_wait_s=_env_float("TRAINLEDGER_LEDGER_WAIT_S", 30.0),

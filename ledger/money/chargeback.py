@@ -77,6 +77,8 @@ class Chargeback:
     sharing: IdleSharing
     summary: dict[str, Any]  # the monthly report's summary (period, fx rates, ...)
     charges: Any = field(default=None, repr=False)  # the MonthCharges it was made from (the FOCUS export)
+    #: runs no offer can cost (no node type, or none for it): listed with their node-hours, charged to no one
+    not_costed: list = field(default_factory=list)
 
     def statement(self, project: str) -> Statement:
         for s in self.statements:
@@ -105,7 +107,8 @@ def from_charges(session: Session, charges: Any) -> Chargeback:
             by.setdefault(s.project, Statement(s.project)).idle.append(_part(c, s.ratio, s.amount))
     s = rep.summary
     return Chargeback(rep.month, rep.currency, rep.timezone, s["actual_cost"], s["idle_cost"], sharing.unshared,
-                      [by[k] for k in sorted(by, key=lambda k: (k == NO_PROJECT, k))], sharing, s, charges)
+                      [by[k] for k in sorted(by, key=lambda k: (k == NO_PROJECT, k))], sharing, s, charges,
+                      list(rep.not_costed))
 
 
 def _part(c: IdleCharge, ratio: Decimal, amount: Decimal) -> IdlePart:

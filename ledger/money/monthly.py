@@ -49,7 +49,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import carbon, costs, counts, rollup
+from trainledger.money import carbon, costs, counts, not_costed, rollup
 from trainledger.money.catalog import (
     Catalog,
     Versions,
@@ -78,6 +78,7 @@ from trainledger.money.month_lines import (  # noqa: F401  (RunSlice, ChargeInfo
     _total,
 )
 from trainledger.money.months import Period, month_period
+from trainledger.money.rollup_facts import NO_NODE_TYPE_ID
 from trainledger.store.models import (
     WASTE_STATUSES,
     Fleet,
@@ -151,6 +152,8 @@ class MonthlyReport:
     fx_rates: list[dict[str, Any]] = field(default_factory=list)  # the rates each charge period was converted at
     carbon: dict[str, Any] = field(default_factory=dict)
     period: Optional[Period] = None  # the elapsed part of the month (all of it once it has ended)
+    #: runs no offer can cost (no node type, or a node type without an offer): in no money figure
+    not_costed: list[not_costed.NotCostedRun] = field(default_factory=list)
 
     @property
     def is_partial(self) -> bool:
@@ -200,8 +203,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
     summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
     if offers.unpriced:  # visible, and blocking nothing else
-        summary["unpriced_runs"] = counts.count(runs, offers.unpriced)
-        summary["unpriced_node_types"] = sorted({m.cat.node_types[k[0]].name for k in offers.unpriced})
+        summary.update(_unpriced_summary(m, offers, runs))
     if m.period.is_partial:
         summary = {"month": month, **period_summary(m.period), **summary}
     footprint = _carbon(m, costings)
@@ -212,9 +214,26 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
         summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
     project_rows = _projects(session, offers.detail, costings, m.facts.periods, runs) if projects else []
     runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)
+    unpriced = [] if lines is False or not offers.unpriced else not_costed.month_not_costed(
+        session, month, m.facts.live, offers.unpriced)
+    if lines is not False and lines is not True:
+        unpriced = [r for r in unpriced if r.run_id in set(lines)]
     return MonthlyReport(month=month, timezone=str(m.tz), currency=currency, summary=summary,
                          node_types=nt_months, projects=project_rows, runs=runs, fx_rates=fx_rates, carbon=footprint,
-                         period=m.period)
+                         period=m.period, not_costed=unpriced)
+
+
+def _unpriced_summary(m: "_Month", offers: "_Offers", runs: dict) -> dict[str, Any]:
+    """The summary keys of a month with runs no offer can cost: how many (``unpriced_runs``), the node types
+    without an offer, the runs without a node type and their node-hours (exact; in no money figure)."""
+    out: dict[str, Any] = {"unpriced_runs": counts.count(runs, offers.unpriced),
+                           "unpriced_node_types": sorted({m.cat.node_types[k[0]].name for k in offers.unpriced
+                                                          if k[0] != NO_NODE_TYPE_ID})}
+    no_nt = [k for k in offers.unpriced if k[0] == NO_NODE_TYPE_ID]
+    if no_nt:
+        out["runs_without_node_type"] = counts.count(runs, no_nt)
+    out["not_costed_node_hours"] = _total(offers.unpriced.values()).node_hours
+    return out
 
 
 def period_summary(period: Period) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import String, select, type_coerce
+from sqlalchemy import String, func, select, type_coerce
 from trainledger.money import costs, shares
 from trainledger.money.costs import ZERO
 from trainledger.money.months import (
@@ -230,8 +230,12 @@ class SliceFact:
                 tuple(sorted(self.facts.values().items())))
 
 
+#: the node type key of a run recorded without a node type (``run.node_type_id`` NULL, migration 0018): its
+#: slices and groups carry 0, no offer prices it, and the reports show it as "not costed: no node type"
+NO_NODE_TYPE_ID = 0
+
 #: columns of ``run`` a slice is computed from (in this order)
-RUN_COLUMNS = (Run.id, Run.status, Run.node_type_id, Run.offer_id, Run.project_id, Run.nodes, Run.gpus_per_node,
+RUN_COLUMNS = (Run.id, Run.status, func.coalesce(Run.node_type_id, NO_NODE_TYPE_ID).label("node_type_id"), Run.offer_id, Run.project_id, Run.nodes, Run.gpus_per_node,
                Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens, Run.gpu_util_mean, Run.mfu, Run.util_source,
                Run.last_checkpoint_at, Run.share, Run.share_basis,
                select(NodeType.gpus_per_node).where(NodeType.id == Run.node_type_id).scalar_subquery().label("nt_gpus"))

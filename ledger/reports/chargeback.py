@@ -18,17 +18,20 @@ import io
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable, Optional
 
 from trainledger.money.chargeback import Chargeback, Statement
 from trainledger.money.costs import cents, round_preserving_sum
 from trainledger.money.idle_share import NO_PROJECT
 from trainledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
+from trainledger.store.defaults import NOT_COSTED
 
 RUN_COLUMNS = ["run_id", "name", "user", "status", "node_type", "offer", "start", "end", "gpu_hours", "cost",
                "lost_work_cost", "finality"]
 IDLE_COLUMNS = ["fleet_offer", "charge_period_start", "charge_period_end", "policy", "ratio", "amount"]
 SUMMARY_COLUMNS = ["statement", "runs", "gpu_hours", "run_cost", "idle_share", "total", "lost_work_cost"]
+NOT_COSTED_COLUMNS = ["project", "run_id", "name", "user", "status", "node_type", "start", "end", "node_hours",
+                      "gpu_hours", "cost", "reason"]
 MONEY = {"cost", "lost_work_cost", "amount", "run_cost", "idle_share", "total", "spend", "idle_cost",
          "idle_shared", "idle_not_charged_back"}
 HOURS = Decimal("0.001")
@@ -60,7 +63,22 @@ def presented(cb: Chargeback) -> dict[str, Any]:
     })
     if cb.summary.get("fx_rates"):
         summary["fx_rates"] = cb.summary["fx_rates"]
-    return {"summary": summary, "statements": statements}
+    out = {"summary": summary, "statements": statements}
+    if cb.not_costed:  # charged to no one, never as 0.00: listed with their node-hours (none: as before)
+        summary["not_costed_runs"] = len(cb.not_costed)
+        summary["not_costed_node_hours"] = _hours(sum((r.node_hours for r in cb.not_costed), Decimal(0)))
+        out["not_costed"] = [_not_costed_row(r) for r in cb.not_costed]
+        for st in statements:
+            st["not_costed"] = [r for r in out["not_costed"] if r["project"] == st["project"]]
+    return out
+
+
+def _not_costed_row(r: Any) -> dict[str, Any]:
+    """A run no offer can cost, as the statements show it (:data:`NOT_COSTED_COLUMNS`)."""
+    return {"project": r.project or NO_PROJECT, "run_id": r.run_id, "name": r.name, "user": r.user,
+            "status": r.status, "node_type": r.node_type, "start": _when(r.start), "end": _when(r.end),
+            "node_hours": _hours(r.node_hours), "gpu_hours": _hours(r.gpu_hours), "cost": NOT_COSTED,
+            "reason": r.reason}
 
 
 def _statement(s: Statement, total: Decimal) -> dict[str, Any]:
@@ -95,18 +113,25 @@ def file_stem(month: str, project: str, taken: set[str]) -> str:
     return stem
 
 
-def files(p: dict[str, Any], project: str | None = None) -> dict[str, bytes]:
-    """File name → bytes: each statement (or only ``project``'s) as XLSX and HTML, and the month's summary CSV."""
+def files(p: dict[str, Any], project: str | None = None,
+          progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, bytes]:
+    """File name → bytes: each statement (or only ``project``'s) as XLSX and HTML, and the month's summary CSV.
+    ``progress(files rendered, files to render)`` is called after each statement and at the end."""
     out: dict[str, bytes] = {}
     taken: set[str] = set()
     month = p["summary"]["month"]
+    total = 1 + 2 * sum(1 for st in p["statements"] if project is None or st["project"] == project)
     for st in p["statements"]:
         stem = file_stem(month, st["project"], taken)
         if project is not None and st["project"] != project:
             continue
         out[f"{stem}.xlsx"] = to_xlsx(p["summary"], st)
         out[f"{stem}.html"] = to_html(p["summary"], st).encode("utf-8")
+        if progress:
+            progress(len(out), total)
     out[f"{month}-chargeback-summary.csv"] = summary_csv(p).encode("utf-8")
+    if progress:
+        progress(len(out), total)
     return out
 
 
@@ -127,6 +152,11 @@ def summary_csv(p: dict[str, Any]) -> str:
     w.writerow(SUMMARY_COLUMNS)
     for row in summary_rows(p):
         w.writerow(["" if row[c] is None else guard_formula(str(row[c])) for c in SUMMARY_COLUMNS])
+    if p.get("not_costed"):  # a second block: the runs charged to no one (no node type, or no offer for it)
+        w.writerow([])
+        w.writerow(NOT_COSTED_COLUMNS)
+        for row in p["not_costed"]:
+            w.writerow([guard_formula(str(row[c])) for c in NOT_COSTED_COLUMNS])
     return buf.getvalue()
 
 
@@ -143,7 +173,7 @@ def _statement_rows(summary: dict[str, Any], st: dict[str, Any]) -> list[tuple[s
 def _cell(key: str, v: Any) -> Any:
     if v is None:
         return None
-    if key in MONEY or key in ("gpu_hours", "ratio"):
+    if (key in MONEY and v != NOT_COSTED) or key in ("gpu_hours", "node_hours", "ratio"):
         return Decimal(v)
     if isinstance(v, str):
         return guard_formula(XLSX_ILLEGAL.sub("\ufffd", v))
@@ -165,7 +195,7 @@ def to_xlsx(summary: dict[str, Any], st: dict[str, Any]) -> bytes:
         for r_idx, row in enumerate(rows, start=2):
             ws.append([_cell(k, v) for k, v in row])
             for c_idx, (k, v) in enumerate(row, start=1):
-                if k in MONEY and v is not None:
+                if k in MONEY and v is not None and v != NOT_COSTED:
                     ws.cell(row=r_idx, column=c_idx).number_format = "#,##0.00"
 
     ws = wb.active
@@ -173,6 +203,9 @@ def to_xlsx(summary: dict[str, Any], st: dict[str, Any]) -> bytes:
     sheet(ws, ["item", "value"], [[("item", k), (k, v)] for k, v in _statement_rows(summary, st)])
     sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in st["runs"]])
     sheet(wb.create_sheet("Idle share"), IDLE_COLUMNS, [[(c, r[c]) for c in IDLE_COLUMNS] for r in st["idle"]])
+    if st.get("not_costed"):
+        sheet(wb.create_sheet("Not costed"), NOT_COSTED_COLUMNS,
+              [[(c, r[c]) for c in NOT_COSTED_COLUMNS] for r in st["not_costed"]])
     raw = io.BytesIO()
     wb.save(raw)
     return _normalise_zip(raw.getvalue())
@@ -216,4 +249,6 @@ def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}{html.escape(period)}</h1>\n"
             f"<table>{totals}</table>\n<h2>Runs</h2>\n{runs}\n<h2>Share of idle</h2>\n{idle}\n"
-            f"<p class=note>{note}</p>\n</body></html>\n")
+            + (f"<h2>Not costed</h2>\n<p>No offer can cost these runs (no node type, or none for it): they are in "
+               f"no figure above.</p>\n{_table(NOT_COSTED_COLUMNS, st['not_costed'])}\n" if st.get("not_costed") else "")
+            + f"<p class=note>{note}</p>\n</body></html>\n")

@@ -24,7 +24,7 @@ instant), converted to the presentation currency (``--currency``) at the day's r
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Optional
@@ -50,6 +50,7 @@ from trainledger.money.fx import load_rates
 from trainledger.money.monthly import SLICE_QUANTUM, RunSlice
 from trainledger.money.months import month_bounds, run_interval, time_share
 from trainledger.money.rollup import exact_kwh, sweep_peak
+from trainledger.store.defaults import NOT_COSTED
 from trainledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
 from trainledger.store.settings import display_timezone, get_setting, presentation_currency
 from trainledger.store.types import utcnow
@@ -107,6 +108,8 @@ class _DayRuns:
     full: list[tuple[datetime, datetime]]
     offers: list[Offer]
     month_use: dict[int, list[tuple[datetime, datetime, int]]]  # offer id → the month's intervals (peak sizing)
+    #: runs of the day no offer can cost (no node type, or none for it): reason and node-hours, no money
+    not_costed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def daily_report(session: Session, day: Optional[str | date] = None, now: Optional[datetime] = None,
@@ -123,15 +126,22 @@ def daily_report(session: Session, day: Optional[str | date] = None, now: Option
     if len(currencies) > 1:
         raise LedgerInputError(f"{d.day.isoformat()}: offers in use are priced in {', '.join(sorted(currencies))}; "
                                "one report needs one currency")
-    return {
+    summary = _day_summary(runs.slices, fleet_rows, elastic_cost)
+    if runs.not_costed:  # a day with none: the report is what it was
+        summary["not_costed_runs"] = len(runs.not_costed)
+        summary["not_costed_node_hours"] = sum((r["node_hours"] for r in runs.not_costed), ZERO)
+    out = {
         "date": d.day.isoformat(), "timezone": str(d.tz),
         "currency": currencies.pop() if currencies else get_setting(session, "currency"),
-        "day_hours": d.hours, "partial": d.partial, "summary": _day_summary(runs.slices, fleet_rows, elastic_cost),
+        "day_hours": d.hours, "partial": d.partial, "summary": summary,
         "fleets": fleet_rows,
         "runs": [{"run_id": sl.run_id, "status": sl.status, "offer": sl.offer, "nodes": sl.nodes,
                   "node_hours": sl.node_hours, "gpu_hours": sl.gpu_hours, "gpu_util_mean": sl.gpu_util_mean,
                   "util_source": sl.util_source, "cost": sl.cost} for sl in runs.slices],
     }
+    if runs.not_costed:
+        out["not_costed"] = runs.not_costed
+    return out
 
 
 def _load_day(session: Session, day: Optional[str | date], now: datetime, currency: Optional[str] = None) -> _Day:
@@ -161,11 +171,14 @@ def _day_runs(session: Session, d: _Day) -> _DayRuns:
         if iv is None:
             continue
         s, e = iv
-        offer = (d.cat.offers.get(offer_id) if offer_id else None) or default_offer(d.cat, nt_id, d.fleets)
-        if offer is None:
-            raise LedgerInputError(f"run {rid}: node type has no offer; add one with `trainledger pricing import`")
-        out.month_use[offer.id].append((max(s, d.month_start), min(e, d.month_end), nodes))
+        offer = (d.cat.offers.get(offer_id) if offer_id else None) or (
+            default_offer(d.cat, nt_id, d.fleets) if nt_id is not None else None)
         a, b = max(s, d.start), min(e, d.end)
+        if offer is None:  # not costed: listed with its node-hours, in no money figure
+            if b > a:
+                out.not_costed.append(_not_costed_row(d, rid, status_v, nt_id, nodes, gpn, a, b))
+            continue
+        out.month_use[offer.id].append((max(s, d.month_start), min(e, d.month_end), nodes))
         if b <= a:
             continue
         nh = costs.node_hours(nodes, costs.hours_between(a, b))
@@ -177,6 +190,18 @@ def _day_runs(session: Session, d: _Day) -> _DayRuns:
         out.full.append((s, e))
         out.offers.append(offer)
     return out
+
+
+def _not_costed_row(d: _Day, rid: str, status: str, nt_id: Optional[int], nodes: int, gpn: int,
+                    a: datetime, b: datetime) -> dict[str, Any]:
+    """A run's day that no offer can cost: its node type ("" for none), the reason, node- and GPU-hours."""
+    from trainledger.money import not_costed
+
+    names = {k: v.name for k, v in d.cat.node_types.items()}
+    nh = costs.node_hours(nodes, costs.hours_between(a, b))
+    return {"run_id": rid, "status": status, "node_type": not_costed.node_type_name(nt_id, names),
+            "cost": NOT_COSTED, "reason": not_costed.reason(nt_id, names), "nodes": nodes, "node_hours": nh,
+            "gpu_hours": costs.gpu_hours(nh, gpn)}
 
 
 def _cost_elastic_slices(runs: _DayRuns) -> Decimal:

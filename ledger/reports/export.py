@@ -23,7 +23,9 @@ from typing import Any
 
 from trainledger.money.costs import ZERO, cents, round_preserving_sum
 from trainledger.money.monthly import MonthlyReport
+from trainledger.money.not_costed import COLUMNS as NOT_COSTED_COLUMNS
 from trainledger.reports.present import jsonable
+from trainledger.store.defaults import NOT_COSTED
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 #: control characters an XLSX cell cannot hold (openpyxl's ILLEGAL_CHARACTERS_RE); shown as U+FFFD
@@ -105,7 +107,10 @@ def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decim
                    goodput_cost=None if g is None else str(g), badput_cost=None if g is None else str(c - g))
         runs.append({k: row.get(k) for k in RUN_COLUMNS})
     node_types = [{k: v for k, v in jsonable(n).items() if k in NODE_TYPE_COLUMNS} for n in rep.node_types]
-    return {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}
+    out = {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}
+    if rep.not_costed:  # a month with none: the export is byte for byte what it was
+        out["not_costed"] = [jsonable(r.row()) for r in rep.not_costed]
+    return out
 
 
 def _reasons(by: dict[str, Decimal], waste: Decimal, idle_r: Decimal) -> dict[str, str]:
@@ -158,7 +163,8 @@ class LFWriter:
 
 
 def to_csv(p: dict[str, Any]) -> str:
-    """Three blocks separated by a blank line: summary (metric,value), projects, runs."""
+    """Three blocks separated by a blank line: summary (metric,value), projects, runs; a fourth, the runs not
+    costed (no node type, or no offer for it), when the month has any."""
     buf = io.StringIO()
     w = LFWriter(buf)
     w.writerow(["metric", "value"])
@@ -172,6 +178,11 @@ def to_csv(p: dict[str, Any]) -> str:
     w.writerow(RUN_COLUMNS)
     for row in p["runs"]:
         w.writerow([_csv_value(row[c]) for c in RUN_COLUMNS])
+    if p.get("not_costed"):  # a fourth block: runs no offer can cost, with their node-hours
+        w.writerow([])
+        w.writerow(NOT_COSTED_COLUMNS)
+        for row in p["not_costed"]:
+            w.writerow([_csv_value(row[c]) for c in NOT_COSTED_COLUMNS])
     return buf.getvalue()
 
 
@@ -183,7 +194,7 @@ def _xlsx_cell(key: str, v: Any) -> Any:
     if isinstance(v, list):
         v = ";".join(str(x) for x in v)
     if isinstance(v, str):
-        if kind_of(key) == "money":
+        if kind_of(key) == "money" and v != NOT_COSTED:
             return Decimal(v)  # a numeric cell, shown with a 2-decimal format
         return guard_formula(XLSX_ILLEGAL.sub("\ufffd", v))
     return v
@@ -209,7 +220,7 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
             ws.column_dimensions[get_column_letter(ci)].width = max(10, min(40, len(name) + 2))
         for r_idx, row in enumerate(rows, start=2):
             for c_idx, (k, v) in enumerate(row, start=1):
-                if kind_of(k) == "money" and v is not None:
+                if kind_of(k) == "money" and v is not None and v != NOT_COSTED:
                     ws.cell(row=r_idx, column=c_idx).number_format = "#,##0.00"
 
     ws = wb.active
@@ -217,6 +228,9 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
     sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in summary_rows(p["summary"])])
     sheet(wb.create_sheet("Projects"), PROJECT_COLUMNS, [[(c, r[c]) for c in PROJECT_COLUMNS] for r in p["projects"]])
     sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in p["runs"]])
+    if p.get("not_costed"):
+        sheet(wb.create_sheet("Not costed"), NOT_COSTED_COLUMNS,
+              [[(c, r[c]) for c in NOT_COSTED_COLUMNS] for r in p["not_costed"]])
     raw = io.BytesIO()
     wb.save(raw)
     return _normalise_zip(raw.getvalue())

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
@@ -54,6 +54,8 @@ class _Sums:
     util_gh: Decimal = ZERO  # measured GPU-hours
     sums: dict[str, Optional[Decimal]] = field(default_factory=dict)  # whole-month figures (None: one piece lacks it)
     chosen: Decimal = ZERO  # spend of the months with an alternative (ROI's denominator)
+    not_costed_runs: int = 0  # per piece: a run in two months counts in each
+    not_costed_node_hours: Decimal = ZERO  # of runs no offer can cost (exact; in no money figure)
     by_month: list[dict[str, Any]] = field(default_factory=list)
 
     def add_opt(self, key: str, value: Optional[Decimal]) -> None:
@@ -74,6 +76,8 @@ def _add_month(t: _Sums, s: dict[str, Any]) -> None:
         t.util_gh += measured
     for key in ("idle_cost", "waste_cost", "own_cost", "elastic_cost", "tokens", "co2e_kg"):
         t.add_opt(key, s.get(key) if key != "tokens" else Decimal(s.get("tokens") or 0))
+    t.not_costed_runs += s.get("unpriced_runs", 0)
+    t.not_costed_node_hours += s.get("not_costed_node_hours", ZERO)
     if s["alternative_cost"] is not None:
         t.add_opt("alternative_cost", s["alternative_cost"])
         t.add_opt("savings_vs_alternative", s["savings_vs_alternative"])
@@ -86,16 +90,20 @@ def _add_day(t: _Sums, d: dict[str, Any]) -> None:
     t.gpu_hours += s["gpu_hours"]
     t.capacity += s["available_node_hours"]
     t.fleet_used += s["fleet_used_node_hours"]
+    t.not_costed_runs += s.get("not_costed_runs", 0)
+    t.not_costed_node_hours += s.get("not_costed_node_hours", ZERO)
     if s["gpu_util_mean"] is not None and s["gpu_util_coverage"]:
         measured = s["gpu_hours"] * Decimal(s["gpu_util_coverage"])
         t.util_w += Decimal(str(s["gpu_util_mean"])) * measured
         t.util_gh += measured
 
 
-def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, currency: Optional[str]) -> dict[str, Any]:
-    """The period's summary (exact Decimals) and its months."""
+def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, currency: Optional[str],
+            tick: Optional[Callable[[], None]] = None) -> dict[str, Any]:
+    """The period's summary (exact Decimals) and its months; ``tick()`` after each month and day reported."""
     parts = pieces(p, today)
     t = _Sums()
+    tick = tick or (lambda: None)
     for month in parts.months:
         rep = monthly_report(session, month, lines=False, projects=False, now=now, currency=currency)
         t.currency = t.currency or rep.currency
@@ -103,10 +111,12 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
         t.by_month.append({"month": month + (" (to date)" if rep.is_partial else ""), "actual_cost": rep.summary["actual_cost"],
                            "idle_cost": rep.summary["idle_cost"], "waste_cost": rep.summary["waste_cost"],
                            "gpu_hours": rep.summary["gpu_hours"]})
+        tick()
     for day in parts.days:
         rep = daily_report(session, day, now=now, currency=currency)
         t.currency = t.currency or rep["currency"]
         _add_day(t, rep)
+        tick()
     whole = parts.whole_months and bool(parts.months)
     summary: dict[str, Any] = {
         "actual_cost": t.spend, "gpu_hours": t.gpu_hours,
@@ -121,8 +131,27 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
     tokens = summary["tokens"]
     summary["tokens"] = int(tokens) if tokens is not None else None
     summary["tokens_per_1000"] = costs.per_thousand(tokens, t.spend) if tokens and t.spend else None
+    if t.not_costed_runs:  # runs no offer can cost: counted, with their node-hours (a period with none: as before)
+        summary.update(not_costed_runs=t.not_costed_runs, not_costed_node_hours=t.not_costed_node_hours)
     return {"summary": summary, "months": list(parts.months), "days": [d.isoformat() for d in parts.days],
             "whole_months": whole, "by_month": t.by_month, "currency": t.currency}
+
+
+def _ticker(progress: Optional[Callable[[int, Optional[int]], None]], period: ReportPeriod, today: date,
+            compare: bool) -> Optional[Callable[[], None]]:
+    """A ``tick()`` that calls ``progress(done, total)`` with one more of the pieces (months and days) of
+    ``period`` and, with ``compare``, the period before done; None without ``progress``."""
+    if progress is None:
+        return None
+    periods = [period, previous(period, today)] if compare else [period]
+    total = sum(len(parts.months) + len(parts.days) for parts in (pieces(p, today) for p in periods))
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        progress(done[0], total)
+
+    return tick
 
 
 def _change(now_: dict[str, Any], before: dict[str, Any]) -> dict[str, Optional[Decimal]]:
@@ -135,19 +164,21 @@ def _change(now_: dict[str, Any], before: dict[str, Any]) -> dict[str, Optional[
 
 
 def period_report(session: Session, period: ReportPeriod, *, now: datetime, currency: Optional[str] = None,
-                  compare: bool = True) -> dict[str, Any]:
-    """The period's totals (exact), the period before (same length) and the change of each headline figure."""
+                  compare: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, Any]:
+    """The period's totals (exact), the period before (same length) and the change of each headline figure.
+    ``progress(pieces reported, pieces)`` after each month and left-over day of both periods."""
     tz = display_timezone(session)
     today = now.astimezone(tz).date()
     if period.first > today:
         raise LedgerInputError(f"--from: {period.first.isoformat()} has not begun yet in {tz}")
-    this = _totals(session, period, today, now, currency)
+    tick = _ticker(progress, period, today, compare)
+    this = _totals(session, period, today, now, currency, tick)
     out = {"period": period.label, "kind": period.kind, "from": period.first, "to": period.last,
            "is_partial": is_partial(period, today), "timezone": str(tz), "currency": this.pop("currency"), **this}
     if compare:
         before = previous(period, today)
         try:
-            prev = _totals(session, before, today, now, currency)
+            prev = _totals(session, before, today, now, currency, tick)
         except LedgerInputError as exc:  # e.g. no exchange rate back then: no change, and why
             out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
             out["previous_missing"] = f"{before.label}: {str(exc).splitlines()[0]}"
@@ -170,6 +201,9 @@ def presented_period(rep: dict[str, Any]) -> dict[str, Any]:
 FIGURES = ("actual_cost", "idle_cost", "waste_cost", "own_cost", "elastic_cost", "savings_vs_alternative", "roi",
            "gpu_hours", "time_utilization", "gpu_util_mean", "tokens", "tokens_per_1000", "co2e_kg")
 
+#: the figures of runs no offer can cost (no node type, or none for it), shown only when there are such runs
+NOT_COSTED_FIGURES = ("not_costed_runs", "not_costed_node_hours")
+
 
 def period_csv(p: dict[str, Any]) -> bytes:
     """A presented period as CSV: a head (period, from, to, currency, ...), then figure,value,before,change_pct."""
@@ -191,6 +225,9 @@ def period_csv(p: dict[str, Any]) -> bytes:
     for key in FIGURES:
         w.writerow([key, _csv_value(p["summary"][key]), _csv_value(prev["summary"][key]) if prev else "",
                     _csv_value(p["change"].get(f"{key}_pct")) if prev and key in CHANGE_KEYS else ""])
+    for key in NOT_COSTED_FIGURES:
+        if key in p["summary"]:
+            w.writerow([key, _csv_value(p["summary"][key]), _csv_value(prev["summary"].get(key)) if prev else "", ""])
     return buf.getvalue().encode("utf-8")
 
 

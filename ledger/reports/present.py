@@ -87,7 +87,7 @@ def fmt_cell(key: str, value: Any) -> str:
     if v is None:
         return "—"
     k = kind_of(key)
-    if k == "money":
+    if k == "money" and not (isinstance(v, str) and not _is_num(v)):  # "not costed" stays words
         return f"{Decimal(v):,.2f}"
     if k == "pct":
         return f"{v:.1f}%"
@@ -148,7 +148,8 @@ LABELS = {
     "energy_measured_kwh": "Energy measured (kWh)", "energy_estimated_kwh": "Energy estimated (kWh)",
     "co2e_kg": "CO2e (kg)", "co2e_basis": "CO2e basis", "carbon_intensity_assumed": "Carbon intensity assumed",
     "carbon_intensities": "Carbon intensity", "fx_rates": "Exchange rates",
-    "unpriced_runs": "Unpriced runs (no offer)", "unpriced_node_types": "Node types without an offer",
+    "unpriced_runs": "Runs not costed", "unpriced_node_types": "Node types without an offer",
+    "runs_without_node_type": "Runs without a node type (not costed)", "not_costed_node_hours": "Node-hours not costed",
 }
 
 

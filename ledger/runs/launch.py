@@ -37,6 +37,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.sources.signals import pdeathsig
+from trainledger.store.defaults import default_node_type, has_offer, warn_not_costed
 from trainledger.store.files import write_output
 from trainledger.store.ids import validate_run_id
 from trainledger.store.models import NodeType, Offer, Run, RunStatus
@@ -58,7 +59,7 @@ class LaunchRequest:
     gpus_per_node: Optional[int] = None
     hostfile: Optional[Path] = None
     launcher: str = "torchrun"
-    node_type: str = "rtx4090-8x"
+    node_type: Optional[str] = None  # None: $TRAINLEDGER_NODE_TYPE, else recorded and not costed
     offer: Optional[str] = None
     project: Optional[str] = None
     user: Optional[str] = None
@@ -258,17 +259,7 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from trainledger.store.ids import new_run_id
 
     cfg, plan, gpn = _load_plan(req)
-    nt = session.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
-    if nt is None:
-        names = session.exec(select(NodeType.name)).all()
-        raise LedgerInputError(f"--node-type: unknown {req.node_type!r}; use one of {', '.join(sorted(names))}")
-    offer_id = None
-    if req.offer:
-        off = session.exec(select(Offer).where(Offer.name == req.offer, Offer.node_type_id == nt.id)).first()
-        if off is None:
-            names = session.exec(select(Offer.name).where(Offer.node_type_id == nt.id)).all()
-            raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for {nt.name}; use one of {', '.join(sorted(names))}")
-        offer_id = off.id
+    nt, offer_id = _node_type_and_offer(session, req)
     from trainledger.store.lookup import get_or_create
     from trainledger.store.models import Project, User
 
@@ -282,11 +273,13 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     if req.run_id and not member and session.get(Run, run_id) is not None:
         raise LedgerInputError(f"--run-id: run {run_id} already exists; every launch is a new run")
     if member:
-        return _command(req, run_id, nt.name, name, gpn, log_path, db_url)
+        return _command(req, run_id, nt.name if nt else None, name, gpn, log_path, db_url)
+    if nt is None or (offer_id is None and not has_offer(session, nt.name)):
+        warn_not_costed(run_id, nt.name if nt else None)  # recorded all the same, never priced as another
     session.add(Run(
         id=run_id, name=name, project_id=get_or_create(session, Project, req.project),
         user_id=get_or_create(session, User, req.user or os.environ.get("USER") or None), launcher=req.launcher,
-        node_type_id=nt.id, offer_id=offer_id, nodes=req.nodes, gpus_per_node=gpn, world_size=plan.world_size,
+        node_type_id=nt.id if nt else None, offer_id=offer_id, nodes=req.nodes, gpus_per_node=gpn, world_size=plan.world_size,
         strategy=plan.strategy, dp=plan.dp, tp=plan.tp, pp=plan.pp, zero_stage=plan.zero_stage,
         micro_batch=plan.micro_batch, grad_accum=plan.grad_accum, model_shape=cfg.shape.name,
         n_layers=cfg.shape.n_layers, hidden=cfg.shape.d_model, heads=cfg.shape.n_heads, seq_len=cfg.shape.seq_len,
@@ -296,14 +289,35 @@ def prepare(session: Session, req: LaunchRequest, db_url: str) -> Prepared:
     from trainledger.runs.predictions import store_prediction
 
     store_prediction(session, session.get(Run, run_id), req.steps)  # planned vs measured (docs/PLANNER.md)
-    return _command(req, run_id, nt.name, name, gpn, log_path, db_url)
+    return _command(req, run_id, nt.name if nt else None, name, gpn, log_path, db_url)
 
 
-def _command(req: LaunchRequest, run_id: str, node_type: str, name: str, gpn: int, log_path: Path,
+def _node_type_and_offer(session: Session, req: LaunchRequest) -> tuple[Optional[NodeType], Optional[int]]:
+    """The run's node type (``--node-type``, else the configured default, else the offer's; None: not costed)
+    and offer id, or a one-line error for an unknown node type or an offer of another one."""
+    name = req.node_type or default_node_type()
+    off = session.exec(select(Offer).where(Offer.name == req.offer)).first() if req.offer else None
+    if name is None and off is not None:  # the offer names the node type it pays for
+        return session.get(NodeType, off.node_type_id), off.id
+    if name is None:
+        if req.offer:
+            raise LedgerInputError(f"--offer: no offer {req.offer!r} (see `trainledger pricing list`)")
+        return None, None
+    nt = session.exec(select(NodeType).where(NodeType.name == name)).first()
+    if nt is None:
+        names = session.exec(select(NodeType.name)).all()
+        raise LedgerInputError(f"--node-type: unknown {name!r}; use one of {', '.join(sorted(names))}")
+    if req.offer and (off is None or off.node_type_id != nt.id):
+        names = session.exec(select(Offer.name).where(Offer.node_type_id == nt.id)).all()
+        raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for {nt.name}; use one of {', '.join(sorted(names))}")
+    return nt, off.id if off else None
+
+
+def _command(req: LaunchRequest, run_id: str, node_type: Optional[str], name: str, gpn: int, log_path: Path,
              db_url: str) -> Prepared:
     """The launcher command of a prepared run (its sbatch script for Slurm)."""
     train_args = ["--config", str(req.config.resolve()), "--track", "--run-id", run_id,
-                  "--node-type", node_type, "--launcher", req.launcher, "--name", name,
+                  *(["--node-type", node_type] if node_type else []), "--launcher", req.launcher, "--name", name,
                   "--gpus-per-node", str(gpn)]
     for flag, value in (("--offer", req.offer), ("--project", req.project), ("--user", req.user),
                         ("--sweep-id", req.sweep_id), ("--steps", req.steps), ("--metrics-port", req.metrics_port),

@@ -36,6 +36,8 @@ from trainledger.trainer.plan.memory import GIB
 
 def predict_for_run(session: Session, run: Run, device: str) -> dict[str, Any]:
     """The (calibrated) prediction for a run's plan on ``device``: step time, memory, ranges, calibration."""
+    if run.node_type_id is None:
+        raise LedgerInputError(f"run {run.id} has no node type: its hardware is unknown")
     nt = session.get(NodeType, run.node_type_id)
     cal = cal_mod.latest(session, nt.id, device)
     if cal is None and device == "gpu":  # uncalibrated: the planner's own efficiency (measured MFU median or default)
@@ -75,6 +77,8 @@ def store_prediction(session: Session, run: Run, steps: Optional[int] = None,
 def _offer(session: Session, run: Run) -> Optional[Offer]:
     if run.offer_id:
         return session.get(Offer, run.offer_id)
+    if run.node_type_id is None:
+        return None
     return session.exec(select(Offer).where(Offer.node_type_id == run.node_type_id).order_by(Offer.name)).first()
 
 

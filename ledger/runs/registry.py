@@ -17,6 +17,7 @@ from trainledger.errors import LedgerInputError
 from trainledger.money import costs, rollup, shares
 from trainledger.money.monthly import monthly_report
 from trainledger.money.months import month_bounds, month_of, run_interval
+from trainledger.store.defaults import NOT_COSTED, not_costed_reason
 from trainledger.store.lookup import get_run
 from trainledger.store.models import (
     LIVE_STATUSES,
@@ -100,8 +101,9 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     reap_stale(session)
     q = (select(Run.id, Run.name, Project.name, User.name, Run.status, Run.strategy, NodeType.name,
                 Run.nodes, Run.gpus_per_node, Run.started_at, Run.ended_at, Run.heartbeat_at, Run.tokens,
-                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id, Run.lost_from, Run.lost_until, Run.share)
-         .join(NodeType, NodeType.id == Run.node_type_id)
+                Run.gpu_util_mean, Run.mfu, Run.final_loss, Run.sweep_id, Run.lost_from, Run.lost_until, Run.share,
+                Run.offer_id)
+         .outerjoin(NodeType, NodeType.id == Run.node_type_id)  # a run without a node type is listed too
          .outerjoin(Project, Project.id == Run.project_id)
          .outerjoin(User, User.id == Run.user_id))
     q = _filters(session, q, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
@@ -109,8 +111,9 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
     now = utcnow()
     tz = display_timezone(session)
     out = []
+    offered = set(session.exec(select(NodeType.name).join(Offer, Offer.node_type_id == NodeType.id)).all())
     for (rid, name, proj, usr, st, strat, nt, nodes, gpn, started, ended, hb, tokens, util, mfu_, loss,
-         sweep_id, lost_from, lost_until, share) in session.exec(q).all():
+         sweep_id, lost_from, lost_until, share, offer_id) in session.exec(q).all():
         st_v = getattr(st, "value", st)
         iv = run_interval(started, ended, st_v, hb, now)
         nh = shares.scale(costs.node_hours(nodes, costs.hours_between(*iv)), share) if iv else costs.ZERO  # held
@@ -121,6 +124,8 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
                     "final_loss": loss, "sweep_id": sweep_id,
                     "lost_gpu_hours": (costs.gpu_hours(costs.node_hours(nodes, costs.hours_between(lost_from, lost_until)), gpn)
                                        if lost_from is not None else None)})
+        if nt is None or (offer_id is None and nt not in offered):  # never priced as something else
+            out[-1]["not_costed"] = not_costed_reason(nt)
     return out
 
 
@@ -242,13 +247,14 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
     of it drawn from a fleet has not closed (docs/MONEY.md)."""
     reap_stale(session)
     run = get_run(session, run_id)
-    nt = session.get(NodeType, run.node_type_id)
+    nt = session.get(NodeType, run.node_type_id) if run.node_type_id is not None else None
     now = now or report_clock()
     iv = run_interval(run.started_at, run.ended_at, run.status.value, run.heartbeat_at, now)
     duration = costs.hours_between(*iv) if iv else costs.ZERO
     nh = shares.scale(costs.node_hours(run.nodes, duration), run.share)  # node-hours held (shares)
     under = [{**u, "cost": shares.scale(u["cost"], run.share)}  # the run pays its share of each node
-             for u in cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)]
+             for u in cost_under_offers(_list_prices(session, run.node_type_id, currency, now), run.nodes, duration)
+             if run.node_type_id is not None]
     chain = resume_chain(session, run.id)
     lines, applied = _lines_by_run(session, chain, currency, now)
     monthly = lines[run.id]
@@ -258,14 +264,17 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
             intensities.append(i)
     data = run.model_dump()
     data["status"] = run.status.value
-    data["node_type"] = nt.name
+    data["node_type"] = nt.name if nt else None
     data["project"] = session.get(Project, run.project_id).name if run.project_id else None
     data["user"] = session.get(User, run.user_id).name if run.user_id else None
     data["duration_hours"] = duration
     data["node_hours"] = nh
-    data["gpu_hours"] = (costs.gpu_hours(nh, nt.gpus_per_node) if run.share and (run.share_basis or "").startswith("mig")
+    data["gpu_hours"] = (costs.gpu_hours(nh, nt.gpus_per_node) if nt and run.share and (run.share_basis or "").startswith("mig")
                          else costs.gpu_hours(costs.node_hours(run.nodes, duration), run.gpus_per_node))
     data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
+    if not monthly and iv and (nt is None or (run.offer_id is None and not under)):  # no offer can cost it
+        data["cost_actual"] = NOT_COSTED
+        data["not_costed"] = not_costed_reason(nt.name if nt else None)
     data["finality"] = ("provisional" if any(x["finality"] == "provisional" for x in monthly) else "final") \
         if monthly else None
     data.update(_lost(run, monthly))
@@ -323,7 +332,7 @@ def model_card(session: Session, run_id: str, training_type: str = "pre-training
         "geographical_location": d["carbon_location"] or "unknown",
         "hardware_used": f"{d['nodes']} x {nt.gpus_per_node} {nt.gpu_model} ({d['nodes'] * nt.gpus_per_node} GPUs)"},
         "training_compute": {"run_id": d["id"], "gpu_hours": float(d["gpu_hours"].quantize(Decimal("0.001"))),
-                             "cost": None if d["cost_actual"] is None else str(costs.cents(d["cost_actual"])),
+                             "cost": None if not isinstance(d["cost_actual"], Decimal) else str(costs.cents(d["cost_actual"])),
                              "currency": d["currency"], "energy_kwh": float(d["energy_kwh"].quantize(Decimal("0.001"))),
                              "co2e_basis": d["co2e_basis"]}}
 

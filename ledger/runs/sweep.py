@@ -122,7 +122,7 @@ class SweepRequest:
     gpus_per_node: Optional[int] = None  # default 2; 3d uses at least 4
     hostfile: Optional[Path] = None
     launcher: str = "torchrun"
-    node_type: str = "rtx4090-8x"
+    node_type: Optional[str] = None  # None: $TRAINLEDGER_NODE_TYPE, else the runs are recorded and not costed
     project: Optional[str] = None
     sweep_id: str = field(default_factory=new_sweep_id)
     #: prepared configs by entry name (``plan recommend --trial``): run as they are, not derived from ``config``
@@ -209,10 +209,11 @@ def planned_sweeps(session: Session) -> dict[str, dict[str, Any]]:
 
 
 def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int, str, str], None]] = None,
-              record: bool = True) -> SweepOutcome:
+              record: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> SweepOutcome:
     """Run each strategy of ``req`` as a tracked run, one after another; returns what ran.
 
-    ``on_start(i, n, strategy, run_id)`` is called as each run starts. With
+    ``on_start(i, n, strategy, run_id)`` is called as each run starts, ``progress(runs done, runs)`` as each
+    ends. With
     ``record`` the plan is written first (:func:`start_background` writes it
     itself, before the driver process is up).
     """
@@ -264,6 +265,8 @@ def run_sweep(url: str, req: SweepRequest, on_start: Optional[Callable[[int, int
             if outcome.stopped_by:
                 _close_stopped(url, prep.run_id, outcome.stopped_by)
             outcome.runs.append({"strategy": strat, "run_id": prep.run_id, "exit_code": code})
+            if progress:
+                progress(len(outcome.runs), len(names))
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -324,8 +327,9 @@ def start_background(url: str, req: SweepRequest, log_path: Optional[Path] = Non
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "trainledger.runs.sweep", "run", str(Path(req.config).resolve()),
             "--sweep-id", req.sweep_id, "--strategies", ",".join(req.strategies), "--steps", str(req.steps),
-            "--nodes", str(req.nodes), "--launcher", req.launcher, "--node-type", req.node_type]
-    for flag, value in (("--gpus-per-node", req.gpus_per_node), ("--hostfile", req.hostfile), ("--project", req.project)):
+            "--nodes", str(req.nodes), "--launcher", req.launcher]
+    for flag, value in (("--gpus-per-node", req.gpus_per_node), ("--hostfile", req.hostfile), ("--project", req.project),
+                        ("--node-type", req.node_type)):
         if value is not None:
             argv += [flag, str(value)]
     env = {**os.environ, "TRAINLEDGER_DB_URL": url, "PYTHONUNBUFFERED": "1"}
@@ -353,7 +357,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--gpus-per-node", type=int)
     p.add_argument("--hostfile", type=Path)
     p.add_argument("--launcher", default="torchrun")
-    p.add_argument("--node-type", default="rtx4090-8x")
+    p.add_argument("--node-type", default=None)
     p.add_argument("--project")
     a = parser.parse_args(argv)
     url = os.environ["TRAINLEDGER_DB_URL"]

@@ -80,6 +80,11 @@ DST_POLICIES = ("refuse", "earliest", "latest", "report")
 #: rows per write batch (and per rollup fold): bounds the memory of the write phase
 BATCH = 1000
 _UTC = timezone.utc
+#: an import's progress callback, ``(stage, done, total)``: stage "read" (rows read so far, total None) while the
+#: input is parsed, then "write" (runs written of the ``total`` to write), once per :data:`BATCH`
+StageProgress = Callable[[str, int, Optional[int]], None]
+#: input lines read between two "read" progress calls
+PROGRESS_LINES = 1000
 
 
 # --- values -------------------------------------------------------------------------------
@@ -392,6 +397,23 @@ def read_lines(fh, path: Path | str) -> Iterator[str]:
         raise LedgerInputError(f"FILE: cannot read {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def counting(lines: Iterable[str], receipt: Receipt, progress: Optional[StageProgress]) -> Iterable[str]:
+    """``lines`` unchanged; with ``progress``, ``progress("read", receipt.rows_read, None)`` every
+    :data:`PROGRESS_LINES` lines as the parser consumes them."""
+    if progress is None:
+        return lines
+    return _counted(lines, receipt, progress)
+
+
+def _counted(lines: Iterable[str], receipt: Receipt, progress: StageProgress) -> Iterator[str]:
+    n = 0
+    for line in lines:
+        yield line
+        n += 1
+        if n % PROGRESS_LINES == 0:
+            progress("read", receipt.rows_read, None)
 
 
 def detect_format(first_line: str) -> str:
@@ -713,20 +735,27 @@ FOLD = 5000
 
 
 def write_spill(engine: Engine, spill: Spill, receipt: Receipt,
-                also: Optional[Callable[[Session], None]] = None) -> None:
+                also: Optional[Callable[[Session], None]] = None, progress: Optional[StageProgress] = None) -> None:
     """Phase 2: the spilled rows into the ledger in one transaction (taken now), batch by batch, folded
-    into the monthly rollup every :data:`FOLD` runs; ``also(session)`` runs last in the same transaction."""
-    if not len(spill) and also is None:
+    into the monthly rollup every :data:`FOLD` runs; ``also(session)`` runs last in the same transaction.
+    ``progress("write", rows written, rows to write)`` is called once before the first batch and after each."""
+    total = len(spill)
+    if not total and also is None:
         return
+    if progress:
+        progress("write", 0, total)
     with session_scope(engine) as s:
         if s.get_bind().dialect.name == "postgresql":
             s.execute(text("SELECT pg_advisory_xact_lock(7261015)"))  # imports and syncs of one ledger queue up
         names = _Names(s)
-        written = 0
+        written = done = 0
         with rollup.bulk(s):
             for batch in spill.batches():
                 _write_batch(s, batch, names, receipt)
                 written += len(batch)
+                done += len(batch)
+                if progress:
+                    progress("write", done, total)
                 if written >= FOLD:
                     rollup.sync(s)
                     written = 0
@@ -739,15 +768,18 @@ Parser = Callable[[Iterable[str], str, Context, ImportOptions, Spill, Receipt], 
 
 def import_lines(engine: Engine, lines: Iterable[str], name: str, parse: Parser, opts: ImportOptions,
                  fmt: str, ctx: Optional[Context] = None,
-                 also: Optional[Callable[[Session], None]] = None) -> Receipt:
-    """Both phases for one input: parse ``lines`` with ``parse`` into a spill, then write it."""
+                 also: Optional[Callable[[Session], None]] = None, progress: Optional[StageProgress] = None) -> Receipt:
+    """Both phases for one input: parse ``lines`` with ``parse`` into a spill, then write it
+    (``progress``: see :data:`StageProgress`)."""
     ctx = ctx or load_context(engine)
     opts.check(ctx)
     receipt = Receipt(source=name, format=fmt, strict=opts.strict)
     with Spill(name) as spill:
-        parse(lines, name, ctx, opts, spill, receipt)
+        parse(counting(lines, receipt, progress), name, ctx, opts, spill, receipt)
+        if progress:
+            progress("read", receipt.rows_read, None)
         admit(spill, receipt, ctx, name, fmt, utcnow())
-        write_spill(engine, spill, receipt, also)
+        write_spill(engine, spill, receipt, also, progress)
     return receipt
 
 
@@ -759,9 +791,10 @@ def import_csv(engine: Engine, path: Path | str, opts: Optional[ImportOptions] =
         return import_lines(engine, read_lines(fh, path), name, parse_csv, opts, "csv")
 
 
-def import_file(engine: Engine, path: Path | str, opts: ImportOptions, parsers: dict[str, Parser]) -> Receipt:
+def import_file(engine: Engine, path: Path | str, opts: ImportOptions, parsers: dict[str, Parser],
+                progress: Optional[StageProgress] = None) -> Receipt:
     """Import ``path`` (``-``: standard input) with the parser of its format (``opts.fmt``, or detected
-    from the first line when "auto": sacct output starts with ``JobID|``)."""
+    from the first line when "auto": sacct output starts with ``JobID|``); ``progress``: :data:`StageProgress`."""
     import itertools
 
     if opts.fmt != "auto" and opts.fmt not in parsers:
@@ -772,4 +805,4 @@ def import_file(engine: Engine, path: Path | str, opts: ImportOptions, parsers: 
         first = next(lines, None)
         fmt = detect_format(first or "") if opts.fmt == "auto" else opts.fmt
         rest = itertools.chain([first], lines) if first is not None else iter(())
-        return import_lines(engine, rest, name, parsers[fmt], opts, fmt)
+        return import_lines(engine, rest, name, parsers[fmt], opts, fmt, progress=progress)

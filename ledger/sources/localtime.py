@@ -61,11 +61,21 @@ def localize(ts: datetime, zone: ZoneInfo, dst: str, where: str, fieldname: str)
 
 
 def system_timezone() -> ZoneInfo:
-    """The zone of this process: ``$TZ`` if it names one, else /etc/localtime, else UTC."""
+    """The zone of this process: ``$TZ`` if it names one, else /etc/localtime, else UTC.
+
+    /etc/localtime is read by its name where it links into a zoneinfo folder (``Europe/Berlin``): a zone
+    with a key can be pickled into an import's temporary store; one read from a file cannot.
+    """
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
         try:
             return ZoneInfo(name)
+        except Exception:
+            pass
+    target = os.path.realpath("/etc/localtime")
+    if "/zoneinfo/" in target:
+        try:
+            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
         except Exception:
             pass
     try:

@@ -33,7 +33,16 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.months import month_bounds, month_of
-from trainledger.sources.importer import ImportOptions, Receipt, Spill, load_context, system_timezone, write_spill
+from trainledger.sources.importer import (
+    ImportOptions,
+    Receipt,
+    Spill,
+    StageProgress,
+    counting,
+    load_context,
+    system_timezone,
+    write_spill,
+)
 from trainledger.sources.slurm import SYNC_FIELDS, SacctParser
 from trainledger.store.db import session_scope
 from trainledger.store.ids import slurm_attempt_of, slurm_run_id
@@ -97,8 +106,9 @@ def sacct_command(sacct: str, *, start: Optional[str] = None, end: Optional[str]
 
 
 def run_sacct(argv: list[str], env: Optional[dict[str, str]], parser: SacctParser,
-              timeout_s: float = SACCT_TIMEOUT_S) -> None:
-    """Run sacct (an argument list, never a shell) and parse its output as it streams."""
+              timeout_s: float = SACCT_TIMEOUT_S, progress: Optional[StageProgress] = None) -> None:
+    """Run sacct (an argument list, never a shell) and parse its output as it streams (``progress``: the
+    records read so far, see ``importer.StageProgress``)."""
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
@@ -117,7 +127,7 @@ def run_sacct(argv: list[str], env: Optional[dict[str, str]], parser: SacctParse
         timer = threading.Timer(timeout_s, kill_group)
         timer.start()
         try:
-            parser.feed(proc.stdout)
+            parser.feed(counting(proc.stdout, parser.receipt, progress))
         finally:
             proc.stdout.close()
             code = proc.wait()
@@ -167,7 +177,7 @@ def sync(engine: Engine, *, cluster: str = "", tz: Optional[ZoneInfo] = None, si
          until: Optional[datetime] = None, overlap: timedelta = OVERLAP, dst: str = "report",
          node_type: Optional[str] = None, offer: Optional[str] = None, by_node: bool = False, strict: bool = False,
          sacct: Optional[str] = None, env: Optional[dict[str, str]] = None,
-         timeout_s: float = SACCT_TIMEOUT_S) -> SyncResult:
+         timeout_s: float = SACCT_TIMEOUT_S, progress: Optional[StageProgress] = None) -> SyncResult:
     """``trainledger slurm sync``: sacct's records since the last sync's watermark into the ledger.
 
     The window starts ``overlap`` before the watermark (slurmdbd may write an
@@ -175,7 +185,8 @@ def sync(engine: Engine, *, cluster: str = "", tz: Optional[ZoneInfo] = None, si
     job id. The records go through the import's parser and writer; the new
     watermark is stored in the same transaction, so a failed sync changes
     nothing and the next one covers its window. Idempotent: a second sync of
-    the same records changes nothing.
+    the same records changes nothing. ``progress``: records read, then runs written
+    (``importer.StageProgress``).
     """
     ctx = load_context(engine)
     zone = tz or system_timezone()
@@ -196,14 +207,17 @@ def sync(engine: Engine, *, cluster: str = "", tz: Optional[ZoneInfo] = None, si
         parser.header(SYNC_FIELDS)
         argv = sacct_command(binary, start=sacct_time(start, zone), end=sacct_time(end, zone), cluster=cluster)
         result.commands.append(argv)
-        run_sacct(argv, run_env, parser, timeout_s)
+        run_sacct(argv, run_env, parser, timeout_s, progress)
         spill.flush()
         missing = [j for j in live if spill.get(slurm_run_id(j, cluster)) is None and not parser.pending_seen(j)]
         for i in range(0, len(missing), 200):
             argv = sacct_command(binary, cluster=cluster, jobs=missing[i:i + 200])
             result.commands.append(argv)
-            run_sacct(argv, run_env, parser, timeout_s)
+            run_sacct(argv, run_env, parser, timeout_s, progress)
         result.rechecked_jobs = len(missing)
         parser.finish()
-        write_spill(engine, spill, receipt, also=lambda s: _set_watermark(s, cluster, result.watermark))
+        if progress:
+            progress("read", receipt.rows_read, None)
+        write_spill(engine, spill, receipt, also=lambda s: _set_watermark(s, cluster, result.watermark),
+                    progress=progress)
     return result

@@ -97,8 +97,15 @@ class TrackedRun:
         self.run_id = self._given_id
         if resume_of is not None:
             validate_run_id(resume_of, "resume_of")
+        from trainledger.store import config
+        from trainledger.store.defaults import default_node_type
+
+        config.never_refuse()  # inside training code: a broken config file is said once and ignored
+
+        # no node type given or configured: the run is recorded, not costed, and says so (never a guess)
         self.opts = dict(project=project, name=name, user=user, node_type=node_type or self.env.get(
-            "TRAINLEDGER_NODE_TYPE") or "rtx4090-8x", offer=offer, tags=dict(tags or {}), resume_of=resume_of)
+            "TRAINLEDGER_NODE_TYPE") or (default_node_type() if env is None else None), offer=offer,
+            tags=dict(tags or {}), resume_of=resume_of)
         self.db = db or self.env.get("TRAINLEDGER_DB_URL")
         self.journal_dir = journal_dir
         self.flops_per_token = flops_per_token
@@ -241,6 +248,26 @@ class TrackedRun:
             "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
             "hostname": socket.gethostname(), "pid": os.getpid(), **self._share(),
             "config": {"api": {"argv": _argv()}, "tags": o["tags"]}}})
+        if not o["node_type"] or (not o["offer"] and not self._has_offer()):
+            from trainledger.store.defaults import warn_not_costed
+
+            warn_not_costed(self.run_id, o["node_type"], write=lambda line: warn(line.removeprefix("warning: ")))
+
+    def _has_offer(self) -> bool:
+        """Whether the run's node type has an offer to cost it (True when the ledger cannot tell now)."""
+        try:
+            from sqlmodel import Session
+            from trainledger.store.db import make_engine
+            from trainledger.store.defaults import has_offer
+
+            engine = make_engine(self.db)
+            try:
+                with Session(engine) as s:
+                    return has_offer(s, self.opts["node_type"])
+            finally:
+                engine.dispose()
+        except Exception:  # unreachable ledger: the reports will say it, never a reason not to train
+            return True
 
     def _share(self) -> dict:
         """``share``/``share_basis`` of the node this process holds (``CUDA_VISIBLE_DEVICES`` /

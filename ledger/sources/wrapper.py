@@ -78,7 +78,7 @@ class WrapRequest:
     topology: Topology
     db_url: str
     journal_dir: Path
-    node_type: str = "rtx4090-8x"
+    node_type: Optional[str] = None  # None: not costed (no default is assumed, ``trainledger.store.defaults``)
     offer: Optional[str] = None
     project: Optional[str] = None
     user: Optional[str] = None
@@ -94,6 +94,7 @@ class WrapRequest:
     quiet: bool = False
     require_ledger: bool = False
     share: Optional[tuple[Optional[str], Optional[str]]] = None  # (share, basis): set by check_ledger
+    costed: bool = True  # set by check_ledger: False when the node type has no offer (and none is given)
 
 
 def redact_command(command: list[str]) -> list[str]:
@@ -132,28 +133,16 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
     :class:`LedgerInputError` otherwise. A run id that already ended makes a later wrapped part of
     a Slurm job a part of its run (``topology.part``); elsewhere it is refused.
     """
-    from sqlmodel import Session, select
+    from sqlmodel import Session
     from trainledger.store.db import redact_url, upgrade_schema
-    from trainledger.store.models import LIVE_STATUSES, NodeType, Offer, Run
+    from trainledger.store.models import LIVE_STATUSES, Run
 
     engine = None
     try:
         engine = _engine_without_waiting(req.db_url)
         upgrade_schema(engine)
         with Session(engine) as s:
-            nt = s.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
-            if nt is None:
-                names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
-                raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
-                                       "(add one with `trainledger pricing import`)")
-            from trainledger.money.shares import alloc_share
-
-            req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
-            if req.offer:
-                off = s.exec(select(Offer).where(Offer.name == req.offer)).first()
-                if off is None or off.node_type_id != nt.id:
-                    raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for node type {req.node_type} "
-                                           "(see `trainledger pricing list`)")
+            _check_node_type_and_offer(s, req)
             if req.topology.resume_of and s.get(Run, req.topology.resume_of) is None \
                     and req.topology.run_id_from != "slurm":
                 raise LedgerInputError(f"--resume-of: no run {req.topology.resume_of!r} in the ledger")
@@ -172,6 +161,33 @@ def check_ledger(req: WrapRequest) -> Optional[str]:
         if engine is not None:
             engine.dispose()
     return None
+
+
+def _check_node_type_and_offer(s: Any, req: WrapRequest) -> None:
+    """Refuse an unknown node type or an offer of another one; an offer alone names its node type.
+    Sets the run's share of its node and whether an offer can cost it (``req.costed``)."""
+    from sqlmodel import select
+    from trainledger.store.models import NodeType, Offer
+
+    off = s.exec(select(Offer).where(Offer.name == req.offer)).first() if req.offer else None
+    if req.offer and off is None and req.node_type is None:
+        raise LedgerInputError(f"--offer: no offer {req.offer!r} (see `trainledger pricing list`)")
+    if req.node_type is None and off is not None:  # the offer says which node type it pays for
+        req.node_type = s.get(NodeType, off.node_type_id).name
+    if req.node_type is None:
+        return
+    nt = s.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
+    if nt is None:
+        names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
+        raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
+                               "(add one with `trainledger pricing import`)")
+    from trainledger.money.shares import alloc_share
+
+    req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
+    if req.offer and (off is None or off.node_type_id != nt.id):
+        raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for node type {req.node_type} "
+                               "(see `trainledger pricing list`)")
+    req.costed = off is not None or s.exec(select(Offer.id).where(Offer.node_type_id == nt.id)).first() is not None
 
 
 def _engine_without_waiting(url: str):
@@ -240,8 +256,9 @@ class Wrapper:
     def _child_env(self) -> dict:
         env = dict(os.environ)
         env.update({ENV_RUN_ID: self.topo.run_id, ENV_WRAPPED: self.topo.run_id, ENV_DB_URL: self.req.db_url,
-                    ENV_JOURNAL_DIR: str(self.req.journal_dir), ENV_NODE_TYPE: self.req.node_type,
-                    ENV_NODE_RANK: str(self.topo.node_rank)})
+                    ENV_JOURNAL_DIR: str(self.req.journal_dir), ENV_NODE_RANK: str(self.topo.node_rank)})
+        if self.req.node_type:
+            env[ENV_NODE_TYPE] = self.req.node_type
         return env
 
     # -- start --
@@ -273,6 +290,10 @@ class Wrapper:
                 say(("error: " if self.req.require_ledger else "warning: ") + warning)
         if self.req.require_ledger and warning:
             raise RecordingImpossible(warning)
+        if self.topo.owns_run and not self.req.quiet and (not self.req.node_type or not self.req.costed):
+            from trainledger.store.defaults import warn_not_costed
+
+            warn_not_costed(self.topo.run_id, self.req.node_type, write=say)
         self._queue_registration()
         if self.req.require_ledger:
             from trainledger.sources.journal import JournalWriteError

@@ -53,13 +53,14 @@ def _sqlite_copy(src: sqlite3.Connection, dst_path) -> None:
 
 
 def backup(db: Optional[str], out: Path, force: bool = False) -> Path:
-    """Write a backup of the ledger to ``out`` (``trainledger.store.files.write_output``: an existing file needs ``force``)."""
+    """Write a backup of the ledger to ``out`` (``trainledger.store.files.write_output``: an existing file needs ``force``;
+    ``-``: standard output, refused on a terminal)."""
     url = resolve_url(db)
     try:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerInputError(f"--out: cannot create the folder {Path(out).parent}: {exc.strerror or exc}") from None
-    check_output(out, force=force, flag="--out")  # before connecting
+    check_output(out, force=force, flag="--out", binary=True)  # before connecting; `-`: standard output
     engine = make_engine(url)  # upgrade first so a backup is always at a known schema
 
     def sqlite_writer(tmp: Path) -> None:
@@ -77,7 +78,8 @@ def backup(db: Optional[str], out: Path, force: bool = False) -> Path:
 
     writer = sqlite_writer if engine.dialect.name == "sqlite" else pg_writer
     engine.dispose()
-    return write_output(out, force=force, flag="--out", writer=writer, mode=0o600)  # it holds the whole ledger
+    return write_output(out, force=force, flag="--out", writer=writer, mode=0o600,  # it holds the whole ledger
+                        binary=True)
 
 
 def _last_line(stderr: str, code: int) -> str:

@@ -1,7 +1,9 @@
 """Engine, sessions and schema upgrades for the ledger.
 
-The ledger URL comes from ``--db URL``, else ``TRAINLEDGER_DB_URL``, else an
-embedded SQLite file in the user's data directory. SQLite runs in WAL mode
+The ledger URL comes from ``--db URL``, else ``TRAINLEDGER_DB_URL``, else the
+config file's ``db`` key (:mod:`trainledger.store.config`), else an embedded
+SQLite file in the user's data directory. A new ledger is created in the
+configured time zone (``TRAINLEDGER_TIMEZONE`` or the file's ``timezone``). SQLite runs in WAL mode
 with a busy timeout, and every transaction starts with ``BEGIN IMMEDIATE`` so
 that concurrent writers queue instead of failing with "database is locked".
 PostgreSQL URLs use psycopg 3 (``postgresql+psycopg://user@host/db``).
@@ -37,20 +39,33 @@ def default_sqlite_path() -> Path:
     return Path(user_data_dir("trainledger", appauthor=False)) / "ledger.db"
 
 
+def configured_url() -> tuple[str, str]:
+    """The ledger URL without ``--db``: ``$TRAINLEDGER_DB_URL``, else the config file's ``db``
+    (:mod:`trainledger.store.config`), else the embedded SQLite file; and the name an error gives it."""
+    if os.environ.get(ENV_URL):
+        return os.environ[ENV_URL], "--db"
+    from trainledger.store import config
+
+    found = config.configured("db")
+    if found.value:
+        return found.value, f"{found.where}: db"
+    return f"sqlite:///{default_sqlite_path()}", "--db"
+
+
 def resolve_url(url: str | None = None) -> str:
-    """``--db`` value, else ``$TRAINLEDGER_DB_URL``, else the embedded SQLite file."""
-    url = url or os.environ.get(ENV_URL) or f"sqlite:///{default_sqlite_path()}"
+    """``--db`` value, else ``$TRAINLEDGER_DB_URL``, else the config file's ``db``, else the embedded SQLite file."""
+    url, flag = (url, "--db") if url else configured_url()
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise LedgerURLError(
-            f"--db: cannot parse {redact_url(url)!r}; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            f"{flag}: cannot parse {redact_url(url)!r}; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
         ) from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise LedgerURLError(
-            f"--db: backend {parsed.get_backend_name()!r} is not supported; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            f"{flag}: backend {parsed.get_backend_name()!r} is not supported; use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
         )
     return url
 
@@ -222,7 +237,7 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
 
 #: the newest migration; a test keeps it equal to Alembic's head. Every CLI command checks the
 #: ledger against it with one plain query, so Alembic is imported only when there is work to do.
-HEAD_REVISION = "0017"
+HEAD_REVISION = "0018"
 
 
 def stored_revision(engine: Engine) -> str | None:
@@ -262,8 +277,22 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> str:
                 _check_known(cfg, current, engine)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
+                if current is None and target == HEAD_REVISION:  # a new ledger: in the configured time zone
+                    _seed_timezone(conn)
             ensure_presets(conn)
     return target
+
+
+def _seed_timezone(conn: Connection) -> None:
+    """Store the configured time zone (``TRAINLEDGER_TIMEZONE``, else the config file's ``timezone``) as the
+    ``timezone`` setting of a ledger being created. An existing ledger keeps its own: its monthly rollup is
+    built in it (``trainledger settings timezone NAME`` changes it and rebuilds the rollup)."""
+    from sqlalchemy import text
+    from trainledger.store import config
+
+    zone = config.configured("timezone").value
+    if zone and conn.execute(text("SELECT 1 FROM setting WHERE key = 'timezone'")).first() is None:
+        conn.execute(text("INSERT INTO setting (key, value) VALUES ('timezone', :zone)"), {"zone": zone})
 
 
 def _check_known(cfg, current: str | None, engine: Engine) -> None:

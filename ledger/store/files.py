@@ -15,12 +15,19 @@
    replaced, never followed); then the directory is fsync'd.
 
 Whatever fails, the temporary file is removed and the target is untouched.
+
+The name ``-`` (:data:`STDOUT`, ``-o -``) means standard output instead: the same bytes, written to
+``sys.stdout.buffer`` (a ``writer`` fills a private temporary file first, which is then copied and removed);
+none of the steps above apply, and ``force`` is not needed. Binary output (``binary=True``: XLSX, Parquet, a
+backup) is refused when standard output is a terminal (:func:`check_stdout`).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
@@ -29,6 +36,46 @@ from trainledger.errors import LedgerInputError
 
 #: hard links unsupported here: fall back to check-then-rename (still never following a link)
 _NO_LINK = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
+
+
+#: the output name that means standard output (``-o -``)
+STDOUT = "-"
+
+
+def is_stdout(path: Path | str | None) -> bool:
+    """Is ``path`` the name ``-`` (standard output)?"""
+    return path is not None and str(path) == STDOUT
+
+
+def check_stdout(binary: bool, flag: str = "--output") -> None:
+    """Refuse binary output (XLSX, Parquet, a backup) on a terminal: one line naming the fix."""
+    try:
+        terminal = sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        terminal = False
+    if binary and terminal:
+        raise LedgerInputError(f"{flag}: the output is binary and standard output is a terminal; redirect it "
+                               f"(`{flag} - > FILE` or `| CMD`) or give a file name")
+
+
+def _write_stdout(data: Optional[bytes], writer: Optional[Callable[[Path], None]], binary: bool, flag: str) -> Path:
+    """``data`` (or what ``writer`` writes to a private temporary file) on standard output, as bytes."""
+    check_stdout(binary, flag)
+    sys.stdout.flush()  # text printed before goes first
+    out = sys.stdout.buffer
+    if writer is None:
+        out.write(data or b"")
+    else:
+        with tempfile.TemporaryDirectory(prefix="trainledger-out-") as folder:  # mode 0700: nobody else reads it
+            tmp = Path(folder) / "output"
+            tmp.touch(mode=0o600)
+            if data is not None:
+                tmp.write_bytes(data)
+            writer(tmp)
+            with open(tmp, "rb") as fh:
+                shutil.copyfileobj(fh, out)
+    out.flush()
+    return Path(STDOUT)
 
 
 def _exists_error(flag: str, path: Path) -> LedgerInputError:
@@ -45,8 +92,12 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def check_output(path: Path | str, *, force: bool = False, flag: str = "--output") -> Path:
-    """The output path, checked before any work: not a directory, and not existing unless ``force``."""
+def check_output(path: Path | str, *, force: bool = False, flag: str = "--output", binary: bool = False) -> Path:
+    """The output path, checked before any work: not a directory, and not existing unless ``force``.
+    ``-`` (standard output) only checks :func:`check_stdout` (``binary``: XLSX, Parquet, a backup)."""
+    if is_stdout(path):
+        check_stdout(binary, flag)
+        return Path(STDOUT)
     path = Path(path)
     if path.is_dir():
         raise LedgerInputError(f"{flag}: {path} is a directory; give a file name")
@@ -89,13 +140,17 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_output(path: Path | str, data: Optional[bytes] = None, *, force: bool = False, flag: str = "--output",
-                 writer: Optional[Callable[[Path], None]] = None, mode: Optional[int] = None) -> Path:
+                 writer: Optional[Callable[[Path], None]] = None, mode: Optional[int] = None,
+                 binary: bool = False) -> Path:
     """Write ``data`` (or let ``writer(temp_path)`` fill the file) to ``path`` as described in the module docstring.
 
     ``writer`` is for tools that write a path themselves (SQLite's backup API,
     ``pg_dump --file``); it gets the new, empty temporary file. ``mode``: the
-    file's permissions (default 0666 minus the umask). Returns ``path``.
+    file's permissions (default 0666 minus the umask). ``path`` ``-``: standard
+    output (``binary``: refused on a terminal). Returns ``path``.
     """
+    if is_stdout(path):
+        return _write_stdout(data, writer, binary, flag)
     path = check_output(path, force=force, flag=flag)
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")

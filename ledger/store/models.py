@@ -226,7 +226,8 @@ class Run(SQLModel, table=True):
     project_id: Optional[int] = Field(default=None, foreign_key="project.id", index=True)
     user_id: Optional[int] = Field(default=None, foreign_key="user_account.id", index=True)
     launcher: str = Field(default="", max_length=20)  # deepspeed | torchrun | slurm | import | local
-    node_type_id: int = Field(foreign_key="node_type.id", index=True)
+    # None (migration 0018): recorded without a node type, so not costed (``trainledger.store.defaults``)
+    node_type_id: Optional[int] = Field(default=None, foreign_key="node_type.id", index=True)
     offer_id: Optional[int] = Field(default=None, foreign_key="offer.id", index=True)
     nodes: int
     gpus_per_node: int

@@ -48,11 +48,17 @@ def display_timezone(session: Session) -> ZoneInfo:
 
 
 def presentation_currency(session: Session, requested: Optional[str] = None) -> Optional[str]:
-    """The currency reports present money in: ``requested`` (``--currency``), else the ``currency`` setting
+    """The currency reports present money in: ``requested`` (``--currency``), else ``$TRAINLEDGER_CURRENCY``,
+    else the config file's ``currency`` (:mod:`trainledger.store.config`), else the ``currency`` setting
     once it has been set, else None (the offers' own currency, when they share one)."""
     if requested:
         from trainledger.store.fx import check_currency
 
         return check_currency(requested, "--currency")
+    from trainledger.store import config
+
+    configured = config.configured("currency").value
+    if configured:
+        return configured
     row = session.get(Setting, "currency")
     return row.value if row else None

@@ -107,6 +107,9 @@ def test_demo_without_sweep_is_deterministic(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path / 'c.db'}")
     with session_scope(engine) as s:
         expected = generate_demo(s, end_month=MONTH, now=DEMO_NOW)  # the dashboard tests' fixed clock
+    # each names the ledger it filled (the demo's own unless --db), and is otherwise the same
+    assert (first.pop("ledger"), second.pop("ledger")) == (f"sqlite:///{tmp_path / 'a.db'}",
+                                                           f"sqlite:///{tmp_path / 'b.db'}")
     assert first == second == {**expected, "sweep": None}
     with Session(engine) as s:  # the counts are the ledger's
         runs, samples = (s.exec(select(func.count()).select_from(m)).one() for m in (Run, MetricSample))

@@ -24,7 +24,9 @@ def capture_env(tmp_path) -> dict:
     env = dict(os.environ)
     env.update({"TRAINLEDGER_JOURNAL_DIR": str(tmp_path / "journal"), "XDG_DATA_HOME": str(tmp_path / "xdg"),
                 "TRAINLEDGER_HEARTBEAT_S": "1", "TRAINLEDGER_FLUSH_S": "0.5", "TRAINLEDGER_UTIL_INTERVAL_S": "0.5",
-                "TRAINLEDGER_LEDGER_WAIT_S": "20", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+                "TRAINLEDGER_LEDGER_WAIT_S": "20", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                # the configured default node type (none: recorded, not costed; tests/test_not_costed.py)
+                "TRAINLEDGER_NODE_TYPE": "rtx4090-8x"})
     for k in ("TRAINLEDGER_DB_URL", "TRAINLEDGER_RUN_ID", "TRAINLEDGER_WRAPPED", "CUDA_VISIBLE_DEVICES"):
         env.pop(k, None)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"

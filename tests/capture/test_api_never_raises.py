@@ -26,7 +26,8 @@ def tiny_disk(tmp_path):
 
 def _track(url: str, journal: Path, **kw):
     return trainledger.track(project="api", db=url, journal_dir=journal, flush_s=0.05, heartbeat_s=0.05, ledger_wait_s=10,
-                        env={"USER": "ada"}, **kw)
+                             node_type="rtx4090-8x",
+                             env={"USER": "ada"}, **kw)
 
 
 def _warnings(err: str) -> list[str]:

@@ -31,6 +31,8 @@ def make_track_env(base: Path, shard_cache: Path) -> dict:
         "TRAINLEDGER_HEARTBEAT_S": "1",
         "TRAINLEDGER_FLUSH_S": "0.5",
         "OMP_NUM_THREADS": "1",
+        # the configured default node type (none: recorded, not costed; tests/test_not_costed.py)
+        "TRAINLEDGER_NODE_TYPE": "rtx4090-8x",
     })
     env.pop("TRAINLEDGER_DB_URL", None)
     return env
