@@ -20,35 +20,68 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from trainledger.cli import (
-    budget,
-    carbon,
-    config,
-    costs,
-    db,
-    demo,
-    exporter,
-    fleet,
-    forecast,
-    fx,
-    goodput,
-    goodput_ops,
-    imports,
-    metrics,
-    plan,
-    pricing,
-    progress,
-    reports,
-    runs,
-    settings,
-    slurm,
-    track,
-)
+import typer.main
+from trainledger.cli import progress
 from trainledger.cli.common import OneLineUsageErrors, fail, start_invocation
+
+#: each top-level command → the module of :mod:`trainledger.cli` that registers it (``parts``: the trainer's
+#: and the dashboard's own commands), in the order ``--help`` lists them. A command's module is imported
+#: when that command runs, so ``trainledger run`` does not load the other twenty (tests/test_cli.py checks
+#: that this table is what the modules register).
+COMMANDS = {"demo": "demo", "import": "imports", "launch": "runs", "sync": "runs", "sweep": "runs", "run": "track",
+            "settings": "settings", "train": "parts", "dashboard": "parts", "collect": "metrics",
+            "forecast": "forecast", "exporter": "exporter", "db": "db", "runs": "runs", "config": "config",
+            "data": "parts", "cost": "costs", "report": "reports", "budget": "budget", "pricing": "pricing",
+            "fx": "fx", "carbon": "carbon", "fleet": "fleet", "plan": "plan", "slurm": "slurm", "goodput": "goodput"}
+
+
+def _register(module: str, root: typer.Typer) -> None:
+    """Register one module's commands on ``root``."""
+    import importlib
+
+    if module == "parts":  # commands that live with their part (both importable without torch)
+        from trainledger.app.cli import dashboard_command
+        from trainledger.trainer.cli import data_app, train_command
+
+        root.command("train")(train_command)
+        root.command("dashboard")(dashboard_command)
+        root.add_typer(data_app, name="data")
+        return
+    mod = importlib.import_module(f"trainledger.cli.{module}")
+    mod.register(root)
+    if module == "goodput":
+        from trainledger.cli import goodput_ops
+
+        goodput_ops.register_commands(mod.app)  # `goodput idle` and `goodput advise` (issue #25, h25b)
+
+
+_LOADED: dict[str, dict] = {}  # module → its click commands by name
+
+
+def _click_commands(module: str) -> dict:
+    """The click commands ``module`` registers, built once per process."""
+    if module not in _LOADED:
+        holder = typer.Typer(add_completion=False)
+        holder.callback()(lambda: None)  # a group, even for a module with one command
+        _register(module, holder)
+        _LOADED[module] = dict(typer.main.get_command(holder).commands)
+    return _LOADED[module]
+
+
+class LazyCommands(OneLineUsageErrors):
+    """The root group: lists :data:`COMMANDS` and loads a command's module only when it is asked for."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name: str):
+        if name not in self.commands and name in COMMANDS:
+            self.commands.update({k: v for k, v in _click_commands(COMMANDS[name]).items() if k not in self.commands})
+        return self.commands.get(name)
 
 app = typer.Typer(help="trainledger: cost and resource accounting for distributed LLM training. Every command has --help; "
                        "global options (-q, -v, --config, --no-progress) go before the command.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True, cls=OneLineUsageErrors)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True, cls=LazyCommands)
 
 
 def _print_version(value: bool) -> None:
@@ -84,26 +117,6 @@ def global_options(
     logs.configure(-1 if quiet else verbose)
     progress.set_enabled(not (quiet or no_progress))
 
-
-
-def _register_parts() -> None:
-    """Commands that live with their part: ``train``/``data prepare`` in trainer/,
-    ``dashboard`` in app/ (both importable without torch)."""
-    from trainledger.app.cli import dashboard_command
-    from trainledger.trainer.cli import data_app, train_command
-
-    app.command("train")(train_command)
-    app.command("dashboard")(dashboard_command)
-    app.add_typer(data_app, name="data")
-
-
-for _module in (db, demo, imports, runs, track, settings, config):
-    _module.register(app)
-_register_parts()
-for _module in (metrics, costs, reports, forecast, budget, exporter, pricing, fx, carbon, fleet, plan, slurm):
-    _module.register(app)
-goodput.register(app)
-goodput_ops.register_commands(goodput.app)  # `goodput idle` and `goodput advise` (issue #25, h25b)
 
 
 def main() -> None:

@@ -86,6 +86,8 @@ class Start:
 def spawn(command: Sequence[str], env: Mapping[str, str], how: Optional[Start] = None) -> Kept:
     """Fork the keeper, which starts ``command``; call before starting any thread (fork copies one thread)."""
     how = how or Start()
+    import psutil  # noqa: F401  (loaded once, before the fork: the keeper's end needs it and the wrapper samples with it)
+
     r_ctl, w_ctl = os.pipe()
     r_st, w_st = os.pipe()
     r_err, w_err = os.pipe()

@@ -95,6 +95,7 @@ def host_env(base: Path, host: Host, ledger: Ledger, **extra: str) -> dict:
         "GLOO_SOCKET_IFNAME": host.iface,
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
+        "TRAINLEDGER_NODE_TYPE": "rtx4090-8x",  # the configured default: runs are costed (none: not costed)
         **extra,
     })
     return env

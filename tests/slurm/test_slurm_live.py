@@ -387,7 +387,8 @@ def test_a_job_sbatch_refuses_fails_its_run(slurm, ledger, tmp_path):
     env = {**os.environ, "SLURM_CONF": str(slurm.conf), "XDG_DATA_HOME": str(tmp_path / "xdg")}
     env.pop("TRAINLEDGER_DB_URL", None)
     out = subprocess.run([sys.executable, "-m", "trainledger.cli", "launch", str(REPO / "trainer/configs/dp.yaml"),
-                          "--launcher", "slurm", "--gpus-per-node", "4", "--name", "too-big", "--db", ledger],
+                          "--launcher", "slurm", "--gpus-per-node", "4", "--name", "too-big", "--node-type", "rtx4090-8x",
+                          "--db", ledger],
                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 2 and out.stderr.startswith("error: sbatch: ") and out.stderr.count("\n") == 1, out.stderr
     run = next(r for r in runs(ledger).values() if r.name == "too-big")
