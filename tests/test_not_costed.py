@@ -225,3 +225,54 @@ def test_the_demo_has_a_ledger_of_its_own(cli, monkeypatch, tmp_path):
     assert again.exit_code == 0 and "already present" in again.output
     r = cli("dashboard", "--demo", "--db", "sqlite:///x.db", db=False)
     assert r.exit_code == 2
+
+
+def test_the_warning_follows_the_quiet_flag(capsys):
+    """``-q`` sets trainledger's logger to ERROR (trainledger.cli.logs): the not-costed warning is not printed."""
+    import logging
+
+    from trainledger.cli import logs
+    from trainledger.store import defaults
+
+    defaults._WARNED.discard("quiet-nt")
+    logs.configure(-1)
+    try:
+        assert defaults.warn_not_costed("q1", "quiet-nt") is True  # said (once) as far as the run is concerned
+    finally:
+        logs.reset()
+    assert capsys.readouterr().err == ""
+    defaults._WARNED.discard("quiet-nt")
+    assert logging.getLogger("trainledger").isEnabledFor(logging.WARNING)
+    defaults.warn_not_costed("q2", "quiet-nt")
+    assert capsys.readouterr().err == ("warning: run q2 is on node type quiet-nt, which has no offer, and is not costed; "
+                                       "add an offer with `trainledger pricing import` (`trainledger pricing list`)\n")
+
+
+def test_the_strategy_comparison_lists_a_run_it_cannot_cost(cli, engine):
+    """``report weekly`` used to drop a sweep's run without a node type (an inner join); it is listed last,
+    not costed, with its throughput, and the costed run keeps its exact cost per 1M tokens."""
+    with Session(engine) as s:
+        for rid, strategy in (("sw-dp", "dp"), ("sw-tp", "tp")):
+            run = add_run(s, rid, datetime(2025, 11, 3, tzinfo=UTC), 1, nodes=1, offer_name=None)
+            run.sweep_id, run.strategy, run.tokens_per_s = "sw1", strategy, 1000.0
+        s.commit()
+        s.get(Run, "sw-tp").node_type_id = None
+        s.commit()
+    data = json.loads(cli("report", "weekly", "--sweep", "sw1", "--json").output)
+    rows = {r["run_id"]: r for r in data["rows"]}
+    assert [r["run_id"] for r in data["rows"]] == ["sw-dp", "sw-tp"]
+    assert (rows["sw-tp"]["not_costed"], rows["sw-tp"]["cost_per_1m_tokens"], rows["sw-tp"]["node_type"],
+            rows["sw-tp"]["cheapest"]) == ("no node type", {}, None, False)
+    assert rows["sw-dp"]["not_costed"] is None and rows["sw-dp"]["cheapest"] is True
+    from sqlmodel import select
+    from trainledger.money import costs
+    from trainledger.store.models import Offer
+
+    with Session(engine) as s:
+        offer = s.exec(select(Offer).where(Offer.name == "rtx4090-rent")).one()
+        hourly = costs.hourly_rate(offer)
+    # 1 node × the hourly rate ÷ (1,000 tokens/s × 3,600 s) × 10⁶, in cents as the JSON presents it
+    exact = hourly / Decimal(3_600_000) * 1_000_000
+    assert Decimal(rows["sw-dp"]["cost_per_1m_tokens"]["rtx4090-rent"]) == exact.quantize(Decimal("0.01"))
+    text = cli("report", "weekly", "--sweep", "sw1").output
+    assert "no node type" in text.splitlines()[-1]

@@ -121,6 +121,8 @@ def sweep_view() -> None:
         row = {"": "★ cheapest" if r["cheapest"] else "", "strategy": r["strategy"]}
         for o in offers:
             row[cost_column(o)] = fmt_cell("cost_per_1m_tokens", r["cost_per_1m_tokens"].get(o))
+        if any(x.get("not_costed") for x in rows):  # no node type, or no offer for it: said, never priced
+            row["not costed"] = r.get("not_costed") or ""
         row.update({"tokens/s": f"{r['tokens_per_s']:,.0f}", "nodes": r["nodes"],
                     "layout": f"dp {r['dp']}, tp {r['tp']}, pp {r['pp']}, ZeRO-{r['zero_stage']}" if r["dp"] is not None else ui.DASH,
                     "time per epoch": (fmt_cell("time_per_epoch_hours", r["time_per_epoch_hours"]) + " h")

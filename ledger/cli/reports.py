@@ -153,6 +153,8 @@ def report_weekly(sweep: Annotated[Optional[str], typer.Option(help="Sweep id (d
                    "measured_energy_kwh": r.get("measured_energy_kwh")}
             for o in offers:
                 row[f"cost_per_1m_{o}"] = r["cost_per_1m_tokens"].get(o)
+            if any(x["not_costed"] for x in d["rows"]):
+                row["not_costed"] = r["not_costed"] or ""
             flat.append(row)
         out = f"{d['scope']} (* cheapest; GPU-Util source 'cpu' = process CPU share on a CPU-only run)\n" + table(flat)
         if d["not_measured"]:

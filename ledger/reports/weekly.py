@@ -13,7 +13,9 @@ For each succeeded run of a sweep (or of the last ``days`` days):
   with rate_o the offer's price of a node-hour in use (elastic: hourly rate;
   own and reserved: the full-use rate of a 730-hour month).
 
-Rows are sorted by the cheapest cost per 1M tokens; the cheapest is marked.
+Rows are sorted by the cheapest cost per 1M tokens; the cheapest is marked. A run without a node type, or
+on a node type without an offer, is listed last with ``not_costed`` (the reason) and no cost: never left out,
+never priced as another node type (docs/MONEY.md, "Not costed").
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 from trainledger.money import costs
 from trainledger.money.fx import at_list_prices
+from trainledger.store.defaults import not_costed_reason
 from trainledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
 from trainledger.store.types import utcnow
 
@@ -49,7 +52,7 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
     from trainledger.runs.registry import reap_stale
 
     reap_stale(session)
-    q = select(Run, NodeType).join(NodeType, NodeType.id == Run.node_type_id)
+    q = select(Run, NodeType).join(NodeType, NodeType.id == Run.node_type_id, isouter=True)  # not costed too
     if days is not None:
         q = q.where(Run.created_at >= utcnow() - timedelta(days=days))
         label = f"last {days} days"
@@ -67,11 +70,11 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
             pending.append({"run_id": run.id, "strategy": run.strategy, "status": run.status.value,
                             "error": run.error})
             continue
-        if nt.id not in offers_by_nt:
+        if nt is not None and nt.id not in offers_by_nt:
             offers_by_nt[nt.id] = at_list_prices(
                 session, session.exec(select(Offer).where(Offer.node_type_id == nt.id).order_by(Offer.name)).all(), currency)
         per_offer = {}
-        for o in offers_by_nt[nt.id]:
+        for o in offers_by_nt.get(nt.id, []) if nt is not None else []:
             per_hour = node_hour_rate(o) * run.nodes
             per_offer[o.name] = per_hour / (Decimal(str(run.tokens_per_s)) * 3600) * 1_000_000
         rows.append({
@@ -81,8 +84,9 @@ def strategy_comparison(session: Session, sweep_id: Optional[str] = None, days: 
             "time_per_epoch_hours": (Decimal(run.tokens_per_epoch) / Decimal(str(run.tokens_per_s)) / 3600) if run.tokens_per_epoch else None,
             "peak_mem_per_gpu_bytes": run.peak_mem_bytes, "mem_kind": run.mem_kind,
             "comm_share": run.comm_share, "gpu_util_mean": run.gpu_util_mean, "util_source": run.util_source,
-            "mfu": run.mfu, "final_loss": run.final_loss, "node_type": nt.name,
+            "mfu": run.mfu, "final_loss": run.final_loss, "node_type": nt.name if nt is not None else None,
             "cost_per_1m_tokens": per_offer,
+            "not_costed": None if per_offer else not_costed_reason(nt.name if nt is not None else None),
             **measured.get(run.id, {"measured_gpu_util_mean": None, "measured_util_source": None, "measured_energy_kwh": None}),
         })
 

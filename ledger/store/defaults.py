@@ -46,6 +46,12 @@ def default_node_type() -> Optional[str]:
 
 
 def _say(line: str) -> None:
+    """A warning on stderr, unless trainledger's logger is set above WARNING (the CLI's ``-q``, or the
+    program's own logging configuration)."""
+    import logging
+
+    if not logging.getLogger("trainledger").isEnabledFor(logging.WARNING):
+        return
     try:
         print(line, file=sys.stderr, flush=True)
     except (OSError, ValueError):  # a closed stderr is never a reason not to record
