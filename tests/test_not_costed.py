@@ -276,3 +276,24 @@ def test_the_strategy_comparison_lists_a_run_it_cannot_cost(cli, engine):
     assert Decimal(rows["sw-dp"]["cost_per_1m_tokens"]["rtx4090-rent"]) == exact.quantize(Decimal("0.01"))
     text = cli("report", "weekly", "--sweep", "sw1").output
     assert "no node type" in text.splitlines()[-1]
+
+
+def test_the_api_warns_once_when_its_node_type_has_no_offer(engine, ledger_url, tmp_path, monkeypatch, capfd):
+    """``trainledger.track`` on a node type without an offer: the run is recorded with its node type, and the
+    warning comes from the writer's own connection once the run reached the ledger (no second engine)."""
+    import trainledger
+    from trainledger.store import defaults
+
+    monkeypatch.setattr(defaults, "_WARNED", set())
+    for rid, node_type in (("api-h100", "h100-8x"), ("api-rtx", "rtx4090-8x")):
+        with trainledger.track(project="api", run_id=rid, node_type=node_type, db=ledger_url,
+                               journal_dir=tmp_path / "journal", env={"USER": "ada"}) as run:
+            run.log(step=1, tokens=10)
+    warned = [ln for ln in capfd.readouterr().err.splitlines() if "not costed" in ln]
+    assert warned == ["[trainledger] warning: run api-h100 is on node type h100-8x, which has no offer, and is not "
+                      "costed; add an offer with `trainledger pricing import` (`trainledger pricing list`)"]
+    from trainledger.store.models import NodeType
+
+    with Session(engine) as s:
+        assert s.get(NodeType, s.get(Run, "api-h100").node_type_id).name == "h100-8x"
+        assert s.get(Run, "api-rtx").status.value == "succeeded"

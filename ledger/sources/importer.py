@@ -80,11 +80,9 @@ DST_POLICIES = ("refuse", "earliest", "latest", "report")
 #: rows per write batch (and per rollup fold): bounds the memory of the write phase
 BATCH = 1000
 _UTC = timezone.utc
-#: an import's progress callback, ``(stage, done, total)``: stage "read" (rows read so far, total None) while the
-#: input is parsed, then "write" (runs written of the ``total`` to write), once per :data:`BATCH`
+#: an import's progress, ``(stage, done, total)``: "read" (rows so far, total None), then "write" (per BATCH)
 StageProgress = Callable[[str, int, Optional[int]], None]
-#: input lines read between two "read" progress calls
-PROGRESS_LINES = 1000
+PROGRESS_LINES = 1000  # input lines read between two "read" progress calls
 
 
 # --- values -------------------------------------------------------------------------------
@@ -401,19 +399,14 @@ def read_lines(fh, path: Path | str) -> Iterator[str]:
 
 def counting(lines: Iterable[str], receipt: Receipt, progress: Optional[StageProgress]) -> Iterable[str]:
     """``lines`` unchanged; with ``progress``, ``progress("read", receipt.rows_read, None)`` every
-    :data:`PROGRESS_LINES` lines as the parser consumes them."""
-    if progress is None:
-        return lines
-    return _counted(lines, receipt, progress)
+    :data:`PROGRESS_LINES` lines as the parser consumes them (without, the lines themselves: no extra step)."""
+    def counted() -> Iterator[str]:
+        for n, line in enumerate(lines, 1):
+            yield line
+            if n % PROGRESS_LINES == 0:
+                progress("read", receipt.rows_read, None)
 
-
-def _counted(lines: Iterable[str], receipt: Receipt, progress: StageProgress) -> Iterator[str]:
-    n = 0
-    for line in lines:
-        yield line
-        n += 1
-        if n % PROGRESS_LINES == 0:
-            progress("read", receipt.rows_read, None)
+    return lines if progress is None else counted()
 
 
 def detect_format(first_line: str) -> str:
@@ -748,17 +741,16 @@ def write_spill(engine: Engine, spill: Spill, receipt: Receipt,
         if s.get_bind().dialect.name == "postgresql":
             s.execute(text("SELECT pg_advisory_xact_lock(7261015)"))  # imports and syncs of one ledger queue up
         names = _Names(s)
-        written = done = 0
+        done = folded = 0
         with rollup.bulk(s):
             for batch in spill.batches():
                 _write_batch(s, batch, names, receipt)
-                written += len(batch)
                 done += len(batch)
                 if progress:
                     progress("write", done, total)
-                if written >= FOLD:
+                if done - folded >= FOLD:
                     rollup.sync(s)
-                    written = 0
+                    folded = done
         if also is not None:
             also(s)
 

@@ -248,26 +248,25 @@ class TrackedRun:
             "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
             "hostname": socket.gethostname(), "pid": os.getpid(), **self._share(),
             "config": {"api": {"argv": _argv()}, "tags": o["tags"]}}})
-        if not o["node_type"] or (not o["offer"] and not self._has_offer()):
-            from trainledger.store.defaults import warn_not_costed
+        if not o["node_type"]:
+            self._warn_not_costed()
+        elif not o["offer"]:  # whether the node type has an offer: asked on the writer's connection once it applies
+            self.writer.after_first_apply = self._warn_without_offer
 
-            warn_not_costed(self.run_id, o["node_type"], write=lambda line: warn(line.removeprefix("warning: ")))
+    def _warn_not_costed(self) -> None:
+        from trainledger.store.defaults import warn_not_costed
 
-    def _has_offer(self) -> bool:
-        """Whether the run's node type has an offer to cost it (True when the ledger cannot tell now)."""
-        try:
-            from sqlmodel import Session
-            from trainledger.store.db import make_engine
-            from trainledger.store.defaults import has_offer
+        warn_not_costed(self.run_id, self.opts["node_type"], write=lambda line: warn(line.removeprefix("warning: ")))
 
-            engine = make_engine(self.db)
-            try:
-                with Session(engine) as s:
-                    return has_offer(s, self.opts["node_type"])
-            finally:
-                engine.dispose()
-        except Exception:  # unreachable ledger: the reports will say it, never a reason not to train
-            return True
+    def _warn_without_offer(self, engine) -> None:
+        """Once the run reached the ledger (the writer's engine): warn if its node type has no offer."""
+        from sqlmodel import Session
+        from trainledger.store.defaults import has_offer
+
+        with Session(engine) as s:
+            if has_offer(s, self.opts["node_type"]):
+                return
+        self._warn_not_costed()
 
     def _share(self) -> dict:
         """``share``/``share_basis`` of the node this process holds (``CUDA_VISIBLE_DEVICES`` /

@@ -26,7 +26,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 
 def utc_now() -> datetime:
@@ -72,6 +72,9 @@ class LedgerWriter(threading.Thread):
         self._lock = threading.Lock()
         #: more event sources drained at each flush, before the heartbeat (the run's phases: trainledger.sources.phases)
         self.sources: list[Callable[[], list[dict]]] = []
+        #: called once with the writer's engine after the first apply that reached the ledger: a check that needs
+        #: the ledger rides on the writer's connection (trainledger.track's "no offer" warning), opens none of its own
+        self.after_first_apply: Optional[Callable[[Any], None]] = None
 
     def put(self, event: dict) -> None:
         """Queue an event. After a journal failure it is kept for :meth:`close` to write straight to the ledger
@@ -120,6 +123,14 @@ class LedgerWriter(threading.Thread):
                 self._journal_failed(exc, [])
                 raise
 
+    def _after_first_apply(self) -> None:
+        hook, self.after_first_apply = self.after_first_apply, None
+        if hook is not None:
+            try:
+                hook(self._engine)
+            except Exception:  # a check of ours is never a reason to stop recording
+                pass
+
     def _drain(self) -> list[dict]:
         """The queued events, then the liveness events when a heartbeat is due (after: a first beat must not
         come before the registration queued with it)."""
@@ -153,6 +164,7 @@ class LedgerWriter(threading.Thread):
             if self.ledger_ok is False:
                 print("[trainledger] ledger reachable again; journal replayed", file=sys.stderr, flush=True)
             self.ledger_ok, self.waiting_for_run = True, False
+            self._after_first_apply()
         except JournalWriteError:  # the ledger has the events; the journal's applied mark could not be written
             self.ledger_ok = True
             raise
