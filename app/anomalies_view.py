@@ -1,8 +1,8 @@
 """Spend anomalies on the dashboard: Overview's flagged days, and the Runs page's ``?day=YYYY-MM-DD`` list.
 
-The days and the rule are :func:`trainledger.money.anomalies.anomalies` (what ``trainledger report anomalies
+The days and the rule are :func:`trainledger.money.outlook.anomalies.anomalies` (what ``trainledger report anomalies
 --month M`` prints); each flagged day links to the runs that ran on it
-(:func:`trainledger.money.anomalies.runs_on_day`, ``trainledger report anomalies --day D``).
+(:func:`trainledger.money.outlook.anomalies.runs_on_day`, ``trainledger report anomalies --day D``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Optional
 import streamlit as st
 from trainledger.app import data, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money.anomalies import MEASURES, RULE, anomalies, parse_day, runs_on_day
+from trainledger.money.outlook.anomalies import MEASURES, RULE, anomalies, parse_day, runs_on_day
 
 DAY_PARAM = "day"
 

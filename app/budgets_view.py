@@ -1,6 +1,6 @@
 """Overview's "Set, change or remove budgets": ``trainledger budget set|list|remove`` in the browser.
 
-Every write goes through :mod:`trainledger.money.budgets` (``set_budget`` / ``remove_budget``: the CLI's
+Every write goes through :mod:`trainledger.money.outlook.budgets` (``set_budget`` / ``remove_budget``: the CLI's
 own validation: amount in whole cents above 0 and below 10^13, a month YYYY-MM, a known project, a
 currency the ledger can convert, an alert threshold from 1 to 100 percent), so a form accepts exactly
 what ``budget set`` accepts and says why in the same one line, naming the form's field. Leads save; viewers see the budgets and the forms
@@ -15,7 +15,7 @@ from typing import Any, Optional
 import streamlit as st
 from trainledger.app import access, data, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget
+from trainledger.money.outlook.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget
 from trainledger.store.models import Project
 
 TEAM_LABEL = "The team (all projects)"

@@ -19,7 +19,7 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``{"presented": presented(chargeback(month)), "files": {name: bytes}}``, as the CLI writes them."""
-    from trainledger.money.chargeback import chargeback
+    from trainledger.money.account.chargeback import chargeback
     from trainledger.reports.chargeback import files, presented
 
     with data.read_session(url) as s:

@@ -22,14 +22,14 @@ import streamlit as st
 from sqlmodel import Session, select
 from trainledger.demo import is_demo
 from trainledger.errors import LedgerInputError
-from trainledger.money.budgets import budget_status as ledger_budget_status
-from trainledger.money.compare import compare_node_type
-from trainledger.money.forecast import forecast as ledger_forecast
-from trainledger.money.fx import at_list_prices
-from trainledger.money.monthly import MonthlyReport, monthly_report
-from trainledger.money.months import month_of, months_between, parse_month
-from trainledger.money.pricing import list_pricing, offers_with_node_types
-from trainledger.money.pricing import node_types as pricing_node_types
+from trainledger.money.account.compare import compare_node_type
+from trainledger.money.account.monthly import MonthlyReport, monthly_report
+from trainledger.money.outlook.budgets import budget_status as ledger_budget_status
+from trainledger.money.outlook.forecast import forecast as ledger_forecast
+from trainledger.money.rates.fx import at_list_prices
+from trainledger.money.rates.months import month_of, months_between, parse_month
+from trainledger.money.rates.pricing import list_pricing, offers_with_node_types
+from trainledger.money.rates.pricing import node_types as pricing_node_types
 from trainledger.reports import weekly as ledger_strategies
 from trainledger.reports.export import presented_report
 from trainledger.runs import registry
@@ -173,14 +173,14 @@ def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None)
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``trainledger.money.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
+    """``trainledger.money.outlook.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
     with read_session(url) as s:
         return ledger_forecast(s, month, now=now(), currency=currency)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def budget_status(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``trainledger.money.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
+    """``trainledger.money.outlook.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
     with read_session(url) as s:
         return ledger_budget_status(s, month, now=now(), fc=forecast(url, month, currency), currency=currency)
 
@@ -311,7 +311,7 @@ def demo_ledger(url: str) -> bool:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str],
             currency: Optional[str] = None) -> dict[str, Any]:
-    """``trainledger.money.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
+    """``trainledger.money.account.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
     with read_session(url) as s:
         return compare_node_type(s, node_type, utilization, own=own, rent=rent, currency=currency)
 
@@ -353,10 +353,10 @@ def intensities(url: str) -> list[dict[str, Any]]:
 @st.cache_data(ttl=TTL, show_spinner=False)
 def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
     """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's ``waste_reason``
-    (``trainledger.money.waste.run_reasons``; None when the run is no waste). Money outside an export is each
+    (``trainledger.money.account.waste.run_reasons``; None when the run is no waste). Money outside an export is each
     figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read the same."""
-    from trainledger.money.costs import cents
-    from trainledger.money.waste import run_reasons
+    from trainledger.money.account.waste import run_reasons
+    from trainledger.money.rates.costs import cents
 
     exact = {r.run_id: r for r in report(url, month, True, currency).runs}
     lines = [{**r, "cost": str(cents(exact[r["run_id"]].cost)),
@@ -369,24 +369,24 @@ def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> lis
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def spend_by_project(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """``trainledger.money.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
-    from trainledger.money.spend import spend_by_project as lines
+    """``trainledger.money.account.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
+    from trainledger.money.account.spend import spend_by_project as lines
 
     return lines(report(url, month, currency=currency))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def spend_by_project_months(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """``trainledger.money.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
-    from trainledger.money.spend import spend_by_project_months as lines
+    """``trainledger.money.account.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
+    from trainledger.money.account.spend import spend_by_project_months as lines
 
     return lines([report(url, m, currency=currency) for m in months])
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def capacity_warnings(url: str, month: str) -> list[dict[str, Any]]:
-    """``trainledger.money.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
-    from trainledger.money.capacity import capacity_warnings as warnings
+    """``trainledger.money.allocation.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
+    from trainledger.money.allocation.capacity import capacity_warnings as warnings
 
     with read_session(url) as s:
         return warnings(s, month, now=now())

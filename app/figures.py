@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app import data, ui
-from trainledger.money.spend import IDLE, NO_PROJECT
+from trainledger.money.account.spend import IDLE, NO_PROJECT
 
 
 def project_names(lines: list[dict]) -> list[str]:
@@ -37,7 +37,7 @@ def project_links(names: list[str], month: str, label: str = "Runs of {name}") -
 
 def spend_by_project(url: str, month: str, currency: Optional[str], cur: str, spend: Any, key: str,
                      months: Optional[tuple[str, ...]] = None) -> None:
-    """Spend by project with idle as its own line (``trainledger.money.spend.spend_by_project``): table and bars.
+    """Spend by project with idle as its own line (``trainledger.money.account.spend.spend_by_project``): table and bars.
     The lines add up to the month's spend (``spend``, as presented) to the cent. A project's row, bar or link
     opens Runs filtered to it (``ui.runs_link``) in ``month``. ``months``: the lines summed over those months
     (a period's whole months; ``spend_by_project_months``), their spend the lines' sum."""

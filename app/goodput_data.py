@@ -15,7 +15,7 @@ from trainledger.app.data import TTL, now, read_session
 @st.cache_data(ttl=TTL, show_spinner=False)
 def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger goodput idle --month M --json``: the fleets' occupancy by hour, presented (money in cents)."""
-    from trainledger.money.occupancy import month_occupancy, occupancy_to_dict
+    from trainledger.money.goodput.occupancy import month_occupancy, occupancy_to_dict
     from trainledger.reports.present import jsonable
 
     with read_session(url) as s:
@@ -25,7 +25,7 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
 @st.cache_data(ttl=TTL, show_spinner=False)
 def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
     """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``)."""
-    from trainledger.money.goodput import goodput_account
+    from trainledger.money.goodput.account import goodput_account
 
     with read_session(url) as s:
         return goodput_account(s, month=month, project=project, currency=currency, now=now())
@@ -33,8 +33,8 @@ def account(url: str, month: str, currency: Optional[str] = None, project: Optio
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def timeline(url: str, run_id: str) -> list[dict[str, Any]]:
-    """``trainledger.money.goodput.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
-    from trainledger.money.goodput import phase_timeline
+    """``trainledger.money.goodput.account.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
+    from trainledger.money.goodput.account import phase_timeline
 
     with read_session(url) as s:
         return phase_timeline(s, run_id)

@@ -93,7 +93,7 @@ def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-# --- the goodput account (trainledger.money.goodput) -----------------------------------------
+# --- the goodput account (trainledger.money.goodput.account) -----------------------------------------
 
 def _label(cat: Any) -> str:
     return str(getattr(cat, "value", cat)).replace("_", " ")

@@ -2,7 +2,7 @@
 
 Every figure is the presented period report (``trainledger.app.data.period_report``: ``trainledger.reports.periods``), so a page
 shows the CLI's numbers to the cent, and each headline figure's change against the period before of the same
-length (``trainledger.money.periods.previous``) as the metric's delta.
+length (``trainledger.money.rates.periods.previous``) as the metric's delta.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Rent vs own with editable assumptions: pure functions on trainledger.money.costs (no database).
+"""Rent vs own with editable assumptions: pure functions on trainledger.money.rates.costs (no database).
 
 :func:`assumed_offer` makes a detached copy of an offer with edited prices;
-``trainledger.money.compare.compare_offers`` (what ``trainledger cost compare`` prints)
+``trainledger.money.account.compare.compare_offers`` (what ``trainledger cost compare`` prints)
 costs it, so the page tries out prices without saving them. The charts'
-series below use the same ``trainledger.money.costs`` functions.
+series below use the same ``trainledger.money.rates.costs`` functions.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
 
-from trainledger.money import costs
-from trainledger.money.monthly import MonthlyReport
-from trainledger.money.months import month_bounds
+from trainledger.money.account.monthly import MonthlyReport
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_bounds
 
 OFFER_ATTRS = ("name", "kind", "currency", "node_type_id", "price_per_node_hour", "price_per_node_month",
                "billing_granularity_hours", "minimum_hours", "capex_per_node", "depreciation_months",

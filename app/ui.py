@@ -27,7 +27,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.errors import LedgerInputError
-from trainledger.money.months import check_month
+from trainledger.money.rates.months import check_month
 from trainledger.reports.present import fmt_cell, kind_of, present
 
 TIME_UTIL = "Time utilization"
@@ -41,7 +41,7 @@ GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weigh
 MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
 
 #: how reserved capacity is priced everywhere (Planner, Rent vs own, the monthly report and its export):
-#: ``trainledger.money.costs.reserved_month_cost`` / ``reserved_term_cost``
+#: ``trainledger.money.rates.costs.reserved_month_cost`` / ``reserved_term_cost``
 RESERVED_RULE = ("Reserved capacity is billed by whole committed months: nodes × monthly price for every month "
                  "begun (⌈hours ÷ 730⌉, at least one), used or not, as the monthly report bills it.")
 
@@ -284,14 +284,14 @@ def month_picker(url: str) -> str:
     return choice
 
 
-# --- periods: a month, a quarter, a year to date, a date range (trainledger.money.periods) ------------
+# --- periods: a month, a quarter, a year to date, a date range (trainledger.money.rates.periods) ------------
 
 PERIOD_STATE = "_period"  # the chosen period (kind and bounds), kept across pages
 PERIOD_KEYS = ("period", "quarter", "year", "from", "to")  # its query parameters (a month: ?month= alone)
 
 
 def _check_kind(text: str, flag: str) -> str:
-    from trainledger.money.periods import KINDS
+    from trainledger.money.rates.periods import KINDS
 
     if text not in KINDS:
         raise LedgerInputError(f"{flag}: expected month, quarter, ytd or range, got {text!r}")
@@ -305,7 +305,7 @@ def period_picker(url: str) -> tuple[Any, str]:
     ``?period=range&from=2026-10-15&to=2026-11-20``; a month: ``?month=2026-11``); a bad value is one line
     and the month is shown instead. ``trainledger report period --from --to`` reports the same period."""
     from trainledger.app import data
-    from trainledger.money import periods as P
+    from trainledger.money.rates import periods as P
 
     today = data.today(url)
     kept = st.session_state.get(PERIOD_STATE) or {}
@@ -344,7 +344,7 @@ def period_picker(url: str) -> tuple[Any, str]:
 
 def _range_picker(kept: dict, today, state: dict) -> Any:
     """Two dates (From, To; both included); None, after one line, when they do not make a range."""
-    from trainledger.money import periods as P
+    from trainledger.money.rates import periods as P
 
     first = checked_param("from", P.check_day, "a month") or kept.get("from")
     last = checked_param("to", P.check_day, "a month") or kept.get("to")

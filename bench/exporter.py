@@ -27,7 +27,7 @@ from bench import Result, log, median
 def run(quick: bool) -> Result:
     from prometheus_client import CollectorRegistry, generate_latest
     from sqlmodel import Session, delete, select
-    from trainledger.money.budgets import set_budget
+    from trainledger.money.outlook.budgets import set_budget
     from trainledger.reports.metrics import LedgerCollector, month_metrics
     from trainledger.store.db import make_engine, read_only_engine, session_scope
     from trainledger.store.models import Budget, Project

@@ -17,10 +17,10 @@
 
 The file is cached under ``bench/results/`` keyed by its parameters, the
 generator version and the schema revision, with a JSON sidecar (busiest month,
-per-month counts, timings). After generating, ``trainledger.money.rollup.rebuild(session)``
+per-month counts, timings). After generating, ``trainledger.money.facts.rollup.rebuild(session)``
 is called when that module exists; on a cached file only when asked
 (``--rebuild-rollup`` or ``$TRAINLEDGER_BENCH_REBUILD_ROLLUP=1``: minutes on 1M
-runs); a note says when ``ledger/money/rollup.py``, ``ledger/money/monthly.py`` or ``ledger/store/models.py``
+runs); a note says when ``ledger/money/facts/rollup.py``, ``ledger/money/account/monthly.py`` or ``ledger/store/models.py``
 changed since the cached rollup was built.
 
 ``python -m bench.gen --runs N --samples M`` builds (or finds) one and prints its path.
@@ -106,7 +106,7 @@ def last_month(today: Optional[date] = None) -> str:
 def _source_hash() -> str:
     root = Path(__file__).resolve().parents[1] / "ledger"
     h = hashlib.sha1()
-    for name in ("money/rollup.py", "money/monthly.py", "store/models.py"):
+    for name in ("money/facts/rollup.py", "money/account/monthly.py", "store/models.py"):
         p = root / name
         h.update(p.read_bytes() if p.exists() else b"-")
     return h.hexdigest()[:12]
@@ -152,32 +152,32 @@ def generate(runs: int, samples: int, *, months: int = 24, end_month: Optional[s
         meta["cached"] = False
         meta["path"] = str(path)
         log(f"gen: wrote {path.name} in {meta['generate_s']:.1f} s")
-    has_rollup = importlib.util.find_spec("trainledger.money.rollup") is not None
+    has_rollup = importlib.util.find_spec("trainledger.money.facts.rollup") is not None
     if has_rollup and (not meta.get("cached") or rebuild or "rollup_source" not in meta):
         meta["rollup_rebuild_s"] = rebuild_rollup(path)
         meta["rollup_source"] = _source_hash()
     elif has_rollup and meta.get("rollup_source") != _source_hash():
-        log(f"gen: note: the rollup of {path.name} was built by an older ledger/money/rollup.py, money/monthly.py or "
+        log(f"gen: note: the rollup of {path.name} was built by an older ledger/money/facts/rollup.py, money/account/monthly.py or "
             f"store/models.py; set {ENV_REBUILD}=1 (or bench.gen --rebuild-rollup) if its facts changed")
     meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "cached"}, indent=2))
     return path, meta
 
 
 def rebuild_rollup(path: Path) -> Optional[float]:
-    """``trainledger.money.rollup.rebuild(session)`` on the ledger at ``path``; returns seconds (None without the module)."""
-    if importlib.util.find_spec("trainledger.money.rollup") is None:
+    """``trainledger.money.facts.rollup.rebuild(session)`` on the ledger at ``path``; returns seconds (None without the module)."""
+    if importlib.util.find_spec("trainledger.money.facts.rollup") is None:
         return None
-    from trainledger.money import rollup
+    from trainledger.money.facts import rollup
     from trainledger.store.db import make_engine, session_scope
 
     engine = make_engine(f"sqlite:///{path}")
-    log("gen: trainledger.money.rollup.rebuild …")
+    log("gen: trainledger.money.facts.rollup.rebuild …")
     t0 = time.perf_counter()
     with session_scope(engine) as s:
         rollup.rebuild(s)
     took = time.perf_counter() - t0
     engine.dispose()
-    log(f"gen: trainledger.money.rollup.rebuild took {took:.2f} s")
+    log(f"gen: trainledger.money.facts.rollup.rebuild took {took:.2f} s")
     return round(took, 3)
 
 
@@ -367,7 +367,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--months", type=int, default=24)
     ap.add_argument("--end-month", default=None)
     ap.add_argument("--force", action="store_true", help="generate again even if cached")
-    ap.add_argument("--rebuild-rollup", action="store_true", help="run trainledger.money.rollup.rebuild on a cached file too")
+    ap.add_argument("--rebuild-rollup", action="store_true", help="run trainledger.money.facts.rollup.rebuild on a cached file too")
     a = ap.parse_args(argv)
     path, meta = generate(a.runs, a.samples, months=a.months, end_month=a.end_month, force=a.force,
                           rebuild=a.rebuild_rollup or None)

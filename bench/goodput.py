@@ -1,7 +1,7 @@
 """Goodput: ``goodput_account`` of the busiest month over the generated ledger, as a ratio to the monthly report
 with its run lines (what ``report monthly`` computes) on the same ledger; and ``run.phase`` per call.
 
-* ratio = median wall of ``trainledger.money.goodput.goodput_account(month)`` ÷ median wall of
+* ratio = median wall of ``trainledger.money.goodput.account.goodput_account(month)`` ÷ median wall of
   ``monthly_report(month, lines=True)``, in process, same session, after a warm-up of each. The account
   includes its own monthly report, so the ratio is ≥ 1; target ≤ 2 (issue #25).
 * ``run.phase``: a real ``trainledger.track`` run (SQLite ledger and journal in a temporary directory, its writer
@@ -24,8 +24,8 @@ from bench import Result, log, median
 
 def _account_vs_report(url: str, month: str, repeats: int) -> tuple[list[float], list[float], dict]:
     from sqlmodel import Session
-    from trainledger.money.goodput import goodput_account
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.account import goodput_account
     from trainledger.store.db import make_engine
 
     engine = make_engine(url)

@@ -71,7 +71,7 @@ def no_gpu_reason() -> Optional[str]:
 
 def measure(shape: str, steps: int, micro_batch: int, grad_accum: int) -> dict[str, Any]:
     import torch
-    from trainledger.money import costs
+    from trainledger.money.rates import costs
     from trainledger.trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainConfig
     from trainledger.trainer.engine import Trainer
     from trainledger.trainer.parallel import resolve_plan

@@ -1,6 +1,6 @@
 """Monthly rollup: ``monthly_report`` for the busiest month ÷ DuckDB computing the same numbers.
 
-Ledger side (timed): ``trainledger.money.monthly.monthly_report(session, month, lines=False)``
+Ledger side (timed): ``trainledger.money.account.monthly.monthly_report(session, month, lines=False)``
 (``lines`` only when the function takes it), a fresh session per call, median
 of several calls, on the generated ledger (``bench.gen``, 1M runs + 10M samples).
 
@@ -87,7 +87,7 @@ def load_duckdb(path) -> Any:
     import duckdb
     import pandas as pd
     from sqlmodel import Session, select
-    from trainledger.money.catalog import default_offer, load_catalog
+    from trainledger.money.rates.catalog import default_offer, load_catalog
     from trainledger.store.db import make_engine
     from trainledger.store.models import Fleet
 
@@ -129,7 +129,7 @@ def load_duckdb(path) -> Any:
 def duck_month(con, month: str) -> tuple[float, list[tuple]]:
     from zoneinfo import ZoneInfo
 
-    from trainledger.money.months import month_bounds
+    from trainledger.money.rates.months import month_bounds
 
     ms, me = month_bounds(month, ZoneInfo("UTC"))
     params = {"ms": int(ms.timestamp() * 1e6), "me": int(me.timestamp() * 1e6)}
@@ -140,7 +140,7 @@ def duck_month(con, month: str) -> tuple[float, list[tuple]]:
 
 def ledger_month(engine, month: str) -> tuple[float, Any]:
     from sqlmodel import Session
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
 
     kwargs = {"lines": False} if "lines" in inspect.signature(monthly_report).parameters else {}
     with Session(engine) as s:

@@ -117,7 +117,7 @@ def cached_file(rows: int) -> Path:
 def _ledger(url: str) -> None:
     """A ledger with the mapping (and an a100 offer) whose rollup is built (a report has read it)."""
     from sqlmodel import Session
-    from trainledger.money import rollup
+    from trainledger.money.facts import rollup
     from trainledger.store.db import make_engine, session_scope
     from trainledger.store.presets import apply_pricing, parse_pricing
     from trainledger.store.slurm_map import add_rule

@@ -48,7 +48,7 @@ def _load_session_hooks() -> None:
     run has loaded them, and ``import trainledger`` (the CLI's ``--help``, the run wrapper) stays free of
     SQLAlchemy.
     """
-    importlib.import_module("trainledger.money.session_hooks")
+    importlib.import_module("trainledger.money.facts.session_hooks")
 
 
 #: the Python API, loaded on first use (``import trainledger`` stays light: no torch, no sampler, no writer)

@@ -26,8 +26,8 @@ from typing import Callable, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.months import month_bounds, months_between
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_bounds, months_between
 from trainledger.store.models import (
     Fleet,
     MetricSample,
@@ -264,7 +264,7 @@ DEMO_SWEEP_PROJECT = "demo-sweep"
 
 def add_demo_budgets(session: Session) -> None:
     """The demo's every-month budgets (:data:`DEMO_BUDGETS`), through ``budget set``'s own function."""
-    from trainledger.money.budgets import set_budget
+    from trainledger.money.outlook.budgets import set_budget
 
     for project, amount in DEMO_BUDGETS:
         set_budget(session, amount, project=project or None)
@@ -299,7 +299,7 @@ def is_demo(session: Session) -> bool:
     return bool(row and row.value == "true")
 
 
-# --- goodput: phases of the demo runs (trainledger.money.goodput) ------------------------------------------------------
+# --- goodput: phases of the demo runs (trainledger.money.goodput.account) ------------------------------------------------------
 # Start-up of a 1.3B DeepSpeed job on 8 nodes: process launch, NCCL init, data shards, model build: 4-10 min
 #   (a resumed run adds 2-5 min of checkpoint restore); checkpoint saves of ~16 GB of model + optimizer state to
 #   shared storage: 1-3 min every 2 h (fine-tunes: 20-60 s every hour); evals 3-8 min every 4 h; data waits 1-4%

@@ -93,9 +93,9 @@ def month_account_identities(session, month: str, now):
     recovery it became; lost work as the report's. Returns (account, report, the month's account, report lines by run)."""
     from decimal import Decimal
 
-    from trainledger.money import costs
-    from trainledger.money.goodput import Category, goodput_account, on_grid
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.account import Category, goodput_account, on_grid
+    from trainledger.money.rates import costs
 
     rep = goodput_account(session, month=month, now=now)
     report = monthly_report(session, month, now=now)

@@ -9,11 +9,11 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainledger.money import costs
-from trainledger.money.compare import compare_month
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import month_bounds
-from trainledger.money.rollup import sweep_peak as peak_concurrent_nodes
+from trainledger.money.account.compare import compare_month
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts.rollup import sweep_peak as peak_concurrent_nodes
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_bounds
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import jsonable
 from trainledger.store.models import RunStatus

@@ -1,4 +1,4 @@
-"""Checkpoint advice (trainledger.money.advice): on a generated history with a known MTBI and save time, the
+"""Checkpoint advice (trainledger.money.outlook.advice): on a generated history with a known MTBI and save time, the
 suggested interval is Young/Daly's sqrt(2 · MTBI · δ), and the replayed costs follow from the runs as written."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from trainledger.money.advice import advise, replay, young_daly_interval_hours
-from trainledger.money.costs import cents
+from trainledger.money.outlook.advice import advise, replay, young_daly_interval_hours
+from trainledger.money.rates.costs import cents
 from trainledger.store.models import RunPhase, RunStatus
 
 from tests.helpers import add_run

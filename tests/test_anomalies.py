@@ -1,4 +1,4 @@
-"""Spend anomalies (ledger/money/anomalies.py): a flat history flags nothing, an injected spike day is flagged with
+"""Spend anomalies (ledger/money/outlook/anomalies.py): a flat history flags nothing, an injected spike day is flagged with
 its figures, a young ledger's first days are not judged; `trainledger report anomalies` prints the same.
 
 Every day from 2026-10-01 one elastic run of 2 nodes × 10 h on rtx4090-rent (3,600 CNY per node-month of 730 h):
@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-from trainledger.money.anomalies import anomalies, runs_on_day
+from trainledger.money.outlook.anomalies import anomalies, runs_on_day
 
 from tests.helpers import add_run
 

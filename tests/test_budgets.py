@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 from sqlmodel import func, select
 from trainledger.errors import LedgerInputError
-from trainledger.money.budgets import budget_status, list_budgets, remove_budget, set_budget
-from trainledger.money.costs import cents
-from trainledger.money.forecast import forecast
+from trainledger.money.outlook.budgets import budget_status, list_budgets, remove_budget, set_budget
+from trainledger.money.outlook.forecast import forecast
+from trainledger.money.rates.costs import cents
 from trainledger.store.models import Budget
 
 from tests.month_helpers import (
@@ -150,7 +150,7 @@ def test_a_threshold_puts_a_budget_at_risk_once_spent_to_date_reaches_it(session
     """November has ended at NOW: llm's only run there, llm-nov (2 owned nodes × 48 h), cost 96 busy node-hours at
     November's rate (30 days: 720 h), 637.33, and its forecast is that figure. A budget that figure is 90 % of
     (708.15) is ok at the default 100, at risk at 80 (spent ≥ 566.52), ok again at 95 (672.74)."""
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
 
     build_december(session)
     spent = 96 * (FIXED_PER_NODE_MONTH / 720 + LOAD_KWH_PRICE)  # by hand from the seed prices

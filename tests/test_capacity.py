@@ -1,4 +1,4 @@
-"""Capacity over-use (trainledger.money.capacity): the pure sweep, the ledger's months, and `report monthly`."""
+"""Capacity over-use (trainledger.money.allocation.capacity): the pure sweep, the ledger's months, and `report monthly`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import json
 from datetime import datetime, timedelta, timezone
 
-from trainledger.money.capacity import Interval, capacity_warnings, over_capacity
+from trainledger.money.allocation.capacity import Interval, capacity_warnings, over_capacity
 from trainledger.store.models import Run
 
 from tests.helpers import add_fleet, add_run
@@ -56,7 +56,7 @@ def test_capacity_warnings_of_a_month(session):
 
 
 def _export(session, fmt: str) -> bytes:
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
     from trainledger.reports.export import presented_report, render
     from trainledger.reports.goodput_columns import run_goodput
 

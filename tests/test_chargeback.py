@@ -70,7 +70,7 @@ def test_statements_add_up_to_spend_under_every_policy(cli, session, tmp_path):
 
 
 def _check_policy(cli, session, tmp_path, policy):
-    from trainledger.money.chargeback import chargeback
+    from trainledger.money.account.chargeback import chargeback
 
     r = cli("fleet", "set", "own2", "--idle-share", policy)
     assert r.exit_code == 0, r.output

@@ -14,7 +14,7 @@ import json
 from datetime import datetime, timezone
 
 from sqlmodel import Session
-from trainledger.money.costs import cents
+from trainledger.money.rates.costs import cents
 from trainledger.reports.focus import focus_export, to_csv
 from trainledger.store.models import RunNode
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainledger.money import costs
+from trainledger.money.rates import costs
 from trainledger.store.presets import parse_pricing, preset_text
 
 D = Decimal

@@ -12,9 +12,9 @@ from decimal import Decimal
 
 import pytest
 from trainledger.errors import LedgerInputError
-from trainledger.money.budgets import budget_status, set_budget
-from trainledger.money.costs import cents
-from trainledger.money.forecast import forecast
+from trainledger.money.outlook.budgets import budget_status, set_budget
+from trainledger.money.outlook.forecast import forecast
+from trainledger.money.rates.costs import cents
 from trainledger.store.fx import set_rate
 
 from tests.month_helpers import MONTH, NOW, build_december

@@ -110,7 +110,7 @@ def test_backup_and_restore_round_trip(ledger_url, tmp_path, cli):
 
 def test_ledger_and_cli_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['deepspeed'] = None\n"
-            "import trainledger.cli, trainledger.money.monthly, trainledger.reports.export, trainledger.trainer.shapes, trainledger.trainer.parallel\n"
+            "import trainledger.cli, trainledger.money.account.monthly, trainledger.reports.export, trainledger.trainer.shapes, trainledger.trainer.parallel\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
@@ -129,7 +129,7 @@ def test_downgrade_to_base_and_upgrade_again(engine):
 
 def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
     """A ledger written at revision 0001 upgrades to head with every row and total intact."""
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
     from trainledger.store.db import upgrade_schema
 
     eng = make_engine(ledger_url, upgrade=False)

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 import pytest
 from sqlmodel import Session, select
 from trainledger.demo import FLEET_NODES, FLOPS_PER_TOKEN, generate_demo
-from trainledger.money import costs
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import months_between
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import months_between
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Fleet, NodeType, Run, RunNode, RunStatus
 
@@ -132,7 +132,7 @@ def test_the_demo_seeds_a_team_budget_and_two_project_budgets_the_overview_can_j
     each judged against its month (November's states follow from its costs)."""
     from decimal import Decimal
 
-    from trainledger.money.budgets import budget_status, list_budgets
+    from trainledger.money.outlook.budgets import budget_status, list_budgets
 
     assert [(b["project"], b["period"], b["amount"], b["currency"]) for b in list_budgets(demo)] == [
         ("", "monthly", Decimal("38000"), "CNY"), ("demo-finetune", "monthly", Decimal("2000"), "CNY"),

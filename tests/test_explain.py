@@ -1,8 +1,8 @@
-"""How a run was costed, in words (trainledger.money.explain): the offer and why, and why a what-if differs."""
+"""How a run was costed, in words (trainledger.money.rates.explain): the offer and why, and why a what-if differs."""
 
 from __future__ import annotations
 
-from trainledger.money.explain import BASIS, costed_under, differs
+from trainledger.money.rates.explain import BASIS, costed_under, differs
 
 
 def test_a_run_with_its_own_offer():

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlmodel import Session, text
-from trainledger.money.budgets import budget_status, set_budget
-from trainledger.money.forecast import forecast
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.outlook.budgets import budget_status, set_budget
+from trainledger.money.outlook.forecast import forecast
 from trainledger.store.db import make_engine, read_only_engine, session_scope
 
 from tests.month_helpers import MONTH, NOW, build_december

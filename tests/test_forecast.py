@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 from sqlmodel import select
 from trainledger.errors import LedgerInputError
-from trainledger.money.costs import cents
-from trainledger.money.forecast import Z_P90, forecast
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.outlook.forecast import Z_P90, forecast
+from trainledger.money.rates.costs import cents
 from trainledger.store.models import Run, RunStatus
 
 from tests.helpers import add_fleet, add_run

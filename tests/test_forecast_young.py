@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from trainledger.money.costs import cents
-from trainledger.money.forecast import forecast
+from trainledger.money.outlook.forecast import forecast
+from trainledger.money.rates.costs import cents
 
 from tests.helpers import add_run
 

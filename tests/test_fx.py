@@ -11,8 +11,9 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session, select
-from trainledger.money import costs, rollup
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
+from trainledger.money.rates import costs
 from trainledger.store.models import FxRate, Offer
 
 from tests.helpers import add_fleet, add_run

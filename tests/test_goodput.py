@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 from trainledger.demo import generate_demo
-from trainledger.money import costs
-from trainledger.money.goodput import (
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.goodput.account import (
     BADPUT,
     CATEGORIES,
     Category,
@@ -25,8 +25,8 @@ from trainledger.money.goodput import (
     on_grid,
     split_cost,
 )
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import months_between
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import months_between
 from trainledger.sources import phases as ph
 from trainledger.sources.journal import Journal, sync_journal
 from trainledger.store.db import make_engine, session_scope

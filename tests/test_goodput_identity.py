@@ -17,8 +17,8 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-from trainledger.money.goodput import BADPUT, Category, on_grid
-from trainledger.money.months import month_bounds
+from trainledger.money.goodput.account import BADPUT, Category, on_grid
+from trainledger.money.rates.months import month_bounds
 from trainledger.store.lookup import get_or_create
 from trainledger.store.models import Project, Run, RunPhase, RunStatus, User
 

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from trainledger.money import costs
-from trainledger.money.goodput import Category, goodput_account, phase_timeline
+from trainledger.money.goodput.account import Category, goodput_account, phase_timeline
+from trainledger.money.rates import costs
 from trainledger.sources import phases as ph
 from trainledger.store.models import Run, RunStatus
 from trainledger.store.presets import import_pricing_file

@@ -6,7 +6,7 @@ crashes (at a step boundary, or in the middle of a save: a partial checkpoint th
 a recovery gap before each restart, and a final attempt that completes. The same timeline is fed
 
 * to our side: the phase events a tracked run records (``trainledger.sources.phases.PhaseAggregator``, the
-  writer thread's code), then :func:`trainledger.money.goodput.account_seconds` per attempt (a run of the chain);
+  writer thread's code), then :func:`trainledger.money.goodput.account.account_seconds` per attempt (a run of the chain);
 * to ``GoodputCalculator`` through an in-memory logger, as log entries written by its own
   ``GoodputRecorder`` (job start/end, training preparation, step starts, custom badput events for data
   waits, evals and straggler waits) plus the checkpoint manager's save/restore entries.
@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
-from trainledger.money.goodput import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
+from trainledger.money.goodput.account import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
 from trainledger.sources import phases as ph
 
 goodput = pytest.importorskip("ml_goodput_measurement.src.goodput")

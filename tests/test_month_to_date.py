@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainledger.money.costs import cents
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import month_period
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates.costs import cents
+from trainledger.money.rates.months import month_period
 from trainledger.reports.daily import daily_report
 from trainledger.reports.export import presented_report, render
 from trainledger.store.settings import set_setting
@@ -152,7 +152,7 @@ def test_demo_on_day_3(tmp_path):
     """The issue's case: the demo ledger on 2026-12-03 charges the owned fleet for 3 days' worth, not 31."""
     from sqlmodel import select
     from trainledger.demo import generate_demo
-    from trainledger.money import costs
+    from trainledger.money.rates import costs
     from trainledger.store.db import make_engine, session_scope
     from trainledger.store.models import Run
 

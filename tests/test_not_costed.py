@@ -53,7 +53,7 @@ def test_the_monthly_report_lists_runs_not_costed_with_their_node_hours(cli, eng
 
 
 def test_the_monthly_report_in_exact_decimals(engine):
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
 
     _mixed_ledger(engine)
     with Session(engine) as s:
@@ -109,7 +109,7 @@ def test_runs_list_and_show_say_not_costed(cli, engine):
 
 
 def test_the_rollup_keeps_a_run_without_a_node_type_consistent(engine):
-    from trainledger.money import rollup
+    from trainledger.money.facts import rollup
 
     _mixed_ledger(engine)
     with Session(engine) as s:
@@ -265,7 +265,7 @@ def test_the_strategy_comparison_lists_a_run_it_cannot_cost(cli, engine):
             rows["sw-tp"]["cheapest"]) == ("no node type", {}, None, False)
     assert rows["sw-dp"]["not_costed"] is None and rows["sw-dp"]["cheapest"] is True
     from sqlmodel import select
-    from trainledger.money import costs
+    from trainledger.money.rates import costs
     from trainledger.store.models import Offer
 
     with Session(engine) as s:

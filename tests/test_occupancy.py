@@ -1,4 +1,4 @@
-"""Where idle sits (trainledger.money.occupancy): the fleets' occupancy hour by hour, on SQLite and PostgreSQL.
+"""Where idle sits (trainledger.money.goodput.occupancy): the fleets' occupancy hour by hour, on SQLite and PostgreSQL.
 
 Every expected figure is computed here from the runs as written (not read back from the module): held
 node-hours from the fleet's size, used from each run's start, end and nodes, idle cost at the offer's idle rate.
@@ -11,9 +11,9 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from trainledger.money.costs import ZERO, cents, round_preserving_sum
-from trainledger.money.monthly import SLICE_QUANTUM, monthly_report
-from trainledger.money.occupancy import by_day, heat_map, month_occupancy
+from trainledger.money.account.monthly import SLICE_QUANTUM, monthly_report
+from trainledger.money.goodput.occupancy import by_day, heat_map, month_occupancy
+from trainledger.money.rates.costs import ZERO, cents, round_preserving_sum
 from trainledger.store import prices
 from trainledger.store.models import Run, RunStatus
 
@@ -180,7 +180,7 @@ def test_a_month_without_fleets_has_no_idle(session):
 def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
     """The demo (six months, own fleet, elastic and reserved runs, failures) and its hand-built runs: for every month,
     Σ hours' idle cost == the monthly report's idle cost to the cent, in CNY and converted to USD."""
-    from trainledger.money.goodput import Category, goodput_account
+    from trainledger.money.goodput.account import Category, goodput_account
 
     from tests.app.helpers import DEMO_NOW, build_ledger, with_session
 
@@ -215,7 +215,7 @@ def test_every_demo_month_adds_up_in_its_own_currency_and_in_usd(ledger_url):
 
 
 def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
-    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.goodput.occupancy import RecoverySpan, attribute_recovery
 
     _ledger(session)
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
@@ -232,7 +232,7 @@ def test_recovery_spans_mark_their_hours_idle_as_the_chains(session):
 
 def test_recovery_goes_to_the_hours_the_fleet_had_idle(session):
     """A gap during which a1 held the whole fleet for its first two hours: its cost lies in the two idle hours."""
-    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.goodput.occupancy import RecoverySpan, attribute_recovery
 
     _ledger(session)
     occ = month_occupancy(session, "2026-11", now=datetime(2026, 12, 5, tzinfo=UTC))
@@ -250,7 +250,7 @@ def test_recovery_goes_to_the_hours_the_fleet_had_idle(session):
 def test_recovery_beyond_an_hours_idle_moves_to_the_spans_other_idle_hours(session):
     """8 nodes' gap over two hours, one with 8 idle nodes and one with 1 (a 7-node run in it): the hour with
     1 idle node takes at most its idle cost; what is left goes where idle is left, never beyond it."""
-    from trainledger.money.occupancy import RecoverySpan, attribute_recovery
+    from trainledger.money.goodput.occupancy import RecoverySpan, attribute_recovery
 
     add_fleet(session, 8)
     t = NOV + timedelta(days=4)

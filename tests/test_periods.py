@@ -1,4 +1,4 @@
-"""Report periods (trainledger.money.periods) and their totals (trainledger.reports.periods, `trainledger report period`).
+"""Report periods (trainledger.money.rates.periods) and their totals (trainledger.reports.periods, `trainledger report period`).
 
 The totals of a period are the monthly reports of its whole months plus the daily reports of the days left
 over: checked here against those reports themselves on the dashboard tests' demo ledger (2026-06..2026-11 and
@@ -14,9 +14,9 @@ from decimal import Decimal as D
 import pytest
 from trainledger.cli.main import app as cli
 from trainledger.errors import LedgerInputError
-from trainledger.money import periods as P
-from trainledger.money.costs import cents
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import periods as P
+from trainledger.money.rates.costs import cents
 from trainledger.reports.daily import daily_report
 from trainledger.reports.periods import period_report, presented_period
 from typer.testing import CliRunner

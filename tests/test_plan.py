@@ -11,8 +11,8 @@ from decimal import Decimal as D
 
 import pytest
 from sqlmodel import select
-from trainledger.money import costs
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
 from trainledger.runs import plan as planner
 from trainledger.store.models import Offer
 from trainledger.trainer.plan.memory import GIB, memory_per_gpu

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import rollup
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
 from trainledger.store.db import make_engine, upgrade_schema
 from trainledger.store.models import Offer, OfferPrice, RollupSlice, Run
 from trainledger.store.settings import set_setting

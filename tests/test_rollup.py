@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, update
 from sqlmodel import Session, select
-from trainledger.money import costs, rollup
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import month_bounds
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_bounds
 from trainledger.runs.registry import reap_stale
 from trainledger.store.models import Offer, OfferKind, RollupSlice, Run, RunNode, RunStatus
 from trainledger.store.settings import set_setting

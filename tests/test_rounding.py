@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from trainledger.money.costs import cents
-from trainledger.money.monthly import monthly_report
-from trainledger.money.spend import ROUNDING, spend_by_project
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.spend import ROUNDING, spend_by_project
+from trainledger.money.rates.costs import cents
 
 from tests.helpers import add_run
 

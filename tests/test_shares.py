@@ -1,4 +1,4 @@
-"""Allocation shares (trainledger.money.shares): a run pays for the part of each node it held.
+"""Allocation shares (trainledger.money.allocation.shares): a run pays for the part of each node it held.
 
 sacct rows on one 8-GPU node type with ``gres/gpu=2`` and ``gres/gpu=8`` for 10 h each: the 2-GPU job costs
 exactly a quarter of the 8-GPU one, on SQLite and PostgreSQL; two 4-GPU jobs on one node of a 1-node fleet are
@@ -17,9 +17,9 @@ from fractions import Fraction
 import pytest
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import shares
-from trainledger.money.capacity import capacity_warnings
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.allocation import shares
+from trainledger.money.allocation.capacity import capacity_warnings
 from trainledger.store.models import Run
 
 from tests.helpers import add_fleet, add_run, node_type

@@ -168,7 +168,7 @@ def _wrapper_registers(engine, run_id: str, resume_of, started: datetime, tokens
 def test_a_requeued_wrapped_job_is_one_chain_across_syncs(cli, engine, tmp_path):
     """Attempt N of a requeued job is `slurm-<job>-rN` for the wrapper (SLURM_RESTART_COUNT) and for the sync,
     also when a window holds only the later attempt's record: one run per attempt, each costed once."""
-    from trainledger.money.costs import cents, elastic_run_cost, hours_between
+    from trainledger.money.rates.costs import cents, elastic_run_cost, hours_between
     from trainledger.sources.topology import Flags, resolve
     from trainledger.store.models import Offer
 

@@ -1,13 +1,13 @@
-"""Spend by project with idle as its own line (trainledger.money.spend), on SQLite and PostgreSQL."""
+"""Spend by project with idle as its own line (trainledger.money.account.spend), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from trainledger.money.costs import cents, round_preserving_sum
-from trainledger.money.monthly import monthly_report
-from trainledger.money.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
+from trainledger.money.rates.costs import cents, round_preserving_sum
 from trainledger.reports.export import presented_report
 from trainledger.store.models import RunStatus
 
@@ -65,8 +65,8 @@ def test_a_quarters_lines_are_its_months_lines_summed(session):
     """2026-Q3 (July and August 744 h, September 720 h): alpha runs 8 nodes × 100 h and beta 2 nodes × 10 h in each
     month on the 8-node owned fleet. The quarter's line of a project is its three monthly lines added up (each
     month half-up to the cent); what they leave against the quarter's spend (rounded once) is the rounding line."""
-    from trainledger.money import periods as P
-    from trainledger.money.spend import spend_by_project_months
+    from trainledger.money.account.spend import spend_by_project_months
+    from trainledger.money.rates import periods as P
     from trainledger.reports.periods import period_report
 
     add_fleet(session, 8)

@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "trainledger.trainer"}
 #: the rooms of ledger/, lowest first: a module may import its own room and the rooms before it
 LEDGER_LAYERS = ("errors", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
+#: the sub-rooms of money/ by concept, lowest first (the same rule inside money: import only downward)
+MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", "outlook")
 #: ledger rooms allowed to import trainer/ (validating a trainer config or plan, launching runs; cli registers `train`)
 TRAINER_USERS = ("trainledger.runs", "trainledger.cli")
 APP, TRAINER = PACKAGES["app"], PACKAGES["trainer"]
@@ -103,6 +105,13 @@ def layer(mod: str) -> int | None:
     return LEDGER_LAYERS.index(parts[1]) if parts[1] in LEDGER_LAYERS else None
 
 
+def money_room(mod: str) -> int | None:
+    parts = mod.split(".")
+    if parts[:2] != ["trainledger", "money"] or len(parts) < 3:
+        return None
+    return MONEY_ROOMS.index(parts[2]) if parts[2] in MONEY_ROOMS else None
+
+
 def is_part(mod: str, package: str) -> bool:
     return mod == package or mod.startswith(package + ".")
 
@@ -122,6 +131,9 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
             a, b = layer(mod), layer(dep)
             if a is not None and b is not None and b > a:
                 bad.append(f"{mod} -> {dep} ({LEDGER_LAYERS[a]} imports {LEDGER_LAYERS[b]}, a room above it)")
+            a, b = money_room(mod), money_room(dep)
+            if a is not None and b is not None and b > a:
+                bad.append(f"{mod} -> {dep} (money.{MONEY_ROOMS[a]} imports money.{MONEY_ROOMS[b]}, a room above it)")
     return sorted(bad)
 
 
@@ -147,6 +159,10 @@ def test_ledger_rooms_import_only_rooms_below_them():
 def test_every_ledger_module_lives_in_a_room():
     top = sorted(p.name for p in (REPO / "ledger").glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
+    money = sorted(p.name for p in (REPO / "ledger" / "money").glob("*.py"))
+    assert money == ["__init__.py"]  # a figure's module lives in the money sub-room of its concept
+    assert sorted(p.name for p in (REPO / "ledger" / "money").iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(MONEY_ROOMS)
 
 
 def test_no_function_over_80_lines():
@@ -167,19 +183,23 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_the_checks_find_a_cycle_an_upward_import_and_a_long_function(tmp_path):
     root = _tree(tmp_path, {
         "ledger/store/__init__.py": "",
-        "ledger/store/db.py": "def f():\n    from trainledger.money import rollup  # inside a function: still an edge\n",
+        "ledger/store/db.py": "def f():\n    from trainledger.money.facts import rollup  # inside a function: still an edge\n",
+        "ledger/money/rates/costs.py": "from trainledger.money.account import monthly\n",
+        "ledger/money/account/monthly.py": "",
         "ledger/money/__init__.py": "",
-        "ledger/money/rollup.py": "from trainledger.store.db import f\n",
+        "ledger/money/facts/rollup.py": "from trainledger.store.db import f\n",
         "ledger/reports/__init__.py": "",
         "ledger/reports/export.py": "import trainledger.app.ui\n",
         "app/ui.py": "x = 1\n",
         "trainer/engine.py": "def run():\n" + "    x = 1\n" * 90,
     })
     graph = import_graph(root)
-    assert cycles(graph) == [["trainledger.money.rollup", "trainledger.store.db"]]
+    assert cycles(graph) == [["trainledger.money.facts.rollup", "trainledger.store.db"]]
     assert layering_violations(graph) == [
+        "trainledger.money.rates.costs -> trainledger.money.account.monthly (money.rates imports money.account, a "
+        "room above it)",
         "trainledger.reports.export -> trainledger.app.ui (ledger imports app outside the CLI)",
-        "trainledger.store.db -> trainledger.money.rollup (store imports money, a room above it)",
+        "trainledger.store.db -> trainledger.money.facts.rollup (store imports money, a room above it)",
     ]
     assert long_functions(root) == ["trainledger.trainer.engine.run (91 lines)"]
 

@@ -1,4 +1,4 @@
-"""Waste per run (trainledger.money.waste): each run's lost work under one reason; the runs of a reason add up to
+"""Waste per run (trainledger.money.account.waste): each run's lost work under one reason; the runs of a reason add up to
 the monthly report's ``waste_by_reason`` for it, exactly (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 from trainledger.errors import LedgerInputError
-from trainledger.money.costs import ZERO, cents
-from trainledger.money.monthly import monthly_report
-from trainledger.money.waste import check_reason, run_reasons
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.waste import check_reason, run_reasons
+from trainledger.money.rates.costs import ZERO, cents
 from trainledger.store.models import RunStatus
 
 from tests.helpers import add_fleet, add_run

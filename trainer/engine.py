@@ -456,7 +456,7 @@ class Trainer:
                 precision: str, stream: SampleStream, timer: Optional[CommTimer], losses: list[float],
                 step_times: list[float], rank_stats: list[tuple], memory_kind: str, wall_start: float) -> TrainResult:
         """The run's :class:`TrainResult`: throughput, MFU, memory and communication share across ranks."""
-        from trainledger.money.costs import mfu
+        from trainledger.money.rates.costs import mfu
         from trainledger.trainer.hardware import device_name, resolve_peak_tflops
 
         config = self.config

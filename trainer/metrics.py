@@ -1,6 +1,6 @@
 """Reported numbers of a training run: step-time statistics and :class:`TrainResult`.
 
-MFU is ``trainledger.money.costs.mfu`` (the one MFU function). Imports no torch,
+MFU is ``trainledger.money.rates.costs.mfu`` (the one MFU function). Imports no torch,
 so the ledger can read results written by the trainer.
 """
 

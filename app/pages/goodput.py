@@ -1,8 +1,8 @@
 """Goodput: what the month's spend bought (issue #25).
 
-Numbers: the goodput account (``trainledger goodput --month M``, ``trainledger.money.goodput``): spend = goodput +
+Numbers: the goodput account (``trainledger goodput --month M``, ``trainledger.money.goodput.account``): spend = goodput +
 badput + idle, badput by category per project and per month, runs ranked by badput; where idle sits hour by
-hour (``trainledger goodput idle --month M``, ``trainledger.money.occupancy``). Sections in :mod:`trainledger.app.goodput_view`.
+hour (``trainledger goodput idle --month M``, ``trainledger.money.goodput.occupancy``). Sections in :mod:`trainledger.app.goodput_view`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ forecast, budgets per project, 12-month trends.
 
 Numbers: ``presented_report(monthly_report(month))`` (what ``trainledger report
 monthly`` exports; a month that has not ended is to date); own vs rent through
-``trainledger.money.costs.savings`` on the same report; the forecast and budgets are
+``trainledger.money.rates.costs.savings`` on the same report; the forecast and budgets are
 ``trainledger forecast`` and ``trainledger budget check``.
 """
 
@@ -15,9 +15,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app import access, anomalies_view, budgets_view, data, figures, goodput_view, period_view, ui
-from trainledger.money import costs
-from trainledger.money.capacity import warning_text
-from trainledger.money.waste import RUN_REASONS
+from trainledger.money.account.waste import RUN_REASONS
+from trainledger.money.allocation.capacity import warning_text
+from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 
 access.page_gate()

@@ -1,8 +1,8 @@
 """Rent vs own: one node-month at a utilization, break-even, 36-month cash, payback, and fleet sizing from real usage.
 
-With the ledger's prices the figures are ``trainledger.money.compare.compare_node_type``
+With the ledger's prices the figures are ``trainledger.money.account.compare.compare_node_type``
 (``trainledger cost compare --node-type``). Edited assumptions are costed by
-``trainledger.money.compare.compare_offers`` (which ``compare_node_type`` calls) on
+``trainledger.money.account.compare.compare_offers`` (which ``compare_node_type`` calls) on
 detached copies, never saved. Fleet sizing uses ``monthly_report`` for the real usage.
 """
 
@@ -14,8 +14,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app import access, data, plain_words, rentown, ui
-from trainledger.money import costs
-from trainledger.money.compare import compare_offers
+from trainledger.money.account.compare import compare_offers
+from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 
 access.page_gate()

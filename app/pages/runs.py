@@ -3,7 +3,7 @@
 With a month chosen, each run's cost, GPU-hours, cost per 1M tokens and waste in that month are the monthly
 report's per-run lines (``trainledger.app.data.month_run_lines``, in cents as the export); "Most expensive" and "Most
 wasted" rank the month's runs by them, and ``?waste=REASON&month=YYYY-MM`` (the Overview's links) keeps the
-runs whose lost work counts under that reason (``trainledger.money.waste``).
+runs whose lost work counts under that reason (``trainledger.money.account.waste``).
 
 The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
 per month (actual) and under every offer, per-node utilization with straggler
@@ -20,9 +20,9 @@ import pandas as pd
 import streamlit as st
 from trainledger.app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs, explain
-from trainledger.money.goodput import CATEGORIES
-from trainledger.money.waste import check_reason
+from trainledger.money.account.waste import check_reason
+from trainledger.money.goodput.account import CATEGORIES
+from trainledger.money.rates import costs, explain
 from trainledger.store.models import RunStatus
 
 PAGE_SIZE = 50

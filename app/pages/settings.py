@@ -19,7 +19,7 @@ from zoneinfo import available_timezones
 import streamlit as st
 from trainledger.app import access, data, offer_form, slurm_map, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money.pricing import confirm_versions
+from trainledger.money.rates.pricing import confirm_versions
 from trainledger.store.carbon import set_intensity
 from trainledger.store.fleets import save_fleet
 from trainledger.store.fx import set_rate

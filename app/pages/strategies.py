@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 from trainledger.app import access, data, predictions, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money.costs import cents
+from trainledger.money.rates.costs import cents
 from trainledger.reports.present import fmt_cell
 
 REFRESH_S = 3

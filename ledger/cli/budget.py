@@ -32,7 +32,7 @@ def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget,
                threshold: Annotated[Optional[str], typer.Option("--threshold", metavar="PCT", help="Alert threshold, 1 to 100 percent of the amount: the budget is at risk once spent to date reaches it (default 100: only when the month-end forecast is above the amount).", show_default=False)] = None,
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add or replace a budget: `budget set 20000 --project llm --month 2026-12 --threshold 80`, `budget set --monthly 60000`."""
-    from trainledger.money.budgets import set_budget
+    from trainledger.money.outlook.budgets import set_budget
     from trainledger.reports.present import key_values
 
     if monthly is not None and month is not None:
@@ -49,7 +49,7 @@ def budget_set(amount: Annotated[Optional[str], typer.Argument(help="The budget,
 @command
 def budget_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Every budget: scope, period (monthly or YYYY-MM), amount, currency, alert threshold (percent)."""
-    from trainledger.money.budgets import list_budgets
+    from trainledger.money.outlook.budgets import list_budgets
     from trainledger.reports.present import table
 
     with session(db) as s:
@@ -65,7 +65,7 @@ def budget_remove(project: ProjectOpt = None,
                   month: Annotated[Optional[str], typer.Option(help="YYYY-MM: that month's budget (default: the every-month one).")] = None,
                   db: DbOpt = None) -> None:
     """Remove a budget (the every-month one unless --month is given)."""
-    from trainledger.money.budgets import remove_budget
+    from trainledger.money.outlook.budgets import remove_budget
 
     with session(db) as s:
         remove_budget(s, project=project, month=month)
@@ -104,7 +104,7 @@ def budget_check(month: Annotated[Optional[str], typer.Option(help="YYYY-MM (def
                  currency: Annotated[Optional[str], typer.Option(help="Present money in this currency (budgets set in another converted at today's rate); default: the Settings currency, else the offers'.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """One line per budget (ok / AT RISK / OVER); exit 1 when any budget is at risk or over (for cron)."""
-    from trainledger.money.budgets import budget_status
+    from trainledger.money.outlook.budgets import budget_status
 
     with session(db) as s:
         data = budget_status(s, month, now=clock(now), window_days=window, currency=currency)

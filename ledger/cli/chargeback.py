@@ -16,7 +16,7 @@ def write_statements(session: Session, month: str, output: Path, *, project: Opt
                      progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, Any]:
     """Render every file first, check every target, then write: a bad input writes nothing.
     ``progress(files rendered, files to render)`` as the statements are rendered."""
-    from trainledger.money.chargeback import chargeback
+    from trainledger.money.account.chargeback import chargeback
     from trainledger.reports.chargeback import files, presented, summary_rows
     from trainledger.store.files import check_output, write_output
 

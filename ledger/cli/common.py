@@ -176,7 +176,7 @@ def _drop_stdout() -> None:
 
 def _check_arguments(kwargs: dict[str, Any]) -> None:
     """Refuse what no command can use before any work: NUL characters, months outside ``months.MONTH_YEARS``."""
-    from trainledger.money.months import MONTH_YEARS, check_month
+    from trainledger.money.rates.months import MONTH_YEARS, check_month
 
     for name, value in kwargs.items():
         if isinstance(value, (str, Path)) and "\0" in str(value):

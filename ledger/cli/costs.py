@@ -32,7 +32,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                  currency: Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set.")] = None,
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
-    from trainledger.money.compare import compare_month, compare_node_type
+    from trainledger.money.account.compare import compare_month, compare_node_type
     from trainledger.reports.present import key_values, table
 
     if bool(node_type) == bool(month):

@@ -78,7 +78,7 @@ def db_rollup(db: DbOpt = None,
               rebuild: Annotated[bool, typer.Option("--rebuild", help="Rebuild the monthly rollup from the run rows.")] = False) -> None:
     """Check the pre-aggregated monthly rollup against the run rows (exit 1 on a difference); --rebuild it."""
     from sqlmodel import Session
-    from trainledger.money import rollup
+    from trainledger.money.facts import rollup
     from trainledger.store.db import get_engine
 
     with Session(get_engine(db)) as s:

@@ -20,7 +20,7 @@ def demo(db: DemoDbOpt = None,
     labelled demo history (seed scenario), then start a small real strategy sweep (dp, zero2, pp, tp, 3d; a few
     steps each) on this machine in the background. Open it with `trainledger dashboard --demo`."""
     from trainledger.demo import generate_demo, start_demo_sweep, sweep_unavailable
-    from trainledger.money.months import parse_month
+    from trainledger.money.rates.months import parse_month
     from trainledger.store.db import redact_url, resolve_url
     from trainledger.store.defaults import demo_ledger_url
 

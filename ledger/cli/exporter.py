@@ -39,7 +39,7 @@ def exporter_command(
     utilization and running runs as Prometheus metrics (read-only)."""
     from prometheus_client import CollectorRegistry
     from sqlmodel import Session
-    from trainledger.money import rollup
+    from trainledger.money.facts import rollup
     from trainledger.reports.metrics import LedgerCollector, month_metrics
     from trainledger.sources.hosts import parse_allowed
     from trainledger.sources.metrics_http import serve

@@ -45,7 +45,7 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
               idle_share: Annotated[Optional[str], typer.Option("--idle-share", help="How its idle is charged back: none (default: idle is its own line) | proportional | even | weights:<project=w,...> (docs/MONEY.md).")] = None,
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add a fleet, or change one: options left out keep the fleet's current values (all but --to are needed to add one)."""
-    from trainledger.money.idle_share import check_policy, set_fleet_policy
+    from trainledger.money.allocation.idle_share import check_policy, set_fleet_policy
     from trainledger.store.fleets import list_fleets, save_fleet
 
     with session(db) as s:

@@ -58,7 +58,7 @@ def forecast_command(
         db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Month-end spend, idle cost, GPU-hours and cost per project: to date + the rest of the month at the
     run rate of the last --window days, with a p10-p90 range (method printed)."""
-    from trainledger.money.forecast import forecast
+    from trainledger.money.outlook.forecast import forecast
     from trainledger.reports.backtest import backtest as run_backtest
 
     at = clock(now)

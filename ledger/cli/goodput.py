@@ -1,4 +1,4 @@
-"""``trainledger goodput``: what the month's spend bought: goodput, badput by category, idle (trainledger.money.goodput).
+"""``trainledger goodput``: what the month's spend bought: goodput, badput by category, idle (trainledger.money.goodput.account).
 
 A group: ``trainledger goodput [--month ...]`` (or ``goodput show``) prints the account; more subcommands
 (``advise``, ``idle``) join it.
@@ -24,7 +24,7 @@ TopOpt = Annotated[int, typer.Option("--top", help="Runs listed, most badput fir
 def goodput_data(db: Optional[str], month: Optional[str], project: Optional[str], run: Optional[str],
                  currency: Optional[str], now: Optional[str]) -> dict[str, Any]:
     """The account as printed by ``--json``."""
-    from trainledger.money.goodput import goodput_account, report_to_dict
+    from trainledger.money.goodput.account import goodput_account, report_to_dict
     from trainledger.store.ids import validate_run_id
 
     if run is not None:
@@ -45,7 +45,7 @@ def _money(v: Any) -> str:
 
 
 def goodput_text(d: dict[str, Any], top: int = 10) -> str:
-    from trainledger.money.goodput import CATEGORIES
+    from trainledger.money.goodput.account import CATEGORIES
     from trainledger.reports.present import fmt_cell, table
 
     cur = d["currency"]

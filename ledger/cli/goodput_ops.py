@@ -1,5 +1,5 @@
-"""``trainledger goodput idle`` (where the month's idle sits, hour by hour: trainledger.money.occupancy) and
-``trainledger goodput advise`` (checkpoint intervals per run family: trainledger.money.advice)."""
+"""``trainledger goodput idle`` (where the month's idle sits, hour by hour: trainledger.money.goodput.occupancy) and
+``trainledger goodput advise`` (checkpoint intervals per run family: trainledger.money.outlook.advice)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def goodput_idle(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mont
     hour (display time zone); the hours add up to the monthly report's idle cost to the cent.
 
     Prints the fleets, each day and each hour of the day; --json adds every hour (the dashboard's heat map)."""
-    from trainledger.money.occupancy import month_occupancy, occupancy_to_dict
+    from trainledger.money.goodput.occupancy import month_occupancy, occupancy_to_dict
 
     with session(db) as s:
         occ = month_occupancy(s, month, now=clock(now), currency=currency)
@@ -52,7 +52,7 @@ def goodput_advise(month: Annotated[Optional[str], typer.Option(help="YYYY-MM: t
     """Checkpoint advice per run family (node type × nodes): MTBI from the ledger's interruptions, the measured save
     time, the current and the Young/Daly interval sqrt(2 · MTBI · save time), and the lost-work and checkpoint
     cost per month each would have given over the window (docs/GOODPUT.md, "Checkpoint advice")."""
-    from trainledger.money.advice import advise
+    from trainledger.money.outlook.advice import advise
 
     save = decimal_option(save_seconds, "--save-seconds") if save_seconds is not None else None
     with session(db) as s:

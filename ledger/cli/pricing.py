@@ -20,7 +20,7 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="With --retroactive: d
 @command
 def pricing_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Node types and offers in the ledger."""
-    from trainledger.money.pricing import list_pricing
+    from trainledger.money.rates.pricing import list_pricing
     from trainledger.reports.present import table
 
     with session(db) as s:
@@ -33,7 +33,7 @@ def pricing_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 @command
 def pricing_show(name: Annotated[str, typer.Argument(help="Offer or node type name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """One offer or node type with every field and its derived rates."""
-    from trainledger.money.pricing import show_pricing
+    from trainledger.money.rates.pricing import show_pricing
     from trainledger.reports.present import key_values
 
     with session(db) as s:
@@ -65,7 +65,7 @@ def pricing_set(name: Annotated[str, typer.Argument(help="Offer name.")],
                 note: Annotated[str, typer.Option(help="Why the price changed (kept with the version).")] = "",
                 db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Change an offer's prices from a date (default now): adds a price version; past months keep theirs."""
-    from trainledger.money.pricing import set_prices
+    from trainledger.money.rates.pricing import set_prices
 
     with session(db) as s:
         plans: list = []
@@ -100,7 +100,7 @@ def _from(s, text: Optional[str]):
 
 def _confirm(s, plans: list, retroactive: bool, yes: bool) -> list[dict[str, Any]]:
     """Refuse a past --from without --retroactive; with it, ask (naming the months) unless --yes."""
-    from trainledger.money.pricing import confirm_versions
+    from trainledger.money.rates.pricing import confirm_versions
 
     added = confirm_versions(s, plans, retroactive)
     months = sorted({m for v in added for m in v["months_changed"]})

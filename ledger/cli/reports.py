@@ -30,7 +30,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     """The monthly export: summary (own vs rent, savings, ROI, idle, waste, energy and CO2e), per project, per run.
 
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
     from trainledger.reports.export import presented_report
     from trainledger.reports.goodput_columns import run_goodput
     from trainledger.reports.present import key_values
@@ -42,7 +42,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
         raise LedgerInputError("--output: xlsx needs a file, e.g. -o report.xlsx (or -o - > report.xlsx)")
     if output is not None:
         check_output(output, force=force, binary=fmt == "xlsx")  # before any work; `-`: standard output
-    from trainledger.money.capacity import capacity_warnings, warning_text
+    from trainledger.money.allocation.capacity import capacity_warnings, warning_text
     from trainledger.reports.quality import render_report, with_warnings
 
     with session(db) as s:
@@ -201,7 +201,7 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
 
     Whole months are their monthly reports (to date for one that has not ended), days left over at either end
     their daily reports; idle, waste, alternatives, ROI, tokens and CO2e only for whole months."""
-    from trainledger.money.periods import parse_range
+    from trainledger.money.rates.periods import parse_range
     from trainledger.reports.periods import period_csv, period_json, period_report, presented_period
 
     if fmt not in ("table", "csv", "json"):
@@ -220,7 +220,7 @@ def report_period(from_: Annotated[str, typer.Option("--from", help="First day, 
 
 
 def _anomalies_text(d: dict[str, Any]) -> str:
-    from trainledger.money.anomalies import MEASURES
+    from trainledger.money.outlook.anomalies import MEASURES
     from trainledger.reports.present import fmt_cell
 
     judged = sum(x["judged"] for x in d["days"])
@@ -237,7 +237,7 @@ def report_anomalies(month: Annotated[Optional[str], typer.Option(help="YYYY-MM 
                      day: Annotated[Optional[str], typer.Option(help="YYYY-MM-DD: list the runs of that day instead (node-hours within it).")] = None,
                      currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Days of the month whose spend or idle cost is far above the 28 days before them (median + max(3 MAD, a floor))."""
-    from trainledger.money.anomalies import anomalies, parse_day, runs_on_day
+    from trainledger.money.outlook.anomalies import anomalies, parse_day, runs_on_day
     from trainledger.reports.present import table
 
     with session(db) as s:

@@ -40,7 +40,7 @@ def runs_list(month: Annotated[Optional[str], typer.Option(help="Runs overlappin
     Shows the newest --limit runs (default 50) after --offset; when more runs
     match, a last line on stderr says how many (the JSON output is the page only).
     """
-    from trainledger.money.months import parse_month
+    from trainledger.money.rates.months import parse_month
     from trainledger.reports.present import table
     from trainledger.runs.registry import count_runs, list_runs
 

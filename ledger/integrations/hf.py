@@ -19,7 +19,7 @@ Trainer restores a checkpoint (``train(resume_from_checkpoint=...)``) before
 is already the checkpoint's) and links the run to the run that saved it (``resume_of``,
 read from ``trainledger-run.json``, which it leaves in every checkpoint directory it
 saves). When that run was interrupted, the time from its end to this run's start,
-the restore included, is the chain's ``recovery`` (``trainledger.money.goodput``). The callback runs on every rank; only rank 0 records. MFU needs
+the restore included, is the chain's ``recovery`` (``trainledger.money.goodput.account``). The callback runs on every rank; only rank 0 records. MFU needs
 ``flops_per_token`` (default: Hugging Face's own estimate, 6 × the model's
 non-embedding parameters, the figure ``Trainer.floating_point_ops`` uses) and a
 GPU. A run that dies in the training loop (an exception, SIGTERM) is ended

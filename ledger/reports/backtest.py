@@ -1,9 +1,9 @@
 """The forecast's back-test: ``trainledger forecast --backtest``.
 
 For every month of the ledger that has ended, the forecast
-(:func:`trainledger.money.forecast.forecast`) is made as it would have been made at
+(:func:`trainledger.money.outlook.forecast.forecast`) is made as it would have been made at
 the end of the month's 7th, 14th and 21st day, and compared with what the month
-actually cost (:func:`trainledger.money.monthly.monthly_report`).
+actually cost (:func:`trainledger.money.account.monthly.monthly_report`).
 
 "As it would have been made" means on the ledger as it stood then: the runs are
 copied into a scratch SQLite ledger (catalog, fleets, settings, projects, users,
@@ -28,10 +28,11 @@ from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs, rollup
-from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, FIGURES, forecast
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import date_start, month_bounds, month_of, months_between, run_interval, time_share
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
+from trainledger.money.outlook.forecast import DEFAULT_WINDOW_DAYS, FIGURES, forecast
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import date_start, month_bounds, month_of, months_between, run_interval, time_share
 from trainledger.store.db import make_engine
 from trainledger.store.models import (
     MetricSample,

@@ -20,9 +20,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Callable, Optional
 
-from trainledger.money.chargeback import Chargeback, Statement
-from trainledger.money.costs import cents, round_preserving_sum
-from trainledger.money.idle_share import NO_PROJECT
+from trainledger.money.account.chargeback import Chargeback, Statement
+from trainledger.money.allocation.idle_share import NO_PROJECT
+from trainledger.money.rates.costs import cents, round_preserving_sum
 from trainledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
 from trainledger.store.defaults import NOT_COSTED
 

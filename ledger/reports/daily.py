@@ -33,8 +33,10 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.catalog import (
+from trainledger.money.account.monthly import SLICE_QUANTUM, RunSlice
+from trainledger.money.facts.rollup import exact_kwh, sweep_peak
+from trainledger.money.rates import costs
+from trainledger.money.rates.catalog import (
     Catalog,
     combine_bases,
     default_offer,
@@ -45,11 +47,9 @@ from trainledger.money.catalog import (
     own_energy_kwh,
     priced_catalog,
 )
-from trainledger.money.costs import ZERO
-from trainledger.money.fx import load_rates
-from trainledger.money.monthly import SLICE_QUANTUM, RunSlice
-from trainledger.money.months import month_bounds, run_interval, time_share
-from trainledger.money.rollup import exact_kwh, sweep_peak
+from trainledger.money.rates.costs import ZERO
+from trainledger.money.rates.fx import load_rates
+from trainledger.money.rates.months import month_bounds, run_interval, time_share
 from trainledger.store.defaults import NOT_COSTED
 from trainledger.store.models import Fleet, Offer, OfferKind, Run, RunNode
 from trainledger.store.settings import display_timezone, get_setting, presentation_currency
@@ -195,7 +195,7 @@ def _day_runs(session: Session, d: _Day) -> _DayRuns:
 def _not_costed_row(d: _Day, rid: str, status: str, nt_id: Optional[int], nodes: int, gpn: int,
                     a: datetime, b: datetime) -> dict[str, Any]:
     """A run's day that no offer can cost: its node type ("" for none), the reason, node- and GPU-hours."""
-    from trainledger.money import not_costed
+    from trainledger.money.account import not_costed
 
     names = {k: v.name for k, v in d.cat.node_types.items()}
     nh = costs.node_hours(nodes, costs.hours_between(a, b))

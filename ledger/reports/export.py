@@ -21,9 +21,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from trainledger.money.costs import ZERO, cents, round_preserving_sum
-from trainledger.money.monthly import MonthlyReport
-from trainledger.money.not_costed import COLUMNS as NOT_COSTED_COLUMNS
+from trainledger.money.account.monthly import MonthlyReport
+from trainledger.money.account.not_costed import COLUMNS as NOT_COSTED_COLUMNS
+from trainledger.money.rates.costs import ZERO, cents, round_preserving_sum
 from trainledger.reports.present import jsonable
 from trainledger.store.defaults import NOT_COSTED
 

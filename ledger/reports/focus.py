@@ -32,8 +32,8 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.money.costs import ZERO
-from trainledger.money.monthly import FleetCharge, RunSlice, month_charges
+from trainledger.money.account.monthly import FleetCharge, RunSlice, month_charges
+from trainledger.money.rates.costs import ZERO
 from trainledger.reports.export import LFWriter, guard_formula
 
 FOCUS_VERSION = "1.2"  # the default
@@ -112,7 +112,7 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
                              r["CommitmentDiscountStatus"] or ""))
     if version == "1.2":
         return FocusExport(month, rep.currency, rows, rep.summary["actual_cost"])
-    from trainledger.money.idle_share import share_idle
+    from trainledger.money.allocation.idle_share import share_idle
     from trainledger.reports.focus_allocation import split_rows
 
     cols = columns(version)

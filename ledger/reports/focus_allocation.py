@@ -2,7 +2,7 @@
 
 FOCUS 1.3 (Data Generator-Calculated Split Cost Allocation) splits an *origin charge* into *allocated
 charges*. Here the origin charge is a fleet's ``Unused`` row (its idle in one charge period) and, when
-its fleet shares idle (:mod:`trainledger.money.idle_share`), it is replaced by one row per project taking a
+its fleet shares idle (:mod:`trainledger.money.allocation.idle_share`), it is replaced by one row per project taking a
 share, plus one for any part left unshared (``AllocatedResourceId`` null: the unallocated portion).
 
 As the attribute requires: the allocated rows' aggregatable metrics (EffectiveCost, ListCost,
@@ -19,8 +19,8 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from trainledger.money.costs import ZERO, round_preserving_sum
-from trainledger.money.idle_share import NO_PROJECT, IdleCharge, IdleSharing, ratios
+from trainledger.money.allocation.idle_share import NO_PROJECT, IdleCharge, IdleSharing, ratios
+from trainledger.money.rates.costs import ZERO, round_preserving_sum
 
 ALLOCATION_COLUMNS = ["AllocatedMethodDetails", "AllocatedMethodId", "AllocatedResourceId", "AllocatedResourceName",
                       "AllocatedTags"]

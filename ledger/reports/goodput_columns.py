@@ -1,4 +1,4 @@
-"""Goodput and badput per run line for the monthly export and the FOCUS export (trainledger.money.goodput).
+"""Goodput and badput per run line for the monthly export and the FOCUS export (trainledger.money.goodput.account).
 
 A run line's ``goodput_cost`` is the part of its cost that bought kept training progress (``productive``), its
 ``badput_cost`` the rest of its own cost (start-up, data and straggler waits, checkpoints, eval, lost work,
@@ -12,15 +12,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Optional
 
-from trainledger.money.goodput_core import Category
-from trainledger.money.monthly import MonthlyReport
+from trainledger.money.account.monthly import MonthlyReport
+from trainledger.money.goodput.goodput_core import Category
 
 
 def run_goodput(session: Any, rep: MonthlyReport, now: Optional[datetime] = None) -> dict[str, tuple[Decimal, Decimal]]:
     """Run id → (goodput cost, badput cost) of its line in the report (its own cost, exactly split)."""
     if not rep.runs:
         return {}
-    from trainledger.money.goodput_ledger import run_accounts
+    from trainledger.money.goodput.goodput_ledger import run_accounts
 
     return {a.run_id: (a.cost[Category.productive], a.run_cost - a.cost[Category.productive])
             for a in run_accounts(session, rep, now)}

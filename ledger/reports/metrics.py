@@ -1,8 +1,8 @@
 """The current month's cost figures as Prometheus metrics (``trainledger exporter``).
 
 :func:`month_metrics` assembles the metric families from the same ledger
-functions as the CLI (:func:`trainledger.money.forecast.forecast`, which reads the
-monthly report, and :func:`trainledger.money.budgets.budget_status`);
+functions as the CLI (:func:`trainledger.money.outlook.forecast.forecast`, which reads the
+monthly report, and :func:`trainledger.money.outlook.budgets.budget_status`);
 :class:`LedgerCollector` caches them and recomputes them at most every
 ``refresh_s`` seconds, whatever the scrape interval. The HTTP serving lives in
 ``ledger/cli/exporter.py``; both use the official ``prometheus_client``.
@@ -30,10 +30,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
-from trainledger.money.budgets import STATES, budget_status
-from trainledger.money.forecast import DEFAULT_WINDOW_DAYS, forecast
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import date_start, month_of
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.outlook.budgets import STATES, budget_status
+from trainledger.money.outlook.forecast import DEFAULT_WINDOW_DAYS, forecast
+from trainledger.money.rates.months import date_start, month_of
 from trainledger.store.models import Run, RunStatus
 from trainledger.store.settings import display_timezone
 

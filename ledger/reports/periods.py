@@ -1,6 +1,6 @@
 """A period's totals and their change against the period before: ``trainledger report period --from --to``.
 
-A period (``trainledger.money.periods``) is its whole months plus the days left over at either end. Its totals are
+A period (``trainledger.money.rates.periods``) is its whole months plus the days left over at either end. Its totals are
 the monthly reports of those months (``monthly_report``, to date for a month that has not ended) plus the daily
 reports of those days (``daily_report``), summed exactly and rounded only when presented, so:
 
@@ -23,10 +23,10 @@ from typing import Any, Callable, Optional
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.costs import ZERO
-from trainledger.money.monthly import monthly_report
-from trainledger.money.periods import ReportPeriod, is_partial, pieces, previous
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
+from trainledger.money.rates.costs import ZERO
+from trainledger.money.rates.periods import ReportPeriod, is_partial, pieces, previous
 from trainledger.reports.daily import daily_report
 from trainledger.reports.present import jsonable, present
 from trainledger.store.settings import display_timezone

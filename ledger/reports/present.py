@@ -12,7 +12,7 @@ from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from trainledger.money.costs import cents
+from trainledger.money.rates.costs import cents
 
 MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost", "amount"}
 MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",

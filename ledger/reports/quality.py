@@ -17,7 +17,7 @@ CSV_COLUMNS = ["data_quality", "node_type", "peak_nodes", "fleet_nodes", "runs"]
 
 
 def with_warnings(p: dict[str, Any], capacity: list[dict[str, Any]]) -> dict[str, Any]:
-    """The presented report with its capacity over-use warnings (``trainledger.money.capacity``); unchanged without."""
+    """The presented report with its capacity over-use warnings (``trainledger.money.allocation.capacity``); unchanged without."""
     if not capacity:
         return p
     return {**p, "data_quality": [{"warning": "capacity_over_use", **w} for w in capacity]}

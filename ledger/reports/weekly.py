@@ -25,8 +25,8 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from sqlmodel import Session, select
-from trainledger.money import costs
-from trainledger.money.fx import at_list_prices
+from trainledger.money.rates import costs
+from trainledger.money.rates.fx import at_list_prices
 from trainledger.store.defaults import not_costed_reason
 from trainledger.store.models import NodeType, Offer, OfferKind, Run, RunNode, RunStatus
 from trainledger.store.types import utcnow

@@ -3,7 +3,7 @@
 For a model and a token count, every offer of the ledger × node count ×
 strategy × (tp, pp, micro-batch, recompute) is evaluated by the trainer's
 planning model (``trainledger.trainer.plan``: plan validation, memory per GPU, step
-time), priced with the offer (``trainledger.money.costs.planned_run_cost``), checked
+time), priced with the offer (``trainledger.money.rates.costs.planned_run_cost``), checked
 against the deadline and budget, and ranked by total cost (or by time).
 Plans that fail are counted by reason, with examples, so the Planner page can
 say why a plan is not on the list; each offer's best plan is kept too
@@ -38,8 +38,8 @@ from typing import Any, Optional, Sequence
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.fx import at_list_prices
+from trainledger.money.rates import costs
+from trainledger.money.rates.fx import at_list_prices
 from trainledger.runs.hardware import ASSUMED_LINKS, calibrated_efficiency, hardware, hardware_summary  # noqa: F401
 from trainledger.store.models import NodeType, Offer, Run
 from trainledger.trainer.parallel import STRATEGY_ZERO_STAGE

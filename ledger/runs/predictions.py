@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.months import run_interval
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import run_interval
 from trainledger.runs import calibrate as cal_mod
 from trainledger.runs.registry import cost_under_offers
 from trainledger.store.models import NodeType, Offer, Run, RunPrediction

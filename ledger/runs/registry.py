@@ -14,9 +14,11 @@ from typing import Any, Optional
 from sqlalchemy import func, update
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs, rollup, shares
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import month_bounds, month_of, run_interval
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.allocation import shares
+from trainledger.money.facts import rollup
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_bounds, month_of, run_interval
 from trainledger.store.defaults import NOT_COSTED, not_costed_reason
 from trainledger.store.lookup import get_run
 from trainledger.store.models import (
@@ -194,7 +196,7 @@ def _lines_by_run(session: Session, runs: list[Run], currency: Optional[str] = N
     """Each run's month lines of the monthly report at ``now`` (cost and lost work at the prices in force then,
     energy and CO2e, final or provisional), per run id, and the carbon intensities applied. ``currency``: as
     ``report monthly --currency``."""
-    from trainledger.money.months import months_between
+    from trainledger.money.rates.months import months_between
 
     tz = display_timezone(session)
     now = now or utcnow()
@@ -291,14 +293,14 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
 
 def _list_prices(session: Session, node_type_id: int, currency: Optional[str], now: datetime) -> list:
     """The node type's offers at their list prices (newest version), converted at the rate in force now."""
-    from trainledger.money.fx import at_list_prices
+    from trainledger.money.rates.fx import at_list_prices
 
     return at_list_prices(session, session.exec(select(Offer).where(Offer.node_type_id == node_type_id)).all(), currency, now)
 
 
 def _run_carbon(monthly: list[dict[str, Any]], intensities: list) -> dict[str, Any]:
     """A run's energy and CO2e: Σ of its months, how they were known, and the intensities applied."""
-    from trainledger.money.carbon import DEFAULT
+    from trainledger.money.rates.carbon import DEFAULT
 
     known = [m for m in monthly if m["co2e_kg"] is not None]
     bases = {m["co2e_basis"] for m in monthly if m["co2e_basis"]}
@@ -338,7 +340,7 @@ def model_card(session: Session, run_id: str, training_type: str = "pre-training
 
 
 def _lost(run: Run, monthly: list[dict[str, Any]]) -> dict[str, Any]:
-    """Lost work of a run (``trainledger.money.months.lost_interval``): its span, GPU-hours and cost."""
+    """Lost work of a run (``trainledger.money.rates.months.lost_interval``): its span, GPU-hours and cost."""
     lost = run.lost_from is not None
     return {"lost_hours": costs.hours_between(run.lost_from, run.lost_until) if lost else None,
             "lost_gpu_hours": sum((x["lost_gpu_hours"] for x in monthly), costs.ZERO) if lost else None,

@@ -4,7 +4,7 @@ Checked on the parsed rows (both parsers, :mod:`trainledger.sources.importer` an
 :mod:`trainledger.sources.slurm`, after the parse and before anything is written):
 
 * **no offer to cost it**: a run recorded without an offer is costed under its node
-  type's default (its fleet, else elastic rent, :func:`trainledger.money.catalog.default_offer`);
+  type's default (its fleet, else elastic rent, :func:`trainledger.money.rates.catalog.default_offer`);
   a node type with no offer at all would leave the run uncostable and block every
   report of its month. Refused, naming the node type and the command that adds an offer.
 * **an end in the future**: a finished run that ends after ``now`` is usage that has

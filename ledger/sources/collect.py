@@ -46,7 +46,7 @@ from sqlalchemy import delete, or_
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money.months import run_interval
+from trainledger.money.rates.months import run_interval
 from trainledger.store.ingest import insert_samples
 from trainledger.store.models import MetricSample, Run, RunNode, RunStatus
 from trainledger.store.types import utcnow

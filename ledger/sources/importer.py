@@ -54,7 +54,7 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.money import rollup
+from trainledger.money.facts import rollup
 from trainledger.sources.admission import admit
 from trainledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from trainledger.store.db import session_scope
@@ -543,7 +543,7 @@ def merge_tracked(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     if row["started_at"] is not None:
         new["started_at"] = row["started_at"]
         new["nodes"] = row["nodes"]
-        if row.get("share_basis"):  # the allocation's share of each node (trainledger.money.shares)
+        if row.get("share_basis"):  # the allocation's share of each node (trainledger.money.allocation.shares)
             new["share"], new["share_basis"] = row.get("share"), row["share_basis"]
     if row["ended_at"] is not None:
         new["ended_at"] = row["ended_at"]

@@ -8,7 +8,7 @@ at each flush and journals one ``phases`` event with the node's **cumulative** t
 last_at]}}``); applying it sets the ``run_phase`` rows (:func:`apply_phases`), so a journal replayed any
 number of times gives the same rows: nothing is doubled, and never one row per step.
 
-What the aggregator measures (``trainledger.money.goodput`` turns it into the account):
+What the aggregator measures (``trainledger.money.goodput.account`` turns it into the account):
 
 * ``startup``: from the run's start to the first step's start, nested phases (restore, data, eval) taken out;
 * ``step``: from each step's start to the next step's start (the last: to its end), nested phases taken out
@@ -21,7 +21,7 @@ What the aggregator measures (``trainledger.money.goodput`` turns it into the ac
 * at each month edge the run crosses (local midnight of the 1st in the ledger's display time zone, given as
   ``edges``), the costed phases' cumulative totals **at that instant** (open phases, the open step and a span
   that straddles the edge cut there): rows ``<phase>@<edge, ISO UTC>``, so the account attributes a
-  month-crossing run's phases to each month at the time they happened (``trainledger.money.goodput_ledger``).
+  month-crossing run's phases to each month at the time they happened (``trainledger.money.goodput.goodput_ledger``).
 
 Bad input is clipped, never raised: an end without a begin is ignored, a begin of an open phase closes it
 first, time going backwards is held at the last time seen, a negative duration counts 0; each is counted in
@@ -35,7 +35,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone, tzinfo
 from typing import Any, Callable, Optional
 
-from trainledger.money.goodput_core import (
+from trainledger.money.goodput.goodput_core import (
     EDGE_MARK,
     PHASE_ALIASES,
     PHASE_DATA,

@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from trainledger.errors import LedgerInputError
-from trainledger.money import shares
+from trainledger.money.allocation import shares
 from trainledger.sources.importer import (
     FIRST_IDS,
     MAX_NODES,
@@ -400,7 +400,7 @@ class SacctParser:
 
     def _share(self, get: Any, target: Target, nodes: int, gpn: int, job: str,
                where: str) -> Optional[tuple[Optional[str], str, Optional[str]]]:
-        """(share, basis, billing units) of the job's allocation (:mod:`trainledger.money.shares`); None: skipped."""
+        """(share, basis, billing units) of the job's allocation (:mod:`trainledger.money.allocation.shares`); None: skipped."""
         nt = target.node_type
         if target.by_node:
             return None, "node", None

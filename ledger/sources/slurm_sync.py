@@ -32,7 +32,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.money.months import month_bounds, month_of
+from trainledger.money.rates.months import month_bounds, month_of
 from trainledger.sources.importer import (
     ImportOptions,
     Receipt,

@@ -224,7 +224,7 @@ class Flags:
 
 def allocation(flags: Flags, env: Mapping[str, str], command: Sequence[str], gpus: Optional[list[str]],
                slurm_gpus: Optional[int]) -> dict:
-    """What this node's run holds of it, for its share (:func:`trainledger.money.shares.alloc_share`): the GPUs it
+    """What this node's run holds of it, for its share (:func:`trainledger.money.allocation.shares.alloc_share`): the GPUs it
     owns (``CUDA_VISIBLE_DEVICES``, else Slurm's GPU lists, else ``SLURM_GPUS_ON_NODE``; None: not said), its
     MIG devices with their profile (``--mig-profile`` or ``$TRAINLEDGER_MIG_PROFILE``), and whether it holds
     the node exclusively (``--exclusive``, or ``srun --exclusive`` / ``--exclusive`` in an sbatch-style command)."""

@@ -35,7 +35,7 @@ them to the ledger (:mod:`trainledger.sources.writer`). Its cost per call is mea
 in ``bench/`` (``python -m bench capture``).
 
 MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)
-(:func:`trainledger.money.costs.mfu`, the same formula as the bundled trainer's).
+(:func:`trainledger.money.rates.costs.mfu`, the same formula as the bundled trainer's).
 Pass ``flops_per_token`` (for a model of the bundled trainer's family:
 ``trainledger.trainer.shapes.flops_per_token(shape)``, the one function the trainer uses); the
 peak is ``peak_tflops`` or the node type's ``peak_bf16_tflops``. On CPU MFU is null.
@@ -270,9 +270,9 @@ class TrackedRun:
 
     def _share(self) -> dict:
         """``share``/``share_basis`` of the node this process holds (``CUDA_VISIBLE_DEVICES`` /
-        ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`trainledger.money.shares`); {} when the environment
+        ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`trainledger.money.allocation.shares`); {} when the environment
         does not say or the ledger cannot tell the node type's GPUs (the whole node, as before)."""
-        from trainledger.money.shares import alloc_share
+        from trainledger.money.allocation.shares import alloc_share
         from trainledger.sources.sampling import owned_gpus
         from trainledger.sources.topology import Flags, allocation
 
@@ -515,7 +515,7 @@ class TrackedRun:
             tps = (self.tokens - self._tokens_first) / span
             out["tokens_per_s"] = tps
             if self._peak and self.flops_per_token:
-                from trainledger.money.costs import mfu
+                from trainledger.money.rates.costs import mfu
 
                 world = int(self.env.get("WORLD_SIZE", "1") or 1)
                 out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)

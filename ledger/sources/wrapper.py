@@ -181,7 +181,7 @@ def _check_node_type_and_offer(s: Any, req: WrapRequest) -> None:
         names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
         raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
                                "(add one with `trainledger pricing import`)")
-    from trainledger.money.shares import alloc_share
+    from trainledger.money.allocation.shares import alloc_share
 
     req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
     if req.offer and (off is None or off.node_type_id != nt.id):

@@ -183,7 +183,7 @@ class Fleet(SQLModel, table=True):
     node_count: int
     valid_from: date
     valid_to: Optional[date] = None  # exclusive; None = still held
-    #: how its idle is charged back: none (NULL) | proportional | even | weights:<project=w,...> (trainledger.money.idle_share)
+    #: how its idle is charged back: none (NULL) | proportional | even | weights:<project=w,...> (trainledger.money.allocation.idle_share)
     idle_share: Optional[str] = Field(default=None, max_length=1000)
 
 
@@ -282,7 +282,7 @@ class Run(SQLModel, table=True):
     last_checkpoint_at: Optional[datetime] = _ts()
     last_checkpoint_step: Optional[int] = Field(default=None, sa_type=BigInteger)
     last_checkpoint_path: Optional[str] = Field(default=None, max_length=500)
-    # lost work (trainledger.money.months.lost_interval): a failed, crashed or cancelled run loses
+    # lost work (trainledger.money.rates.months.lost_interval): a failed, crashed or cancelled run loses
     # [last checkpoint (else start), end]; kept in step with the row by the rollup's session hook
     lost_from: Optional[datetime] = _ts()
     lost_until: Optional[datetime] = _ts()
@@ -365,7 +365,7 @@ class MetricSample(SQLModel, table=True):
 # --- pre-aggregated monthly rollup (ledger/rollup.py; migration 0003) ------------------
 
 class RollupFacts(SQLModel):
-    """The additive facts of a set of run slices (``trainledger.money.rollup.Facts``): integers, an exact
+    """The additive facts of a set of run slices (``trainledger.money.facts.rollup.Facts``): integers, an exact
     decimal as text (kWh) and JSON text (billing rule → billed node-hours; GPU-Util source → slices).
 
     Lost work (migration 0004): ``lost_*`` of runs that ended failed/crashed/cancelled without a
@@ -530,7 +530,7 @@ class RunPhase(SQLModel, table=True):
     by the run's writer thread: never one row per step. ``seconds``/``count`` are the run's totals so far;
     ``ckpt_seconds``/``ckpt_count`` the totals at its last checkpoint (what an interrupted run kept).
     Rows named ``quality:<issue>`` count clipped bad input (``count``). Written as cumulative totals, so
-    replaying a journal sets the same numbers again (``trainledger.money.goodput`` reads them)."""
+    replaying a journal sets the same numbers again (``trainledger.money.goodput.account`` reads them)."""
 
     __tablename__ = "run_phase"
     __table_args__ = (UniqueConstraint("run_id", "node", "phase", name="uq_run_phase"),)

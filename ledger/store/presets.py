@@ -264,7 +264,7 @@ def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: i
 def import_pricing_file(session: Session, path: Path, valid_from: Optional[datetime] = None,
                         plans: Optional[list] = None) -> dict[str, int]:
     """``trainledger pricing import FILE.toml``: add or replace user node types, add offers and price versions
-    (a version in the past is added too; the caller confirms it, see ``trainledger.money.pricing.confirm_versions``)."""
+    (a version in the past is added too; the caller confirms it, see ``trainledger.money.rates.pricing.confirm_versions``)."""
     spec = parse_pricing(read_text(path), where=Path(path).name)
     try:
         return apply_pricing(session, spec, source="user", replace=True, valid_from=valid_from, retroactive=True,

@@ -9,7 +9,7 @@ used at. Rules, each refused with a one-line :class:`LedgerInputError`:
   (they would overlap); the same prices again are a no-op;
 * a version that starts in the past rewrites the months from its start to the next
   version (or now): it needs ``retroactive=True``, and the caller names those months
-  (``trainledger.money.pricing.changed_months``) and asks for a confirmation.
+  (``trainledger.money.rates.pricing.changed_months``) and asks for a confirmation.
 
 The offer row's own price fields mirror its newest version (the list price for
 what-ifs). An offer with no version at all (written by hand, e.g. in tests) is

@@ -1,7 +1,7 @@
 """Slurm's billing of an allocation (``TRESBillingWeights``, ``PriorityFlags=MAX_TRES``), as pure functions.
 
 Kept with the Slurm mapping (whose rules carry a partition's weights) so the mapping can check them;
-:mod:`trainledger.money.shares` divides a job's billing by a whole node's to get its share.
+:mod:`trainledger.money.allocation.shares` divides a job's billing by a whole node's to get its share.
 """
 
 from __future__ import annotations

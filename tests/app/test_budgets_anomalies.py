@@ -51,13 +51,13 @@ def ledger(sqlite_url, app_env, monkeypatch):
 
 
 def _budgets(url):
-    from trainledger.money.budgets import list_budgets
+    from trainledger.money.outlook.budgets import list_budgets
 
     return with_session(url, lambda s: [(r["project"], r["period"], r["amount"], r["currency"]) for r in list_budgets(s)])
 
 
 def _thresholds(url):
-    from trainledger.money.budgets import list_budgets
+    from trainledger.money.outlook.budgets import list_budgets
 
     return with_session(url, lambda s: [(r["project"], r["threshold_pct"]) for r in list_budgets(s)])
 
@@ -135,7 +135,7 @@ def users_file(tmp_path):
 
 
 def test_a_viewer_sees_budgets_read_only_and_a_demoted_lead_saves_nothing(ledger, users_file, monkeypatch):
-    from trainledger.money.budgets import set_budget
+    from trainledger.money.outlook.budgets import set_budget
 
     with_session(ledger, lambda s: (set_budget(s, "4000"), s.commit()))
     monkeypatch.setenv("TRAINLEDGER_AUTH_FILE", str(users_file))

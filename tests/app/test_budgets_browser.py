@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import pytest
 from trainledger.app.auth import make_entry
-from trainledger.money.anomalies import anomalies, runs_on_day
-from trainledger.money.budgets import budget_status
+from trainledger.money.outlook.anomalies import anomalies, runs_on_day
+from trainledger.money.outlook.budgets import budget_status
 from trainledger.reports.present import fmt_cell
 
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session

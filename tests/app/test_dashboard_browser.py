@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.present import fmt_cell
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus

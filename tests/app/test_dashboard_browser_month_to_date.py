@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainledger.app import ui
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 

@@ -18,7 +18,7 @@ D = Decimal
 
 
 def test_export_page_offers_the_statements(app_env, sqlite_url, monkeypatch):
-    from trainledger.money.idle_share import set_fleet_policy
+    from trainledger.money.allocation.idle_share import set_fleet_policy
     from trainledger.store.db import make_engine
 
     engine = make_engine(sqlite_url)

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 D = Decimal
 
-from trainledger.money.compare import compare_node_type
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.compare import compare_node_type
+from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
 

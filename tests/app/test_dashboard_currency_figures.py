@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from trainledger.money.budgets import budget_status, set_budget
-from trainledger.money.costs import cents
-from trainledger.money.forecast import forecast
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.outlook.budgets import budget_status, set_budget
+from trainledger.money.outlook.forecast import forecast
+from trainledger.money.rates.costs import cents
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 

@@ -57,7 +57,7 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
 
 
 def _account(url: str, month: str = MONTH, currency=None):
-    from trainledger.money.goodput import goodput_account
+    from trainledger.money.goodput.account import goodput_account
 
     from tests.app.helpers import with_session
 
@@ -65,7 +65,7 @@ def _account(url: str, month: str = MONTH, currency=None):
 
 
 def _money(d) -> str:
-    from trainledger.money.costs import cents
+    from trainledger.money.rates.costs import cents
 
     return f"{cents(D(d)):,.2f}"
 
@@ -82,7 +82,7 @@ def test_overview_says_what_the_spend_bought(demo_url, app_env, monkeypatch):
 
 
 def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
-    from trainledger.money.goodput import BADPUT, Category
+    from trainledger.money.goodput.account import BADPUT, Category
 
     monkeypatch.setenv("TRAINLEDGER_NOW", DEMO_NOW.isoformat())
     app_env(demo_url)
@@ -106,7 +106,7 @@ def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
 
 def test_run_detail_shows_its_phases_per_node(demo_url, app_env, monkeypatch):
     from sqlmodel import select
-    from trainledger.money.goodput import phase_timeline
+    from trainledger.money.goodput.account import phase_timeline
     from trainledger.store.models import RunPhase
 
     from tests.app.helpers import with_session
@@ -131,8 +131,8 @@ def test_goodput_page_on_day_3_is_to_date(tmp_path_factory, app_env, monkeypatch
     monkeypatch.setenv("TRAINLEDGER_NOW", DAY3.isoformat())
     app_env(url)
     at = run_page(make_app(DEC), "goodput")
-    from trainledger.money.goodput import goodput_account
-    from trainledger.money.occupancy import month_occupancy
+    from trainledger.money.goodput.account import goodput_account
+    from trainledger.money.goodput.occupancy import month_occupancy
 
     from tests.app.helpers import with_session
 

@@ -12,10 +12,10 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session
-from trainledger.money import costs
-from trainledger.money.budgets import budget_status, set_budget
-from trainledger.money.forecast import forecast
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.outlook.budgets import budget_status, set_budget
+from trainledger.money.outlook.forecast import forecast
+from trainledger.money.rates import costs
 from trainledger.reports.export import presented_report, render
 from trainledger.reports.present import fmt_cell, present
 from trainledger.store.db import make_engine, session_scope

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, select
 from trainledger.app.plain_words import compact
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
@@ -258,7 +258,7 @@ def test_overview_shows_running_runs_in_the_current_month(sqlite_url, app_env):
     from datetime import timedelta
     from zoneinfo import ZoneInfo
 
-    from trainledger.money.months import month_of
+    from trainledger.money.rates.months import month_of
     from trainledger.store.models import RunStatus
     from trainledger.store.types import utcnow
 

@@ -10,9 +10,9 @@ import pytest
 from sqlmodel import Session, select
 from trainledger.app import offer_form, rentown
 from trainledger.errors import LedgerInputError
-from trainledger.money import costs
-from trainledger.money.compare import compare_node_type, compare_offers
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.compare import compare_node_type, compare_offers
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
 from trainledger.runs import registry
 from trainledger.runs.registry import cost_under_offers, show_run
 from trainledger.runs.sweep import list_sweeps

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from trainledger.app import ui
-from trainledger.money import periods as P
+from trainledger.money.rates import periods as P
 from trainledger.reports.periods import period_report, presented_period
 from trainledger.reports.present import fmt_cell
 
@@ -74,9 +74,9 @@ def test_a_quarter_on_the_overview_is_the_period_report(demo_url, app_env, monke
     # "Spend by project" sums the quarter's whole months (October to December to date), not only December
     from decimal import Decimal
 
-    from trainledger.money.costs import cents
-    from trainledger.money.monthly import monthly_report
-    from trainledger.money.spend import spend_by_project
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.account.spend import spend_by_project
+    from trainledger.money.rates.costs import cents
 
     assert want["months"] == ["2026-10", "2026-11", "2026-12"]
     reps = with_session(demo_url, lambda s: [monthly_report(s, m, now=datetime.fromisoformat(NOW)) for m in want["months"]])

@@ -9,11 +9,11 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import col, select
-from trainledger.money import costs
-from trainledger.money.capacity import capacity_warnings, warning_text
-from trainledger.money.monthly import monthly_report
-from trainledger.money.spend import spend_by_project
-from trainledger.money.waste import RUN_REASONS
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.spend import spend_by_project
+from trainledger.money.account.waste import RUN_REASONS
+from trainledger.money.allocation.capacity import capacity_warnings, warning_text
+from trainledger.money.rates import costs
 from trainledger.reports.export import presented_report
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run

@@ -11,8 +11,8 @@ import math
 
 from sqlmodel import Session, select
 from trainledger.app import rentown, ui
-from trainledger.money import costs
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 from trainledger.runs import plan
 from trainledger.store.db import make_engine

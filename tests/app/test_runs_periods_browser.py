@@ -23,8 +23,8 @@ import subprocess
 from decimal import Decimal as D
 
 import pytest
-from trainledger.money.costs import cents
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates.costs import cents
 from trainledger.reports.present import fmt_cell
 
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session

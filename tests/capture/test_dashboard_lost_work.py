@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from sqlmodel import Session
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run

@@ -15,8 +15,8 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.money.goodput import Category, goodput_account, phase_timeline
-from trainledger.money.months import month_of
+from trainledger.money.goodput.account import Category, goodput_account, phase_timeline
+from trainledger.money.rates.months import month_of
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunPhase, RunStatus
 from trainledger.store.settings import display_timezone

@@ -14,8 +14,9 @@ from decimal import Decimal
 
 from sqlalchemy import text
 from sqlmodel import Session
-from trainledger.money import costs, rollup
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
+from trainledger.money.rates import costs
 from trainledger.reports.export import presented_report, render
 from trainledger.runs.registry import reap_stale, show_run
 from trainledger.store.models import Run, RunStatus

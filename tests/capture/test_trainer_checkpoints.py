@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.money import costs
+from trainledger.money.rates import costs
 from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunPhase, RunStatus

@@ -11,10 +11,10 @@ from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.money import costs
-from trainledger.money.goodput import Category, goodput_account, seconds_decimal
-from trainledger.money.monthly import monthly_report
-from trainledger.money.months import month_of
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.goodput.account import Category, goodput_account, seconds_decimal
+from trainledger.money.rates import costs
+from trainledger.money.rates.months import month_of
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunPhase, RunStatus
 from trainledger.store.settings import display_timezone

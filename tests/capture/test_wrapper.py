@@ -227,9 +227,9 @@ def test_a_run_killed_after_a_checkpoint_loses_the_gpu_hours_since_it(ledger_url
     run = run_row(ledger_url, run_id)
     assert run.status == RunStatus.crashed and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
     from sqlmodel import Session
-    from trainledger.money import costs
-    from trainledger.money.monthly import monthly_report
-    from trainledger.money.months import month_of
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.rates import costs
+    from trainledger.money.rates.months import month_of
     from trainledger.runs.registry import show_run
     from trainledger.store.db import make_engine
 

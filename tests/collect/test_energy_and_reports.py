@@ -7,8 +7,8 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from trainledger.money import costs
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
 from trainledger.reports.daily import daily_report
 from trainledger.reports.weekly import strategy_comparison
 from trainledger.store.models import RunNode

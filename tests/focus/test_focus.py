@@ -15,8 +15,8 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session
-from trainledger.money.costs import cents
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates.costs import cents
 from trainledger.store.models import RunStatus
 
 from tests.focus.validate import problems

@@ -33,7 +33,7 @@ def _read(path):
 
 
 def test_focus_13_splits_shared_idle_into_allocated_charges_whose_ratios_sum_to_one(cli, engine, tmp_path):
-    from trainledger.money.chargeback import chargeback
+    from trainledger.money.account.chargeback import chargeback
 
     with Session(engine) as s:
         add_fleet(s, 2, name="own2")

@@ -95,7 +95,7 @@ def rows_of(url: str, tables: dict[str, list[str]]) -> dict[str, list[tuple]]:
 
 def reports(url: str) -> dict[str, dict]:
     from sqlmodel import Session
-    from trainledger.money.monthly import monthly_report
+    from trainledger.money.account.monthly import monthly_report
     from trainledger.reports.export import presented_report
 
     get_engine.cache_clear()

@@ -4,7 +4,7 @@ The float that leaked: the measured energy of a run, summed in SQL (``SUM(run_no
 over a float column), fed an owned fleet's power cost. Such a sum is rounded to a double (and
 in the order each backend happens to add), so at totals near 1e21 the monthly cost differed
 between the backends and from the exact figure. Now each node's stored figure is taken at its
-shortest exact decimal and summed as a Decimal (``trainledger.money.rollup.exact_kwh``).
+shortest exact decimal and summed as a Decimal (``trainledger.money.facts.rollup.exact_kwh``).
 
 Data: an owned fleet of 4 nodes held all of November 2026 (2,880 node-hours), one run of
 4 nodes × 10 h whose nodes measured 7,654,321,098,765.4 + 3 × 0.15 kWh (a float sum gives
@@ -18,8 +18,8 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from sqlmodel import Session
-from trainledger.money import costs
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.rates import costs
 from trainledger.reports.daily import daily_report
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode

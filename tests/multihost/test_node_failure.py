@@ -15,7 +15,7 @@ import pytest
 import yaml
 from sqlalchemy import func
 from sqlmodel import Session, select
-from trainledger.money import costs
+from trainledger.money.rates import costs
 from trainledger.runs.registry import show_run
 from trainledger.store.models import MetricSample, Run
 

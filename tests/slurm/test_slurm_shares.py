@@ -18,8 +18,8 @@ from fractions import Fraction
 
 import pytest
 from sqlmodel import Session
-from trainledger.money.capacity import capacity_warnings
-from trainledger.money.monthly import monthly_report
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.allocation.capacity import capacity_warnings
 from trainledger.store.db import make_engine
 from trainledger.store.models import Fleet, Offer, RunStatus
 

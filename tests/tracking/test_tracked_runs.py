@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, func, select
-from trainledger.money import costs
+from trainledger.money.rates import costs
 from trainledger.sources.journal import Journal
 from trainledger.store.db import make_engine
 from trainledger.store.models import MetricSample, Offer, Run, RunNode, RunStatus

@@ -55,7 +55,7 @@ def upgrade() -> None:
 
 
 def _backfill() -> None:
-    # the costed end of an ended run (trainledger.money.months.run_interval): its end, else its last heartbeat,
+    # the costed end of an ended run (trainledger.money.rates.months.run_interval): its end, else its last heartbeat,
     # never before its start
     op.execute(sa.text(
         f"UPDATE run SET lost_from = started_at, lost_until = CASE "

@@ -1,4 +1,4 @@
-"""budgets: spending limits per project or team-wide, per month or every month (ledger/money/budgets.py)
+"""budgets: spending limits per project or team-wide, per month or every month (ledger/money/outlook/budgets.py)
 
 Revision ID: 0008
 Revises: 0007
