@@ -13,7 +13,8 @@ GPU-hours, and per node type the peak of concurrent nodes (a window-function
 sweep, ends before starts at a tie). Node-hours, tokens and peaks are
 cross-checked against the ledger's report.
 
-Target (SPEC §11): ledger ≤ 2 × DuckDB and ≤ 1 s.
+Target (SPEC §11): ledger ≤ 2 × DuckDB and ≤ 1 s. The ledger's CPU seconds are reported beside its wall time
+(``ledger_cpu_s``): on a loaded machine both sides' wall times stretch, which the side-by-side ratio absorbs.
 """
 
 from __future__ import annotations
@@ -138,17 +139,19 @@ def duck_month(con, month: str) -> tuple[float, list[tuple]]:
     return time.perf_counter() - t0, rows
 
 
-def ledger_month(engine, month: str) -> tuple[float, Any]:
+def ledger_month(engine, month: str) -> tuple[float, float, Any]:
+    """(wall seconds, CPU seconds, report) of one ``monthly_report``: a loaded machine stretches the wall time only."""
     from sqlmodel import Session
     from trainledger.money.account.monthly import monthly_report
 
     kwargs = {"lines": False} if "lines" in inspect.signature(monthly_report).parameters else {}
     with Session(engine) as s:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         rep = monthly_report(s, month, **kwargs)
         took = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         s.rollback()
-    return took, rep
+    return took, cpu, rep
 
 
 def cross_check(rep, rows: list[tuple], names: dict[int, str]) -> list[str]:
@@ -191,14 +194,15 @@ def run(quick: bool) -> Result:
     res.measured["duckdb_load_s"] = round(time.perf_counter() - t0, 2)
     engine = make_engine(f"sqlite:///{path}")
     log(f"rollup: monthly_report({month}) × {repeats} and DuckDB × {repeats}, interleaved …")
-    first, rep = ledger_month(engine, month)  # first call: may fold pending rollup work; reported apart
+    first, _, rep = ledger_month(engine, month)  # first call: may fold pending rollup work; reported apart
     res.measured["ledger_first_call_s"] = round(first, 4)
-    ours, duck = [], []
+    ours, duck, cpu = [], [], []
     rows: list[tuple] = []
     duck_month(con, month)  # warm-up (plans, column statistics)
     for _ in range(repeats):
-        t, rep = ledger_month(engine, month)
+        t, c, rep = ledger_month(engine, month)
         ours.append(t)
+        cpu.append(c)
         t, rows = duck_month(con, month)
         duck.append(t)
     names = {}
@@ -213,10 +217,11 @@ def run(quick: bool) -> Result:
     res.ratio = m_ours / m_duck
     res.measured.update({"ledger_s": round(m_ours, 4), "duckdb_s": round(m_duck, 4),
                          "ledger_all_s": [round(x, 4) for x in ours], "duckdb_all_s": [round(x, 4) for x in duck],
+                         "ledger_cpu_s": round(median(cpu), 4),
                          "groups": len(rows)})
     res.extra_targets.append({"what": "ledger seconds", "value": round(m_ours, 4), "op": "<=", "target": 1.0})
     res.target_text = "≤ 2× and ≤ 1 s"
-    res.absolute = (f"ledger {m_ours:.3f} s vs DuckDB {m_duck:.3f} s ({month}: "
+    res.absolute = (f"ledger {m_ours:.3f} s ({median(cpu):.3f} s CPU) vs DuckDB {m_duck:.3f} s ({month}: "
                     f"{meta['runs_per_month'][month]:,} runs of {n_runs:,})")
     res.notes += cross_check(rep, rows, names)
     return res

@@ -163,7 +163,8 @@ def _split_only(path: Path) -> float:
 
 
 def _import(path: Path, url: str) -> tuple[float, dict]:
-    from trainledger.sources.importer import ImportOptions, import_file, parse_csv
+    from trainledger.sources.csv_import import parse_csv
+    from trainledger.sources.importer import ImportOptions, import_file
     from trainledger.sources.slurm import parse_sacct
     from trainledger.store.db import make_engine
 

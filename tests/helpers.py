@@ -106,3 +106,10 @@ def month_account_identities(session, month: str, now):
     assert abs(m.identity_residual) < Decimal("1e-9")
     assert costs.cents(m.by_category[Category.lost_work]) == costs.cents(report.summary["lost_work_cost"])
     return rep, report, m, {r.run_id: r for r in report.runs}
+
+
+def rounding(p: dict, table: str, column: str = "cost"):
+    """The rounding line of a presented monthly export's table (``presented_report``): 0 when its cents add up."""
+    from decimal import Decimal
+
+    return Decimal(p.get("rounding", {}).get(table, {}).get(column, "0"))

@@ -95,23 +95,27 @@ def _check_policy(cli, session, tmp_path, policy):
     r = cli("report", "chargeback", "--month", MONTH, "-o", out, "--now", "2026-12-05T00:00:00Z", "--json")
     assert r.exit_code == 0, r.output
     rows = _statement_totals(out)
-    # presented: to the cent, and each statement within a cent of its exact figure
+    # presented: each statement its exact figure half-up to the cent on its own (one rounding rule, issue 36);
+    # the lines + a "rounding" line when their cents need one = the spend
     assert D(rows["spend"]["total"]) == SPEND.quantize(CENT)
     lines = [D(v["total"]) for k, v in rows.items() if k != "spend"]
     assert sum(lines) == SPEND.quantize(CENT)
     for name, exact in (("llm", LLM_RUNS + llm_idle), ("vision", VISION_RUNS + vision_idle), ("audio", audio_idle)):
         if exact:
-            assert abs(D(rows[name]["total"]) - exact) < CENT
-    assert abs(D(rows["idle (not charged back)"]["total"]) - unshared) < CENT
+            assert D(rows[name]["total"]) == exact.quantize(CENT)
+    assert D(rows["idle (not charged back)"]["total"]) == unshared.quantize(CENT)
     # each statement's lines add up to its total: in the XLSX and in the HTML
     wb = load_workbook(out / f"{MONTH}-llm.xlsx")
     items = {k: v for k, v in wb["Statement"].iter_rows(min_row=2, values_only=True)}
-    run_costs = [D(str(row[9])) for row in wb["Runs"].iter_rows(min_row=2, values_only=True)]
+    run_rows = list(wb["Runs"].iter_rows(min_row=2, values_only=True))
+    run_costs = [D(str(row[9])) for row in run_rows]  # with a "(rounding)" line when the cents need one
     idle_parts = [D(str(row[5])) for row in wb["Idle share"].iter_rows(min_row=2, values_only=True)]
-    assert D(str(items["total"])) == D(rows["llm"]["total"]) == sum(run_costs) + sum(idle_parts)
-    assert D(str(items["idle_share"])) == sum(idle_parts)
-    assert abs(D(str(items["lost_work_cost"])) - LOST) < CENT
-    assert len(run_costs) == 2
+    assert D(str(items["run_cost"])) == LLM_RUNS.quantize(CENT) == sum(run_costs)
+    assert D(str(items["idle_share"])) == llm_idle.quantize(CENT) == sum(idle_parts)
+    assert D(str(items["total"])) == D(rows["llm"]["total"]) == D(str(items["run_cost"])) + D(
+        str(items["idle_share"])) + D(str(items.get("rounding") or 0))
+    assert D(str(items["lost_work_cost"])) == LOST.quantize(CENT)
+    assert len([r for r in run_rows if r[0] != "(rounding)"]) == 2
     page = (out / f"{MONTH}-llm.html").read_text()
     assert f"<td class=\"n\">{rows['llm']['total']}</td>" in page
     assert json.loads(r.output)["spend"] == str(SPEND.quantize(CENT))

@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from decimal import Decimal as D
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,51 @@ def test_exporter_serves_the_ledgers_figures(ledger_url, tmp_path):
         assert f"http://127.0.0.1:{exp.port}/metrics" in exp.log.read_text()
     finally:
         assert exp.stop() == 0
+
+
+def test_exporter_publishes_the_goodput_account_per_project_and_category(ledger_url, tmp_path):
+    """vision-a (10 h on one rented node) records its phases; llm's owned runs record none (all unattributed)."""
+    from trainledger.money.goodput.account import NAMED, goodput_account
+    from trainledger.store.models import RunPhase
+
+    from tests.month_helpers import LLM_TO_DATE, RENT_PER_NODE_HOUR
+
+    _ledger(ledger_url)
+    engine = make_engine(ledger_url)
+    with session_scope(engine) as s:
+        for phase, secs, count in (("startup", 1800.0, 1), ("step", 27000.0, 100), ("eval", 3600.0, 4)):
+            s.add(RunPhase(run_id="vision-a", node="h0", phase=phase, seconds=secs, count=count))
+    with Session(engine) as s:
+        rep = goodput_account(s, month=MONTH, now=NOW)
+    engine.dispose()
+    vision = 10 * RENT_PER_NODE_HOUR  # 10 billed hours; of its 36,000 s: steps 75%, start-up 5%, eval 10%, rest 10%
+    share = {"productive": D("0.75"), "startup": D("0.05"), "eval": D("0.1"), "unattributed": D("0.1")}
+    vision_secs = {k: v * 36000 for k, v in share.items()}
+    llm_secs = {"unattributed": D(54 * 3600)}  # llm-a 2 nodes × 24 h, llm-live 6 h to now
+    exp = Exporter(ledger_url, tmp_path)
+    try:
+        m = exp.scrape()
+    finally:
+        assert exp.stop() == 0
+    for name in (n for _, n in NAMED):
+        v = dict(month=MONTH, category=name)
+        want = {"vision": (vision * share.get(name, 0), vision_secs.get(name, 0)),
+                "llm": (LLM_TO_DATE if name == "unattributed" else D(0), llm_secs.get(name, 0))}
+        want["team"] = (want["vision"][0] + want["llm"][0], want["vision"][1] + want["llm"][1])
+        for project, (cost, secs) in want.items():
+            scope = dict(scope="team", project="") if project == "team" else dict(scope="project", project=project)
+            assert _value(m, "trainledger_goodput_cost_to_date", **scope, **v, currency="CNY") == pytest.approx(
+                float(cost), abs=1e-9), (project, name)
+            assert _value(m, "trainledger_goodput_node_seconds_to_date", **scope, **v) == float(secs)
+    # no recovery here: the team's categories and idle add up to the month's spend so far
+    team = dict(scope="team", project="", month=MONTH)
+    categories = sum(_value(m, "trainledger_goodput_cost_to_date", **team, category=n, currency="CNY") for _, n in NAMED)
+    assert categories + _value(m, "trainledger_idle_cost_to_date", month=MONTH, currency="CNY") == pytest.approx(
+        _value(m, "trainledger_cost_to_date", **team, currency="CNY"), abs=1e-6)
+    # the figures are the goodput account's own (trainledger goodput)
+    projects = {p["project"]: p for p in rep.projects}
+    assert _value(m, "trainledger_goodput_cost_to_date", scope="project", project="vision", month=MONTH,
+                  category="productive", currency="CNY") == float(projects["vision"]["cost"]["productive"])
 
 
 def test_figures_are_cached_between_refreshes(sqlite_url, tmp_path):

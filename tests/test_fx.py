@@ -16,7 +16,7 @@ from trainledger.money.facts import rollup
 from trainledger.money.rates import costs
 from trainledger.store.models import FxRate, Offer
 
-from tests.helpers import add_fleet, add_run
+from tests.helpers import add_fleet, add_run, rounding
 
 D = Decimal
 UTC = timezone.utc
@@ -80,8 +80,9 @@ def test_a_usd_report_equals_the_cny_figures_at_each_periods_rate_to_the_cent(cl
     assert usd["summary"]["actual_cost"] == str(costs.cents(D("88.30") + fleet_usd))
     # the identities hold in dollars to the cent: run lines + idle = actual; projects = actual - idle
     s = usd["summary"]
-    assert sum(D(r["cost"]) for r in usd["runs"]) + D(s["idle_cost"]) == D(s["actual_cost"])
-    assert sum(D(p["cost"]) for p in usd["projects"]) == D(s["actual_cost"]) - D(s["idle_cost"])
+    assert sum(D(r["cost"]) for r in usd["runs"]) + D(s["idle_cost"]) + rounding(usd, "runs") == D(s["actual_cost"])
+    assert sum(D(p["cost"]) for p in usd["projects"]) + rounding(usd, "projects") == D(s["actual_cost"]) - D(
+        s["idle_cost"])
     # and the report says which rates it used, for which charge periods
     assert s["fx_rates"] == ["CNY→USD 0.14, rate from 2025-11-01, for 2025-11-01 00:00 to 2025-11-16 00:00",
                              "CNY→USD 0.15, rate from 2025-11-16, for 2025-11-16 00:00 to 2025-12-01 00:00"]

@@ -63,6 +63,40 @@ def test_an_interrupted_run_keeps_its_checkpoint_s_figures_and_loses_the_rest():
     assert sum(out.values()) == D(1000 + 90)
 
 
+def test_the_first_step_s_excess_over_the_typical_step_is_start_up():
+    # 11 steps, 700 s: the first 100 s, the other 10 take 600 s (60 s each): 40 s of warm-up
+    rows = _rows(startup=100.0, step=(700.0, 11), first_step=100.0)
+    out = account_seconds(D(1000), D(0), 2, {"n0": rows}, False)
+    assert (out[Category.productive], out[Category.startup], out[Category.unattributed]) == (D(1320), D(280), D(400))
+    # interrupted: the 5 steps kept at the checkpoint took 430 s; the other 4: 330 / 4 = 82.5 s; 17.5 s of warm-up
+    rows = {"startup": PhaseTotal(100.0, 1, 100.0, 1), "step": PhaseTotal(800.0, 11, 430.0, 5),
+            "first_step": PhaseTotal(100.0, 1, 100.0, 1)}
+    out = account_seconds(D(1000), D(400), 1, {"n0": rows}, True)
+    assert (out[Category.productive], out[Category.startup], out[Category.unattributed]) == (
+        D("412.5"), D("117.5"), D(70))
+    # a first step no slower than the others, a single step, no first_step row: no warm-up
+    for rows in (_rows(step=(700.0, 11), first_step=50.0), _rows(step=(100.0, 1), first_step=100.0),
+                 _rows(step=(700.0, 11))):
+        assert account_seconds(D(1000), D(0), 1, {"n0": rows}, False)[Category.startup] == 0
+    # a third of 10 s: on the µs grid (floored), nothing lost: 7 s − (5 s / 3) = 5.333333 s
+    out = account_seconds(D(20), D(0), 1, {"n0": _rows(step=(12.0, 4), first_step=7.0)}, False)
+    assert (out[Category.startup], out[Category.productive]) == (D("5.333333"), D("6.666667"))
+    assert sum(out.values()) == D(20)
+
+
+def test_the_writer_records_the_first_step_only_when_it_began_with_a_step_start():
+    agg = ph.PhaseAggregator(1000.0)
+    agg.feed([(ph.STEP_BEGIN, None, 1010.0), (ph.BEGIN, "data", 1010.0), (ph.END, "data", 1012.0),
+              (ph.STEP_END, None, 1030.0), (ph.STEP_BEGIN, None, 1031.0), (ph.STEP_END, None, 1035.0)])
+    rows = agg.rows()
+    # the first step: 1010 → 1031 less its 2 s data wait; a user's phase of that name stays a custom one
+    assert rows["first_step"][:2] == [19.0, 1] and rows["step"][:2] == [23.0, 2]
+    assert ph.phase_name("first_step") == "custom:first_step"
+    logs = ph.PhaseAggregator(1000.0)  # run.log only: the first log ends start-up, which holds the first step
+    logs.feed([(ph.STEP_END, None, 1010.0), (ph.STEP_END, None, 1012.0), (ph.STEP_END, None, 1014.0)])
+    assert "first_step" not in logs.rows() and logs.rows()["startup"][:2] == [10.0, 1]
+
+
 def test_a_run_seen_only_by_the_wrapper_is_all_unattributed_never_guessed():
     out = account_seconds(D(3600), D(0), 4, {}, False)
     assert out[Category.unattributed] == D(4 * 3600) and sum(out.values()) == D(4 * 3600)
@@ -159,6 +193,37 @@ def test_the_identities_hold_for_every_run_and_month_of_the_demo(demo_session):
     assert recovered >= 1  # the demo's restart chains hold capacity between attempts
 
 
+def test_the_cli_shows_each_category_s_node_seconds_beside_its_money(cli, ledger_url):
+    """A 100 s run on an owned node: its categories cost cents or less, and their time still shows."""
+    engine = make_engine(ledger_url)
+    with session_scope(engine) as s:
+        add_fleet(s, 8)
+        add_run(s, "tiny", datetime(2026, 12, 9, tzinfo=UTC), 100 / 3600, nodes=1, project="tiny")
+        for phase, secs, count in (("startup", 6.0, 1), ("step", 80.0, 4), ("first_step", 26.0, 1), ("data", 1.5, 1),
+                                   ("eval", 2.0, 1)):
+            s.add(RunPhase(run_id="tiny", node="h0", phase=phase, seconds=secs, count=count))
+    engine.dispose()
+    args = ("goodput", "--month", "2026-12", "--project", "tiny", "--now", "2026-12-10T12:00:00Z")
+    text = cli(*args)
+    assert text.exit_code == 0, text.output
+    # an owned node-hour in December: (120,000 / 36 + 6.67) / 744 fixed + 4.0 kW × 0.5 energy; the run: 100 s
+    cost = D(100) / 3600 * ((D(120_000) / 36 + D("6.67")) / 744 + 2)
+    # steps: the first 26 s, the other three 54 s (18 s each): 8 s of warm-up; 100 − 6 − 8 − 72 − 1.5 − 2 = 10.5
+    seconds = {"productive": D(72), "startup": D(14), "data_wait": D("1.5"), "eval": D(2), "unattributed": D("10.5")}
+    shown = {line.split()[0]: line.split()[1:] for line in text.output.splitlines()
+             if line.split() and line.split()[0] in {c.value for c in CATEGORIES} and len(line.split()) == 4}
+    assert shown == {c.value: [str(costs.cents(cost * seconds.get(c.value, 0) / 100)),
+                               {"productive": "0.02", "startup": "0.004", "eval": "0.001", "unattributed": "0.003"}.get(
+                                   c.value, "0"), f"{seconds.get(c.value, D(0)):.1f}"] for c in CATEGORIES}
+    assert shown["eval"] == ["0.00", "0.001", "2.0"] and shown["data_wait"] == ["0.00", "0", "1.5"]
+    run_line = next(line for line in text.output.splitlines() if line.startswith("tiny "))
+    assert run_line.split()[-2:] == ["28.0", "startup"]  # badput node-seconds, the largest badput category
+    data = json.loads(cli(*args, "--json").output)
+    assert data["totals"]["node_seconds"] == {c.value: format(seconds.get(c.value, D(0)).normalize(), "f")
+                                              for c in CATEGORIES}
+    assert data["projects"][0]["node_seconds"] == data["totals"]["node_seconds"]
+
+
 def test_the_cli_prints_the_api_s_figures_and_refuses_bad_input(cli, ledger_url):
     engine = make_engine(ledger_url)
     with session_scope(engine) as s:
@@ -237,3 +302,30 @@ def test_a_running_run_is_to_date_and_a_run_across_months_has_an_account_in_each
     for m in rep.months:
         assert m.goodput + m.badput + m.idle == m.spend and abs(m.identity_residual) < D("1e-9")
     assert rep.months[1].period.startswith("to date")
+
+
+def test_recovery_is_priced_at_the_fleet_s_own_idle_rate_not_the_node_type_s(session):
+    """November 2026 (720 h, UTC). Fleet own2: 2 nodes of rtx4090-8x under rtx4090-own, 1,440 node-hours held.
+    ``a`` (2 nodes, 10 h, failed) and ``b`` (2 nodes, 5 h, resumes ``a`` 5 h after it ended) draw 30 node-hours
+    from it; ``e`` runs 1 node × 100 h on elastic rent of the same node type. The fleet's idle: 1,410 node-hours
+    at its idle rate, fixed ÷ 720 + 0.8 kW × 0.5 CNY/kWh (data/pricing.toml). b's recovery, 5 h × 2 nodes, is
+    priced at that rate; the node type's rate of before, idle ÷ (1,440 − 30 − 100) node-hours, counted e's
+    elastic node-hours as if they had been drawn from the fleet."""
+    add_fleet(session, 2, name="own2")
+    add_run(session, "a", datetime(2026, 11, 3, tzinfo=UTC), 10, nodes=2, status=RunStatus.failed)
+    session.get(Run, "a").last_checkpoint_at = datetime(2026, 11, 3, 6, tzinfo=UTC)
+    add_run(session, "b", datetime(2026, 11, 3, 15, tzinfo=UTC), 5, nodes=2)
+    session.get(Run, "b").resume_of = "a"
+    add_run(session, "e", datetime(2026, 11, 10, tzinfo=UTC), 100, nodes=1, offer_name="rtx4090-rent")
+    session.commit()
+    rep = goodput_account(session, month="2026-11", now=datetime(2026, 12, 2, tzinfo=UTC))
+    idle_rate = (D(120_000) / 36 + D("6.67")) / 720 + D("0.8") * D("0.5")  # 5.0388935185185185… CNY per node-hour
+    b = next(r for r in rep.runs if r.run_id == "b")
+    assert b.seconds[Category.recovery] == 5 * 3600 * 2
+    assert b.recovery_cost == b.cost[Category.recovery] == on_grid(10 * idle_rate) == D("50.388935185185")
+    node_type_rate = 1410 * idle_rate / (1440 - 30 - 100)  # 5.42…: what it was priced at before
+    assert on_grid(10 * node_type_rate) == D("54.235418787108") != b.recovery_cost
+    (m,) = rep.months
+    assert m.goodput + m.badput + m.idle == m.spend
+    # idle left = the fleet's idle less the recovery: (1,410 − 10) node-hours at the fleet's rate, to the cent
+    assert costs.cents(m.idle) == costs.cents(1400 * idle_rate) == D("7054.45")

@@ -121,6 +121,46 @@ def test_billing_weights_give_slurm_billing_and_the_share(cli, engine, tmp_path)
     assert _lines(engine)["slurm-8101"].cost == Decimal(45)
 
 
+def test_billing_share_truncates_the_job_and_the_node_as_slurm_does(cli, engine, tmp_path):
+    """CPU=0.25,GRES/gpu=2 on a node of 66 CPUs and 8 GPUs: 16.5 + 16 = 32.5, kept by Slurm as 32. Job 8102
+    (3 CPUs, 1 GPU) weighs 0.75 + 2 = 2.75, written by Slurm as billing=2: its share is 2/32 = 1/16 (untruncated
+    it would be 2.75/32.5 = 11/130), so 10 h at 20 per node-hour cost 1/16 × 10 × 20 = 12.50 (not 16.92)."""
+    _setup(cli, tmp_path, "--billing-weights", "CPU=0.25,GRES/gpu=2", "--node-tres", "cpu=66,gres/gpu=8")
+    # 8103: sacct's billing=0 is the job's billing (whatever these weights make of it): skipped with its reason
+    rows = _job("8102", "a100-01", "billing=2,cpu=3,gres/gpu=1,mem=8G,node=1") + _job("8103", "a100-02",
+                                                                                       "billing=0,cpu=1,gres/gpu=1,node=1")
+    receipt = _ok(_import(cli, tmp_path, rows))
+    assert (receipt["imported"], receipt["skipped"]["jobs that bill 0"]["first"]) == (1, ["8103"])
+    with Session(engine) as s:
+        run = s.get(Run, "slurm-8102")
+        assert (run.share, run.share_basis, run.config["slurm"]["billing"]) == ("1/16", "billing", "2")
+    assert _lines(engine)["slurm-8102"].cost == Decimal("12.5")
+
+
+def test_billing_units_are_whole_and_sacct_billing_is_the_jobs():
+    w = shares.parse_weights("CPU=0.25,GRES/gpu=2")
+    node = shares.tres_counts({"cpu": "66", "gres/gpu": "8"})
+    job = shares.tres_counts({"cpu": "3", "gres/gpu": "1", "billing": "2"})
+    assert shares.slurm_billing(job, w) == Decimal("2.75")  # 3 × 0.25 + 1 × 2
+    assert shares.job_billing_units(job, w, False) == 2  # truncated, as Slurm writes billing=
+    assert shares.slurm_billing_units(shares.slurm_billing(node, w)) == 32  # 66 × 0.25 + 8 × 2 = 32.5
+    assert shares.billing_share(job, node, w, False, 1, "a100-8x") == Fraction(2, 32)
+    assert shares.billing_share(job, node, w, False, 2, "a100-8x") == Fraction(2, 64)  # 2 nodes: 2 × 32
+    # PriorityFlags=MAX_TRES: the job max(0.75, 2) = 2, the node max(16.5, 16) = 16.5 → 16: 2/16
+    assert shares.billing_share(job, node, w, True, 1, "a100-8x") == Fraction(1, 8)
+    # sacct's billing= is the job's billing: 3 written there (weights changed since) → 3/32
+    assert shares.reported_billing({"cpu": "3", "billing": "3"}) == 3
+    assert shares.billing_share(job, node, w, False, 1, "a100-8x", reported=3) == Fraction(3, 32)
+    assert [shares.reported_billing({"billing": v}) for v in ("", "2.5", "x", "²")] == [None] * 4
+    assert shares.reported_billing({"cpu": "3"}) is None
+    cpu_only = shares.tres_counts({"cpu": "3"})  # 0.75: Slurm bills it 0
+    with pytest.raises(LedgerInputError, match=r"^AllocTRES: the job bills 0 under the partition's weights"):
+        shares.billing_share(cpu_only, node, w, False, 1, "a100-8x")
+    tiny = shares.tres_counts({"cpu": "3"})  # a node of 3 CPUs: 0.75 → 0, nothing to divide by
+    with pytest.raises(LedgerInputError, match=r"^node_tres: one node of a100-8x bills 0"):
+        shares.billing_share(job, tiny, w, False, 1, "a100-8x")
+
+
 def test_max_tres_takes_the_largest_weighted_tres():
     w = shares.parse_weights("CPU=1.0,Mem=0.25G,GRES/gpu=2.0")
     assert w == {"cpu": Decimal(1), "mem": Decimal("0.25") / 1024, "gres/gpu": Decimal(2)}

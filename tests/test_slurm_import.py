@@ -114,7 +114,7 @@ def test_mixed_file_imports_every_costable_job_and_skips_the_rest(cli, engine, t
         "slurm-7104.0": "40.00",      # 2 h × 20
         "slurm-7108": "4.93",         # 30 min, billed 1 h
         attempt: "4.93",              # the hour the requeued attempt ran
-        final: "9.87",                # 2 h = 9.863..., the cent the rtx runs' rounding left over (they sum to 64.11)
+        final: "9.86",                # 2 h = 9.863..., half-up on its own (issue 36: no cent moved between runs)
         "slurm-7112": "20.00",
     }
 

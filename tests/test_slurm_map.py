@@ -49,6 +49,10 @@ def test_add_list_remove(cli):
     (["--partition", "gpu", "--node-type", "a100-8x", "--billing-weights", "CPU=1", "--node-tres", "mem=10G"],
      "--node-tres: one node (mem=10G) bills 0 under CPU=1; give the TRES of one whole node of the partition, e.g. "
      "cpu=64,mem=512G,gres/gpu=8"),
+    # 2 × 0.25 = 0.5, which Slurm keeps as billing 0
+    (["--partition", "gpu", "--node-type", "a100-8x", "--billing-weights", "CPU=0.25", "--node-tres", "cpu=2"],
+     "--node-tres: one node (cpu=2) bills 0 under CPU=0.25; give the TRES of one whole node of the partition, e.g. "
+     "cpu=64,mem=512G,gres/gpu=8"),
 ])
 def test_bad_rules_are_one_line_and_write_nothing(cli, args, error):
     r = cli("slurm", "map", "add", *args)

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.account.spend import IDLE, NO_PROJECT, ROUNDING, spend_by_project
-from trainledger.money.rates.costs import cents, round_preserving_sum
+from trainledger.money.rates.costs import cents
 from trainledger.reports.export import presented_report
 from trainledger.store.models import RunStatus
 
@@ -46,11 +46,12 @@ def test_project_lines_and_idle_add_up_to_the_spend(session):
     assert lines == [{"line": k, "cost": cents(v)} for k, v in exact.items()] + [{"line": IDLE, "cost": idle}] + (
         [{"line": ROUNDING, "cost": rest}] if rest else [])
     assert sum(x["cost"] for x in lines) == spend  # to the cent, exactly
-    # the export apportions its project lines (largest remainder inside the file): they add up there
+    # the export shows the same cents (one rounding rule, issue 36) and the same rounding line, as its
+    # "(rounding)" line of the projects table
     p = presented_report(rep)
-    shares = round_preserving_sum(list(exact.values()), total=spend - idle)
-    assert [D(x["cost"]) for x in p["projects"]] == shares
+    assert [D(x["cost"]) for x in p["projects"]] == [cents(v) for v in exact.values()]
     assert D(p["summary"]["idle_cost"]) == idle
+    assert D(p.get("rounding", {}).get("projects", {}).get("cost", "0")) == rest
 
 
 def test_a_month_with_only_a_fleet_is_all_idle(session):

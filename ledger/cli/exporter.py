@@ -11,7 +11,7 @@ figures (``ledger/reports/metrics.py``) are recomputed at most every
 minute. The exporter writes nothing: at start it brings the ledger's schema and
 rollup up to date as every command does, then reads through a read-only
 connection (SQLite ``query_only``, PostgreSQL read-only transactions).
-Alerting rules: deploy/alerts/; Grafana: deploy/grafana/ (docs/METRICS.md).
+Alerting rules: deploy/alerts/; Grafana: deploy/grafana/ (docs/PROMETHEUS.md).
 """
 
 from __future__ import annotations

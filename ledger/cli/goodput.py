@@ -44,6 +44,13 @@ def _money(v: Any) -> str:
     return fmt_cell("cost", v)
 
 
+def _node_seconds(v: Any) -> str:
+    """Node-seconds to 0.1 s (half-up), beside the money: a small run's categories round to 0.00 but keep their time."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return f"{Decimal(v).quantize(Decimal('0.1'), rounding=ROUND_HALF_UP):,}"
+
+
 def goodput_text(d: dict[str, Any], top: int = 10) -> str:
     from trainledger.money.goodput.account import CATEGORIES
     from trainledger.reports.present import fmt_cell, table
@@ -60,7 +67,8 @@ def goodput_text(d: dict[str, Any], top: int = 10) -> str:
         lines.append(f"{t['scope']}: {_money(t['spend'])} {cur}, goodput {_money(t['goodput_cost'])} "
                      f"({fmt_cell('goodput_pct', t['goodput_pct'])}), ETTR {fmt_cell('ettr', t['ettr'])}")
     rows = [{"category": c.value, f"cost ({cur})": _money(t["cost"][c.value]),
-             "node-hours": fmt_cell("node_hours", t["node_hours"][c.value])} for c in CATEGORIES]
+             "node-hours": fmt_cell("node_hours", t["node_hours"][c.value]),
+             "node-seconds": _node_seconds(t["node_seconds"][c.value])} for c in CATEGORIES]
     lines += ["", table(rows)]
     ranked = sorted(d["runs"], key=lambda r: (-(r["total_cost"] - r["cost"]["productive"]), r["run_id"]))[:top]
     if ranked:
@@ -68,7 +76,9 @@ def goodput_text(d: dict[str, Any], top: int = 10) -> str:
             {"run": r["run_id"], "month": r["month"], "project": r["project"] or "(none)", "status": r["status"],
              f"cost ({cur})": _money(r["total_cost"]), "goodput": fmt_cell("goodput_pct", r["goodput_pct"]),
              "badput": _money(r["total_cost"] - r["cost"]["productive"]),
-             "biggest badput": max((c for c in r["cost"] if c != "productive"), key=lambda c: r["cost"][c])}
+             "badput node-seconds": _node_seconds(sum(v for c, v in r["node_seconds"].items() if c != "productive")),
+             "biggest badput": max((c for c in r["cost"] if c != "productive"),
+                                   key=lambda c: (r["cost"][c], r["node_seconds"][c]))}
             for r in ranked])]
     notes = [f"{r['run_id']}: {q}" for r in d["runs"] for q in r["data_quality"]]
     if notes:

@@ -30,7 +30,7 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
     with FILE:LINE and nothing is imported. A well-formed Slurm record that
     cannot be costed is skipped and listed in the receipt (--strict: refused).
     """
-    from trainledger.sources import importer, slurm
+    from trainledger.sources import csv_import, importer, slurm
     from trainledger.store.db import get_engine
     from trainledger.store.settings import parse_timezone
 
@@ -39,7 +39,7 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
     name = "stdin" if str(file) == "-" else file.name
     with progress.bar(f"reading {name}") as bar:
         report = bar.staged({"read": f"reading {name}", "write": f"writing {name}"})
-        receipt = importer.import_file(get_engine(db), file, opts, {"csv": importer.parse_csv, "sacct": slurm.parse_sacct},
+        receipt = importer.import_file(get_engine(db), file, opts, {"csv": csv_import.parse_csv, "sacct": slurm.parse_sacct},
                                        progress=report if bar.drawn else None)
     emit(receipt.as_dict(), as_json, importer.receipt_text)
 

@@ -32,7 +32,8 @@ COMMANDS = {"demo": "demo", "import": "imports", "launch": "runs", "sync": "runs
             "settings": "settings", "train": "parts", "dashboard": "parts", "collect": "metrics",
             "forecast": "forecast", "exporter": "exporter", "db": "db", "runs": "runs", "config": "config",
             "data": "parts", "cost": "costs", "report": "reports", "budget": "budget", "pricing": "pricing",
-            "fx": "fx", "carbon": "carbon", "fleet": "fleet", "plan": "plan", "slurm": "slurm", "goodput": "goodput"}
+            "fx": "fx", "carbon": "carbon", "fleet": "fleet", "plan": "plan", "slurm": "slurm", "goodput": "goodput",
+            "glossary": "glossary"}
 
 
 def _register(module: str, root: typer.Typer) -> None:

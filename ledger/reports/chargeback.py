@@ -1,10 +1,12 @@
 """Chargeback statements: one per project, as XLSX and as a printable HTML page, and a summary CSV.
 
-:func:`presented` rounds once, as the monthly export does (docs/MONEY.md, "Rounding"): the idle left
-unshared is rounded on its own, the statements' totals are apportioned (largest remainder) against the
-rounded spend less it, and inside a statement its run lines and idle parts are apportioned against its
-total. So Σ statements + idle not charged back = the month's spend to the cent, and each statement's
-lines add up to its total. Every writer renders that one structure: the same figures in every format.
+:func:`presented` rounds once, by the one rule of the metrics layer (:mod:`trainledger.money.metrics.rounding`;
+docs/MONEY.md, "Rounding"): every figure and every line half-up to the cent on its own, so a run reads the same
+cents here as in the monthly export and on every other surface. Where lines are shown beside a total they must
+add up to and their cents do not, the difference is an explicit rounding line: ``rounding`` in the summary
+(statements + idle not charged back + rounding = the month's spend) and in a statement's totals (runs + share of
+idle + rounding = total), ``(rounding)`` as the last line of its Runs and Idle share tables. Every writer renders
+that one structure: the same figures in every format.
 
 Text cells a spreadsheet would run as a formula are escaped (``trainledger.reports.export.guard_formula``);
 HTML is escaped. Output is deterministic: the same ledger and month give the same bytes.
@@ -22,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from trainledger.money.account.chargeback import Chargeback, Statement
 from trainledger.money.allocation.idle_share import NO_PROJECT
-from trainledger.money.rates.costs import cents, round_preserving_sum
+from trainledger.money.metrics.rounding import cents, rounding_line
 from trainledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
 from trainledger.store.defaults import NOT_COSTED
 
@@ -33,7 +35,9 @@ SUMMARY_COLUMNS = ["statement", "runs", "gpu_hours", "run_cost", "idle_share", "
 NOT_COSTED_COLUMNS = ["project", "run_id", "name", "user", "status", "node_type", "start", "end", "node_hours",
                       "gpu_hours", "cost", "reason"]
 MONEY = {"cost", "lost_work_cost", "amount", "run_cost", "idle_share", "total", "spend", "idle_cost",
-         "idle_shared", "idle_not_charged_back"}
+         "idle_shared", "idle_not_charged_back", "rounding"}
+#: the first cell of a table's rounding line
+ROUNDING_LINE = "(rounding)"
 HOURS = Decimal("0.001")
 
 
@@ -50,17 +54,19 @@ def presented(cb: Chargeback) -> dict[str, Any]:
     (money as cent strings)."""
     spend = cents(cb.spend)
     unshared = cents(cb.unshared_idle)
-    totals = round_preserving_sum([s.total for s in cb.statements], total=spend - unshared) if cb.statements else []
-    statements = [_statement(s, t) for s, t in zip(cb.statements, totals)]
+    statements = [_statement(s) for s in cb.statements]
+    shared = sum((p.amount for s in cb.statements for p in s.idle), Decimal(0))
     summary = {"month": cb.month, "currency": cb.currency, "timezone": cb.timezone}
     if cb.summary.get("is_partial"):
         summary["period"] = cb.summary["period"]
     summary.update({
-        "spend": str(spend), "idle_cost": str(cents(cb.idle)), "idle_shared": str(sum((Decimal(x["totals"]["idle_share"]) for x in statements), Decimal(0))),
+        "spend": str(spend), "idle_cost": str(cents(cb.idle)), "idle_shared": str(cents(shared)),
         "idle_not_charged_back": str(unshared), "statements": len(statements),
         "idle_share_policies": [f"{c.offer.name} {c.start.date()}: {c.policy}" + (f" ({c.note})" if c.note else "")
                                 for c in cb.sharing.charges],
     })
+    if rest := rounding_line([s.total for s in cb.statements] + [cb.unshared_idle], cb.spend):
+        summary["rounding"] = str(rest)  # statements + idle not charged back + rounding = spend, to the cent
     if cb.summary.get("fx_rates"):
         summary["fx_rates"] = cb.summary["fx_rates"]
     out = {"summary": summary, "statements": statements}
@@ -81,21 +87,30 @@ def _not_costed_row(r: Any) -> dict[str, Any]:
             "reason": r.reason}
 
 
-def _statement(s: Statement, total: Decimal) -> dict[str, Any]:
-    parts = round_preserving_sum([r.cost for r in s.runs] + [p.amount for p in s.idle], total=total)
-    run_cost, idle_parts = parts[:len(s.runs)], parts[len(s.runs):]
-    lost = round_preserving_sum([r.lost_work_cost for r in s.runs], total=cents(s.lost_work)) if s.runs else []
+def _statement(s: Statement) -> dict[str, Any]:
+    """One statement: every line and total half-up to the cent on its own, and the rounding lines its tables need."""
     runs = [{"run_id": r.run_id, "name": r.name, "user": r.user, "status": r.status, "node_type": r.node_type,
              "offer": r.offer, "start": _when(r.start), "end": _when(r.end), "gpu_hours": _hours(r.gpu_hours),
-             "cost": str(c), "lost_work_cost": str(lw), "finality": r.finality}
-            for r, c, lw in zip(s.runs, run_cost, lost)]
+             "cost": str(cents(r.cost)), "lost_work_cost": str(cents(r.lost_work_cost)), "finality": r.finality}
+            for r in s.runs]
     idle = [{"fleet_offer": p.offer, "charge_period_start": _when(p.start), "charge_period_end": _when(p.end),
-             "policy": p.policy, "ratio": str(p.ratio), "amount": str(a)} for p, a in zip(s.idle, idle_parts)]
-    runs_total, idle_total = sum(run_cost, Decimal(0)), sum(idle_parts, Decimal(0))
-    return {"project": s.project, "totals": {
-        "runs": len(s.runs), "gpu_hours": _hours(s.gpu_hours), "run_cost": str(runs_total),
-        "idle_share": str(idle_total), "total": str(runs_total + idle_total), "lost_work_cost": str(sum(lost, Decimal(0)))},
-        "runs": runs, "idle": idle}
+             "policy": p.policy, "ratio": str(p.ratio), "amount": str(cents(p.amount))} for p in s.idle]
+    run_cost, idle_share = sum((r.cost for r in s.runs), Decimal(0)), sum((p.amount for p in s.idle), Decimal(0))
+    totals = {"runs": len(s.runs), "gpu_hours": _hours(s.gpu_hours), "run_cost": str(cents(run_cost)),
+              "idle_share": str(cents(idle_share)), "total": str(cents(s.total)),
+              "lost_work_cost": str(cents(s.lost_work))}
+    rounding = {"totals": rounding_line([run_cost, idle_share], s.total),
+                "runs": rounding_line([r.cost for r in s.runs], run_cost),
+                "lost_work_cost": rounding_line([r.lost_work_cost for r in s.runs], s.lost_work),
+                "idle": rounding_line([p.amount for p in s.idle], idle_share)}
+    if rounding["totals"]:
+        totals["rounding"] = str(rounding["totals"])
+    if rounding["runs"] or rounding["lost_work_cost"]:
+        runs.append({**{c: None for c in RUN_COLUMNS}, "run_id": ROUNDING_LINE, "cost": str(rounding["runs"]),
+                     "lost_work_cost": str(rounding["lost_work_cost"])})
+    if rounding["idle"]:
+        idle.append({**{c: None for c in IDLE_COLUMNS}, "fleet_offer": ROUNDING_LINE, "amount": str(rounding["idle"])})
+    return {"project": s.project, "totals": totals, "runs": runs, "idle": idle}
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -141,6 +156,9 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
     s = p["summary"]
     rows.append({"statement": "idle (not charged back)", "runs": None, "gpu_hours": None, "run_cost": None,
                  "idle_share": None, "total": s["idle_not_charged_back"], "lost_work_cost": None})
+    if s.get("rounding"):
+        rows.append({"statement": "rounding", "runs": None, "gpu_hours": None, "run_cost": None, "idle_share": None,
+                     "total": s["rounding"], "lost_work_cost": None})
     rows.append({"statement": "spend", "runs": None, "gpu_hours": None, "run_cost": None, "idle_share": None,
                  "total": s["spend"], "lost_work_cost": None})
     return rows
@@ -166,7 +184,8 @@ def _statement_rows(summary: dict[str, Any], st: dict[str, Any]) -> list[tuple[s
     if summary.get("period"):
         rows.append(("period", summary["period"]))
     return rows + [("currency", summary["currency"]), ("runs", t["runs"]), ("gpu_hours", t["gpu_hours"]),
-                   ("run_cost", t["run_cost"]), ("idle_share", t["idle_share"]), ("total", t["total"]),
+                   ("run_cost", t["run_cost"]), ("idle_share", t["idle_share"]),
+                   *([("rounding", t["rounding"])] if t.get("rounding") else []), ("total", t["total"]),
                    ("lost_work_cost", t["lost_work_cost"])]
 
 
@@ -237,14 +256,17 @@ def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
     totals = "".join(
         f'<tr{" class=total" if k == "total" else ""}><td>{html.escape(label)}</td>{_td(k, t[k])}</tr>'
         for k, label in (("runs", "Runs"), ("gpu_hours", "GPU-hours"), ("run_cost", f"Runs ({cur})"),
-                         ("idle_share", f"Share of idle ({cur})"), ("total", f"Total ({cur})"),
+                         ("idle_share", f"Share of idle ({cur})"),
+                         *((("rounding", f"Rounding ({cur})"),) if t.get("rounding") else ()), ("total", f"Total ({cur})"),
                          ("lost_work_cost", f"of which lost work ({cur})")))
     runs = _table(RUN_COLUMNS, st["runs"]) if st["runs"] else "<p>No run of this project in the month.</p>"
     idle = (_table(IDLE_COLUMNS, st["idle"]) if st["idle"]
             else "<p>No idle is charged back to this project (its fleets' policy is none, or it drew on no shared fleet).</p>")
-    note = (f"Money in {html.escape(cur)}, rounded to the cent so that every statement of {html.escape(summary['month'])} "
-            f"plus idle not charged back ({html.escape(summary['idle_not_charged_back'])}) adds up to the month's spend "
-            f"({html.escape(summary['spend'])}). Lost work is part of the runs' cost. Made by trainledger "
+    note = (f"Money in {html.escape(cur)}, each figure rounded half-up to the cent on its own; every statement of "
+            f"{html.escape(summary['month'])} plus idle not charged back ({html.escape(summary['idle_not_charged_back'])})"
+            + (f" plus rounding ({html.escape(summary['rounding'])})" if summary.get("rounding") else "")
+            + f" adds up to the month's spend ({html.escape(summary['spend'])}). Lost work is part of the runs' cost. "
+            f"Made by trainledger "
             f"(`trainledger report chargeback --month {html.escape(summary['month'])}`).")
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}{html.escape(period)}</h1>\n"

@@ -4,7 +4,9 @@ A day is a calendar day in the display time zone (23 or 25 hours on a DST
 change). For that day:
 
 * node-hours available (fixed-cost fleets held that day) vs used (runs),
-  *time utilization* = fleet node-hours in runs ÷ fleet node-hours available;
+  *time utilization* = node-hours runs drew from fixed-cost fleets (each at most its capacity) ÷ those fleets'
+  node-hours available, as the monthly report and a period count it; elastic node-hours are reported apart
+  (``elastic_node_hours``), in no utilization; ``node_hours`` is all the day's runs' (as the monthly report's);
 * *GPU-Util* of the day's runs, weighted by their GPU-hours in the day, with
   its sources (dcgm, nvml, cpu) named — never MFU, never time utilization;
 * idle: idle node-hours of each fleet and the nodes no run touched that day
@@ -271,10 +273,12 @@ def _day_summary(slices: list[RunSlice], fleet_rows: list[dict[str, Any]], elast
     return {
         "runs": len(slices),
         "available_node_hours": available,
-        "used_node_hours": sum((sl.node_hours for sl in slices), ZERO),
+        "node_hours": sum((sl.node_hours for sl in slices), ZERO),  # of all its runs, as the monthly report's
         "fleet_used_node_hours": fleet_used,
+        "elastic_node_hours": sum((sl.node_hours for sl in slices if sl.offer_kind == OfferKind.rent_elastic.value),
+                                  ZERO),
         "idle_node_hours": sum((f["idle_node_hours"] for f in fleet_rows), ZERO),
-        "time_utilization": costs.time_utilization(fleet_used, available) if available else None,
+        "time_utilization": costs.time_utilization(fleet_used, available),
         "gpu_hours": gpu_hours,
         "gpu_util_mean": costs.weighted_mean((sl.gpu_util_mean, sl.gpu_hours) for sl in slices),
         "gpu_util_sources": sorted({sl.util_source for sl in slices if sl.util_source}),

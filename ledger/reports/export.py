@@ -1,10 +1,12 @@
 """The monthly export: CSV, XLSX and JSON from one presented report.
 
-:func:`presented_report` rounds once (money to cents with the largest-remainder
-method, so run lines + idle add up to the month's actual cost to the cent) and
-every writer, the CLI table and the dashboard use that same structure: the
-numbers are identical across formats. Text cells that a spreadsheet would
-execute (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) are prefixed
+:func:`presented_report` rounds once, by the one rule of the metrics layer
+(:mod:`trainledger.money.metrics.rounding`): every figure and every line half-up to the cent on its own, so a
+run or a project shows the same cents here as on every other surface; where the lines of a table must add up
+to a figure of the summary (run and project costs + idle = spend, run lost work = lost work) and their cents
+do not, the difference is an explicit ``(rounding)`` line of the table (the JSON's ``rounding`` block). Every
+writer, the CLI table and the dashboard use that same structure: the numbers are identical across formats.
+Text cells that a spreadsheet would execute (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) are prefixed
 with a single quote (OWASP CSV injection guidance).
 
 Output is deterministic: the same ledger and month give the same bytes.
@@ -23,7 +25,7 @@ from typing import Any
 
 from trainledger.money.account.monthly import MonthlyReport
 from trainledger.money.account.not_costed import COLUMNS as NOT_COSTED_COLUMNS
-from trainledger.money.rates.costs import ZERO, cents, round_preserving_sum
+from trainledger.money.metrics.rounding import ROUNDING, cents, rounding_line
 from trainledger.reports.present import jsonable
 from trainledger.store.defaults import NOT_COSTED
 
@@ -57,67 +59,69 @@ def guard_formula(text: str) -> str:
     return text
 
 
-def _rounded_column(values: list[Decimal | None], extra: list[Decimal],
-                    total: Decimal | None = None, target: Decimal | None = None) -> tuple[list, list]:
-    """Round a money column (+ trailing extra parts such as idle) so it adds up to the
-    presented total (``cents(total)``: the summary's figure, not the sum of rounded parts),
-    or to an already presented ``target``."""
-    known = [i for i, v in enumerate(values) if v is not None]
-    parts = [values[i] for i in known] + list(extra)
-    if target is None:
-        target = cents(total) if total is not None else None
-    rounded = round_preserving_sum(parts, total=target) if parts else []
-    out: list = [None] * len(values)
-    for j, i in enumerate(known):
-        out[i] = rounded[j]
-    return out, rounded[len(known):]
+#: the first column of a table's rounding line (in parentheses, as "(no project)": never a project's or run's name)
+ROUNDING_LINE = "(rounding)"
+
+
+def _own(values: list[Decimal | None]) -> list[str | None]:
+    """Money lines, each half-up to the cent on its own (None stays None)."""
+    return [None if v is None else str(cents(v)) for v in values]
+
+
+def _rounding(lines: dict[str, tuple[list[Decimal], Decimal]]) -> dict[str, str]:
+    """The rounding line of each column whose lines must add up to a summary figure: column → (exact lines,
+    exact total); only the columns whose cents do not add up."""
+    out = {k: rounding_line(parts, total) for k, (parts, total) in lines.items()}
+    return {k: str(v) for k, v in out.items() if v}
 
 
 def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decimal]] | None = None) -> dict[str, Any]:
-    """The report rounded for people: JSON-ready dict with summary, node types, projects, runs. ``goodput``:
-    run id → (goodput cost, badput cost) (``trainledger.reports.goodput_columns.run_goodput``); each line's two
-    add up to its presented cost."""
+    """The report rounded for people: JSON-ready dict with summary, node types, projects, runs and, where the
+    lines' cents do not add up to the summary, their ``rounding`` lines. ``goodput``: run id → (goodput cost,
+    badput cost) (``trainledger.reports.goodput_columns.run_goodput``), each rounded on its own."""
     s = rep.summary
-    # idle is presented on its own (so the summary never depends on the run lines); the
-    # lines share the rest of the presented total
-    idle_r = cents(s["idle_cost"])
-    run_cost, _ = _rounded_column([r.cost for r in rep.runs], [], target=cents(s["actual_cost"]) - idle_r)
-    run_el, _ = _rounded_column([r.cost_elastic for r in rep.runs], [], s["elastic_cost"])
-    own_idle = sum((n.own_idle_cost or ZERO for n in rep.node_types), ZERO)
-    run_own, _ = _rounded_column([r.cost_own for r in rep.runs], [own_idle], s["own_cost"])
-    # projects share what the run lines share: the rounded total less the rounded idle
-    proj_cost = round_preserving_sum([p["cost"] for p in rep.projects], total=cents(s["actual_cost"]) - idle_r)
-    run_lost, _ = _rounded_column([r.lost_work_cost for r in rep.runs], [], s["lost_work_cost"])
     summary = jsonable(s)
-    summary["idle_cost"] = str(idle_r)
-    summary["waste_by_reason"] = _reasons(s["waste_by_reason"], s["waste_cost"], idle_r)
+    summary["waste_by_reason"] = _reasons(s["waste_by_reason"], s["waste_cost"])
     summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}
     projects = []
-    for p, c in zip(rep.projects, proj_cost):
+    for p in rep.projects:
         row = jsonable(p)
-        row["cost"] = str(c)
         projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
-    good = [goodput[r.run_id][0] if goodput and r.run_id in goodput else None for r in rep.runs]
-    run_good, _ = _rounded_column(good, [], sum((g for g in good if g is not None), ZERO))
     runs = []
-    for r, c, ce, co, lw, g in zip(rep.runs, run_cost, run_el, run_own, run_lost, run_good):
+    for r in rep.runs:
         row = jsonable(r)
-        row.update(cost=str(c), cost_if_elastic=None if ce is None else str(ce),
-                   cost_if_own=None if co is None else str(co), lost_work_cost=str(lw),
-                   goodput_cost=None if g is None else str(g), badput_cost=None if g is None else str(c - g))
+        g = goodput.get(r.run_id) if goodput else None
+        row.update(cost=str(cents(r.cost)), cost_if_elastic=_own([r.cost_elastic])[0], cost_if_own=_own([r.cost_own])[0],
+                   lost_work_cost=str(cents(r.lost_work_cost)), goodput_cost=None if g is None else str(cents(g[0])),
+                   badput_cost=None if g is None else str(cents(g[1])))
         runs.append({k: row.get(k) for k in RUN_COLUMNS})
+    idle = [s["idle_cost"]]
+    rounding = {"projects": _rounding({"cost": ([p["cost"] for p in rep.projects] + idle, s["actual_cost"])}),
+                "runs": _rounding({"cost": ([r.cost for r in rep.runs] + idle, s["actual_cost"]),
+                                   "lost_work_cost": ([r.lost_work_cost for r in rep.runs], s["lost_work_cost"])})}
     node_types = [{k: v for k, v in jsonable(n).items() if k in NODE_TYPE_COLUMNS} for n in rep.node_types]
     out = {"summary": summary, "node_types": node_types, "projects": projects, "runs": runs}
+    if any(rounding.values()):  # a month whose cents add up: no rounding block
+        out["rounding"] = {k: v for k, v in rounding.items() if v}
     if rep.not_costed:  # a month with none: the export is byte for byte what it was
         out["not_costed"] = [jsonable(r.row()) for r in rep.not_costed]
     return out
 
 
-def _reasons(by: dict[str, Decimal], waste: Decimal, idle_r: Decimal) -> dict[str, str]:
-    """Waste by reason in cents that add up to the presented waste, idle as presented on its own."""
-    keys = [k for k in by if k != "idle"]
-    parts = round_preserving_sum([by[k] for k in keys], total=cents(waste) - idle_r)
-    return {**{k: str(v) for k, v in zip(keys, parts)}, "idle": str(idle_r)}
+def _reasons(by: dict[str, Decimal], waste: Decimal) -> dict[str, str]:
+    """Waste by reason, each reason half-up to the cent on its own, and ``rounding`` when their cents do not add up
+    to the waste."""
+    out = {k: str(cents(v)) for k, v in by.items()}
+    rest = rounding_line(list(by.values()), waste)
+    return {**out, ROUNDING: str(rest)} if rest else out
+
+
+def rounding_row(p: dict[str, Any], table: str, columns: list[str]) -> list[tuple[str, Any]] | None:
+    """The table's rounding line as (column, value) cells, or None when its cents add up."""
+    r = p.get("rounding", {}).get(table)
+    if not r:
+        return None
+    return [(c, ROUNDING_LINE if i == 0 else r.get(c)) for i, c in enumerate(columns)]
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -174,10 +178,14 @@ def to_csv(p: dict[str, Any]) -> str:
     w.writerow(PROJECT_COLUMNS)
     for row in p["projects"]:
         w.writerow([_csv_value(row[c]) for c in PROJECT_COLUMNS])
+    if last := rounding_row(p, "projects", PROJECT_COLUMNS):
+        w.writerow([_csv_value(v) for _, v in last])
     w.writerow([])
     w.writerow(RUN_COLUMNS)
     for row in p["runs"]:
         w.writerow([_csv_value(row[c]) for c in RUN_COLUMNS])
+    if last := rounding_row(p, "runs", RUN_COLUMNS):
+        w.writerow([_csv_value(v) for _, v in last])
     if p.get("not_costed"):  # a fourth block: runs no offer can cost, with their node-hours
         w.writerow([])
         w.writerow(NOT_COSTED_COLUMNS)
@@ -226,8 +234,9 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
     ws = wb.active
     ws.title = "Summary"
     sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in summary_rows(p["summary"])])
-    sheet(wb.create_sheet("Projects"), PROJECT_COLUMNS, [[(c, r[c]) for c in PROJECT_COLUMNS] for r in p["projects"]])
-    sheet(wb.create_sheet("Runs"), RUN_COLUMNS, [[(c, r[c]) for c in RUN_COLUMNS] for r in p["runs"]])
+    for name, table, columns in (("Projects", "projects", PROJECT_COLUMNS), ("Runs", "runs", RUN_COLUMNS)):
+        last = rounding_row(p, table, columns)
+        sheet(wb.create_sheet(name), columns, [[(c, r[c]) for c in columns] for r in p[table]] + ([last] if last else []))
     if p.get("not_costed"):
         sheet(wb.create_sheet("Not costed"), NOT_COSTED_COLUMNS,
               [[(c, r[c]) for c in NOT_COSTED_COLUMNS] for r in p["not_costed"]])

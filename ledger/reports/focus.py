@@ -17,8 +17,13 @@ cut where a price, exchange rate or carbon intensity takes effect):
   Purchase's BilledCost (the allocation identity, as FOCUS requires of commitments).
 
 So Σ BilledCost = Σ EffectiveCost = the monthly report's actual cost (``report monthly``).
-Money and quantities keep 10 decimals (unit price × quantity = cost); money is in the
-presented currency (``--currency``). See docs/FOCUS.md for every column, and those left out.
+Money and quantities keep 10 decimals, unit prices 20 (:data:`PRICE_PLACES`): FOCUS leaves precision to
+the data generator, and this is the one the export states. ListCost and ContractedCost are what FOCUS
+defines them as, the product of the row's unit price and PricingQuantity as written, to 10 decimals
+(:func:`_priced`; an allocated row of a split, within one unit of the 10th decimal, so the split adds up
+to its origin), so ``ListUnitPrice × PricingQuantity = ListCost`` holds on every row of the file;
+EffectiveCost and BilledCost are the ledger's own figures. Money is in the presented currency
+(``--currency``). See docs/FOCUS.md for every column, and those left out.
 """
 
 from __future__ import annotations
@@ -35,10 +40,13 @@ from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import FleetCharge, RunSlice, month_charges
 from trainledger.money.rates.costs import ZERO
 from trainledger.reports.export import LFWriter, guard_formula
+from trainledger.reports.focus_allocation import PRICED, WIDE
 
 FOCUS_VERSION = "1.2"  # the default
 FOCUS_VERSIONS = ("1.2", "1.3")
 PLACES = Decimal("1e-10")
+#: unit prices keep 20 decimals: × a quantity of up to 10¹⁰ node-hours they move a cost by under 10⁻¹⁰
+PRICE_PLACES = Decimal("1e-20")
 UNIT = "Node-Hours"
 SERVICE = {"ServiceCategory": "Compute", "ServiceSubcategory": "Virtual Machines", "ServiceName": "GPU nodes"}
 ACCOUNT = {"BillingAccountId": "trainledger/ledger", "BillingAccountName": "trainledger ledger"}
@@ -63,6 +71,16 @@ EXTENSION_COLUMNS = ["x_RunId", "x_RunName", "x_RunStatus", "x_NodeType", "x_Nod
 COLUMNS = FOCUS_COLUMNS + FOCUS_13_COLUMNS + EXTENSION_COLUMNS
 
 
+def on_grid(value: Any, places: Decimal) -> Decimal:
+    """``value`` on the file's grid (``places``), exact to 60 digits on the way."""
+    return WIDE.quantize(Decimal(value), places)
+
+
+def places_of(column: str) -> Decimal:
+    """The decimals a Decimal column is written with: 20 for the unit prices, else 10."""
+    return PRICE_PLACES if column in UNIT_PRICE_COLUMNS else PLACES
+
+
 def columns(version: str) -> list[str]:
     """The dataset's columns: 1.2 as above; 1.3 adds the allocation columns and the provider names as FOCUS
     columns (in alphabetical order among them), then the x_ training columns."""
@@ -74,6 +92,7 @@ def columns(version: str) -> list[str]:
 DECIMAL_COLUMNS = {"BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
                    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_EnergyKWh",
                    "x_CO2eKg", "x_FxRate", "x_GoodputCost", "x_BadputCost"}
+UNIT_PRICE_COLUMNS = {unit for unit, _ in PRICED}
 INTEGER_COLUMNS = {"x_Nodes", "x_Tokens", "x_PriceVersion"}
 FLOAT_COLUMNS = {"x_MFU", "x_GpuUtil"}
 DATETIME_COLUMNS = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}
@@ -108,6 +127,8 @@ def focus_export(session: Session, month: str, *, currency: Optional[str] = None
     _goodput_columns(session, rep, rows, now)
     for fc in charges.fleets:
         rows += _fleet_rows(fc, period)
+    for row in rows:
+        _priced(row)
     rows.sort(key=lambda r: (r["ChargePeriodStart"], r["ChargeCategory"] != "Purchase", r["ResourceId"] or "",
                              r["CommitmentDiscountStatus"] or ""))
     if version == "1.2":
@@ -133,6 +154,19 @@ def _goodput_columns(session: Session, rep: Any, rows: list[dict[str, Any]], now
             row["x_GoodputCost"], row["x_BadputCost"] = good, row["EffectiveCost"] - good
         elif rid in split:
             row["x_GoodputCost"], row["x_BadputCost"] = ZERO, row["EffectiveCost"]
+
+
+def _priced(row: dict[str, Any]) -> None:
+    """The row's unit prices on their grid (:data:`PRICE_PLACES`) and ListCost / ContractedCost their product with
+    PricingQuantity as written, to 10 decimals: FOCUS's "the product of ListUnitPrice and PricingQuantity MUST
+    match the ListCost" (and the contracted pair), on the file's own values (within half a unit of the 10th
+    decimal). Where a quantity has more than 10 decimals, ListCost differs from EffectiveCost (the ledger's cost)
+    by at most (unit price + 2) × 0.5e-10."""
+    qty = row["PricingQuantity"]
+    for unit, cost in PRICED:
+        if row[unit] is not None and qty is not None:
+            row[unit] = on_grid(row[unit], PRICE_PLACES)
+            row[cost] = on_grid(WIDE.multiply(row[unit], on_grid(qty, PLACES)), PLACES)
 
 
 def _provider(offer: Any) -> dict[str, str]:
@@ -235,7 +269,7 @@ def _text(key: str, v: Any) -> str:
     if isinstance(v, datetime):
         return v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if isinstance(v, Decimal):
-        return format(v.quantize(PLACES), "f")
+        return format(on_grid(v, places_of(key)), "f")
     if isinstance(v, float):
         return repr(v)
     return guard_formula(str(v)) if isinstance(v, str) else str(v)
@@ -252,7 +286,8 @@ def to_csv(export: FocusExport) -> bytes:
 
 
 def to_parquet(export: FocusExport) -> bytes:
-    """Parquet with typed columns: decimal128(38, 10), timestamp[ms, UTC], int64, float64, string (Tags: JSON text)."""
+    """Parquet with typed columns: decimal128(38, 10) (unit prices decimal128(38, 20)), timestamp[ms, UTC], int64,
+    float64, string (Tags: JSON text)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -263,8 +298,8 @@ def to_parquet(export: FocusExport) -> bytes:
     for c in export.columns:
         values = [r[c] for r in export.rows]
         if c in DECIMAL_COLUMNS:
-            t = pa.decimal128(38, 10)
-            values = [None if v is None else Decimal(v).quantize(PLACES) for v in values]
+            t = pa.decimal128(38, 20 if c in UNIT_PRICE_COLUMNS else 10)
+            values = [None if v is None else on_grid(v, places_of(c)) for v in values]
         elif c in DATETIME_COLUMNS:
             t = pa.timestamp("ms", tz="UTC")  # Parquet keeps milliseconds at the finest; the values are whole seconds
             values = [v.astimezone(timezone.utc).replace(microsecond=0) for v in values]

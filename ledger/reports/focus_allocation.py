@@ -8,6 +8,11 @@ share, plus one for any part left unshared (``AllocatedResourceId`` null: the un
 As the attribute requires: the allocated rows' aggregatable metrics (EffectiveCost, ListCost,
 ContractedCost, BilledCost, PricingQuantity, CommitmentDiscountQuantity) add up to the origin's exactly
 (apportioned on the file's 10 decimals), every dimension and unit price is the origin's, and
+each row keeps FOCUS's column rule "the product of ListUnitPrice and PricingQuantity MUST match the
+ListCost" (and the contracted pair): the quantities are apportioned by the same weights as the cost
+(the shares' amounts), and ListCost / ContractedCost are the origin's unit price × the row's quantity,
+rounded by largest remainder so they add up to the origin's (each within one unit of the 10th decimal
+of the product). EffectiveCost is apportioned by the amounts (the chargeback statements' shares). And
 ``AllocatedMethodDetails`` carries ``{"Elements": [{"AllocatedRatio": …}]}`` whose ratios add up to 1
 exactly per origin charge. ``AllocatedMethodId`` is ``trainledger/idle-share/<policy>``; docs/MONEY.md
 documents each method.
@@ -16,7 +21,7 @@ documents each method.
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from trainledger.money.allocation.idle_share import NO_PROJECT, IdleCharge, IdleSharing, ratios
@@ -24,8 +29,10 @@ from trainledger.money.rates.costs import ZERO, round_preserving_sum
 
 ALLOCATION_COLUMNS = ["AllocatedMethodDetails", "AllocatedMethodId", "AllocatedResourceId", "AllocatedResourceName",
                       "AllocatedTags"]
-METRICS = ("EffectiveCost", "ListCost", "ContractedCost")
 QUANTITIES = ("PricingQuantity", "CommitmentDiscountQuantity")
+#: (unit price, the cost FOCUS defines as unit price × PricingQuantity)
+PRICED = (("ListUnitPrice", "ListCost"), ("ContractedUnitPrice", "ContractedCost"))
+WIDE = Context(prec=60)  # products and grids of the file's values without rounding at 28 digits
 
 
 def _json(obj: dict[str, Any]) -> str:
@@ -86,9 +93,10 @@ def _allocated(origin: dict[str, Any], charges: list[IdleCharge], places: Decima
     shares = ratios(weights) if sum(weights, ZERO) > 0 else [Decimal(1)] + [ZERO] * (len(parts) - 1)
     if len(charges) == 1 and not charges[0].unshared:  # the share's own ratio, as the statements show it
         shares = [p[2]["AllocatedRatio"] for p in parts]
-    split = {m: _apportion(origin[m], amounts, places) for m in METRICS}
-    nh = [p[1] for p in parts]
-    split.update({q: _apportion(origin[q], nh, places) for q in QUANTITIES})
+    split = {q: _apportion(origin[q], weights, places) for q in QUANTITIES}  # by the cost's own weights
+    split["EffectiveCost"] = _apportion(origin["EffectiveCost"], amounts, places)
+    for unit, cost in PRICED:
+        split[cost] = _priced(origin[cost], origin[unit], split["PricingQuantity"], amounts, places)
     out = []
     for i, (_, _, element, method, project) in enumerate(parts):
         row = dict(origin)
@@ -105,6 +113,15 @@ def _allocated(origin: dict[str, Any], charges: list[IdleCharge], places: Decima
             row["AllocatedTags"] = None if project == NO_PROJECT else _json({"trainledger/project": project})
         out.append(row)
     return out
+
+
+def _priced(total: Any, unit: Any, quantities: list[Decimal], amounts: list[Decimal], places: Decimal) -> list[Decimal]:
+    """An origin's ListCost (or ContractedCost) split as unit price × each row's quantity, rounded by largest remainder
+    to add up to the origin's (without a unit price or quantity: apportioned by ``amounts``)."""
+    if total is None or unit is None or None in quantities:
+        return _apportion(total, amounts, places)
+    raw = [WIDE.multiply(Decimal(unit), q) for q in quantities]
+    return round_preserving_sum(raw, quantum=places, total=WIDE.quantize(Decimal(total), places))
 
 
 def _apportion(total: Any, parts: list[Decimal], places: Decimal) -> list[Decimal]:

@@ -2,7 +2,8 @@
 
 :func:`month_metrics` assembles the metric families from the same ledger
 functions as the CLI (:func:`trainledger.money.outlook.forecast.forecast`, which reads the
-monthly report, and :func:`trainledger.money.outlook.budgets.budget_status`);
+monthly report, :func:`trainledger.money.outlook.budgets.budget_status` and
+:func:`trainledger.money.goodput.account.goodput_account`);
 :class:`LedgerCollector` caches them and recomputes them at most every
 ``refresh_s`` seconds, whatever the scrape interval. The HTTP serving lives in
 ``ledger/cli/exporter.py``; both use the official ``prometheus_client``.
@@ -10,9 +11,10 @@ monthly report, and :func:`trainledger.money.outlook.budgets.budget_status`);
 Names follow Prometheus' conventions: prefix ``trainledger_``, base units
 (GPU time in seconds), ratios 0-1, low-cardinality labels (``month``,
 ``scope`` = team | project, ``project``, ``currency``, ``state``, ``bound``,
-``reason``). Money is in the ledger's currency, named by the ``currency`` label.
-Every family is listed in docs/METRICS.md, and the alerting rules in
-deploy/alerts/ and the Grafana dashboard in deploy/grafana/ use them.
+``reason``, ``category``: the goodput account's categories). Money is in the
+ledger's currency, named by the ``currency`` label. Every family is listed in
+docs/PROMETHEUS.md, and the alerting rules in deploy/alerts/ and the Grafana
+dashboard in deploy/grafana/ use them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def month_metrics(session: Session, now: datetime, window_days: int = DEFAULT_WI
     cur = fc["currency"]
     out = _cost_families(fc, month, cur) + _budget_families(status, month, cur)
     out += _usage_families(session, fc, rep.summary, month, now)
+    out += _goodput_families(session, month, now)
     return out
 
 
@@ -128,6 +131,29 @@ def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], mon
     running.add_metric([], session.exec(select(func.count()).select_from(Run).where(
         Run.status == RunStatus.running, Run.ended_at.is_(None), Run.started_at.is_not(None), Run.started_at <= now)).one())
     return [gpu, gpu_fc, util, waste, elapsed, running]
+
+
+def _goodput_families(session: Session, month: str, now: datetime) -> list[Metric]:
+    """The month's goodput account (:func:`trainledger.money.goodput.account.goodput_account`, as ``trainledger
+    goodput``) per category: the team's (the month's, recovery included) and each project's."""
+    from trainledger.money.goodput.account import NAMED, goodput_account
+
+    rep = goodput_account(session, month=month, now=now)
+    cur = rep.currency
+    cost = GaugeMetricFamily("trainledger_goodput_cost_to_date", "The goodput account this month so far: the runs' "
+                             "cost by category (productive = goodput; the others badput), team or project; "
+                             "trainledger goodput.", labels=["scope", "project", "month", "category", "currency"])
+    secs = GaugeMetricFamily("trainledger_goodput_node_seconds_to_date", "Node-time of the goodput account's "
+                             "categories this month so far (node-seconds), team or project.",
+                             labels=["scope", "project", "month", "category"])
+    groups = [("team", "", {n: m.by_category[c] for c, n in NAMED}, {n: m.seconds[c] for c, n in NAMED})
+              for m in rep.months]
+    groups += [("project", p["project"] or "", p["cost"], p["node_seconds"]) for p in rep.projects]
+    for scope, project, by_cost, by_secs in groups:
+        for _, name in NAMED:
+            cost.add_metric([scope, project, month, name, cur], _f(by_cost[name]))
+            secs.add_metric([scope, project, month, name], _f(by_secs[name]))
+    return [cost, secs]
 
 
 def waste_by_reason(summary: dict[str, Any]) -> dict[str, Decimal]:

@@ -4,8 +4,11 @@ A period (``trainledger.money.rates.periods``) is its whole months plus the days
 the monthly reports of those months (``monthly_report``, to date for a month that has not ended) plus the daily
 reports of those days (``daily_report``), summed exactly and rounded only when presented, so:
 
-* spend, GPU-hours, time utilization (fleet node-hours in runs ÷ fleet node-hours available) and GPU-Util
-  (weighted by measured GPU-hours) exist for every period;
+* spend, GPU-hours, time utilization and GPU-Util (weighted by measured GPU-hours) exist for every period.
+  Time utilization is one definition in the month, the day and the period: node-hours runs drew from
+  fixed-cost fleets (own, reserved; each at most its capacity) ÷ those fleets' capacity, the period's being
+  Σ fleet node-hours ÷ Σ capacity of its months and days (``fleet_used_node_hours``, ``capacity_node_hours``);
+  node-hours on elastic rent are reported apart (``elastic_node_hours``), in no utilization;
 * idle cost, waste, the alternatives (if owned, if rented elastic), savings vs the alternative, ROI, tokens
   and CO2e only for a period of whole months (the daily report does not split them by day); for a range
   with left-over days they are None, and the report says ``whole_months: false``.
@@ -48,8 +51,9 @@ class _Sums:
     currency: Optional[str] = None
     spend: Decimal = ZERO
     gpu_hours: Decimal = ZERO
-    capacity: Decimal = ZERO
-    fleet_used: Decimal = ZERO
+    capacity: Decimal = ZERO  # node-hours the fixed-cost fleets held
+    fleet_used: Decimal = ZERO  # node-hours runs drew from them (each fleet at most its capacity)
+    elastic: Decimal = ZERO  # node-hours on elastic rent
     util_w: Decimal = ZERO  # GPU-Util × measured GPU-hours
     util_gh: Decimal = ZERO  # measured GPU-hours
     sums: dict[str, Optional[Decimal]] = field(default_factory=dict)  # whole-month figures (None: one piece lacks it)
@@ -67,9 +71,9 @@ class _Sums:
 def _add_month(t: _Sums, s: dict[str, Any]) -> None:
     t.spend += s["actual_cost"]
     t.gpu_hours += s["gpu_hours"]
-    if s["capacity_node_hours"]:
-        t.capacity += s["capacity_node_hours"]
-        t.fleet_used += s["time_utilization"] * s["capacity_node_hours"]
+    t.capacity += s["capacity_node_hours"]
+    t.fleet_used += s["fleet_used_node_hours"]
+    t.elastic += s["elastic_node_hours"]
     if s["gpu_util_mean"] is not None and s["gpu_util_coverage"]:
         measured = s["gpu_hours"] * Decimal(s["gpu_util_coverage"])
         t.util_w += Decimal(str(s["gpu_util_mean"])) * measured
@@ -90,6 +94,7 @@ def _add_day(t: _Sums, d: dict[str, Any]) -> None:
     t.gpu_hours += s["gpu_hours"]
     t.capacity += s["available_node_hours"]
     t.fleet_used += s["fleet_used_node_hours"]
+    t.elastic += s["elastic_node_hours"]
     t.not_costed_runs += s.get("not_costed_runs", 0)
     t.not_costed_node_hours += s.get("not_costed_node_hours", ZERO)
     if s["gpu_util_mean"] is not None and s["gpu_util_coverage"]:
@@ -120,7 +125,8 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
     whole = parts.whole_months and bool(parts.months)
     summary: dict[str, Any] = {
         "actual_cost": t.spend, "gpu_hours": t.gpu_hours,
-        "time_utilization": costs.time_utilization(t.fleet_used, t.capacity) if t.capacity else None,
+        "time_utilization": costs.time_utilization(t.fleet_used, t.capacity),
+        "fleet_used_node_hours": t.fleet_used, "capacity_node_hours": t.capacity, "elastic_node_hours": t.elastic,
         "gpu_util_mean": (t.util_w / t.util_gh) if t.util_gh else None,
     }
     for key in ("idle_cost", "waste_cost", "own_cost", "elastic_cost", "alternative_cost", "savings_vs_alternative",

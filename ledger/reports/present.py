@@ -1,7 +1,9 @@
 """Presentation: how figures are rounded and typed in tables, JSON and exports.
 
-Money is an exact string with 2 decimals in JSON ("4800.00"), rounded half-up
-to cents only here. Ratios keep 4 decimals, percentages 1, hours 3.
+A key that names a figure of the metrics layer (:mod:`trainledger.money.metrics`, docs/METRICS.md) is shown by
+its unit there; other keys (a figure's facets, lines of a table) by their suffix. Money is an exact string with
+2 decimals in JSON ("4800.00"), rounded half-up to cents only here. Ratios keep 4 decimals, percentages 1,
+hours 3.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from trainledger.money.metrics.registry import lookup
 from trainledger.money.rates.costs import cents
 
 MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost", "amount"}
@@ -26,7 +29,15 @@ HOURS_SUFFIXES = ("_hours", "_months")
 QUANTITY_KEYS = {"energy_kwh", "energy_measured_kwh", "energy_estimated_kwh", "co2e_kg", "emissions_kg"}
 
 
+#: a metric's unit → how it is shown here
+UNIT_KIND = {"money": "money", "ratio": "ratio", "pct": "pct", "hours": "hours", "seconds": "hours", "kwh": "hours",
+             "kg": "hours", "per_money": "hours", "count": "plain", "exact": "plain"}
+
+
 def kind_of(key: str) -> str:
+    m = lookup(key)
+    if m is not None:
+        return UNIT_KIND[m.unit]
     if key in MONEY_KEYS or key.endswith(MONEY_SUFFIXES) or key.startswith(MONEY_PREFIXES):
         return "money"
     if key.endswith(PCT_SUFFIXES):

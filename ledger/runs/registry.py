@@ -271,7 +271,8 @@ def show_run(session: Session, run_id: str, currency: Optional[str] = None,
     data["user"] = session.get(User, run.user_id).name if run.user_id else None
     data["duration_hours"] = duration
     data["node_hours"] = nh
-    data["gpu_hours"] = (costs.gpu_hours(nh, nt.gpus_per_node) if nt and run.share and (run.share_basis or "").startswith("mig")
+    sliced = (run.share_basis or "").startswith(("mig", "gpu_fraction"))  # slices of GPUs: share × the node's GPUs
+    data["gpu_hours"] = (costs.gpu_hours(nh, nt.gpus_per_node) if nt and run.share and sliced
                          else costs.gpu_hours(costs.node_hours(run.nodes, duration), run.gpus_per_node))
     data["cost_actual"] = sum((x["cost"] for x in monthly), costs.ZERO) if monthly else None
     if not monthly and iv and (nt is None or (run.offer_id is None and not under)):  # no offer can cost it

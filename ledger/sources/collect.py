@@ -1,4 +1,4 @@
-"""Metrics from Prometheus: ``trainledger collect`` (SPEC §7, docs/METRICS.md).
+"""Metrics from Prometheus: ``trainledger collect`` (SPEC §7, docs/PROMETHEUS.md).
 
 For each run's window [started_at, ended_at or now] and nodes, the collector
 asks Prometheus (prometheus-api-client) for

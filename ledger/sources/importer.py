@@ -1,4 +1,5 @@
-"""``trainledger import``: runs from our CSV format (here) or Slurm ``sacct`` output (``trainledger.sources.slurm``).
+"""``trainledger import``: runs from our CSV format (:mod:`trainledger.sources.csv_import`, where the format
+is described) or Slurm ``sacct`` output (:mod:`trainledger.sources.slurm`).
 
 Both go through the one import path of this module, in two phases:
 
@@ -18,26 +19,11 @@ already present, and rows skipped by reason with the first job ids of each.
 Importing the same file twice imports nothing the second time (run ids are the
 Slurm job id, the CSV ``id`` column, or a hash of the row); an ``id`` must be a
 valid run id (``trainledger.store.ids.validate_run_id``).
-
-Our CSV (header row, any column order)::
-
-    id,name,project,user,node_type,offer,nodes,gpus_per_node,start,end,status,
-    strategy,tokens,gpu_util_mean,mfu,final_loss,launcher
-
-Required: name, node_type (or ``--node-type``), nodes, start, end, status.
-Timestamps are ISO 8601; without an offset they are local times in ``--tz``
-(default: the ledger's display time zone). A local time that a DST change
-skips (02:30 on the spring-forward night) or repeats (the fall-back hour) is
-refused with the row named, unless ``--dst earliest|latest`` says which
-instant to take (:func:`localize`).
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import json
-import math
 import os
 import pickle
 import re
@@ -58,16 +44,11 @@ from trainledger.money.facts import rollup
 from trainledger.sources.admission import admit
 from trainledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from trainledger.store.db import session_scope
-from trainledger.store.ids import validate_run_id
 from trainledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
 from trainledger.store.settings import display_timezone
 from trainledger.store.slurm_map import Rule, load_rules
 from trainledger.store.types import utcnow
 
-CSV_REQUIRED = ["name", "nodes", "start", "end", "status"]
-CSV_OPTIONAL = ["id", "project", "user", "node_type", "offer", "gpus_per_node", "strategy", "tokens",
-                "gpu_util_mean", "mfu", "final_loss", "launcher"]
-FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 #: limits that keep every value storable on SQLite and PostgreSQL alike (INTEGER, BIGINT, VARCHAR(n))
 MAX_NODES = 100_000
@@ -107,31 +88,6 @@ def check_text(value: str, where: str, fieldname: str, limit: int) -> str:
         raise LedgerInputError(f"{where}: {fieldname}: contains a control character ({bad.group()!r}); remove it")
     if len(value) > limit:
         raise LedgerInputError(f"{where}: {fieldname}: at most {limit} characters, got {len(value)}")
-    return value
-
-
-def _ratio(text: str, where: str, fieldname: str) -> Optional[float]:
-    if text is None or text.strip() == "":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        raise LedgerInputError(f"{where}: {fieldname}: expected a ratio between 0 and 1, got {text!r}") from None
-    # NaN fails the range check below
-    if not 0 <= v <= 1:
-        raise LedgerInputError(f"{where}: {fieldname}: must be a ratio between 0 and 1 (e.g. 0.85 for 85%), got {text}")
-    return v
-
-
-def _finite(text: Optional[str], where: str, fieldname: str) -> Optional[float]:
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise LedgerInputError(f"{where}: {fieldname}: expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise LedgerInputError(f"{where}: {fieldname}: expected a finite number, got {text!r}")
     return value
 
 
@@ -414,95 +370,6 @@ def detect_format(first_line: str) -> str:
     return "sacct" if first.startswith("JobID|") or "|" in first and "JobID" in first else "csv"
 
 
-# --- our CSV ---------------------------------------------------------------------------------------
-
-def _check_csv_header(fieldnames: Optional[list[str]], name: str) -> None:
-    if fieldnames is None:
-        raise LedgerInputError(f"{name}:1: header: the file is empty; expected a header row with {','.join(CSV_REQUIRED)}")
-    fields = [f.strip() for f in fieldnames]
-    twice = sorted({f for f in fields if fields.count(f) > 1})
-    if twice:
-        raise LedgerInputError(f"{name}:1: header: column {twice[0]!r} appears twice")
-    unknown = [f for f in fields if f not in CSV_REQUIRED + CSV_OPTIONAL]
-    if unknown:
-        raise LedgerInputError(f"{name}:1: header: unknown column {unknown[0]!r}; columns are {','.join(CSV_REQUIRED + CSV_OPTIONAL)}")
-    missing = [f for f in CSV_REQUIRED if f not in fields]
-    if missing:
-        raise LedgerInputError(f"{name}:1: header: missing column {missing[0]!r}; required: {','.join(CSV_REQUIRED)}")
-
-
-def _row_id(*parts: Any) -> str:
-    return "csv-" + hashlib.sha1("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
-
-
-def parse_csv(lines: Iterable[str], name: str, ctx: Context, opts: ImportOptions, spill: Spill, receipt: Receipt) -> None:
-    """Our runs CSV into the spill: a header with :data:`CSV_REQUIRED` (+ :data:`CSV_OPTIONAL`) columns,
-    one finished run a row; any bad row refuses the file."""
-    tz = opts.tz or ctx.display_tz
-    try:
-        reader = csv.DictReader(lines)
-        _check_csv_header(reader.fieldnames, name)
-        for lineno, raw in enumerate(reader, start=2):
-            if None in raw:
-                raise LedgerInputError(f"{name}:{lineno}: more fields than the header has columns")
-            rec = {k.strip(): (v or "").strip() for k, v in raw.items()}
-            if not any(rec.values()):
-                continue
-            receipt.rows_read += 1
-            row = _csv_row(rec, f"{name}:{lineno}", ctx, opts, tz)
-            spill.add(row["id"], lineno, row)
-        spill.flush()
-    except csv.Error as exc:  # e.g. a field over csv.field_size_limit(), a NUL byte
-        raise LedgerInputError(f"{name}: not valid CSV: {exc}") from None
-
-
-def _csv_times(rec: dict[str, str], where: str, tz: ZoneInfo, dst: str) -> tuple[datetime, datetime]:
-    start = localize(parse_time(rec["start"], where, "start"), tz, dst, where, "start")
-    end = localize(parse_time(rec["end"], where, "end"), tz, dst, where, "end")
-    if end < start:
-        raise LedgerInputError(f"{where}: end: {end.isoformat()} is before start {start.isoformat()}; fix the times")
-    return start, end
-
-
-def _csv_status(value: str, where: str) -> RunStatus:
-    try:
-        status = RunStatus(value.lower())
-    except ValueError:
-        raise LedgerInputError(f"{where}: status: expected one of {', '.join(s.value for s in FINISHED)}, got {value!r}") from None
-    if status not in FINISHED:
-        raise LedgerInputError(f"{where}: status: import takes finished runs ({', '.join(s.value for s in FINISHED)}), got {status.value!r}")
-    return status
-
-
-def _csv_row(rec: dict[str, str], where: str, ctx: Context, opts: ImportOptions, tz: ZoneInfo) -> dict[str, Any]:
-    """One CSV record, validated, as the fields of a run."""
-    nt = ctx.node_type(rec.get("node_type"), where, opts.node_type)
-    nodes = to_int(rec["nodes"], where, "nodes", 1, MAX_NODES)
-    gpn = to_int(rec["gpus_per_node"], where, "gpus_per_node", 1) if rec.get("gpus_per_node") else nt.gpus_per_node
-    start, end = _csv_times(rec, where, tz, "refuse" if opts.dst == "report" else opts.dst)  # our CSV: refused
-    if gpn > nt.gpus_per_node:
-        raise LedgerInputError(f"{where}: gpus_per_node: {gpn} exceeds the {nt.gpus_per_node} GPUs of node type {nt.name}; "
-                               "fix the row or pass another --node-type")
-    status = _csv_status(rec["status"], where)
-    if not rec["name"]:
-        raise LedgerInputError(f"{where}: name: empty; give the run a name")
-    for key in ("name", "project", "user", "id", "strategy", "launcher"):
-        check_text(rec.get(key) or "", where, key, TEXT_LIMITS[key])
-    tokens = to_int(rec["tokens"], where, "tokens") if rec.get("tokens") else None
-    final_loss = _finite(rec.get("final_loss"), where, "final_loss")
-    if rec.get("id"):
-        rid = validate_run_id(rec["id"], f"{where}: id")
-    else:
-        rid = _row_id(rec["name"], nt.name, nodes, start.isoformat(), end.isoformat())
-    return dict(id=rid, name=rec["name"], project=rec.get("project") or None, user=rec.get("user") or None,
-                node_type_id=nt.id, offer_id=ctx.offer(rec.get("offer") or opts.offer, nt, where), nodes=nodes,
-                gpus_per_node=gpn, world_size=nodes * gpn, started_at=start, ended_at=end,
-                heartbeat_at=end, status=status, launcher=rec.get("launcher") or "import",
-                strategy=rec.get("strategy") or "", tokens=tokens,
-                gpu_util_mean=_ratio(rec.get("gpu_util_mean", ""), where, "gpu_util_mean"),
-                mfu=_ratio(rec.get("mfu", ""), where, "mfu"), final_loss=final_loss)
-
-
 # --- the write phase ---------------------------------------------------------------------------------
 
 #: the columns an imported row may set (the rest keep their defaults)
@@ -773,14 +640,6 @@ def import_lines(engine: Engine, lines: Iterable[str], name: str, parse: Parser,
         admit(spill, receipt, ctx, name, fmt, utcnow())
         write_spill(engine, spill, receipt, also, progress)
     return receipt
-
-
-def import_csv(engine: Engine, path: Path | str, opts: Optional[ImportOptions] = None) -> Receipt:
-    """Import our runs CSV from ``path`` (``-``: standard input)."""
-    opts = opts or ImportOptions()
-    name = "stdin" if str(path) == "-" else Path(path).name
-    with open_input(path) as fh:
-        return import_lines(engine, read_lines(fh, path), name, parse_csv, opts, "csv")
 
 
 def import_file(engine: Engine, path: Path | str, opts: ImportOptions, parsers: dict[str, Parser],

@@ -15,6 +15,8 @@ What the aggregator measures (``trainledger.money.goodput.account`` turns it int
   (the ``data`` wait for a batch, an ``eval``, a ``checkpoint_save`` and the ``straggler_wait`` of the other
   ranks); without explicit step starts (``run.log`` only), each log ends a step that began at the previous
   one, and the time to the first log is start-up;
+* ``first_step``: the first step's net seconds (count 1) when it began with an explicit step start: the account
+  counts its excess over the typical step as start-up (``trainledger.money.goodput.goodput_core.warm_up``);
 * ``straggler_wait``: per step, Σ over ranks (slowest rank's time − the rank's time) ÷ ranks, the mean time a
   rank waited (``run.step_times([...])``);
 * every phase's seconds and count, and all of it again as of the last checkpoint (what an interrupted run kept);
@@ -39,6 +41,7 @@ from trainledger.money.goodput.goodput_core import (
     EDGE_MARK,
     PHASE_ALIASES,
     PHASE_DATA,
+    PHASE_FIRST_STEP,
     PHASE_SAVE,
     PHASE_STARTUP,
     PHASE_STEP,
@@ -54,6 +57,8 @@ BEGIN, END, STEP_BEGIN, STEP_END, CHECKPOINT, RANKS, SPAN = range(7)
 def phase_name(name: Any) -> str:
     """A phase name as recorded: aliases resolved, at most 100 characters, never empty."""
     text = str(name or "").strip()[:100] or "custom"
+    if text == PHASE_FIRST_STEP:  # the writer's own row: a user's phase of that name stays a custom one
+        return "custom:" + text
     return PHASE_ALIASES.get(text, text)
 
 
@@ -142,6 +147,7 @@ class PhaseAggregator:
         self.last_end: Optional[float] = None
         self.nested_at_end = 0.0  # ``nested`` when the last step ended (phases after it are not the step's)
         self.begun = False  # an explicit step start since the last step end
+        self.first_explicit = False  # the first step began with an explicit step start (its ``first_step`` row)
         self.last_t = started
         self.ckpt: Optional[dict[str, tuple[float, int]]] = None
 
@@ -175,7 +181,7 @@ class PhaseAggregator:
                 return
             self._close(value, t)
         elif kind == STEP_BEGIN:
-            self._step_boundary(t)
+            self._step_boundary(t, True)
             self.begun = True
         elif kind == STEP_END:
             if not self.begun:  # run.log only: this step began where the last one ended
@@ -230,9 +236,10 @@ class PhaseAggregator:
         slowest = max(vals)
         self._add(PHASE_STRAGGLER, sum(slowest - v for v in vals) / len(vals), t, t)
 
-    def _step_boundary(self, t: float) -> None:
+    def _step_boundary(self, t: float, explicit: bool = False) -> None:
         """A step starts at ``t``: the open step interval (if any) closes here; the first one ends start-up."""
         if self.step_at is None:
+            self.first_explicit = explicit
             startup = t - self.started - self.nested
             if startup < 0:
                 self.quality["negative"] += 1
@@ -251,6 +258,10 @@ class PhaseAggregator:
         if net < 0:
             net = 0.0
         row = totals[PHASE_STEP]
+        if row[1] == 0 and self.first_explicit:  # the first step (run.log only: it lies in start-up already)
+            totals[PHASE_FIRST_STEP] = [net, 1]
+            self.first_at.setdefault(PHASE_FIRST_STEP, self.step_at)
+            self.last_at[PHASE_FIRST_STEP] = t
         row[0] += net
         row[1] += 1
         self.first_at.setdefault(PHASE_STEP, self.step_at)

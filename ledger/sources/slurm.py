@@ -102,6 +102,7 @@ UNMAPPED = "no Slurm mapping"
 GPU_TYPE = "GPU type is not the node type's"
 UNEVEN = "uneven GPU spread"
 TOO_MANY = "more GPUs per node than the node type has"
+ZERO_BILLING = "jobs that bill 0"
 UNKNOWN_STATE = "unknown Slurm state"
 NO_END = "finished without an end time"
 DST = "local time skipped or repeated by a DST change"
@@ -112,6 +113,7 @@ HINTS = {
     NEVER_STARTED: "cancelled or failed before they ran: nothing to cost",
     NO_GPUS: "costed only where the mapping says --by-node (whole nodes)",
     UNEVEN: "cost them by nodes with a mapping rule that says --by-node",
+    ZERO_BILLING: "Slurm truncates billing to a whole number: under 1 bills 0; check the rule's --billing-weights",
     UNKNOWN_STATE: "not a Slurm job state this version knows; see docs/SLURM.md",
     NO_END: "a finished state without an End time: check the record with sacct -j",
     DST: "run sacct with TZ=UTC (slurm sync --tz UTC) or pass --dst earliest|latest",
@@ -407,10 +409,14 @@ class SacctParser:
         try:
             if target.billing is not None:
                 weights, max_tres, node = target.billing
-                counts = shares.tres_counts(tres(get("AllocTRES")))
-                fr = shares.billing_share(counts, node, weights, max_tres, nodes, nt.name)
-                billed = shares.slurm_billing(counts, weights, max_tres)
-                return shares.text(fr), "billing", str(shares.slurm_billing_units(billed))
+                alloc = tres(get("AllocTRES"))
+                counts, reported = shares.tres_counts(alloc), shares.reported_billing(alloc)
+                billed = shares.job_billing_units(counts, weights, max_tres, reported)
+                if billed <= 0:
+                    return self._miss(Miss(ZERO_BILLING, "AllocTRES", "the job bills 0 under the partition's "
+                                           "weights", HINTS[ZERO_BILLING]), job, where)
+                fr = shares.billing_share(counts, node, weights, max_tres, nodes, nt.name, reported=reported)
+                return shares.text(fr), "billing", str(billed)
             fr = shares.gpu_share(gpn, nt.gpus_per_node, nt.name, "AllocTRES gres/gpu")
         except LedgerInputError as exc:
             return self._miss(Miss(TOO_MANY, "AllocTRES", str(exc), "map the job to the right node type"), job, where)

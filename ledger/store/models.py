@@ -287,7 +287,7 @@ class Run(SQLModel, table=True):
     lost_from: Optional[datetime] = _ts()
     lost_until: Optional[datetime] = _ts()
     # added in migration 0015 (shared nodes): the part of each node the run held, an exact fraction "N/D"
-    # (None: the whole node), and the rule that gave it (gpus | mig:PROFILE | billing | exclusive | node)
+    # (None: the whole node), and the rule that gave it (gpus | gpu_fraction | mig:PROFILE | billing | exclusive | node)
     share: Optional[str] = Field(default=None, max_length=40)
     share_basis: Optional[str] = Field(default=None, max_length=60)
 

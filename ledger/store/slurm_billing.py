@@ -58,7 +58,8 @@ def tres_counts(alloc: dict[str, str]) -> dict[str, Decimal]:
 
 
 def slurm_billing(counts: dict[str, Decimal], weights: dict[str, Decimal], max_tres: bool = False) -> Decimal:
-    """Slurm's billable TRES of an allocation: Σ count × weight, or with ``PriorityFlags=MAX_TRES`` the largest
+    """Slurm's billable TRES of an allocation before Slurm truncates it (:func:`slurm_billing_units`):
+    Σ count × weight, or with ``PriorityFlags=MAX_TRES`` the largest
     weighted node TRES (cpu, mem, node, gres/*) plus the sum of the others (licenses, burst buffers). A typed
     GPU weight (``gres/gpu:a100``) applies to its typed count, the untyped one to ``gres/gpu``."""
     node = glob = Decimal(0)
@@ -72,5 +73,9 @@ def slurm_billing(counts: dict[str, Decimal], weights: dict[str, Decimal], max_t
 
 
 def slurm_billing_units(billing: Decimal) -> int:
-    """As Slurm writes it in AllocTRES ``billing=``: the whole part."""
+    """As Slurm keeps it: the whole part. Slurm computes the weighted sum as a double
+    (``assoc_mgr_tres_weighted``) and stores it in an integer TRES count, truncated: a job's
+    ``tres_alloc_cnt[TRES_ARRAY_BILLING]`` (``billing=`` in ``AllocTRES``) and a node's
+    ``tres_cnt[TRES_ARRAY_BILLING]`` alike (Slurm's TRES page: "the final billing amount is stored as an
+    integer and truncated if needed")."""
     return int(billing.to_integral_value(rounding=ROUND_FLOOR))

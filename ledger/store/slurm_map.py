@@ -113,7 +113,7 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
         raise LedgerInputError("slurm map: give at least one of --partition, --gpu-type or --nodes")
     nt = _node_type(session, node_type)
     o = _offer(session, offer, nt)
-    billing_weights, node_tres = _billing(billing_weights, node_tres, by_node, nt)
+    billing_weights, node_tres = _billing(billing_weights, node_tres, by_node, nt, max_tres)
     row = session.exec(select(SlurmMap).where(*(getattr(SlurmMap, f) == v for f, v in key.items()))).first()
     if row is not None and not replace:
         raise LedgerInputError(f"slurm map: rule {row.id} already matches {_describe(key)}; "
@@ -129,9 +129,9 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
     return _rule(row, nt.name, o.name if o else None), result
 
 
-def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType) -> tuple[str, str]:
+def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType, max_tres: bool = False) -> tuple[str, str]:
     """The billing weights and whole-node TRES of a rule, checked (Slurm's own spelling kept)."""
-    from trainledger.store.slurm_billing import parse_weights, slurm_billing, tres_counts
+    from trainledger.store.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts
 
     weights, node_tres = (weights or "").strip(), (node_tres or "").strip()
     if not weights:
@@ -148,7 +148,7 @@ def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType) -> tuple
     if not node_tres:
         node_tres = f"gres/gpu={nt.gpus_per_node}" if nt.gpus_per_node else ""
     counts = tres_counts(dict(p.partition("=")[::2] for p in node_tres.split(",") if p))
-    if slurm_billing(counts, w) <= 0:
+    if slurm_billing_units(slurm_billing(counts, w, max_tres)) <= 0:  # as Slurm keeps it: a whole number
         raise LedgerInputError(f"--node-tres: one node ({node_tres or 'nothing'}) bills 0 under {weights}; give the "
                                "TRES of one whole node of the partition, e.g. cpu=64,mem=512G,gres/gpu=8")
     return weights, node_tres

@@ -101,7 +101,7 @@ def test_daily_report_exact_figures(session, cli):
     assert (d["date"], d["timezone"], d["day_hours"], d["partial"]) == ("2026-11-03", "Asia/Shanghai", D(24), False)
     assert s["available_node_hours"] == D(192)           # 8 nodes × 24 h
     assert s["fleet_used_node_hours"] == D(40)            # 36 + 4
-    assert s["used_node_hours"] == D(52)                  # + 12 elastic node-hours
+    assert s["node_hours"] == D(52) and s["elastic_node_hours"] == D(12)  # + 12 elastic node-hours, apart
     assert s["idle_node_hours"] == D(152)
     assert s["time_utilization"] == D(40) / D(192)
     assert s["nodes_never_used"] == 2                     # n6, n7 (from the runs' hostnames)

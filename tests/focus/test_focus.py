@@ -94,10 +94,14 @@ def test_the_parquet_file_has_the_same_rows_with_types(cli, engine, tmp_path):
     table = pq.read_table(tmp_path / "nov.parquet")
     assert table.column_names == header and table.num_rows == len(rows)
     assert table.schema.field("EffectiveCost").type == pa.decimal128(38, 10)
+    # unit prices keep 20 decimals, so unit price × PricingQuantity = ListCost to the cost's 10 on every row
+    assert table.schema.field("ListUnitPrice").type == table.schema.field("ContractedUnitPrice").type == pa.decimal128(38, 20)
     assert table.schema.field("ChargePeriodStart").type == pa.timestamp("ms", tz="UTC")
     assert table.schema.metadata[b"focus_version"] == b"1.2"
     for got, want in zip(table.to_pylist(), rows):
         assert format(got["EffectiveCost"], "f") == want["EffectiveCost"] and got["ResourceId"] == (want["ResourceId"] or None)
+        assert format(got["ListUnitPrice"], "f") == want["ListUnitPrice"]
+        assert abs(got["ListUnitPrice"] * got["PricingQuantity"] - got["ListCost"]) <= D("0.5e-10")
         assert got["ChargePeriodStart"].strftime("%Y-%m-%dT%H:%M:%SZ") == want["ChargePeriodStart"]
 
 

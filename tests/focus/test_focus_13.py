@@ -90,3 +90,72 @@ def test_focus_13_splits_shared_idle_into_allocated_charges_whose_ratios_sum_to_
         cb = chargeback(s, "2026-11")
     shares = {st.project: st.idle_share for st in cb.statements}
     assert abs(shares["llm"] - IDLE * 4 / 9) < D("1e-9") and abs(cb.unshared_idle - IDLE / 3) < D("1e-9")
+
+
+def test_every_row_s_unit_price_times_quantity_is_its_list_cost_and_the_splits_add_up_to_their_origin(
+        cli, engine, tmp_path):
+    """November 2026 (720 h, UTC), two charge periods: the own offer's electricity goes from 0.5 to 0.6 CNY/kWh on
+    Nov 16. Fleets of rtx4090-own: ``own3`` (3 nodes, idle shared ``weights:llm=2,vision=1``) and ``own1`` (1 node,
+    ``none``). Runs, all in the first period (Nov 1-16, 360 h): llm-1 2 nodes × 30 h 17 min 13 s and vis-1
+    1 node × 40 h 0 min 7 s drawn from the fleets (100 + 2,073/3,600 node-hours: not on any decimal grid), el-1
+    3 nodes × 7 h 18 min on elastic rent. Each period's Unused row (the origin) is split by capacity 3 : 1, then
+    2 : 1: llm 1/2, vision 1/4, unallocated 1/4 of it. FOCUS: "The product of ListUnitPrice and PricingQuantity MUST
+    match the ListCost" (and ContractedUnitPrice, ContractedCost), on every row; allocated charges add up to their
+    origin charge in every summable column (Data Generator-Calculated Split Cost Allocation Handling)."""
+    from datetime import timedelta
+
+    from trainledger.store.models import Run
+
+    with Session(engine) as s:
+        add_fleet(s, 3, name="own3")
+        add_fleet(s, 1, name="own1")
+        for rid, start, length, nodes, offer, project in (
+                ("llm-1", datetime(2026, 11, 2, tzinfo=UTC), timedelta(hours=30, minutes=17, seconds=13), 2,
+                 "rtx4090-own", "llm"),
+                ("vis-1", datetime(2026, 11, 9, tzinfo=UTC), timedelta(hours=40, seconds=7), 1, "rtx4090-own", "vision"),
+                ("el-1", datetime(2026, 11, 3, tzinfo=UTC), timedelta(hours=7, minutes=18), 3, "rtx4090-rent", "vision")):
+            add_run(s, rid, start, 1, nodes=nodes, offer_name=offer, project=project)
+            run = s.get(Run, rid)
+            run.ended_at = run.heartbeat_at = start + length
+        s.commit()
+    assert cli("fleet", "set", "own3", "--idle-share", "weights:llm=2,vision=1").exit_code == 0
+    res = cli("pricing", "set", "rtx4090-own", "electricity_price_per_kwh=0.6", "--from", "2026-11-16",
+              "--retroactive", "--yes")
+    assert res.exit_code == 0, res.output
+    v12, v13 = tmp_path / "v12.csv", tmp_path / "v13.csv"
+    assert cli("report", "focus", "--month", "2026-11", "-o", v12).exit_code == 0
+    assert cli("report", "focus", "--month", "2026-11", "-o", v13, "--focus-version", "1.3").exit_code == 0
+    _, rows12 = _read(v12)
+    _, rows13 = _read(v13)
+
+    # every row of both files: unit price × quantity = cost, to the file's 10 decimals (a split's row: within 1e-10)
+    for r in rows12 + rows13:
+        limit = D("1e-10") if r.get("AllocatedMethodId") else D("0.5e-10")
+        for unit, cost in (("ListUnitPrice", "ListCost"), ("ContractedUnitPrice", "ContractedCost")):
+            assert abs(D(r[unit]) * D(r["PricingQuantity"]) - D(r[cost])) <= limit, (r["ChargeDescription"], unit)
+
+    # the origins, by hand: idle node-hours × the idle rate (fixed ÷ 720 h + 0.8 kW × the price of a kWh)
+    origins = [r for r in rows12 if r["CommitmentDiscountStatus"] == "Unused"]
+    idle_nh = [1440 - 100 - D(2073) / 3600, D(1440)]  # first period: 4 nodes × 360 h less the runs; second: all
+    rate = [FIXED / 720 + D("0.8") * D("0.5"), FIXED / 720 + D("0.8") * D("0.6")]
+    assert [D(r["PricingQuantity"]) for r in origins] == [q.quantize(Q) for q in idle_nh] == [
+        D("1339.4241666667"), D("1440.0000000000")]
+    assert [D(r["ListUnitPrice"]) for r in origins] == [x.quantize(D("1e-20")) for x in rate] == [
+        D("5.03889351851851851852"), D("5.11889351851851851852")]
+    assert [D(r["EffectiveCost"]) for r in origins] == [(q * x).quantize(Q) for q, x in zip(idle_nh, rate)]
+
+    # each origin's allocated rows add up to it exactly; llm 1/2, vision 1/4, unallocated 1/4 of its quantity
+    summable = ("EffectiveCost", "ListCost", "ContractedCost", "BilledCost", "PricingQuantity",
+                "CommitmentDiscountQuantity")
+    for origin, nh in zip(origins, idle_nh):
+        split = [r for r in rows13 if r["AllocatedMethodId"] and r["ChargePeriodStart"] == origin["ChargePeriodStart"]]
+        assert len(split) == 3
+        for col in summable:
+            assert sum(D(r[col]) for r in split) == D(origin[col]), col
+        for r in split:
+            assert (r["ListUnitPrice"], r["ContractedUnitPrice"]) == (origin["ListUnitPrice"], origin["ContractedUnitPrice"])
+        qty = {r["AllocatedResourceId"]: D(r["PricingQuantity"]) for r in split}
+        for who, part in (("trainledger/projects/llm", D(1) / 2), ("trainledger/projects/vision", D(1) / 4), ("", D(1) / 4)):
+            assert abs(qty[who] - nh * part) <= D("1e-10"), who
+    # and the rest of the 1.3 file is the 1.2 one
+    assert sum(D(r["EffectiveCost"]) for r in rows13) == sum(D(r["EffectiveCost"]) for r in rows12)

@@ -26,6 +26,7 @@ from sqlalchemy import create_engine, inspect, text
 from trainledger.store.db import get_engine, head_revision, make_engine, upgrade_schema
 
 from tests.conftest import PG_ADMIN
+from tests.helpers import rounding
 from tests.hostile.conftest import assert_clean, assert_refused, invoke, snapshot, unchanged
 
 MONTHS = ["2026-09", "2026-10", "2026-11", "2026-12"]
@@ -153,8 +154,8 @@ def test_every_row_and_total_survive_the_upgrade_from_the_first_migration(ledger
     assert "old-own-cross" in {r["run_id"] for r in after["2026-11"]["runs"]}  # split at the month boundary
     for m in MONTHS:
         s = after[m]["summary"]
-        total = sum(Decimal(r["cost"]) for r in after[m]["runs"]) + Decimal(s["idle_cost"])
-        assert total == Decimal(s["actual_cost"]), m  # run lines + idle = the month's cost, to the cent
+        total = sum(Decimal(r["cost"]) for r in after[m]["runs"]) + Decimal(s["idle_cost"]) + rounding(after[m], "runs")
+        assert total == Decimal(s["actual_cost"]), m  # run lines + idle + rounding = the month's cost, to the cent
     assert Decimal(after["2026-10"]["summary"]["idle_cost"]) > 0 and after["2026-09"]["runs"] == []
 
 

@@ -7,7 +7,8 @@
 * partition ``billed`` has ``TRESBillingWeights="CPU=1.0,Mem=4G,GRES/gpu=2.0"``, once summed and once with
   ``PriorityFlags=MAX_TRES`` (slurm.conf changed and ``scontrol reconfigure``): the ledger's billing units of each job equal the ``billing=``
   that Slurm itself writes in the job's ``AllocTRES`` (read apart from the code under test), and its share
-  is its billing ÷ a whole node's (16 + 1000 MB × 4/1024 + 8 × 2 = 35.90625; with MAX_TRES 16).
+  is that billing ÷ a whole node's, both truncated as Slurm keeps them (16 + 1000 MB × 4/1024 + 8 × 2 =
+  35.90625 → 35; with MAX_TRES 16).
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def _alloc_billing(cluster, job: str) -> int:
     return int(dict(p.split("=", 1) for p in out.split(","))["billing"])
 
 
+def _node_billing(cluster) -> int:
+    """The billing Slurm keeps for the node (``CfgTRES`` of ``scontrol show node``): its whole part."""
+    out = cluster.run("scontrol", "-o", "show", "node", "localhost").stdout
+    cfg = next(w for w in out.split() if w.startswith("CfgTRES="))[len("CfgTRES="):]
+    return int(dict(p.split("=", 1) for p in cfg.split(","))["billing"])
+
+
 def _max_tres(cluster, url) -> None:
     """PriorityFlags=MAX_TRES from now on, in Slurm and in the mapping rule."""
     with open(cluster.conf, "a") as f:
@@ -82,7 +90,8 @@ def test_billing_units_equal_slurms_billing(shared, mode):
         wait_recorded(cluster, j, {"COMPLETED"})
     sync(url, cluster)
     got = runs(url)
-    whole = Fraction(16) if mode == "MAX_TRES" else Fraction(16) + Fraction(1000 * 4, 1024) + 16
+    whole = 16 if mode == "MAX_TRES" else 35  # by hand: 16 + 3.90625 + 16 = 35.90625, truncated
+    assert _node_billing(cluster) == whole  # Slurm truncates the node's billing too
     for j, (c, m, g) in zip(jobs, BILLED):
         run = got[f"slurm-{j}"]
         slurm_says = _alloc_billing(cluster, j)
@@ -90,7 +99,7 @@ def test_billing_units_equal_slurms_billing(shared, mode):
         cpu, mem, gpu = Fraction(int(c)), Fraction(int(m[:-1]) * 4, 1024), Fraction(int(g) * 2)
         want = max(cpu, mem, gpu) if mode == "MAX_TRES" else cpu + mem + gpu
         assert int(want) == slurm_says  # Slurm truncates the weighted sum: e.g. 3 + 3.515625 + 4 → 10
-        assert (Fraction(run.share), run.share_basis) == (want / whole, "billing")
+        assert (Fraction(run.share), run.share_basis) == (Fraction(int(want), whole), "billing")
     if mode == "sum":  # by hand: 10, 3, 11 (MAX_TRES: 4, 2, 8)
         assert [_alloc_billing(cluster, j) for j in jobs] == [10, 3, 11]
     else:

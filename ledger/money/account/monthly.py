@@ -16,7 +16,8 @@ duration, so that the slices of a run always add up to the run's total
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
-4. :func:`_summary`: the month's totals, ROI, waste (lost work by reason, idle) and output per spend;
+4. :func:`_summary`: the month's totals, ROI, waste (lost work by reason, idle), output per spend and time
+   utilization (node-hours drawn from fixed-cost fleets ÷ their capacity; elastic node-hours apart);
 5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
    same rates as the totals so that they add up to them.
 
@@ -115,12 +116,29 @@ class MonthCharges:
 
 
 @dataclass
+class FleetUse:
+    """One fixed-cost offer's fleets over the month (its charge periods added): held, drawn by runs (at most what
+    was held: time utilization's numerator), idle and its cost; ``idle_rate`` is idle cost ÷ idle node-hours."""
+
+    offer: str
+    kind: str
+    capacity_node_hours: Decimal
+    used_node_hours: Decimal
+    idle_node_hours: Decimal
+    idle_cost: Decimal
+
+    @property
+    def idle_rate(self) -> Optional[Decimal]:
+        return self.idle_cost / self.idle_node_hours if self.idle_cost > 0 and self.idle_node_hours > 0 else None
+
+
+@dataclass
 class NodeTypeMonth:
     """Comparison of options for one node type in one month."""
 
     node_type: str
     currency: str
-    node_hours: Decimal
+    node_hours: Decimal  # of all its runs: fleet_used_node_hours (≤ capacity) + elastic_node_hours (+ over-use)
     gpu_hours: Decimal
     peak_nodes: int
     capacity_node_hours: Decimal  # of the fleets actually held
@@ -140,6 +158,10 @@ class NodeTypeMonth:
     energy_kwh: Optional[Decimal] = None  # of its runs: measured, else nominal power × node-hours
     co2e_kg: Optional[Decimal] = None
     co2e_basis: Optional[str] = None
+    fleet_used_node_hours: Decimal = ZERO  # drawn from its fixed-cost fleets, each at most its capacity
+    elastic_node_hours: Decimal = ZERO  # on elastic rent: reported apart, in no utilization
+    time_utilization: Optional[Decimal] = None  # fleet_used_node_hours ÷ capacity_node_hours
+    fleets: list[FleetUse] = field(default_factory=list)  # per fixed-cost offer
 
 
 @dataclass
@@ -201,7 +223,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
-    runs = counts.runs_per_group(session, month, m.facts.live)
+    runs = counts.runs_per_group(session, m.facts)
     summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
     summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
     if offers.unpriced:  # visible, and blocking nothing else
@@ -409,10 +431,18 @@ def _offers_used(m: _Month, offers: _Offers, nt_id: int, part: NodeTypeMonth) ->
 def _merge_periods(parts: list[NodeTypeMonth]) -> NodeTypeMonth:
     """A node type's month from its charge periods: money, hours and energy added, the rest as in the first."""
     first = parts[0]
-    add = ("node_hours", "gpu_hours", "capacity_node_hours", "actual_cost", "idle_cost")
+    add = ("node_hours", "gpu_hours", "capacity_node_hours", "actual_cost", "idle_cost", "fleet_used_node_hours",
+           "elastic_node_hours")
     optional = ("own_cost", "own_idle_cost", "elastic_cost", "reserved_cost", "energy_kwh", "co2e_kg")
     merged = replace(first, **{k: sum((getattr(p, k) for p in parts), ZERO) for k in add},
                      **{k: _sum_opt(getattr(p, k) for p in parts) for k in optional})
+    merged.time_utilization = costs.time_utilization(merged.fleet_used_node_hours, merged.capacity_node_hours)
+    fleets: dict[str, FleetUse] = {}
+    for f in (f for p in parts for f in p.fleets):
+        g = fleets.setdefault(f.offer, FleetUse(f.offer, f.kind, ZERO, ZERO, ZERO, ZERO))
+        for k in ("capacity_node_hours", "used_node_hours", "idle_node_hours", "idle_cost"):
+            setattr(g, k, getattr(g, k) + getattr(f, k))
+    merged.fleets = list(fleets.values())
     merged.over_capacity = any(p.over_capacity for p in parts)
     merged.power_basis = combine_bases([p.power_basis for p in parts])
     merged.co2e_basis = _combine_co2e([p.co2e_basis for p in parts])
@@ -447,7 +477,9 @@ def _node_type_month(m: _Month, offers: _Offers, nt_id: int, flags: tuple[Option
         own_cost=alt.own_cost, own_idle_cost=alt.own_idle,
         elastic_offer=alt.rent_offer.name if alt.rent_offer else None, elastic_cost=alt.elastic_cost,
         reserved_offer=alt.reserved_offer.name if alt.reserved_offer else None, reserved_cost=alt.reserved_cost,
-        over_capacity=actual.over, power_basis=combine_bases(actual.bases + alt.bases))
+        over_capacity=actual.over, power_basis=combine_bases(actual.bases + alt.bases),
+        fleet_used_node_hours=actual.fleet_used, elastic_node_hours=actual.elastic,
+        time_utilization=costs.time_utilization(actual.fleet_used, actual.capacity), fleets=actual.fleets)
 
 
 @dataclass
@@ -455,8 +487,11 @@ class _Actual:
     cost: Decimal = ZERO
     idle: Decimal = ZERO
     capacity: Decimal = ZERO
+    fleet_used: Decimal = ZERO  # node-hours drawn from the fleets, each at most its capacity
+    elastic: Decimal = ZERO  # node-hours on elastic rent
     over: bool = False
     bases: list[str] = field(default_factory=list)
+    fleets: list[FleetUse] = field(default_factory=list)
 
 
 def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", currencies: set[str]) -> _Actual:
@@ -469,6 +504,7 @@ def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", cur
         if off.kind == OfferKind.rent_elastic:
             costed.group_cost[k] = _elastic(off, offers.groups[k])
             out.cost += costed.group_cost[k]
+            out.elastic += offers.groups[k].node_hours
         else:
             by_offer[off.id].append(k)
     for off_id in m.fleets:
@@ -489,6 +525,9 @@ def _actual_cost(m: _Month, offers: _Offers, nt_id: int, costed: "_Costing", cur
         out.cost += fm.total
         out.idle += fm.idle
         out.capacity += cap
+        used = min(fm.busy_node_hours, cap)  # over-use (inconsistent data) cannot make a fleet more than full
+        out.fleet_used += used
+        out.fleets.append(FleetUse(offer.name, offer.kind.value, cap, used, fm.idle_node_hours, fm.idle))
         out.over = out.over or fm.over_capacity
         out.bases.append(basis)
         currencies.add(offer.currency)
@@ -580,6 +619,7 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
     actual = sum((n.actual_cost for n in nts), ZERO)
     idle = sum((n.idle_cost for n in nts), ZERO)
     capacity = sum((n.capacity_node_hours for n in nts), ZERO)
+    fleet_used = sum((n.fleet_used_node_hours for n in nts), ZERO)
     waste = {s.value for s in WASTE_STATUSES}
     failed_cost = sum((cost[k] for k in offers.groups if k[3] in waste), ZERO)
     lost_cost, waste_by_reason = lost[0], {**lost[1], "idle": idle}
@@ -593,7 +633,9 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
         "gpu_hours": t.gpu_hours,
         "tokens": t.tokens,
         "capacity_node_hours": capacity,
-        "time_utilization": costs.time_utilization(t.node_hours, capacity) if capacity else None,
+        "fleet_used_node_hours": fleet_used,
+        "elastic_node_hours": sum((n.elastic_node_hours for n in nts), ZERO),
+        "time_utilization": costs.time_utilization(fleet_used, capacity),
         "gpu_util_mean": (t.util_w / t.util_us) if t.util_us else None,
         "gpu_util_coverage": (Decimal(t.util_us) / Decimal(t.gpu_us)) if t.gpu_us else None,
         "gpu_util_sources": sorted(src for src, n in t.sources.items() if n),
@@ -711,7 +753,6 @@ def _detail_costs(groups: dict[tuple, rollup.Facts], costings: dict[datetime, _C
             co2[k] = _add(co2.get(k), None if footprint.basis == "unknown" else footprint.co2e_kg, k in co2)
             lost[k] += sum(costing.lost(offer, f), ZERO)
     return cost, cost_el, cost_own, co2, lost
-
 
 
 def report_to_dict(rep: MonthlyReport) -> dict[str, Any]:

@@ -7,8 +7,9 @@ A run on a shared node pays for its share of the node, an exact fraction kept on
 * **mig:PROFILE**: a MIG slice's compute slices ÷ 7 of one GPU, ÷ the node type's GPUs
   (:data:`MIG_FILE`: NVIDIA's published profiles of the A100 and H100; ``1g.10gb`` = 1/7 of a GPU);
 * **billing**: Slurm's billing of the job ÷ the billing of one whole node, with the partition's
-  ``TRESBillingWeights`` (and ``PriorityFlags=MAX_TRES``: the largest weighted TRES instead of the sum):
-  :func:`slurm_billing` computes the same ``billing=`` Slurm writes in ``AllocTRES``;
+  ``TRESBillingWeights`` (and ``PriorityFlags=MAX_TRES``: the largest weighted TRES instead of the sum),
+  both truncated to whole numbers as Slurm keeps them: the job's is the ``billing=`` sacct reports in
+  ``AllocTRES``, else :func:`slurm_billing` truncated (:func:`job_billing_units`);
 * **exclusive** / **node**: the whole node (``--exclusive``, a whole-node launch, an offer or Slurm
   mapping billed by node): share None.
 
@@ -172,19 +173,42 @@ def alloc_share(alloc: dict, node_type: str, gpu_model: str, node_gpus: int) -> 
 # --- Slurm billing (TRESBillingWeights) ----------------------------------------------------------------------
 
 def billing_share(job: dict[str, Decimal], node: dict[str, Decimal], weights: dict[str, Decimal], max_tres: bool,
-                  nodes: int, node_type: str, field: str = "AllocTRES") -> Fraction:
-    """The job's billing ÷ (nodes × one whole node's billing): the part of each node it pays for."""
-    whole = slurm_billing(node, weights, max_tres)
+                  nodes: int, node_type: str, field: str = "AllocTRES", reported: Optional[int] = None) -> Fraction:
+    """The job's billing ÷ (nodes × one whole node's billing): the part of each node it pays for.
+
+    Both billings as Slurm keeps them, whole numbers: Slurm stores the weighted sum in an integer TRES
+    count, so the job's ``billing=`` in ``AllocTRES`` and a node's ``billing=`` in its TRES are truncated
+    (:func:`job_billing_units`, :func:`slurm_billing_units`). ``reported``: the ``billing=`` sacct wrote
+    for the job, which is its billing when present."""
+    whole = slurm_billing_units(slurm_billing(node, weights, max_tres))
     if whole <= 0:
-        raise LedgerInputError(f"node_tres: one node of {node_type} bills 0 under these weights; give its TRES "
-                               "(e.g. cpu=64,mem=512G,gres/gpu=8)")
-    fr = Fraction(slurm_billing(job, weights, max_tres)) / (Fraction(whole) * nodes)
+        raise LedgerInputError(f"node_tres: one node of {node_type} bills {whole} under these weights (Slurm truncates "
+                               "the weighted sum to a whole number); give its TRES (e.g. cpu=64,mem=512G,gres/gpu=8)")
+    billed = job_billing_units(job, weights, max_tres, reported)
+    fr = Fraction(billed, whole * nodes)
     if fr > 1:
-        raise LedgerInputError(f"{field}: billing {slurm_billing(job, weights, max_tres)} exceeds {nodes} whole "
-                               f"node(s) of {node_type} ({whole} each; a share above 1); check the mapping's --node-tres")
+        raise LedgerInputError(f"{field}: billing {billed} exceeds {nodes} whole node(s) of {node_type} ({whole} each; "
+                               "a share above 1); check the mapping's --node-tres")
     if fr <= 0:
-        raise LedgerInputError(f"{field}: the job bills 0 under the partition's weights; check --billing-weights")
+        raise LedgerInputError(f"{field}: the job bills 0 under the partition's weights (Slurm truncates the weighted "
+                               "sum to a whole number); check --billing-weights")
     return fr
+
+
+def job_billing_units(job: dict[str, Decimal], weights: dict[str, Decimal], max_tres: bool,
+                      reported: Optional[int] = None) -> int:
+    """A job's billing as Slurm writes ``billing=`` in ``AllocTRES``: the one sacct reported, else the
+    weighted sum (:func:`slurm_billing`) truncated to a whole number."""
+    if reported is not None:
+        return reported
+    return slurm_billing_units(slurm_billing(job, weights, max_tres))
+
+
+def reported_billing(alloc: dict[str, str]) -> Optional[int]:
+    """The ``billing=N`` of an ``AllocTRES`` (``trainledger.sources.slurm.tres``); None when absent or not a
+    whole number (then the ledger computes it)."""
+    value = (alloc.get("billing") or "").strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
 
 
 def check_overlaps(runs: Iterable[tuple[str, str, object, object, Optional[str]]]) -> None:

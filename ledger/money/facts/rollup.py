@@ -45,19 +45,21 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Iterable, Iterator, Optional
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import (
+    String,
     and_,
     bindparam,
     delete,
     func,
     select,
     text,
+    type_coerce,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -84,6 +86,7 @@ from trainledger.money.facts.rollup_facts import (  # noqa: F401  (re-exported: 
     _q,
     _run_row,
     _utc,
+    facts_of_rows,
     is_live,
     offer_rule,
     rule_key,
@@ -538,10 +541,18 @@ class MonthFacts:
     _conn: Connection
     periods: dict[datetime, dict[tuple[int, Optional[int], Optional[int], str], Facts]] = None  # type: ignore[assignment]
     cuts: dict[int, tuple[datetime, ...]] = None  # type: ignore[assignment]  # node type → cuts inside the month
+    _peak_memo: dict = field(default_factory=dict)  # (node type, offer keys) → peak: each figure computed once
 
     def peak(self, node_type_id: int, offer_keys: Optional[set[int]] = None) -> int:
         """Peak concurrent nodes of a node type, live runs included; with ``offer_keys`` only
-        runs recorded with those offers (0 = recorded without an offer)."""
+        runs recorded with those offers (0 = recorded without an offer). Computed once per month's facts:
+        the report's node type, fleet and alternatives ask for the same peaks."""
+        key = (node_type_id, None if offer_keys is None else frozenset(offer_keys))
+        if key not in self._peak_memo:
+            self._peak_memo[key] = self._peak(node_type_id, offer_keys)
+        return self._peak_memo[key]
+
+    def _peak(self, node_type_id: int, offer_keys: Optional[set[int]]) -> int:
         nt = node_type_id
         present = {ok for (n, ok) in self._peaks if n == nt and ok != ALL}
         present |= {s.offer_id or 0 for s in self.live if s.node_type_id == nt}
@@ -582,11 +593,14 @@ def month_facts(session: SASession, month: str, tz: ZoneInfo, now: datetime) -> 
     ms, me = month_bounds(month, tz)
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
     periods: dict[datetime, dict[tuple, Facts]] = defaultdict(dict)
-    cols = (mt.c.charge_from, mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status,
+    # charge_from read raw and parsed once per charge period; the facts of all rows parsed in one go
+    cols = (type_coerce(mt.c.charge_from, String), mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status,
             *(mt.c[k] for k in INTS), *(mt.c[k] for k in TEXTS))
-    n = len(INTS)
-    for r in conn.execute(select(*cols).where(mt.c.month == month)):
-        periods[r[0]][(r[1], r[2] or None, r[3] or None, r[4])] = Facts.from_parts(list(r[5:5 + n]), *r[5 + n:])
+    rows = conn.execute(select(*cols).where(mt.c.month == month)).all()
+    starts: dict[Any, datetime] = {}
+    for r, f in zip(rows, facts_of_rows(rows, 5)):
+        ps = starts.get(r[0]) or starts.setdefault(r[0], _utc(r[0]))
+        periods[ps][(r[1], r[2] or None, r[3] or None, r[4])] = f
     live = live_slices(conn, month, tz, now, me)
     for s in live:
         k = (s.node_type_id, s.offer_id, s.project_id, s.status)

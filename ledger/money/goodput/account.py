@@ -4,7 +4,8 @@
 ``docs/GOODPUT.md`` maps each to ``ml-goodput-measurement``'s ``BadputType``)::
 
     productive          steps whose progress was kept (data and straggler waits inside a step taken out)
-    startup             process start / allocation → the first step (restore, data and eval phases taken out)
+    startup             process start / allocation → the first step (restore, data and eval phases taken out),
+                        plus the first step's excess over the typical step (warm-up: :func:`warm_up`)
     data_wait           a step waiting for its batch          (phase "data")
     checkpoint_save     blocking checkpoint saves             (phase "checkpoint_save", run.checkpoint(seconds=))
     checkpoint_restore  loading a checkpoint                  (phase "checkpoint_restore")
@@ -19,7 +20,8 @@
 (run, node, phase) with the node's total ``seconds``/``count`` and the totals at the run's last
 checkpoint (``ckpt_seconds``/``ckpt_count``); phase names are :data:`PHASES` (``step`` is the net time
 of steps, from one step's start to the next one's, nested phases taken out) or custom names (shown,
-not costed: their time stays in the step or gap it fell in). Rows ``quality:<issue>`` count bad input
+not costed: their time stays in the step or gap it fell in); ``first_step`` is the first step's net seconds, a copy
+(also inside ``step``) for the warm-up rule. Rows ``quality:<issue>`` count bad input
 the writer clipped. Written by :mod:`trainledger.sources.phases` on the run's writer thread.
 
 **Time account of a run** (:func:`account_seconds`, pure): per node, the run's wall time W is
@@ -66,6 +68,7 @@ from trainledger.money.goodput.goodput_core import (  # noqa: F401  (the account
     PHASE_CATEGORY,
     PHASE_DATA,
     PHASE_EVAL,
+    PHASE_FIRST_STEP,
     PHASE_RESTORE,
     PHASE_SAVE,
     PHASE_STARTUP,
@@ -85,6 +88,7 @@ from trainledger.money.goodput.goodput_core import (  # noqa: F401  (the account
     seconds_decimal,
     split_cost,
     sum_categories,
+    warm_up,
     zero_account,
 )
 from trainledger.money.goodput.goodput_ledger import build_account, load_timeline

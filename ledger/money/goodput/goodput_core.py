@@ -51,7 +51,11 @@ PHASE_RESTORE = "checkpoint_restore"
 PHASE_EVAL = "eval"
 PHASE_STEP = "step"
 PHASE_STRAGGLER = "straggler_wait"
-PHASES = (PHASE_STARTUP, PHASE_DATA, PHASE_SAVE, PHASE_RESTORE, PHASE_EVAL, PHASE_STEP, PHASE_STRAGGLER)
+#: the writer's row of the first step's net seconds (count 1; a copy of that step, also inside ``step``): its excess
+#: over the run's typical step is start-up (warm-up), as ml-goodput-measurement's PROGRAM_STARTUP (:func:`warm_up`)
+PHASE_FIRST_STEP = "first_step"
+PHASES = (PHASE_STARTUP, PHASE_DATA, PHASE_SAVE, PHASE_RESTORE, PHASE_EVAL, PHASE_STEP, PHASE_STRAGGLER,
+          PHASE_FIRST_STEP)
 #: recorded phase → the category its time counts under (``step`` is ``productive``)
 PHASE_CATEGORY: dict[str, Category] = {
     PHASE_STARTUP: Category.startup, PHASE_DATA: Category.data_wait, PHASE_SAVE: Category.checkpoint_save,
@@ -139,6 +143,10 @@ def _node_seconds(rows: Mapping[str, PhaseTotal], kept: Decimal, interrupted: bo
             quality.append(f"node {node}: {phase} {secs}s is negative: counted as 0")
             secs = ZERO
         measured[cat] = measured.get(cat, ZERO) + secs
+    if Category.productive in measured:
+        extra = warm_up(rows, interrupted, measured[Category.productive])
+        measured[Category.productive] -= extra
+        measured[Category.startup] = measured.get(Category.startup, ZERO) + extra
     out = zero_account()
     left = kept
     for cat in CLIP_ORDER:
@@ -150,6 +158,29 @@ def _node_seconds(rows: Mapping[str, PhaseTotal], kept: Decimal, interrupted: bo
         left -= take
     out[Category.unattributed] = left
     return out
+
+
+def warm_up(rows: Mapping[str, PhaseTotal], interrupted: bool, steps_s: Decimal) -> Decimal:
+    """The first step's excess over the typical step: max(0, first − mean of the other steps), on the µs grid.
+
+    ml-goodput-measurement counts it as ``PROGRAM_STARTUP`` (``_compute_segment_final_metrics``: ``max(0.0,
+    first_step_time - average_step_time)``, the average over the segment's other steps); so do we, moved from
+    ``productive`` to ``startup``. ``steps_s``: the net step seconds of ``rows`` (kept ones when ``interrupted``).
+    0 without a ``first_step`` row (a writer before it, ``run.log``-only steps, imports, the demo), with fewer than
+    two steps, or when the rows do not hold the first step whole (a month part cut before it ended)."""
+    first, step = rows.get(PHASE_FIRST_STEP), rows.get(PHASE_STEP)
+    if first is None or step is None:
+        return ZERO
+    n_first = first.ckpt_count if interrupted else first.count
+    n = step.ckpt_count if interrupted else step.count
+    if not n_first or not n or n < 2:
+        return ZERO
+    f = seconds_decimal((first.ckpt_seconds if interrupted else first.seconds) or 0.0)
+    others = steps_s - f
+    if f <= 0 or others < 0:
+        return ZERO
+    extra = (f - others / (n - 1)).quantize(MICRO, rounding=ROUND_FLOOR)
+    return max(ZERO, min(extra, steps_s))
 
 
 def on_grid(amount: Decimal) -> Decimal:
@@ -246,7 +277,7 @@ class GoodputReport:
 
 def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
     """The report as JSON-ready dicts (keys named so that ``trainledger.reports.present`` rounds money to cents,
-    percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals)."""
+    percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals; ``node_seconds`` stay exact, µs)."""
     def cats(d: Mapping[Category, Decimal]) -> dict[str, Decimal]:
         return {name: d[c] for c, name in NAMED}
 
@@ -259,13 +290,14 @@ def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
                     "goodput_cost": m.goodput, "badput_cost": m.badput, "idle_cost": m.idle,
                     "goodput_pct": m.goodput_pct, "ettr": _ratio(m.ettr), "runs": m.runs,
                     "identity_residual": m.identity_residual, "cost": cats(m.by_category),
-                    "node_hours": hours(m.seconds)}
+                    "node_hours": hours(m.seconds), "node_seconds": cats(m.seconds)}
                    for m in rep.months],
         "runs": [{"run_id": r.run_id, "name": r.name, "project": r.project, "status": r.status, "month": r.month,
                   "node_type": r.node_type, "offer_kind": r.offer_kind, "nodes": r.nodes, "chain": r.chain,
                   "resume_of": r.resume_of, "start": r.start, "end": r.end, "run_cost": r.run_cost,
                   "recovery_cost": r.recovery_cost, "total_cost": r.total_cost, "goodput_pct": r.goodput_pct,
-                  "cost": cats(r.cost), "node_hours": hours(r.seconds), "data_quality": r.data_quality}
+                  "cost": cats(r.cost), "node_hours": hours(r.seconds), "node_seconds": cats(r.seconds),
+                  "data_quality": r.data_quality}
                  for r in rep.runs],
         "chains": rep.chains, "projects": rep.projects,
     }

@@ -8,9 +8,10 @@ the month, split by its phases in the month (the writer's month-edge rows; witho
 of its kept interval). The line's cost is then split (:func:`~trainledger.money.goodput.account.split_cost`)
 so the categories add up to it exactly. ``recovery``: the gap between an interrupted run's end and the start
 of the run that resumes it (``resume_of``), inside each month it covers, × its nodes (a month before the
-resumed run's first: an account of the gap alone); on an owned or
-reserved fleet priced at the node type's idle rate of the month and taken out of idle (never more than the
-idle there is); on elastic rent the gap was not paid (time only). Identity, per month: goodput + badput +
+resumed run's first: an account of the gap alone); on an owned or reserved fleet priced at that fleet's own
+idle rate of the month (its idle cost ÷ its idle node-hours, for the offer the run drew on; node-hours on
+elastic rent of the same node type play no part) and taken out of that fleet's idle (never more than the idle
+there is); on elastic rent the gap was not paid (time only). Identity, per month: goodput + badput +
 idle = spend, exactly (idle is the report's idle less recovery; ``identity_residual`` is what rounding
 of the report's own lines leaves, ~1e-20).
 """
@@ -190,14 +191,11 @@ def _recovery_gap(runs: dict[str, _RunInfo], run: _RunInfo, now: datetime) -> Op
     return theirs[1], mine[0]
 
 
-def _idle_rates(rep: MonthlyReport) -> dict[str, tuple[Decimal, Decimal]]:
-    """node type → (idle cost per idle node-hour of its fleets in the month, its idle cost)."""
-    out = {}
-    for nt in rep.node_types:
-        idle_nh = nt.capacity_node_hours - nt.node_hours
-        if nt.idle_cost > 0 and idle_nh > 0:
-            out[nt.node_type] = (nt.idle_cost / idle_nh, nt.idle_cost)
-    return out
+def _idle_rates(rep: MonthlyReport) -> dict[tuple[str, str], tuple[Decimal, Decimal]]:
+    """(node type, fixed-cost offer) → (the fleet's idle cost ÷ its idle node-hours in the month, its idle cost):
+    each fleet's own rate (``FleetUse.idle_rate``), not one of the node type's node-hours (elastic ones included)."""
+    return {(nt.node_type, f.offer): (f.idle_rate, f.idle_cost) for nt in rep.node_types for f in nt.fleets
+            if f.idle_rate is not None}
 
 
 class _MonthBuilder:
@@ -211,6 +209,7 @@ class _MonthBuilder:
         _with_ancestors(session, self.runs)
         self.phases, self.notes, self.edges = _load_phases(session, sorted(ids))
         self.idle = _idle_rates(rep)
+        self.offer_of = {line.run_id: line.offer for line in rep.runs}  # the offer each run's line drew on
 
     def build(self) -> tuple[MonthAccount, list[RunAccount]]:
         accounts = [self._run(line) for line in self.rep.runs]
@@ -306,20 +305,31 @@ class _MonthBuilder:
         """The recovery gap's node-seconds inside this month (where it happened, whichever month the run starts)."""
         return _overlap(gap, self.bounds) * Decimal(max(1, run.nodes or 1)) if gap is not None else ZERO
 
+    def _fleet_of(self, a: RunAccount) -> tuple[str, str]:
+        """(node type, offer) of the fleet an account's recovery held: its line's offer, else (an account of a gap
+        alone) the interrupted run's line's, else the resumed run's recorded offer."""
+        offer = self.offer_of.get(a.run_id) or self.offer_of.get(a.resume_of or "")
+        if offer is None:
+            offer = self.session.exec(select(Offer.name).join(Run, Run.offer_id == Offer.id)
+                                      .where(Run.id == a.run_id)).first() or ""
+        return a.node_type, offer
+
     def _price_recovery(self, accounts: list[RunAccount]) -> None:
-        """Recovery on a fixed-cost fleet at its idle rate, never more than the node type's idle in total."""
-        wanted: dict[str, Decimal] = defaultdict(lambda: ZERO)
+        """Recovery on a fixed-cost fleet at that fleet's idle rate, never more than its idle in total."""
+        wanted: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
+        fleet = {id(a): self._fleet_of(a) for a in accounts
+                 if a.seconds[Category.recovery] > 0 and a.offer_kind in FIXED_KINDS}
         for a in accounts:
-            if a.seconds[Category.recovery] > 0 and a.offer_kind in FIXED_KINDS and a.node_type in self.idle:
-                wanted[a.node_type] += a.seconds[Category.recovery] / 3600 * self.idle[a.node_type][0]
+            if id(a) in fleet and fleet[id(a)] in self.idle:
+                wanted[fleet[id(a)]] += a.seconds[Category.recovery] / 3600 * self.idle[fleet[id(a)]][0]
         for a in accounts:
-            rate_idle = self.idle.get(a.node_type)
-            if not wanted.get(a.node_type) or a.seconds[Category.recovery] <= 0 or a.offer_kind not in FIXED_KINDS:
+            key = fleet.get(id(a))
+            if key is None or not wanted.get(key):
                 continue
-            rate, idle = rate_idle
+            rate, idle = self.idle[key]
             price = a.seconds[Category.recovery] / 3600 * rate
-            if wanted[a.node_type] > idle:  # more recovery than idle (inconsistent data): shared pro rata
-                price = idle * price / wanted[a.node_type]
+            if wanted[key] > idle:  # more recovery than idle (inconsistent data): shared pro rata
+                price = idle * price / wanted[key]
                 a.data_quality.append("recovery longer than the fleet's idle time: priced pro rata")
             price = on_grid(price)
             a.recovery_cost = price
@@ -415,25 +425,28 @@ def _build(session: Session, month: Optional[str], project: Optional[str], run_i
 
 
 def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
-    """Runs summed per chain or project: cost by category, goodput %, ETTR (productive ÷ all node-time)."""
+    """Runs summed per chain or project: cost and node-seconds by category, goodput %, ETTR (productive ÷ all
+    node-time)."""
     acc: dict[str, list] = {}
     for r in runs:
         g = acc.get(getattr(r, key))
         if g is None:
-            g = acc[getattr(r, key)] = [set(), zero_account(), ZERO, ZERO, ZERO]
+            g = acc[getattr(r, key)] = [set(), zero_account(), ZERO, ZERO, ZERO, zero_account()]
         g[0].add(r.run_id)
         for c, v in r.cost.items():
             g[1][c] += v
         g[2] += r.total_cost
         g[3] += r.seconds[Category.productive]
         g[4] += sum(r.seconds.values(), ZERO)
+        for c, v in r.seconds.items():
+            g[5][c] += v
     out = []
     for name in sorted(acc):
-        ids, cost, total, productive, seconds = acc[name]
+        ids, cost, total, productive, seconds, secs = acc[name]
         out.append({key: name, "runs": len(ids), "total_cost": total,
                     "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
                     "goodput_pct": _pct(cost[Category.productive], total), "ettr": _ratio(goodput_ratio(productive, seconds)),
-                    "cost": {name: cost[c] for c, name in NAMED}})
+                    "cost": {name: cost[c] for c, name in NAMED}, "node_seconds": {name: secs[c] for c, name in NAMED}})
     return out
 
 
@@ -454,6 +467,7 @@ def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optiona
             "idle_cost": idle, "goodput_pct": _pct(goodput, spend),
             "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
             "cost": {name: by[c] for c, name in NAMED}, "node_hours": {name: secs[c] / 3600 for c, name in NAMED},
+            "node_seconds": {name: secs[c] for c, name in NAMED},
             "scope": "month" if project is None and run_id is None else ("project" if run_id is None else "run")}
 
 

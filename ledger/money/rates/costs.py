@@ -1,8 +1,8 @@
 """The cost engine (SPEC §4): pure functions on ``Decimal`` money.
 
 Units are in the names: ``*_hours`` are hours, ``*_kw`` kilowatts, money is in
-the offer's currency. Nothing here rounds; presentation rounds to cents
-(:func:`cents`, :func:`round_preserving_sum`).
+the offer's currency. Nothing here rounds; presentation rounds, by the one rule of the metrics layer
+(:func:`trainledger.money.metrics.rounding.cents`, re-exported here as :func:`cents`).
 
 Conventions
 -----------
@@ -22,9 +22,9 @@ from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Iterable, Optional, Protocol, Sequence
 
+from trainledger.money.metrics.rounding import CENT, ZERO, cents  # noqa: F401  (the one rounding rule)
+
 HOURS_PER_MONTH = Decimal(730)
-CENT = Decimal("0.01")
-ZERO = Decimal(0)
 ONE = Decimal(1)
 
 
@@ -53,11 +53,6 @@ def _d(x: Optional[Decimal], default: Decimal = ZERO) -> Decimal:
 
 
 # --- presentation ------------------------------------------------------------
-
-def cents(amount: Decimal) -> Decimal:
-    """Round money half-up to cents, for presentation and export only."""
-    return Decimal(amount).quantize(CENT, rounding=ROUND_HALF_UP)
-
 
 def round_preserving_sum(amounts: Sequence[Decimal], quantum: Decimal = CENT,
                          total: Optional[Decimal] = None) -> list[Decimal]:
