@@ -101,12 +101,27 @@ def today(url: str):
 def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger report period --from F --to T [--currency C] --json``: the period's totals (presented, as the
     CLI prints them), the period before and each headline figure's change in percent (``change``: ``KEY_pct``)."""
+    from trainledger.money.rates.periods import pieces, previous
     from trainledger.reports.periods import period_report as report_of
     from trainledger.reports.periods import presented_period
 
+    day = today(url)  # each whole month's waste from its cached goodput account (one per page and refresh), read
+    wastes = {}  # before the period's session (a session inside another waits on the first's lock)
+    for m in dict.fromkeys(pieces(period, day).months + pieces(previous(period, day), day).months):
+        try:
+            wastes[m] = month_waste(url, m, currency)
+        except LedgerInputError:  # no exchange rate for it: the period report says so for its month
+            continue
     with read_session(url) as s:
-        rep = report_of(s, period, now=now(), currency=currency)
+        rep = report_of(s, period, now=now(), currency=currency, month_waste=wastes.__getitem__)
     return presented_period(rep)
+
+
+def month_waste(url: str, month: str, currency: Optional[str] = None) -> Decimal:
+    """The month's waste: badput + idle of its goodput account (:func:`month_goodput`)."""
+    from trainledger.money.goodput.waste import waste_cost
+
+    return waste_cost(month_goodput(url, month, currency).months[0])
 
 
 def add_months(month: str, delta: int) -> str:
@@ -133,15 +148,21 @@ def report(url: str, month: str, lines: bool = False, currency: Optional[str] = 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def presented(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> dict[str, Any]:
-    """``presented_report(monthly_report(...))``: the rounding the CLI table and the export use (with each run
-    line's goodput and badput, as ``report monthly`` writes them)."""
-    rep = report(url, month, lines, currency)
-    if not rep.runs:
-        return presented_report(rep)
-    from trainledger.reports.goodput_columns import run_goodput
+    """``presented_report(monthly_report(...), its goodput account)``: the rounding the CLI table and the export use
+    (with the month's waste = badput + idle and each run line's goodput and badput, as ``report monthly`` writes
+    them; the account is :func:`month_goodput`, computed once per month and refresh)."""
+    return presented_report(report(url, month, lines, currency), month_goodput(url, month, currency))
 
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def month_goodput(url: str, month: str, currency: Optional[str] = None) -> Any:
+    """The month's goodput account (``GoodputReport``, ``trainledger goodput --month M``) from the cached report with
+    its lines (:func:`report`, the export's): every page reads a month's account, and its waste, from here."""
+    from trainledger.money.goodput.goodput_ledger import report_account
+
+    rep = report(url, month, True, currency)
     with read_session(url) as s:
-        return presented_report(rep, run_goodput(s, rep, now()))
+        return report_account(s, rep, now())
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -348,23 +369,27 @@ def intensities(url: str) -> list[dict[str, Any]]:
 
 
 
-# --- waste, spend by project, capacity (issue #18) -------------------------------------
+# --- waste (badput + idle), spend by project, capacity (issues #18, #36) -------------------------------------
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's ``waste_reason``
-    (``trainledger.money.account.waste.run_reasons``; None when the run is no waste). Money outside an export is each
-    figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read the same."""
-    from trainledger.money.account.waste import run_reasons
+    """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's waste: ``waste_cost``,
+    its badput in the month's goodput account (``trainledger.money.goodput.waste.run_waste``, the export's
+    ``badput_cost``) and ``waste_reason``, its largest badput category (None when it has none). Money outside an
+    export is each figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read
+    the same."""
+    from trainledger.money.goodput.waste import run_reason, run_waste
     from trainledger.money.rates.costs import cents
 
     exact = {r.run_id: r for r in report(url, month, True, currency).runs}
-    lines = [{**r, "cost": str(cents(exact[r["run_id"]].cost)),
-              "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost))}
-             for r in presented(url, month, lines=True, currency=currency)["runs"]]
-    with read_session(url) as s:
-        reasons = run_reasons(s, lines)
-    return [{**r, "waste_reason": reasons.get(r["run_id"])} for r in lines]
+    accounts = {a.run_id: a for a in month_goodput(url, month, currency).runs}
+    out = []
+    for r in presented(url, month, lines=True, currency=currency)["runs"]:
+        a = accounts.get(r["run_id"])
+        out.append({**r, "cost": str(cents(exact[r["run_id"]].cost)),
+                    "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost)),
+                    "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
+    return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

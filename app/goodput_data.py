@@ -24,9 +24,14 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
-    """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``)."""
+    """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``); the whole
+    month's from the cached monthly report with its lines (:func:`trainledger.app.data.report`, as the export's),
+    so a page computes a month's account once."""
+    from trainledger.app.data import month_goodput
     from trainledger.money.goodput.account import goodput_account
 
+    if project is None:
+        return month_goodput(url, month, currency)
     with read_session(url) as s:
         return goodput_account(s, month=month, project=project, currency=currency, now=now())
 

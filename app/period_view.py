@@ -19,6 +19,9 @@ WHOLE_MONTHS_NOTE = ("Idle, waste, the alternatives, ROI, tokens and CO2e are re
                      "daily report does not split them): pick a range from a month's first day to its last.")
 
 
+WASTE_HELP = "Each whole month's badput + idle (its goodput account), summed."
+
+
 def report(url: str, period: Any, currency: Optional[str]) -> dict[str, Any]:
     return data.period_report(url, period, currency)
 
@@ -56,7 +59,7 @@ def overview_headline(rep: dict[str, Any], cur: str) -> None:
     metric(c[0], rep, "actual_cost", f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]),
            help="Whole months: the monthly reports' spend; days left over: the daily reports'.")
     metric(c[1], rep, "idle_cost", f"Idle cost ({cur})", ui.money("idle_cost", s["idle_cost"]))
-    metric(c[2], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]))
+    metric(c[2], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
     metric(c[3], rep, "own_cost", f"If owned ({cur})", ui.money("own_cost", s["own_cost"]))
     metric(c[4], rep, "elastic_cost", f"If rented elastic ({cur})", ui.money("elastic_cost", s["elastic_cost"]))
     c = st.columns(4)
@@ -79,7 +82,7 @@ def roi_headline(rep: dict[str, Any], cur: str) -> None:
     metric(c[3], rep, "roi", "ROI", ui.pct(s["roi"]), help="Σ savings ÷ Σ spend of the months with an alternative.")
     c = st.columns(3)
     metric(c[0], rep, "tokens", "Tokens", ui.DASH if s["tokens"] is None else f"{s['tokens']:,}")
-    metric(c[1], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]))
+    metric(c[1], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
     metric(c[2], rep, "idle_cost", f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]))
 
 

@@ -113,3 +113,33 @@ def rounding(p: dict, table: str, column: str = "cost"):
     from decimal import Decimal
 
     return Decimal(p.get("rounding", {}).get(table, {}).get(column, "0"))
+
+
+#: "now" of :func:`waste_month`: November 2026 to date, 708 of its 720 hours
+WASTE_NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+
+def waste_month(session: Session) -> None:
+    """Issue 36's month of waste (tests/test_waste_reasons.py): fleet 2 × rtx4090-own; ``fail`` 1 node × 10 h,
+    failed without a checkpoint; ``slow`` 2 nodes × 20 h, its node h0's phases 14 h of steps, 2 h of straggler wait
+    and 1 h of data wait; ``imp`` 1 node × 5 h without phases; the rest of the fleet idle."""
+    from trainledger.store.models import RunPhase
+
+    add_fleet(session, 2)
+    add_run(session, "fail", datetime(2026, 11, 2, tzinfo=UTC), 10, nodes=1, status=RunStatus.failed)
+    add_run(session, "slow", datetime(2026, 11, 3, tzinfo=UTC), 20, nodes=2)
+    for phase, hours, count in (("step", 14, 1000), ("straggler_wait", 2, 1000), ("data", 1, 1000)):
+        session.add(RunPhase(run_id="slow", node="h0", phase=phase, seconds=hours * 3600.0, count=count))
+    add_run(session, "imp", datetime(2026, 11, 5, tzinfo=UTC), 5, nodes=1)
+    session.flush()
+
+
+def presented_month(session: Session, month: str, now: Optional[datetime] = None, **kw) -> dict:
+    """``report monthly``'s presented export: the monthly report with its goodput account (its waste = badput +
+    idle, each run line's goodput and badput), as the CLI and the dashboard present it."""
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.goodput_ledger import report_account
+    from trainledger.reports.export import presented_report
+
+    rep = monthly_report(session, month, now=now, **kw)
+    return presented_report(rep, report_account(session, rep, now))

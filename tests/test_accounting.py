@@ -42,7 +42,12 @@ def test_owned_fleet_month_allocates_runs_and_idle(session):
     assert costs.cents(s["idle_cost"]) == D("24892.13")    # 4,940 idle node-h × (3,340.0033/720 + 0.4)
     assert costs.cents(runs["r1"].cost + runs["r2"].cost + s["idle_cost"]) == costs.cents(s["actual_cost"])
     assert costs.cents(s["failed_run_cost"]) == D("132.78")
-    assert costs.cents(s["waste_cost"]) == D("25024.91")
+    assert costs.cents(s["lost_work_cost"]) == D("132.78")  # r2 never checkpointed: all of it lost
+    # waste = badput + idle: no run recorded phases (no goodput), so all 30,336.03 of the spend is waste
+    from trainledger.money.goodput.goodput_ledger import report_account
+    from trainledger.money.goodput.waste import waste_cost
+
+    assert costs.cents(waste_cost(report_account(session, rep).months[0])) == D("30336.03")
     assert s["time_utilization"] == D(820) / D(5760)
     # if rented elastic: 800 and 20 node-hours at 3600/730
     assert costs.cents(s["elastic_cost"]) == D("4043.84")  # 820 × 3600/730

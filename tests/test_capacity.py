@@ -57,12 +57,12 @@ def test_capacity_warnings_of_a_month(session):
 
 def _export(session, fmt: str) -> bytes:
     from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.goodput_ledger import report_account
     from trainledger.reports.export import presented_report, render
-    from trainledger.reports.goodput_columns import run_goodput
 
     session.expire_all()
     rep = monthly_report(session, "2026-11")
-    data = render(presented_report(rep, run_goodput(session, rep)), fmt)  # as `report monthly` writes it
+    data = render(presented_report(rep, report_account(session, rep)), fmt)  # as `report monthly` writes it
     session.commit()  # end the read, so the CLI can write (SQLite)
     return data
 

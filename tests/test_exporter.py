@@ -129,7 +129,11 @@ def test_exporter_serves_the_ledgers_figures(ledger_url, tmp_path):
                 {s: float(s == b["state"]) for s in ("ok", "at_risk", "over")}
         assert [b["state"] for b in st["budgets"]] == ["ok", "over", "at_risk"]
         assert _value(m, "trainledger_idle_cost_to_date", month=MONTH, currency="CNY") == float(rep.summary["idle_cost"])
-        assert _value(m, "trainledger_waste_cost_to_date", month=MONTH, currency="CNY", reason="idle") == float(rep.summary["idle_cost"])
+        # waste = badput + idle: no run recorded phases, so no goodput and the whole spend to date is waste
+        assert abs(_value(m, "trainledger_waste_cost_to_date", month=MONTH, currency="CNY", reason="idle")
+                   - float(rep.summary["idle_cost"])) < 1e-6
+        waste = {k[1]: v for k, v in m.items() if k[0] == "trainledger_waste_cost_to_date"}
+        assert len(waste) == 10 and abs(sum(waste.values()) - float(fc["spend"]["to_date"])) < 1e-6
         assert _value(m, "trainledger_gpu_seconds_to_date", month=MONTH) == 8 * 64 * 3600
         assert _value(m, "trainledger_time_utilization_ratio", month=MONTH) == float(rep.summary["time_utilization"])
         assert _value(m, "trainledger_month_elapsed_ratio", month=MONTH) == 228 / 744

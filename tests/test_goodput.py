@@ -254,6 +254,7 @@ def test_the_cli_prints_the_api_s_figures_and_refuses_bad_input(cli, ledger_url)
 
 
 def test_the_monthly_export_and_focus_carry_goodput_and_badput_per_run(session):
+    from trainledger.money.goodput.goodput_ledger import report_account
     from trainledger.reports.export import presented_report
     from trainledger.reports.focus import focus_export
     from trainledger.reports.goodput_columns import run_goodput
@@ -267,7 +268,7 @@ def test_the_monthly_export_and_focus_carry_goodput_and_badput_per_run(session):
     now = datetime(2026, 12, 3, tzinfo=UTC)
     rep = monthly_report(session, "2026-11", now=now)
     split = run_goodput(session, rep, now)
-    p = presented_report(rep, split)
+    p = presented_report(rep, report_account(session, rep, now))
     runs = {r["run_id"]: r for r in p["runs"]}
     assert runs["a"]["goodput_cost"] == "0.00" and runs["a"]["badput_cost"] == runs["a"]["cost"]
     b = runs["b"]

@@ -15,6 +15,8 @@ import pytest
 from trainledger.cli.main import app as cli
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
+from trainledger.money.goodput.account import goodput_account
+from trainledger.money.goodput.waste import waste_cost
 from trainledger.money.rates import periods as P
 from trainledger.money.rates.costs import cents
 from trainledger.reports.daily import daily_report
@@ -103,8 +105,11 @@ def test_a_quarter_is_the_sum_of_its_monthly_reports(ledger):
     def check(s):
         rep = period_report(s, P.quarter_period("2026-Q4"), now=NOW)
         months = [monthly_report(s, m, lines=False, now=NOW).summary for m in ("2026-10", "2026-11", "2026-12")]
-        total = {k: sum((m[k] for m in months), D(0)) for k in ("actual_cost", "idle_cost", "waste_cost", "gpu_hours",
+        total = {k: sum((m[k] for m in months), D(0)) for k in ("actual_cost", "idle_cost", "gpu_hours",
                                                                    "own_cost", "elastic_cost")}
+        # waste: each month's badput + idle (its goodput account), summed
+        total["waste_cost"] = sum((waste_cost(goodput_account(s, month=m, now=NOW).months[0])
+                                   for m in ("2026-10", "2026-11", "2026-12")), D(0))
         for k, v in total.items():
             assert rep["summary"][k] == v, k
         savings = sum((m["savings_vs_alternative"] for m in months), D(0))

@@ -15,8 +15,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app import access, anomalies_view, budgets_view, data, figures, goodput_view, period_view, ui
-from trainledger.money.account.waste import RUN_REASONS
 from trainledger.money.allocation.capacity import warning_text
+from trainledger.money.goodput.waste import IDLE
 from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 
@@ -69,9 +69,10 @@ c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_c
 c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True, **change("idle_cost"),
             help="Fleet node-hours no run used, at the idle rate.")
 c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True, **change("waste_cost"),
-            help="Lost work (failed, crashed and cancelled runs since their last checkpoint, or since their start "
-                 "when they never checkpointed) + idle cost. By reason: "
-                 + ", ".join(f"{k.replace('_', ' ')} {ui.money('waste_cost', v)}" for k, v in s["waste_by_reason"].items()))
+            help="Badput + idle: everything the month paid for that bought no kept training progress (spend − "
+                 "goodput). By reason: "
+                 + ", ".join(f"{k.replace('_', ' ')} {ui.money('waste_cost', v)}" for k, v in s["waste_by_reason"].items()
+                             if Decimal(v)))
 c[3].metric(ui.to_date(f"If owned ({cur})", s), ui.money("own_cost", s["own_cost"]), border=True,
             help="The same usage on an owned fleet (the configured fleet, else sized to the peak).")
 c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost", s["elastic_cost"]), border=True,
@@ -121,8 +122,9 @@ if p["node_types"]:
                            "own_cost": "if owned", "elastic_cost": "if rented elastic",
                            "reserved_cost": "if reserved"}), hide_index=True)
 
-REASON_LABELS = {"failed": "failed runs", "crashed": "crashed runs", "cancelled": "cancelled runs",
-                 "lost_since_checkpoint": "lost work since the last checkpoint", "idle": "idle fleet"}
+REASON_LABELS = {"lost_work": "lost work (failed, crashed, cancelled runs)", "data_wait": "data wait",
+                 "straggler_wait": "straggler wait", "checkpoint_save": "checkpoint saves",
+                 "checkpoint_restore": "checkpoint restores", IDLE: "idle fleet"}
 
 
 def capacity_section() -> None:
@@ -132,18 +134,21 @@ def capacity_section() -> None:
 
 
 def waste_section() -> None:
-    """Waste by reason (the monthly report's, in cents: they add up to the waste), each run reason linked to its runs."""
-    reasons = s["waste_by_reason"]
+    """Waste by reason: the goodput account's badput categories and idle (in cents: with ``rounding`` when needed
+    they add up to the waste), each category linked to its runs, the most of it first."""
+    reasons = {k: v for k, v in s["waste_by_reason"].items() if Decimal(v)}
     st.subheader(f"Waste by reason, {month}")
-    st.caption(f"Waste {ui.money('waste_cost', s['waste_cost'])} {cur} = the reasons below. Lost work is counted from a "
-               "failed, crashed or cancelled run's last checkpoint (from its start when it never checkpointed: then "
-               "under its status). Click a reason for its runs. Stragglers are flagged per run (Runs → run detail) but "
-               "the wait they cause is not priced, so it is not a line here.")
-    cols = st.columns(len(reasons))
-    for col, (key, value) in zip(cols, reasons.items()):
-        col.metric(REASON_LABELS.get(key, key), ui.money("waste_cost", value), border=True)
-        if key in RUN_REASONS:
-            ui.runs_link("its runs", where=col, waste=key, month=month)  # short: fits a narrow card
+    st.caption(f"Waste {ui.money('waste_cost', s['waste_cost'])} {cur} = badput + idle = the reasons below (reasons "
+               "at 0.00 left out), the goodput account's categories: failed, crashed and cancelled runs are lost "
+               "work (counted from their last checkpoint, from their start when they never checkpointed); straggler "
+               "and data waits are priced at the run's cost. Click a reason for its runs.")
+    items = list(reasons.items())
+    for start in range(0, len(items), 5):
+        cols = st.columns(5)
+        for col, (key, value) in zip(cols, items[start:start + 5]):
+            col.metric(REASON_LABELS.get(key, key.replace("_", " ")), ui.money("waste_cost", value), border=True)
+            if key not in (IDLE, "rounding"):
+                ui.runs_link("its runs", where=col, goodput=key, month=month, order="wasted")  # fits a narrow card
 
 
 def spend_section() -> None:

@@ -1,7 +1,7 @@
 """Monthly ROI: spend, savings vs the alternative, output per spend and waste, per month and per project.
 
-Numbers: ``presented_report(monthly_report(month))`` — the summary and the
-project lines of the monthly export.
+Numbers: ``presented_report(monthly_report(month), its goodput account)`` — the summary and the
+project lines of the monthly export (waste = badput + idle; a project's waste: its runs' badput).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ else:
                                help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
     c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
                 delta=ui.change_text(pr, "waste_cost") if monthly else None, delta_color="inverse",
-                help="Failed, crashed and cancelled runs + idle cost.")
+                help="Badput + idle (spend − goodput): the goodput account's badput categories, failed runs' lost "
+                     "work and straggler wait among them, and the fleets' idle.")
     c[3].metric(f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True)
     if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:
         st.warning(f"The alternative ({OPTION[s['alternative_option']]}) would have cost "
@@ -86,7 +87,7 @@ figures.spend_by_project(url, month, currency, cur, s["actual_cost"], "roi_spend
 
 months = data.trend_months(url, month)
 st.subheader(f"Trend, {months[0]} to {months[-1]}")
-money_rows, roi_rows, waste_rows = [], [], []
+money_rows, roi_rows = [], []
 for t in data.trend(url, tuple(months), currency):
     sm = t["summary"]
     if sm is None:  # no exchange rate for that month
@@ -98,7 +99,6 @@ for t in data.trend(url, tuple(months), currency):
                            "cost": float(Decimal(sm["alternative_cost"]))})
     if sm["roi"] is not None:
         roi_rows.append({"month": m, "measure": "ROI", "percent": sm["roi"] * 100})
-    waste_rows.append({"month": m, "failed runs": float(Decimal(sm["failed_run_cost"])), "idle": float(Decimal(sm["idle_cost"]))})
 left, right = st.columns(2)
 with left:
     st.markdown(f"**Spend vs the alternative ({cur})**")
@@ -108,5 +108,3 @@ with right:
     if roi_rows:
         ui.show_chart(ui.lines(pd.DataFrame(roi_rows), "month", "percent", "measure", x_title=None, y_title="%",
                                x_type="N", y_format=".2f"))
-st.markdown(f"**Waste ({cur})**: failed, crashed and cancelled runs + idle")
-st.bar_chart(pd.DataFrame(waste_rows), x="month", y=["failed runs", "idle"], y_label=cur, height=280)

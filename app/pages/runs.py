@@ -1,9 +1,11 @@
 """Runs: filtered, paginated list (``trainledger.runs.registry.list_runs``) and one run's detail (``trainledger.runs.registry.show_run``).
 
 With a month chosen, each run's cost, GPU-hours, cost per 1M tokens and waste in that month are the monthly
-report's per-run lines (``trainledger.app.data.month_run_lines``, in cents as the export); "Most expensive" and "Most
-wasted" rank the month's runs by them, and ``?waste=REASON&month=YYYY-MM`` (the Overview's links) keeps the
-runs whose lost work counts under that reason (``trainledger.money.account.waste``).
+report's per-run lines (``trainledger.app.data.month_run_lines``, in cents as the export; waste: the run's badput in
+the month's goodput account, its reason the largest badput category); "Most expensive" and "Most wasted" rank the
+month's runs by them. ``?goodput=CATEGORY&month=YYYY-MM`` (the Overview's waste links) keeps the runs with that
+badput, the most of it first; ``?waste=REASON`` (links from before issue 36) still works: failed, crashed, cancelled
+and lost_since_checkpoint mean ``lost_work``, a category's name itself (``trainledger.money.goodput.waste.check_reason``).
 
 The detail shows what ``trainledger runs show RUN_ID`` prints: figures, cost
 per month (actual) and under every offer, per-node utilization with straggler
@@ -20,8 +22,8 @@ import pandas as pd
 import streamlit as st
 from trainledger.app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
 from trainledger.errors import LedgerInputError
-from trainledger.money.account.waste import check_reason
 from trainledger.money.goodput.account import CATEGORIES
+from trainledger.money.goodput.waste import check_reason
 from trainledger.money.rates import costs, explain
 from trainledger.store.models import RunStatus
 
@@ -76,7 +78,8 @@ MONEY_COLUMNS = {"cost": f"cost ({currency})", "waste_cost": f"waste ({currency}
 
 
 def waste_param() -> Optional[str]:
-    """``?waste=REASON`` (failed, crashed, cancelled, lost_since_checkpoint), else None; a bad value: one line."""
+    """``?waste=REASON`` as its badput category (failed, crashed, cancelled, lost_since_checkpoint: lost_work; or a
+    category's name), else None; a bad value: one line."""
     raw = st.query_params.get("waste")
     if not raw:
         return None
@@ -111,7 +114,7 @@ def month_figures(line: Optional[dict]) -> dict:
     per_1m = costs.cost_per_million_tokens(cost, line["tokens"]) if line["tokens"] else None
     return {"gpu_hours_month": line["gpu_hours"], "cost": cost, "finality": line["finality"],
             "cost_per_1m_tokens": costs.cents(per_1m) if per_1m is not None else None,
-            "waste_cost": Decimal(line["lost_work_cost"]) if line["waste_reason"] else None,
+            "waste_cost": Decimal(line["waste_cost"]) if line["waste_cost"] is not None else None,
             "waste_reason": (line["waste_reason"] or "").replace("_", " ")}
 
 
@@ -147,18 +150,18 @@ COLUMN_CONFIG = {"id": st.column_config.TextColumn("id", width=110), "name": st.
                  LABELS["waste_reason"]: st.column_config.TextColumn(LABELS["waste_reason"], width=110),
                  **{LABELS.get(k, k): st.column_config.NumberColumn(LABELS.get(k, k), format=f) for k, f in NUMBER_FORMATS.items()}}
 
-reason = waste_param()
-category = goodput_param()
+category = goodput_param() or waste_param()  # ?waste= (old links): its badput category
 by_month = month_filter != ALL
-url_choice("runs_view", "order", list(VIEWS), "wasted" if reason or category else "newest")
+url_choice("runs_view", "order", list(VIEWS), "wasted" if category else "newest")
 view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="runs_view", disabled=not by_month,
-                help="Most expensive / most wasted: the month's runs by their cost or waste in the month "
-                     "(the cost and waste columns, the monthly report's per-run figures), top " + str(PAGE_SIZE) + ".")
+                help="Most expensive / most wasted: the month's runs by their cost or waste (badput) in the month "
+                     "(the cost and waste columns, as the monthly export's cost and badput_cost), top "
+                     + str(PAGE_SIZE) + ".")
 lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency)} if by_month else {}
 badput = None
 if by_month and category:
     badput = {r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs}
-if by_month and (view != "newest" or reason or category):
+if by_month and (view != "newest" or category):
     # from the month's run lines: every run of the month, filtered, ranked
     def category_cost(run_id: str) -> Decimal:
         costs_ = badput.get(run_id) or {}
@@ -166,9 +169,8 @@ if by_month and (view != "newest" or reason or category):
 
     chosen = [x for x in lines.values()
               if all(filters[k] is None or x[k] == filters[k] for k in ("project", "user", "status", "strategy"))
-              and (reason is None or x["waste_reason"] == reason)
               and (category is None or category_cost(x["run_id"]) > 0)]
-    key = (lambda x: Decimal(x["lost_work_cost"])) if view == "wasted" else (lambda x: Decimal(x["cost"]))
+    key = (lambda x: Decimal(x["waste_cost"] or 0)) if view == "wasted" else (lambda x: Decimal(x["cost"]))
     if category and view == "wasted":  # a badput category's runs: the most of it first
         key = (lambda x: category_cost(x["run_id"]))
     chosen.sort(key=lambda x: (-key(x), x["run_id"]))
@@ -177,7 +179,7 @@ if by_month and (view != "newest" or reason or category):
              "node_hours": x["node_hours"], "tokens": x["tokens"], "gpu_util_mean": x["gpu_util_mean"], "mfu": x["mfu"],
              "lost_gpu_hours": x["lost_gpu_hours"], **month_figures(x)} for x in chosen[:PAGE_SIZE]]
     more, page_no = len(chosen) > PAGE_SIZE, 1
-    order = (f"{VIEWS[view].lower()} in {month_filter}" + (f", waste: {reason.replace('_', ' ')}" if reason else "")
+    order = (f"{VIEWS[view].lower()} in {month_filter}"
              + (f", badput: {category.replace('_', ' ')}" + (" (the most of it first)" if view == "wasted" else "")
                 if category else "") + f", top {PAGE_SIZE}")
 else:
@@ -205,8 +207,8 @@ else:
     st.caption(f"Runs {(page_no - 1) * PAGE_SIZE + 1}–{(page_no - 1) * PAGE_SIZE + len(rows)}, {order}"
                + (" · more on the next page" if more and order == "newest first" else "")
                + ". Node-hours are each run's whole duration; GPU-hours, cost, cost per 1M tokens and waste are "
-               + (f"its part of {month_filter}, as `trainledger report monthly` (waste: lost work since the last "
-                  "checkpoint, or since the start when it never checkpointed)." if by_month else
+               + (f"its part of {month_filter}, as `trainledger report monthly` (waste: the run's badput, the "
+                  "export's badput_cost; reason: its largest badput category)." if by_month else
                   "shown for one month: pick it in Months.") + " Times in " + ui.md(ui.display_tz().key) + ".")
     st.dataframe(runs_table(rows), hide_index=True, column_config=COLUMN_CONFIG, key="runs_table",
                  placeholder="")  # no value: an empty cell, never "None"
@@ -267,8 +269,8 @@ c[7].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
 c[4].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
 c[1].metric(f"Lost work ({md(currency)})", ui.money("lost_work_cost", d.get("lost_work_cost")) if d.get("lost_work_cost")
             is not None else ui.money("lost_work_cost", 0), border=True,
-            help="The run's waste: work since its last checkpoint (or since its start) lost when it failed, crashed "
-                 "or was cancelled; nothing for a run that succeeded or still runs.")
+            help="The badput category lost_work (part of the run's waste): work since its last checkpoint (or since "
+                 "its start) lost when it failed, crashed or was cancelled; nothing for a run that succeeded or still runs.")
 c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
 c[3].metric(f"Cost per 1M tokens ({md(currency)})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
 c[5].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,

@@ -31,8 +31,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
 
     A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
     from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.goodput_ledger import report_account
     from trainledger.reports.export import presented_report
-    from trainledger.reports.goodput_columns import run_goodput
     from trainledger.reports.present import key_values
     from trainledger.store.files import check_output, write_output
 
@@ -47,7 +47,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
 
     with session(db) as s:
         rep = monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency)
-        p = presented_report(rep, run_goodput(s, rep, clock(now)))
+        p = presented_report(rep, report_account(s, rep, clock(now)))  # the month's goodput account, once
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
     data = render_report(p, "json" if as_json and output is None else fmt)  # --json: JSON, whatever --format

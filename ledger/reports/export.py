@@ -25,6 +25,8 @@ from typing import Any
 
 from trainledger.money.account.monthly import MonthlyReport
 from trainledger.money.account.not_costed import COLUMNS as NOT_COSTED_COLUMNS
+from trainledger.money.goodput.goodput_core import ZERO, Category, GoodputReport
+from trainledger.money.goodput.waste import project_waste, run_waste, waste_by_reason, waste_cost
 from trainledger.money.metrics.rounding import ROUNDING, cents, rounding_line
 from trainledger.reports.present import jsonable
 from trainledger.store.defaults import NOT_COSTED
@@ -75,22 +77,30 @@ def _rounding(lines: dict[str, tuple[list[Decimal], Decimal]]) -> dict[str, str]
     return {k: str(v) for k, v in out.items() if v}
 
 
-def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decimal]] | None = None) -> dict[str, Any]:
+def presented_report(rep: MonthlyReport, goodput: GoodputReport | None = None) -> dict[str, Any]:
     """The report rounded for people: JSON-ready dict with summary, node types, projects, runs and, where the
-    lines' cents do not add up to the summary, their ``rounding`` lines. ``goodput``: run id → (goodput cost,
-    badput cost) (``trainledger.reports.goodput_columns.run_goodput``), each rounded on its own."""
+    lines' cents do not add up to the summary, their ``rounding`` lines. ``goodput``: the month's goodput account
+    (``trainledger.money.goodput.goodput_ledger.report_account`` of ``rep``): with it the summary's waste
+    (``waste_cost`` = badput + idle and ``waste_by_reason``, ``trainledger.money.goodput.waste``), each project's
+    waste and each run line's goodput and badput, each rounded on its own."""
     s = rep.summary
-    summary = jsonable(s)
-    summary["waste_by_reason"] = _reasons(s["waste_by_reason"], s["waste_cost"])
+    summary: dict[str, Any] = {}
+    for k, v in jsonable(s).items():
+        summary[k] = v
+        if k == "lost_work_cost" and goodput is not None:  # the waste beside the lost work it includes
+            summary.update(_waste(goodput))
     summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}
+    split = {a.run_id: (a.cost[Category.productive], run_waste(a)) for a in goodput.runs} if goodput else {}
+    by_project = project_waste(goodput.runs) if goodput else {}
     projects = []
     for p in rep.projects:
         row = jsonable(p)
+        row["waste_cost"] = str(cents(by_project.get(p["project"], ZERO))) if goodput else None
         projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
     runs = []
     for r in rep.runs:
         row = jsonable(r)
-        g = goodput.get(r.run_id) if goodput else None
+        g = split.get(r.run_id)
         row.update(cost=str(cents(r.cost)), cost_if_elastic=_own([r.cost_elastic])[0], cost_if_own=_own([r.cost_own])[0],
                    lost_work_cost=str(cents(r.lost_work_cost)), goodput_cost=None if g is None else str(cents(g[0])),
                    badput_cost=None if g is None else str(cents(g[1])))
@@ -108,12 +118,14 @@ def presented_report(rep: MonthlyReport, goodput: dict[str, tuple[Decimal, Decim
     return out
 
 
-def _reasons(by: dict[str, Decimal], waste: Decimal) -> dict[str, str]:
-    """Waste by reason, each reason half-up to the cent on its own, and ``rounding`` when their cents do not add up
-    to the waste."""
+def _waste(goodput: GoodputReport) -> dict[str, Any]:
+    """The month's waste (badput + idle) and its reasons, each half-up to the cent on its own, and ``rounding``
+    when their cents do not add up to the waste."""
+    m = goodput.months[0]
+    total, by = waste_cost(m), waste_by_reason(m)
     out = {k: str(cents(v)) for k, v in by.items()}
-    rest = rounding_line(list(by.values()), waste)
-    return {**out, ROUNDING: str(rest)} if rest else out
+    rest = rounding_line(list(by.values()), total)
+    return {"waste_cost": str(cents(total)), "waste_by_reason": {**out, ROUNDING: str(rest)} if rest else out}
 
 
 def rounding_row(p: dict[str, Any], table: str, columns: list[str]) -> list[tuple[str, Any]] | None:
@@ -125,7 +137,7 @@ def rounding_row(p: dict[str, Any], table: str, columns: list[str]) -> list[tupl
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The summary as (metric, value) rows; a breakdown (``waste_by_reason``) as ``waste_by_reason.failed`` …"""
+    """The summary as (metric, value) rows; a breakdown (``waste_by_reason``) as ``waste_by_reason.lost_work`` …"""
     out: list[tuple[str, Any]] = []
     for k, v in summary.items():
         if isinstance(v, dict):

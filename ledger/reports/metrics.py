@@ -33,6 +33,7 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 from trainledger.money.account.monthly import monthly_report
+from trainledger.money.goodput.waste import waste_by_reason
 from trainledger.money.outlook.budgets import STATES, budget_status
 from trainledger.money.outlook.forecast import DEFAULT_WINDOW_DAYS, forecast
 from trainledger.money.rates.months import date_start, month_of
@@ -57,8 +58,11 @@ def month_metrics(session: Session, now: datetime, window_days: int = DEFAULT_WI
     status = budget_status(session, month, now=now, window_days=window_days, fc=fc)
     cur = fc["currency"]
     out = _cost_families(fc, month, cur) + _budget_families(status, month, cur)
-    out += _usage_families(session, fc, rep.summary, month, now)
-    out += _goodput_families(session, month, now)
+    from trainledger.money.goodput.account import goodput_account
+
+    account = goodput_account(session, month=month, now=now)  # once: the goodput families and the waste
+    out += _usage_families(session, fc, rep.summary, month, now, account)
+    out += _goodput_families(account, month)
     return out
 
 
@@ -107,7 +111,8 @@ def _day_start(day: date, tz_name: str) -> float:
     return date_start(day, ZoneInfo(tz_name)).timestamp()
 
 
-def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], month: str, now: datetime) -> list[Metric]:
+def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], month: str, now: datetime,
+                    account: Any) -> list[Metric]:
     cur = fc["currency"]
     gpu = GaugeMetricFamily("trainledger_gpu_seconds_to_date", "GPU time in runs this month so far (GPU-hours × 3600).",
                             labels=["month"])
@@ -120,10 +125,12 @@ def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], mon
                              "runs ÷ node-hours of the owned and reserved fleets (not GPU-Util, not MFU).", labels=["month"])
     if s.get("time_utilization") is not None:
         util.add_metric([month], _f(s["time_utilization"]))
-    waste = GaugeMetricFamily("trainledger_waste_cost_to_date", "Waste this month so far by reason: idle fleets, runs "
-                              "that failed, crashed or were cancelled.", labels=["month", "currency", "reason"])
-    for reason, amount in waste_by_reason(s).items():
-        waste.add_metric([month, cur, reason], _f(amount))
+    waste = GaugeMetricFamily("trainledger_waste_cost_to_date", "Waste this month so far (badput + idle) by reason: "
+                              "each badput category of the goodput account (failed runs' lost work is lost_work), "
+                              "then idle.", labels=["month", "currency", "reason"])
+    for m in account.months:
+        for reason, amount in waste_by_reason(m).items():
+            waste.add_metric([month, cur, reason], _f(amount))
     elapsed = GaugeMetricFamily("trainledger_month_elapsed_ratio", "Share of the month elapsed (1 once it has ended).",
                                 labels=["month"])
     elapsed.add_metric([month], _f(fc["elapsed_hours"] / fc["month_hours"]))
@@ -133,12 +140,11 @@ def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], mon
     return [gpu, gpu_fc, util, waste, elapsed, running]
 
 
-def _goodput_families(session: Session, month: str, now: datetime) -> list[Metric]:
+def _goodput_families(rep: Any, month: str) -> list[Metric]:
     """The month's goodput account (:func:`trainledger.money.goodput.account.goodput_account`, as ``trainledger
     goodput``) per category: the team's (the month's, recovery included) and each project's."""
-    from trainledger.money.goodput.account import NAMED, goodput_account
+    from trainledger.money.goodput.account import NAMED
 
-    rep = goodput_account(session, month=month, now=now)
     cur = rep.currency
     cost = GaugeMetricFamily("trainledger_goodput_cost_to_date", "The goodput account this month so far: the runs' "
                              "cost by category (productive = goodput; the others badput), team or project; "
@@ -154,13 +160,6 @@ def _goodput_families(session: Session, month: str, now: datetime) -> list[Metri
             cost.add_metric([scope, project, month, name, cur], _f(by_cost[name]))
             secs.add_metric([scope, project, month, name], _f(by_secs[name]))
     return [cost, secs]
-
-
-def waste_by_reason(summary: dict[str, Any]) -> dict[str, Decimal]:
-    """Waste split by reason: the report's ``waste_by_reason`` when it has one, else idle and failed runs."""
-    if isinstance(summary.get("waste_by_reason"), dict):
-        return dict(summary["waste_by_reason"])
-    return {"idle": summary.get("idle_cost") or Decimal(0), "failed_runs": summary.get("failed_run_cost") or Decimal(0)}
 
 
 class LedgerCollector(Collector):

@@ -9,7 +9,8 @@ reports of those days (``daily_report``), summed exactly and rounded only when p
   fixed-cost fleets (own, reserved; each at most its capacity) ÷ those fleets' capacity, the period's being
   Σ fleet node-hours ÷ Σ capacity of its months and days (``fleet_used_node_hours``, ``capacity_node_hours``);
   node-hours on elastic rent are reported apart (``elastic_node_hours``), in no utilization;
-* idle cost, waste, the alternatives (if owned, if rented elastic), savings vs the alternative, ROI, tokens
+* idle cost, waste (each whole month's badput + idle, its goodput account: ``trainledger.money.goodput.waste``),
+  the alternatives (if owned, if rented elastic), savings vs the alternative, ROI, tokens
   and CO2e only for a period of whole months (the daily report does not split them by day); for a range
   with left-over days they are None, and the report says ``whole_months: false``.
 
@@ -27,6 +28,8 @@ from typing import Any, Callable, Optional
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
+from trainledger.money.goodput.goodput_ledger import month_account
+from trainledger.money.goodput.waste import waste_cost
 from trainledger.money.rates import costs
 from trainledger.money.rates.costs import ZERO
 from trainledger.money.rates.periods import ReportPeriod, is_partial, pieces, previous
@@ -104,17 +107,20 @@ def _add_day(t: _Sums, d: dict[str, Any]) -> None:
 
 
 def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, currency: Optional[str],
-            tick: Optional[Callable[[], None]] = None) -> dict[str, Any]:
+            tick: Optional[Callable[[], None]] = None,
+            month_waste: Optional[Callable[[str], Decimal]] = None) -> dict[str, Any]:
     """The period's summary (exact Decimals) and its months; ``tick()`` after each month and day reported."""
     parts = pieces(p, today)
     t = _Sums()
     tick = tick or (lambda: None)
     for month in parts.months:
-        rep = monthly_report(session, month, lines=False, projects=False, now=now, currency=currency)
+        rep = monthly_report(session, month, lines=month_waste is None, projects=False, now=now, currency=currency)
+        # badput + idle of the month's goodput account (a caller that has the account already passes month_waste)
+        waste = month_waste(month) if month_waste else waste_cost(month_account(session, rep, now)[0])
         t.currency = t.currency or rep.currency
-        _add_month(t, rep.summary)
+        _add_month(t, {**rep.summary, "waste_cost": waste})
         t.by_month.append({"month": month + (" (to date)" if rep.is_partial else ""), "actual_cost": rep.summary["actual_cost"],
-                           "idle_cost": rep.summary["idle_cost"], "waste_cost": rep.summary["waste_cost"],
+                           "idle_cost": rep.summary["idle_cost"], "waste_cost": waste,
                            "gpu_hours": rep.summary["gpu_hours"]})
         tick()
     for day in parts.days:
@@ -170,21 +176,23 @@ def _change(now_: dict[str, Any], before: dict[str, Any]) -> dict[str, Optional[
 
 
 def period_report(session: Session, period: ReportPeriod, *, now: datetime, currency: Optional[str] = None,
-                  compare: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, Any]:
+                  compare: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None,
+                  month_waste: Optional[Callable[[str], Decimal]] = None) -> dict[str, Any]:
     """The period's totals (exact), the period before (same length) and the change of each headline figure.
-    ``progress(pieces reported, pieces)`` after each month and left-over day of both periods."""
+    ``progress(pieces reported, pieces)`` after each month and left-over day of both periods. ``month_waste(month)``:
+    a month's waste from a goodput account the caller already has (default: computed here, once per month)."""
     tz = display_timezone(session)
     today = now.astimezone(tz).date()
     if period.first > today:
         raise LedgerInputError(f"--from: {period.first.isoformat()} has not begun yet in {tz}")
     tick = _ticker(progress, period, today, compare)
-    this = _totals(session, period, today, now, currency, tick)
+    this = _totals(session, period, today, now, currency, tick, month_waste)
     out = {"period": period.label, "kind": period.kind, "from": period.first, "to": period.last,
            "is_partial": is_partial(period, today), "timezone": str(tz), "currency": this.pop("currency"), **this}
     if compare:
         before = previous(period, today)
         try:
-            prev = _totals(session, before, today, now, currency, tick)
+            prev = _totals(session, before, today, now, currency, tick, month_waste)
         except LedgerInputError as exc:  # e.g. no exchange rate back then: no change, and why
             out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
             out["previous_missing"] = f"{before.label}: {str(exc).splitlines()[0]}"

@@ -38,7 +38,7 @@ class RunStatus(str, enum.Enum):
     crashed = "crashed"
 
 
-#: statuses whose cost counts as waste (SPEC §4)
+#: statuses whose cost after the last checkpoint is lost work (SPEC §4; the badput category lost_work)
 WASTE_STATUSES = (RunStatus.failed, RunStatus.crashed, RunStatus.cancelled)
 #: statuses of a run that has not finished
 LIVE_STATUSES = (RunStatus.queued, RunStatus.running)

@@ -17,10 +17,10 @@ from trainledger.money.account.monthly import monthly_report
 from trainledger.money.outlook.budgets import budget_status, set_budget
 from trainledger.money.outlook.forecast import forecast
 from trainledger.money.rates.costs import cents
-from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
 
 from tests.app.helpers import MONTH, build_ledger, make_app, metrics, plain, run_page, with_session
+from tests.helpers import presented_month
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)
 USD = "USD"
@@ -47,7 +47,7 @@ def test_overview_forecast_and_budgets_in_usd(sqlite_url, app_env, monkeypatch):
     monkeypatch.setenv("TRAINLEDGER_NOW", NOW.isoformat())
     fc = with_session(url, lambda s: forecast(s, MONTH, now=NOW, currency=USD))
     st_ = with_session(url, lambda s: budget_status(s, MONTH, now=NOW, currency=USD))
-    p = with_session(url, lambda s: presented_report(monthly_report(s, MONTH, now=NOW, currency=USD)))["summary"]
+    p = with_session(url, lambda s: presented_month(s, MONTH, now=NOW, currency=USD))["summary"]
     at = run_page(make_app(currency=USD), "overview")
     m = metrics(at)
     for label, key in (("Spend", "actual_cost"), ("Idle cost", "idle_cost"), ("Waste", "waste_cost"),
@@ -85,7 +85,7 @@ def test_rent_vs_own_sizing_runs_roi_planner_export_in_usd(demo_url, app_env):
         # each month at its own rate, and the same "if owned" cost the monthly report shows
         assert (row[own_col], row[rent_col]) == (_money(nt.own_cost), _money(nt.elastic_cost)), row["month"]
     rep = with_session(demo_url, lambda s: monthly_report(s, MONTH, currency=USD))
-    p = presented_report(rep)
+    p = with_session(demo_url, lambda s: presented_month(s, MONTH, currency=USD))  # with its waste
     roi = metrics(run_page(make_app(currency=USD), "roi"))
     s = p["summary"]
     assert roi["Spend (USD)"] == fmt_cell("actual_cost", s["actual_cost"])

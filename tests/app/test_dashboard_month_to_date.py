@@ -164,10 +164,10 @@ def test_export_on_day_3_is_the_clis(day3):
     assert at.table[0].value.loc["Period", "value"] == LABEL  # the summary, with the dashboard's labels
     engine = make_engine(day3)
     with Session(engine) as s:
-        from trainledger.reports.goodput_columns import run_goodput
+        from trainledger.money.goodput.goodput_ledger import report_account
 
         rep = monthly_report(s, MONTH, now=DAY3)
-        want = render(presented_report(rep, run_goodput(s, rep, DAY3)), "csv")  # as `report monthly` writes it
+        want = render(presented_report(rep, report_account(s, rep, DAY3)), "csv")  # as `report monthly` writes it
     engine.dispose()
     from trainledger.app import data
 

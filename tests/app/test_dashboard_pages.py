@@ -14,7 +14,8 @@ from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run, RunNode
 
-from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page
+from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, metrics, plain, run_page, with_session
+from tests.helpers import presented_month
 
 PAGES = ["overview", "runs", "rent_vs_own", "roi", "strategies", "planner", "launch", "export", "settings"]
 
@@ -41,7 +42,8 @@ def test_overview_shows_the_monthly_report(ledger_url, app_env):
     assert shown["GPU-Util (NVML/DCGM busy share)"] == f"{float(fmt_cell('gpu_util_mean', s['gpu_util_mean'])) * 100:.2f}%"
     assert shown["MFU"] == f"{float(fmt_cell('mfu_mean', s['mfu_mean'])) * 100:.2f}%"
     assert shown["Idle cost (CNY)"] == fmt_cell("idle_cost", presented_report(rep)["summary"]["idle_cost"])
-    assert shown["Waste (CNY)"] == fmt_cell("waste_cost", s["waste_cost"])
+    waste = with_session(ledger_url, lambda x: presented_month(x, MONTH))["summary"]["waste_cost"]  # badput + idle
+    assert shown["Waste (CNY)"] == fmt_cell("waste_cost", waste)
     assert shown["If owned (CNY)"] == fmt_cell("own_cost", s["own_cost"])
     assert shown["If rented elastic (CNY)"] == fmt_cell("elastic_cost", s["elastic_cost"])
     assert "," in shown["Spend (CNY)"] and shown["Spend (CNY)"].endswith(tuple("0123456789"))
@@ -145,7 +147,7 @@ def test_runs_filters_by_status(demo_url, app_env):
 def test_roi_shows_the_summary_and_projects(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(), "roi")
-    p = presented_report(_report(demo_url))
+    p = with_session(demo_url, lambda x: presented_month(x, MONTH))  # with its goodput account: the waste
     s = p["summary"]
     shown = metrics(at)
     assert shown["Spend (CNY)"] == fmt_cell("actual_cost", s["actual_cost"])

@@ -1,4 +1,4 @@
-"""Issue #18 items 1-3 on the dashboard: waste ranked and by reason, spend by project with idle, capacity
+"""Issue #18 items 1-3 on the dashboard: waste (issue 36: badput + idle, the goodput account's) ranked and by reason, spend by project with idle, capacity
 over-use and how a run was costed; every figure checked against the ledger function that computes it."""
 
 from __future__ import annotations
@@ -8,25 +8,23 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from sqlmodel import col, select
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.account.spend import spend_by_project
-from trainledger.money.account.waste import RUN_REASONS
 from trainledger.money.allocation.capacity import capacity_warnings, warning_text
+from trainledger.money.goodput.account import BADPUT, Category
+from trainledger.money.goodput.goodput_ledger import report_account
 from trainledger.money.rates import costs
-from trainledger.reports.export import presented_report
 from trainledger.store.db import make_engine, session_scope
-from trainledger.store.models import Run
 
 from tests.app.helpers import MONTH, make_app, metrics, plain, run_page, with_session
+from tests.helpers import presented_month
 
 D = Decimal
-REASONS = {"failed runs": "failed", "crashed runs": "crashed", "cancelled runs": "cancelled",
-           "lost work since the last checkpoint": "lost_since_checkpoint", "idle fleet": "idle"}
 
 
 def _presented(url: str) -> dict:
-    return presented_report(with_session(url, lambda s: monthly_report(s, MONTH)))
+    """``report monthly``'s presented export (with the month's goodput account: waste = badput + idle)."""
+    return with_session(url, lambda s: presented_month(s, MONTH))
 
 
 def _table(at, first_column: str = "id"):
@@ -62,47 +60,52 @@ def pd_na(v) -> bool:
     return v is None or v != v
 
 
-def test_most_wasted_runs_rank_by_lost_work(demo_url, app_env):
+def _accounts(url: str) -> dict:
+    """Run id → its goodput account in the month (what the Runs page's waste column and reason come from)."""
+    def read(s):
+        rep = monthly_report(s, MONTH)
+        return {a.run_id: a for a in report_account(s, rep).runs}
+    return with_session(url, read)
+
+
+def test_most_wasted_runs_rank_by_their_badput(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(), "runs")
     at.radio(key="runs_view").set_value("wasted").run()
     table = _table(at)
-    lines = _presented(demo_url)["runs"]
-    worst = max(lines, key=lambda r: (D(r["lost_work_cost"]), r["run_id"]))
-    assert table.iloc[0]["id"] == worst["run_id"] and D(worst["lost_work_cost"]) > 0
-    assert _cents(table.iloc[0]["waste (CNY)"]) == D(worst["lost_work_cost"])
-    wasted = [r for r in lines if r["status"] in ("failed", "crashed", "cancelled")]
-    shown = table[table["waste (CNY)"].notna()]
-    assert {r: _cents(v) for r, v in zip(shown["id"], shown["waste (CNY)"])} == {
-        r["run_id"]: D(r["lost_work_cost"]) for r in wasted}
+    lines = {r["run_id"]: r for r in _presented(demo_url)["runs"]}
+    accounts = _accounts(demo_url)
+    # the run's waste: the badput of its line (the export's badput_cost), its reason its largest badput category
+    ranked = sorted(lines.values(), key=lambda r: (-D(r["badput_cost"]), r["run_id"]))[:50]
+    assert list(table["id"]) == [r["run_id"] for r in ranked]
+    for _, row in table.iterrows():
+        assert _cents(row["waste (CNY)"]) == D(lines[row["id"]]["badput_cost"])
+        a = accounts[row["id"]]
+        best = max((c for c in BADPUT if c is not Category.recovery), key=lambda c: (a.cost[c], -BADPUT.index(c)))
+        assert row["waste reason"] == best.value.replace("_", " ")
+    # not the lost work: the most wasted run is not the one that lost the most
+    assert table.iloc[0]["id"] != max(lines.values(), key=lambda r: (D(r["lost_work_cost"]), r["run_id"]))["run_id"]
 
 
 @pytest.mark.parametrize("reason", ["failed", "cancelled", "crashed", "lost_since_checkpoint"])
-def test_waste_link_filters_the_runs_of_that_reason(demo_url, app_env, reason):
+def test_an_old_waste_link_filters_the_runs_with_lost_work(demo_url, app_env, reason):
     app_env(demo_url)
     at = run_page(make_app(waste=reason), "runs")
-    lines = _presented(demo_url)["runs"]
-    checkpointed = set(with_session(demo_url, lambda s: s.exec(select(Run.id).where(col(Run.last_checkpoint_at).is_not(None))).all()))
-    expected = {r["run_id"] for r in lines if r["status"] in ("failed", "crashed", "cancelled")
-                and (r["run_id"] in checkpointed) == (reason == "lost_since_checkpoint")
-                and (reason == "lost_since_checkpoint" or r["status"] == reason)}
-    if not expected:
-        assert not [d for d in at.dataframe if list(d.value.columns)[0] == "id"]
-        assert any("No runs match" in i.value for i in at.info)
-        return
+    accounts = _accounts(demo_url)
+    lost = {k: a.cost[Category.lost_work] for k, a in accounts.items() if a.cost[Category.lost_work] > 0}
     table = _table(at)
-    assert set(table["id"]) == expected
-    # the reason's runs add up to what the monthly report counts under it (to the cent, up to the per-line rounding)
-    total = sum((_cents(v) for v in table["waste (CNY)"]), D(0))
-    by_reason = D(_presented(demo_url)["summary"]["waste_by_reason"][reason])
-    assert abs(total - by_reason) <= D("0.01") * len(expected)
+    # every run with lost work (the reasons of before issue 36 are all the category lost_work), the most first
+    assert list(table["id"]) == sorted(lost, key=lambda k: (-lost[k], k))[:50]
+    assert any("badput: lost work (the most of it first)" in plain(c.value) for c in at.caption)
 
 
 def test_a_bad_waste_reason_is_one_line(demo_url, app_env):
     app_env(demo_url)
-    at = run_page(make_app(waste="nope"), "runs")
+    at = run_page(make_app(waste="idle"), "runs")
     assert [plain(e.value) for e in at.error] == [
-        "?waste=: expected one of failed, crashed, cancelled, lost_since_checkpoint, got 'nope'"]
+        "?waste=: expected a badput category (startup, data_wait, checkpoint_save, checkpoint_restore, eval, "
+        "lost_work, recovery, straggler_wait, unattributed) or failed, crashed, cancelled, lost_since_checkpoint "
+        "(= lost_work), got 'idle'; idle is the fleet's, no run's"]
 
 
 def test_overview_waste_reasons_add_up_to_the_waste_and_link_to_their_runs(demo_url, app_env):
@@ -110,15 +113,41 @@ def test_overview_waste_reasons_add_up_to_the_waste_and_link_to_their_runs(demo_
     at = run_page(make_app(), "overview")
     s = _presented(demo_url)["summary"]
     shown = metrics(at)
-    reasons = {REASONS[k]: D(v.replace(",", "")) for k, v in shown.items() if k in REASONS}
-    assert reasons == {k: D(v) for k, v in s["waste_by_reason"].items()}
+    labels = {"lost work (failed, crashed, cancelled runs)": "lost_work", "data wait": "data_wait",
+              "straggler wait": "straggler_wait", "checkpoint saves": "checkpoint_save",
+              "checkpoint restores": "checkpoint_restore", "idle fleet": "idle", "startup": "startup", "eval": "eval",
+              "recovery": "recovery", "unattributed": "unattributed", "rounding": "rounding"}
+    reasons = {labels[k]: D(v.replace(",", "")) for k, v in shown.items() if k in labels}
+    assert reasons == {k: D(v) for k, v in s["waste_by_reason"].items() if D(v)}
     assert sum(reasons.values(), D(0)) == D(shown["Waste (CNY)"].replace(",", "")) == D(s["waste_cost"])
-    links = [p.proto for p in at.get("page_link")]
-    targets = {re.search(r"waste=(\w+)", str(lk)).group(1) for lk in links if "waste=" in str(lk)}
-    assert targets == set(RUN_REASONS), links  # failed, crashed, cancelled, lost since checkpoint: idle has no runs
-    for lk in links:
-        if "waste=" in str(lk):
-            assert f"month={MONTH}" in str(lk)
+    links = [str(p.proto) for p in at.get("page_link")]
+    targets = {re.search(r"goodput=(\w+)", lk).group(1) for lk in links if "goodput=" in lk and "order=wasted" in lk}
+    assert targets == {k for k in reasons if k not in ("idle", "rounding")}, links  # idle has no runs
+    assert not [lk for lk in links if "waste=" in lk]
+    assert not [c for c in at.caption if "not priced" in c.value]  # straggler wait is priced, like every category
+
+
+def test_overview_and_runs_of_a_month_with_straggler_and_data_waits(sqlite_url, app_env, monkeypatch):
+    """Issue 36's month (tests/test_waste_reasons.py): waste = badput + idle on the Overview to the cent, the same
+    as the monthly JSON; the Runs page's most wasted run is the one with most badput, not the failed one."""
+    from tests.helpers import WASTE_NOW, waste_month
+
+    engine = make_engine(sqlite_url)
+    with session_scope(engine) as s:
+        waste_month(s)
+    engine.dispose()
+    app_env(sqlite_url)
+    monkeypatch.setenv("TRAINLEDGER_NOW", WASTE_NOW.isoformat())
+    shown = metrics(run_page(make_app(), "overview"))
+    assert shown["Waste, to date (CNY)"] == "7,037.18"  # 27 busy node-hours + 1,361 idle ones (the test's header)
+    assert (shown["lost work (failed, crashed, cancelled runs)"], shown["straggler wait"], shown["data wait"],
+            shown["unattributed"], shown["idle fleet"], shown["rounding"]) == (
+        "66.39", "26.56", "13.28", "73.03", "6,857.93", "-0.01")
+    at = run_page(make_app(), "runs")
+    at.radio(key="runs_view").set_value("wasted").run()
+    table = _table(at)
+    assert list(zip(table["id"], table["waste (CNY)"], table["waste reason"])) == [
+        ("slow", 79.67, "unattributed"), ("fail", 66.39, "lost work"), ("imp", 33.19, "unattributed")]
 
 
 @pytest.mark.parametrize("page", ["overview", "roi"])

@@ -19,6 +19,7 @@ from trainledger.reports.weekly import strategy_comparison
 from trainledger.store.db import make_engine, session_scope
 
 from tests.app.helpers import MONTH, SWEEP, build_ledger, make_app, plain, run_page, with_session
+from tests.helpers import presented_month
 
 
 @pytest.mark.parametrize("value, scale, suffix", [(20_131_350_411, 10**9, "B"), (1_234_567, 10**6, "M"),
@@ -77,7 +78,7 @@ def test_strategies_says_when_cpu_runs_are_priced_as_gpu_nodes(sqlite_url, app_e
 def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
     app_env(demo_url)
     at = run_page(make_app(), "export")
-    s = presented_report(with_session(demo_url, lambda x: monthly_report(x, MONTH, lines=True)))["summary"]
+    s = with_session(demo_url, lambda x: presented_month(x, MONTH))["summary"]
     cur = s["currency"]
     summary = at.table[0].value["value"]
     assert not [name for name in summary.index if "_" in name]  # no snake_case key is shown

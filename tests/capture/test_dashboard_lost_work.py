@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 from sqlmodel import Session
-from trainledger.money.account.monthly import monthly_report
-from trainledger.reports.export import presented_report
+from trainledger.money.rates.costs import cents
 from trainledger.reports.present import fmt_cell
 from trainledger.runs.registry import show_run
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus
 
 from tests.app.helpers import make_app, metrics, run_page
-from tests.helpers import add_fleet, add_run
+from tests.helpers import add_fleet, add_run, presented_month
+
+D = Decimal
 
 START = datetime(2026, 11, 9, 8, tzinfo=timezone.utc)
 
@@ -41,8 +43,7 @@ def test_runs_and_overview_show_lost_work(sqlite_url, app_env):
     engine = make_engine(sqlite_url)
     with Session(engine) as s:
         d = show_run(s, "crash-1")
-        rep = monthly_report(s, "2026-11")
-        summary, presented = rep.summary, presented_report(rep)["summary"]
+        presented = presented_month(s, "2026-11")["summary"]  # with the month's goodput account: its waste
     engine.dispose()
     assert any(w.value == f"Lost work: 24 GPU-hours since its last checkpoint (step 900), "
                           f"{fmt_cell('lost_work_cost', d['lost_work_cost'])} CNY." for w in at.warning)
@@ -50,7 +51,14 @@ def test_runs_and_overview_show_lost_work(sqlite_url, app_env):
                for i in at.info)
     over = run_page(make_app("2026-11"), "overview")
     waste = next(m for m in over.metric if m.label == "Waste (CNY)")
-    assert waste.value == fmt_cell("waste_cost", summary["waste_cost"]) == metrics(over)["Waste (CNY)"]
+    assert waste.value == fmt_cell("waste_cost", presented["waste_cost"]) == metrics(over)["Waste (CNY)"]
     by = presented["waste_by_reason"]  # as the export presents it: cents that add up to the waste
-    assert f"failed {fmt_cell('waste_cost', by['failed'])}" in waste.help
-    assert f"lost since checkpoint {fmt_cell('waste_cost', by['lost_since_checkpoint'])}" in waste.help
+    # crash-1's 1.5 h × 2 nodes after its checkpoint and fail-1's 2 h × 1 node: 5 busy node-hours of lost work; the
+    # hour between crash-1 and again-1 × 2 nodes: recovery at the fleet's idle rate (owning a node: 120,000 ÷ 36 +
+    # 6.67 a month fixed, 4.0 kW busy and 0.8 kW idle at 0.5 per kWh; November: 720 h)
+    fixed = (D(120_000) / 36 + D("6.67")) / 720
+    assert by["lost_work"] == str(cents(5 * (fixed + 2))) == "33.19"
+    assert by["recovery"] == str(cents(2 * (fixed + D("0.4")))) == "10.08"
+    assert f"lost work {fmt_cell('waste_cost', by['lost_work'])}" in waste.help
+    assert f"recovery {fmt_cell('waste_cost', by['recovery'])}" in waste.help
+    assert "startup" not in waste.help  # reasons at 0.00 are left out

@@ -16,6 +16,9 @@ from sqlalchemy import text
 from sqlmodel import Session
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.facts import rollup
+from trainledger.money.goodput.account import on_grid
+from trainledger.money.goodput.goodput_ledger import report_account
+from trainledger.money.goodput.waste import waste_by_reason, waste_cost
 from trainledger.money.rates import costs
 from trainledger.reports.export import presented_report, render
 from trainledger.runs.registry import reap_stale, show_run
@@ -50,10 +53,10 @@ def test_a_crash_after_a_checkpoint_loses_exactly_the_gpu_hours_since_it(session
     assert costs.cents(line.cost) == costs.cents(bill) == D("39.45")
     assert costs.cents(line.lost_work_cost) == costs.cents(bill / 3) == D("13.15")
     s = rep.summary
-    assert s["lost_work_cost"] == line.lost_work_cost and s["waste_cost"] == s["lost_work_cost"] + s["idle_cost"]
+    assert s["lost_work_cost"] == line.lost_work_cost and "waste_cost" not in s  # waste: the goodput account's
     assert s["failed_run_cost"] == line.cost  # the whole run still counts as a run that did not succeed
-    assert s["waste_by_reason"]["lost_since_checkpoint"] == line.lost_work_cost
-    assert s["waste_by_reason"]["crashed"] == 0
+    m = report_account(session, rep).months[0]
+    assert waste_by_reason(m)["lost_work"] == on_grid(line.lost_work_cost)
 
 
 def test_on_an_owned_fleet_lost_work_is_allocated_by_node_hours(session):
@@ -69,8 +72,7 @@ def test_on_an_owned_fleet_lost_work_is_allocated_by_node_hours(session):
     assert runs["own"].lost_gpu_hours == D(80)
     assert runs["own"].lost_work_cost == runs["own"].cost / 4
     assert runs["ok"].lost_work_cost == 0 and runs["ok"].lost_gpu_hours == 0
-    assert rep.summary["waste_by_reason"]["cancelled"] == 0
-    assert rep.summary["waste_by_reason"]["lost_since_checkpoint"] == runs["own"].lost_work_cost
+    assert waste_by_reason(report_account(session, rep).months[0])["lost_work"] == on_grid(runs["own"].lost_work_cost)
 
 
 def test_waste_adds_up_by_reason_to_the_cent(session):
@@ -86,25 +88,31 @@ def test_waste_adds_up_by_reason_to_the_cent(session):
     session.commit()
     rep = monthly_report(session, "2026-11")
     s, runs = rep.summary, {r.run_id: r for r in rep.runs}
-    by = s["waste_by_reason"]
-    assert list(by) == ["failed", "crashed", "cancelled", "lost_since_checkpoint", "idle"]
+    account = report_account(session, rep)
+    m = account.months[0]
+    by = waste_by_reason(m)
+    assert list(by) == ["startup", "data_wait", "checkpoint_save", "checkpoint_restore", "eval", "lost_work",
+                        "recovery", "straggler_wait", "unattributed", "idle"]
     # never checkpointed: the whole run; checkpointed: the part after it; idle: the fleet's idle cost
-    assert by["failed"] == runs["f1"].cost + runs["e1"].cost
-    assert by["crashed"] == runs["c1"].cost and by["cancelled"] == runs["x1"].cost
-    assert by["lost_since_checkpoint"] == runs["f2"].lost_work_cost < runs["f2"].cost
-    assert by["idle"] == s["idle_cost"]
-    assert costs.cents(sum(by.values(), D(0))) == costs.cents(s["waste_cost"])
-    assert s["waste_cost"] == s["lost_work_cost"] + s["idle_cost"]
+    assert by["lost_work"] == sum((on_grid(runs[k].cost) for k in ("f1", "c1", "x1", "e1")), D(0)) + on_grid(
+        runs["f2"].lost_work_cost)
+    assert runs["f2"].lost_work_cost < runs["f2"].cost
+    assert costs.cents(by["idle"]) == costs.cents(s["idle_cost"])
+    # no phases recorded: everything else the runs bought is unattributed, none of it goodput
+    assert by["unattributed"] + by["lost_work"] == sum((on_grid(r.cost) for r in rep.runs), D(0))
+    assert sum(by.values(), D(0)) == waste_cost(m) == m.spend  # no goodput: the whole spend is waste
     assert s["failed_run_cost"] == sum((runs[k].cost for k in ("f1", "c1", "x1", "f2", "e1")), D(0))
-    # presented (cents): the reasons add up to the presented waste exactly
-    p = presented_report(rep)["summary"]
-    assert sum(D(v) for v in p["waste_by_reason"].values()) == D(p["waste_cost"])
+    # presented (cents): the reasons (+ rounding) add up to the presented waste exactly
+    lines = presented_report(rep, account)
+    p = lines["summary"]
+    assert sum(D(v) for v in p["waste_by_reason"].values()) == D(p["waste_cost"]) == costs.cents(waste_cost(m))
     assert p["waste_by_reason"]["idle"] == p["idle_cost"]
-    # and the per-run lost work adds up to the summary's, as do the projects' waste
-    lines = presented_report(rep)
+    # and the per-run lost work adds up to the summary's; the projects' waste is their runs' badput
     assert sum(D(r["lost_work_cost"]) for r in lines["runs"]) + rounding(lines, "runs", "lost_work_cost") == D(
         p["lost_work_cost"])
-    assert costs.cents(sum((pr["waste_cost"] for pr in rep.projects), D(0))) == costs.cents(s["lost_work_cost"])
+    assert costs.cents(sum((pr["lost_work_cost"] for pr in rep.projects), D(0))) == costs.cents(s["lost_work_cost"])
+    assert {pr["project"]: pr["waste_cost"] for pr in lines["projects"]} == {
+        pr["project"]: str(costs.cents(pr["cost"])) for pr in rep.projects}
 
 
 def test_lost_work_is_split_at_the_month_boundary(session):
@@ -131,8 +139,9 @@ def test_a_ledger_without_checkpoints_loses_whole_runs(session):
     session.commit()
     rep = monthly_report(session, "2026-11")
     s = rep.summary
-    assert s["lost_work_cost"] == s["failed_run_cost"] and s["waste_cost"] == s["failed_run_cost"] + s["idle_cost"]
-    assert s["waste_by_reason"]["lost_since_checkpoint"] == 0
+    assert s["lost_work_cost"] == s["failed_run_cost"]
+    assert waste_by_reason(report_account(session, rep).months[0])["lost_work"] == sum(
+        (on_grid(r.cost) for r in rep.runs if r.run_id in ("f", "c")), D(0))
     assert sum((r.lost_gpu_hours for r in rep.runs), D(0)) == D(2 * 5 * 8 + 4 * 8)
 
 
@@ -186,9 +195,9 @@ def test_cli_show_export_and_rollup_check_carry_lost_work(cli, ledger_url):
     out = cli("report", "monthly", "--month", "2026-11", "--format", "json")
     rep = json.loads(out.output)
     assert rep["summary"]["lost_work_cost"] == shown["lost_work_cost"] == rep["runs"][0]["lost_work_cost"]
-    assert rep["summary"]["waste_by_reason"]["lost_since_checkpoint"] == shown["lost_work_cost"]
+    assert rep["summary"]["waste_by_reason"]["lost_work"] == shown["lost_work_cost"]
     csv = cli("report", "monthly", "--month", "2026-11", "--format", "csv").output
-    assert f"waste_by_reason.lost_since_checkpoint,{shown['lost_work_cost']}" in csv.splitlines()
+    assert f"waste_by_reason.lost_work,{shown['lost_work_cost']}" in csv.splitlines()
     assert cli("db", "rollup").exit_code == 0
     # a raw SQL write behind the ledger's back: the check finds it, a rebuild mends it
     with engine.begin() as c:
@@ -228,15 +237,16 @@ def test_upgrading_a_ledger_to_0004_backfills_lost_work(ledger_url):
         assert (f.lost_from, f.lost_until) == (f.started_at, f.ended_at)
         after = monthly_report(s, "2026-11").summary
     assert after["lost_work_cost"] == before["failed_run_cost"] == after["failed_run_cost"]
-    assert (after["waste_cost"], after["actual_cost"]) == (before["waste_cost"], before["actual_cost"])
+    assert (after["lost_work_cost"], after["actual_cost"]) == (before["failed_run_cost"], before["actual_cost"])
     engine.dispose()
 
 
 def test_render_csv_flattens_the_breakdown(session):
     add_run(session, "f", NOV + timedelta(days=2), 5, nodes=2, status=RunStatus.failed, offer_name="rtx4090-rent")
     session.commit()
-    rows = render(presented_report(monthly_report(session, "2026-11")), "csv").decode().split("\n\n")[0].splitlines()
+    rep = monthly_report(session, "2026-11")
+    rows = render(presented_report(rep, report_account(session, rep)), "csv").decode().split("\n\n")[0].splitlines()
     keys = [r.split(",")[0] for r in rows]
-    assert keys[keys.index("waste_cost") + 1:keys.index("waste_cost") + 6] == [
-        "waste_by_reason.failed", "waste_by_reason.crashed", "waste_by_reason.cancelled",
-        "waste_by_reason.lost_since_checkpoint", "waste_by_reason.idle"]
+    assert keys[keys.index("lost_work_cost") + 1:keys.index("waste_cost") + 11] == ["waste_cost"] + [
+        f"waste_by_reason.{k}" for k in ("startup", "data_wait", "checkpoint_save", "checkpoint_restore", "eval",
+                                         "lost_work", "recovery", "straggler_wait", "unattributed", "idle")]

@@ -87,7 +87,7 @@ def test_sqlite_and_postgresql_agree_to_the_last_digit(sqlite_url, new_pg_url):
     build(sqlite_url)
     build(new_pg_url)
     a, b = figures(sqlite_url), figures(new_pg_url)
-    for key in ("actual_cost", "idle_cost", "own_cost", "elastic_cost", "measured_energy_kwh", "waste_cost"):
+    for key in ("actual_cost", "idle_cost", "own_cost", "elastic_cost", "measured_energy_kwh", "lost_work_cost"):
         assert a["summary"][key] == b["summary"][key], key
     assert a["runs"] == b["runs"]
     assert a["day"] == b["day"]

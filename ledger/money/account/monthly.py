@@ -16,7 +16,7 @@ duration, so that the slices of a run always add up to the run's total
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
-4. :func:`_summary`: the month's totals, ROI, waste (lost work by reason, idle), output per spend and time
+4. :func:`_summary`: the month's totals, ROI, lost work and idle, output per spend and time
    utilization (node-hours drawn from fixed-cost fleets ÷ their capacity; elastic node-hours apart);
 5. :func:`_projects` and :func:`_lines`: projects and per-run lines, costed at the
    same rates as the totals so that they add up to them.
@@ -224,7 +224,7 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
     runs = counts.runs_per_group(session, m.facts)
-    summary = _summary(month, offers, nt_months, _group_costs(costings), _waste(offers, costings, m.facts.periods))
+    summary = _summary(month, offers, nt_months, _group_costs(costings), _lost_work(offers, costings, m.facts.periods))
     summary["runs"] = counts.count(runs, offers.groups, by_project=False)  # runs, not charge-period slices
     if offers.unpriced:  # visible, and blocking nothing else
         summary.update(_unpriced_summary(m, offers, runs))
@@ -588,33 +588,22 @@ def _one_currency(month: str, currencies: set[str]) -> Optional[str]:
 
 # --- rates, shares and lines ------------------------------------------------------
 
-def _waste(offers: _Offers, costings: dict[datetime, _Costing],
-           periods: dict[datetime, dict]) -> tuple[Decimal, dict[str, Decimal]]:
-    """Lost work of the month and its reasons (idle is added by the summary).
-
-    lost work = Σ over failed, crashed and cancelled runs of the cost after their last
-    checkpoint (their whole cost when they never checkpointed), each charge period at its
-    own rates; waste = lost work + idle. By reason: ``failed``/``crashed``/``cancelled``
-    (runs that never checkpointed), ``lost_since_checkpoint`` (runs that did), ``idle``;
-    the reasons add up to the waste.
-    """
+def _lost_work(offers: _Offers, costings: dict[datetime, _Costing], periods: dict[datetime, dict]) -> Decimal:
+    """Lost work of the month: Σ over failed, crashed and cancelled runs of the cost after their last checkpoint
+    (their whole cost when they never checkpointed), each charge period at its own rates (the goodput account's
+    ``lost_work``; waste = badput + idle is the account's, ``trainledger.money.goodput.waste``)."""
     waste = {s.value for s in WASTE_STATUSES}
     lost = ZERO
-    by = {"failed": ZERO, "crashed": ZERO, "cancelled": ZERO, "lost_since_checkpoint": ZERO}
     for costing, facts in _period_parts(offers.detail, costings, periods):
         for k, f in facts.items():
-            if k[3] not in waste:
-                continue
-            whole, since = costing.lost(costing.offer(k[0], k[1]), f)
-            lost += whole + since
-            by[k[3]] += whole
-            by["lost_since_checkpoint"] += since
-    return lost, by
+            if k[3] in waste:
+                lost += sum(costing.lost(costing.offer(k[0], k[1]), f), ZERO)
+    return lost
 
 
 def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[GroupKey, Decimal],
-             lost: tuple[Decimal, dict[str, Decimal]]) -> dict[str, Any]:
-    """The month's totals over every node type: usage, utilizations, actual cost and alternatives, waste, ROI."""
+             lost_cost: Decimal) -> dict[str, Any]:
+    """The month's totals over every node type: usage, utilizations, actual cost and alternatives, lost work, ROI."""
     t = _total(offers.groups.values())
     actual = sum((n.actual_cost for n in nts), ZERO)
     idle = sum((n.idle_cost for n in nts), ZERO)
@@ -622,7 +611,6 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
     fleet_used = sum((n.fleet_used_node_hours for n in nts), ZERO)
     waste = {s.value for s in WASTE_STATUSES}
     failed_cost = sum((cost[k] for k in offers.groups if k[3] in waste), ZERO)
-    lost_cost, waste_by_reason = lost[0], {**lost[1], "idle": idle}
     choice = _choice(offers, nts, cost, actual, idle)
     alt_cost = choice["alternative_cost"]
     useful_known = t.useful_gpu_hours
@@ -644,8 +632,6 @@ def _summary(month: str, offers: _Offers, nts: list[NodeTypeMonth], cost: dict[G
         "idle_cost": idle,
         "failed_run_cost": failed_cost,
         "lost_work_cost": lost_cost,
-        "waste_cost": lost_cost + idle,
-        "waste_by_reason": waste_by_reason,
         "own_cost": choice.pop("own_cost"),
         "elastic_cost": choice.pop("elastic_cost"),
         "reserved_cost": choice.pop("reserved_cost"),
@@ -719,7 +705,7 @@ def _projects(session: Session, groups: dict[tuple, rollup.Facts], costings: dic
             "cost": c,
             "cost_if_elastic": _sum_opt(cost_el.get(k) for k in ks),
             "cost_if_own": _sum_opt(cost_own.get(k) for k in ks),
-            "waste_cost": sum((lost[k] for k in ks if k[3] in waste), ZERO),
+            "lost_work_cost": sum((lost[k] for k in ks if k[3] in waste), ZERO),
             "tokens_per_1000": costs.per_thousand(t.tokens, c) if t.tokens else None,
             "useful_gpu_hours_per_1000": costs.per_thousand(useful, c) if useful is not None else None,
             "co2e_kg": _sum_opt(co2.get(k) for k in ks),

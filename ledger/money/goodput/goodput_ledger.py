@@ -358,10 +358,29 @@ def _ratio(x: Optional[Decimal]) -> Optional[float]:
 
 def run_accounts(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> list[RunAccount]:
     """The goodput account of every run line of an already computed monthly report (the exports use it)."""
+    lines = {line.run_id for line in rep.runs}
+    return [a for a in month_account(session, rep, now)[1] if a.run_id in lines]
+
+
+def month_account(session: Session, rep: MonthlyReport,
+                  now: Optional[datetime] = None) -> tuple[MonthAccount, list[RunAccount]]:
+    """The month's account and its runs' (gaps of recovery alone included) from an already computed monthly report
+    with its run lines (``lines=True``; without them every run's cost would read as idle: refused)."""
+    if rep.summary.get("runs") and not rep.runs:
+        raise ValueError("month_account: the monthly report needs its run lines (monthly_report(..., lines=True))")
     with _gc_paused():
-        lines = {line.run_id for line in rep.runs}
-        return [a for a in _MonthBuilder(session, rep, now or utcnow(), display_timezone(session)).build()[1]
-                if a.run_id in lines]
+        macc, accounts = _MonthBuilder(session, rep, now or utcnow(), display_timezone(session)).build()
+    macc.identity_residual = (rep.summary["idle_cost"] - sum((a.recovery_cost for a in accounts), ZERO)) - macc.idle
+    return macc, accounts
+
+
+def report_account(session: Session, rep: MonthlyReport, now: Optional[datetime] = None) -> GoodputReport:
+    """``goodput_account(month=rep.month)`` (no project or run filter) from an already computed monthly report with
+    its run lines: a command or page that has the report computes the month's account once, from it."""
+    macc, accounts = month_account(session, rep, now)
+    return GoodputReport(months=[macc], runs=accounts, chains=_groups(accounts, "chain"),
+                         projects=_groups(accounts, "project"), totals=_totals([macc], accounts, None, None),
+                         currency=rep.currency)
 
 
 def _pct(part: Decimal, whole: Decimal) -> Optional[Decimal]:
@@ -413,8 +432,7 @@ def _build(session: Session, month: Optional[str], project: Optional[str], run_i
     months, runs, currency_used = [], [], currency or ""
     for m in _months(session, month, run_id, tz, now):
         rep = monthly_report(session, m, now=now, currency=currency, projects=False)
-        macc, accounts = _MonthBuilder(session, rep, now, tz).build()
-        macc.identity_residual = (rep.summary["idle_cost"] - sum((a.recovery_cost for a in accounts), ZERO)) - macc.idle
+        macc, accounts = month_account(session, rep, now)
         months.append(macc)
         runs += [a for a in accounts if (project is None or a.project == project) and (run_id is None or a.run_id == run_id)]
         currency_used = rep.currency
@@ -479,4 +497,4 @@ def load_timeline(session: Session, run_id: str) -> list[dict[str, Any]]:
              "first_at": r.first_at, "last_at": r.last_at} for r in rows]
 
 
-__all__ = ["build_account", "load_timeline", "run_accounts", "zero_account"]
+__all__ = ["build_account", "load_timeline", "month_account", "report_account", "run_accounts", "zero_account"]

@@ -48,9 +48,9 @@ SPEND = (
            "the whole cost of the runs that ended failed, crashed or cancelled (checkpointed work included)",
            f"{ROLLUP}; {OFFERS}"),
     Metric("waste_cost", "Waste", "money",
-           "lost work + idle (the monthly report's reasons: failed, crashed, cancelled, lost since checkpoint, "
-           "idle); its lost work is the badput category `lost_work`",
-           f"{ROLLUP}; {OFFERS}"),
+           "badput + idle (= spend − goodput): by reason (`waste_by_reason`) each badput category's cost, then "
+           "idle; a run's or a project's waste is its badput, and \"most wasted\" ranks by it",
+           f"{ROLLUP}; {OFFERS}; {PHASES}"),
     Metric("recovery_cost", "Recovery", "money",
            "the badput category `recovery`: the gap between an interrupted run and the run that resumes it × its "
            "nodes, on an owned or reserved fleet at the fleet's idle rate (taken out of idle); elastic: not paid",
@@ -199,12 +199,9 @@ FACETS: dict[str, str] = {
     "expected": "a forecast's facet: the expected figure at the month's end",
     "p10": "a forecast's facet: the low end of its range (10th percentile)",
     "p90": "a forecast's facet: the high end of its range (90th percentile)",
-    **{k: f"a goodput category (under `cost` or `node_hours`): {what}" for k, what, _ in CATEGORIES},
-    "failed": "a reason of `waste_by_reason`: runs that failed without a checkpoint (their whole cost)",
-    "crashed": "a reason of `waste_by_reason`: runs that crashed without a checkpoint (their whole cost)",
-    "cancelled": "a reason of `waste_by_reason`: runs cancelled without a checkpoint (their whole cost)",
-    "lost_since_checkpoint": "a reason of `waste_by_reason`: runs' cost after their last checkpoint",
-    "idle": "a reason of `waste_by_reason`: idle",
+    **{k: f"a goodput category (under `cost` or `node_hours`{'' if k == 'productive' else '; a reason of `waste_by_reason`'}): {what}"
+       for k, what, _ in CATEGORIES},
+    "idle": "a reason of `waste_by_reason` (after the badput categories, each a reason): the fleets' idle",
     "rounding": "the rounding line: what lines, each rounded on its own, leave against the total they make up "
                 "(`(rounding)` as a table's line)",
 }
