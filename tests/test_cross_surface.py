@@ -118,7 +118,6 @@ def test_every_figure_reads_the_same_on_every_surface(session, cli, tmp_path):
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_the_exporter_publishes_the_monthly_reports_figures(session, cli, ledger_url):
-    from prometheus_client.core import Metric  # noqa: F401  (the families the exporter builds)
     from trainledger.reports.metrics import month_metrics
 
     _ledger(session, cli)
