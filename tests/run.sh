@@ -19,5 +19,6 @@ source tests/setup.sh
 
 # --- the suite -----------------------------------------------------------------
 # pytest-xdist: independent test files on several workers (tests/conftest.py keeps a file, and the folders that
-# share a session fixture, on one worker); most tests wait on processes, so 3 workers fill 2 cores
-exec "$VENV/bin/python" -m pytest -q -n "${TRAINLEDGER_TEST_WORKERS:-3}" --dist loadgroup "${FAST[@]}" "$@"
+# share a session fixture, on one worker); most tests wait on processes, so 3 workers fill 2 cores. The slowest
+# 20 items are printed at the end of every run (issue 38)
+exec "$VENV/bin/python" -m pytest -q -n "${TRAINLEDGER_TEST_WORKERS:-3}" --dist loadgroup --durations=20 "${FAST[@]}" "$@"

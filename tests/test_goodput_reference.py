@@ -37,10 +37,10 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
+from ml_goodput_measurement.src import goodput  # a test dependency: a hard import, never a skip (issue 38)
 from trainledger.money.goodput.account import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
 from trainledger.sources import phases as ph
 
-goodput = pytest.importorskip("ml_goodput_measurement.src.goodput")
 BadputType = goodput.BadputType
 T0 = 1_780_000_000.0
 TOLERANCE = Decimal("0.001")

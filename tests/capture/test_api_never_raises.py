@@ -115,7 +115,7 @@ def test_a_dead_writer_thread_turns_recording_off_once(ledger_url, tmp_path, cap
 
 @pytest.mark.slow  # a real framework run
 def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, capfd):
-    L = pytest.importorskip("lightning")
+    import lightning as L
     import torch
     from trainledger.integrations.lightning import LedgerCallback
 
@@ -153,7 +153,6 @@ def test_lightning_fit_never_sees_a_full_journal_disk(ledger_url, tiny_disk, cap
 
 @pytest.mark.slow  # a real framework run
 def test_hf_trainer_never_sees_a_full_journal_disk(ledger_url, tiny_disk, tmp_path, capfd):
-    pytest.importorskip("transformers")
     import torch
     from trainledger.integrations.hf import LedgerCallback
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments

@@ -15,7 +15,6 @@ from trainledger.store.models import RunStatus
 
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_wrapped, samples_of
 
-pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 from tests.capture.tiny_tokens import BATCH, SEQ  # noqa: E402  (the scripts' batches)
@@ -62,7 +61,6 @@ def test_hf_trainer_under_torchrun_and_the_wrapper_is_one_run_with_global_tokens
 
 
 def test_lightning_ddp_run_from_plain_python_records_tokens_and_loss(ledger_url, capture_env, tmp_path):
-    pytest.importorskip("lightning")
     out = _python("lightning_train.py", tmp_path / "out", 6,
                   env={**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "DEVICES": "2"})
     assert out.returncode == 0, out.stderr[-3000:]

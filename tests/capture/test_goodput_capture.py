@@ -68,7 +68,6 @@ def _spans(stamps, ends: str, starts: tuple[str, ...]) -> list[float]:
 
 
 def test_hf_run_with_a_save_and_an_eval_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
-    pytest.importorskip("transformers")
     stamps = tmp_path / "stamps.jsonl"
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_EVAL_STEPS": "3", "TL_STAMPS": str(stamps)}
     out = _python("hf_train.py", tmp_path / "out", 6, 3, env=env)
@@ -89,7 +88,6 @@ def test_hf_run_with_a_save_and_an_eval_records_both_at_the_callbacks_times(ledg
 
 
 def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
-    pytest.importorskip("lightning")
     stamps = tmp_path / "stamps.jsonl"
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3", "TL_STAMPS": str(stamps)}
     out = _python("lightning_train.py", tmp_path / "out", 6, env=env)
@@ -114,7 +112,6 @@ def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_
 
 
 def test_lightning_resumed_from_a_checkpoint_records_its_restore(ledger_url, capture_env, tmp_path):
-    pytest.importorskip("lightning")
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3"}
     assert _python("lightning_train.py", tmp_path / "out", 3, env=env).returncode == 0
     (ckpt,) = sorted((tmp_path / "out").glob("*step=3*.ckpt"))
@@ -133,7 +130,6 @@ def test_lightning_resumed_from_a_checkpoint_records_its_restore(ledger_url, cap
 def test_hf_run_resumed_from_its_checkpoint_records_the_restore_as_recovery(sqlite_url, capture_env, tmp_path):
     """The Trainer restores before ``on_train_begin``: the callback links the run to the one that saved the
     checkpoint, and the gap between them (the restore inside it) is the chain's recovery."""
-    pytest.importorskip("transformers")
     engine = make_engine(sqlite_url)
     with Session(engine) as s:
         add_fleet(s, 8)  # an owned fleet: recovery is held capacity, priced at its idle rate
