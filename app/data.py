@@ -105,23 +105,16 @@ def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict
     from trainledger.reports.periods import period_report as report_of
     from trainledger.reports.periods import presented_period
 
-    day = today(url)  # each whole month's waste from its cached goodput account (one per page and refresh), read
-    wastes = {}  # before the period's session (a session inside another waits on the first's lock)
+    day = today(url)  # each whole month's goodput account, cached (one per page and refresh), read before the
+    accounts = {}  # period's session (a session inside another waits on the first's lock)
     for m in dict.fromkeys(pieces(period, day).months + pieces(previous(period, day), day).months):
         try:
-            wastes[m] = month_waste(url, m, currency)
+            accounts[m] = month_goodput(url, m, currency).months[0]
         except LedgerInputError:  # no exchange rate for it: the period report says so for its month
             continue
     with read_session(url) as s:
-        rep = report_of(s, period, now=now(), currency=currency, month_waste=wastes.__getitem__)
+        rep = report_of(s, period, now=now(), currency=currency, month_goodput=accounts.__getitem__)
     return presented_period(rep)
-
-
-def month_waste(url: str, month: str, currency: Optional[str] = None) -> Decimal:
-    """The month's waste: badput + idle of its goodput account (:func:`month_goodput`)."""
-    from trainledger.money.goodput.waste import waste_cost
-
-    return waste_cost(month_goodput(url, month, currency).months[0])
 
 
 def add_months(month: str, delta: int) -> str:

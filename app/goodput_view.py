@@ -23,12 +23,12 @@ def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) 
     st.caption(f"Owned and reserved fleets' node-hours held vs used, hour by hour in {ui.md(occ['timezone'])}; the hours' "
                f"idle cost adds up to the month's idle cost. The same figures as `trainledger goodput idle --month {month}`.")
     c = st.columns(4)
-    c[0].metric(ui.to_date(f"Idle cost ({cur})", summary), ui.money("idle_cost", occ["idle_cost"]), border=True,
-                help="Fleet node-hours no run used, at the idle rate: the monthly report's idle cost.")
-    c[1].metric(ui.to_date(f"of which recovery ({cur})", summary), ui.money("recovery_cost", occ["recovery_cost"]),
-                border=True, help="Idle between an interruption and the resumed attempt of the same chain: "
-                                  "idle that has an owner.")
-    c[2].metric(ui.to_date("Idle node-hours", summary), ui.number("idle_node_hours", occ["idle_node_hours"]), border=True)
+    c[0].metric(ui.card("idle_cost", cur, summary), ui.money("idle_cost", occ["idle_cost"]), border=True,
+                help=ui.help_of("idle_cost") + " The monthly report's idle cost.")
+    c[1].metric("of which " + ui.card("recovery_cost", cur, summary).replace("Recovery", "recovery", 1),
+                ui.money("recovery_cost", occ["recovery_cost"]), border=True,
+                help=ui.help_of("recovery_cost") + " Idle that has an owner.")
+    c[2].metric(ui.card("idle_node_hours", summary=summary), ui.number("idle_node_hours", occ["idle_node_hours"]), border=True)
     c[3].metric(ui.to_date("Held node-hours", summary), ui.number("held_node_hours", occ["held_node_hours"]), border=True,
                 help=f"Used: {ui.number('used_node_hours', occ['used_node_hours'])} node-hours.")
     if not occ["fleets"]:
@@ -114,10 +114,11 @@ def overview_figure(url: str, month: str, currency: str, summary: dict[str, Any]
     span = f" ({summary['period']})" if summary.get("is_partial") else ""
     st.markdown(f"**Goodput{span}:** of {ui.money('cost', m.spend)} {cur}, {ui.money('cost', m.goodput)} bought "
                 f"kept training progress: **{ui.number('goodput_pct', m.goodput_pct)}**. "
-                f"Badput {ui.money('cost', m.badput)}, idle {ui.money('cost', m.idle)} {cur}.",
+                f"Badput {ui.money('cost', m.badput)}, idle less recovery {ui.money('cost', m.idle)} {cur}.",
                 help="Goodput = the cost of steps whose progress was kept; badput = start-up, data waits, checkpoints, "
-                     "evaluation, lost work, recovery, straggler waits and time no phase explains; idle = fleet "
-                     "node-hours no run held. Goodput + badput + idle = spend. `trainledger goodput --month "
+                     "evaluation, lost work, recovery, straggler waits and time no phase explains; idle less recovery = "
+                     "fleet node-hours no run and no interrupted chain held. Goodput + badput + idle less recovery = "
+                     "spend. `trainledger goodput --month "
                      f"{month}`.")
     st.page_link("pages/goodput.py", label="Where it went", icon=":material/target:", query_params={"month": month})
 
@@ -142,18 +143,13 @@ def month_metrics(m: Any, summary: dict[str, Any]) -> None:
     """Spend = goodput + badput + idle, goodput % and ETTR of the month."""
     cur = ui.md(m.currency)
     c = st.columns(6)
-    c[0].metric(ui.to_date(f"Spend ({cur})", summary), ui.money("cost", m.spend), border=True, help=ACCOUNT_HELP)
-    c[1].metric(ui.to_date(f"Goodput ({cur})", summary), ui.money("cost", m.goodput), border=True,
-                help="Cost of the steps whose progress was kept.")
-    c[2].metric(ui.to_date(f"Badput ({cur})", summary), ui.money("cost", m.badput), border=True,
-                help="Start-up, data waits, checkpoint saves and restores, evaluation, lost work, recovery, "
-                     "straggler waits and time no phase explains.")
-    c[3].metric(ui.to_date(f"Idle ({cur})", summary), ui.money("cost", m.idle), border=True,
-                help="Fleet node-hours no run held (recovery gaps of interrupted chains are the chains' badput).")
-    c[4].metric(ui.to_date("Goodput %", summary), ui.number("goodput_pct", m.goodput_pct), border=True,
-                help="Goodput ÷ spend.")
-    c[5].metric(ui.to_date("ETTR", summary), ui.pct(m.ettr), border=True,
-                help="Effective training time ratio: productive time ÷ wall time of the job chains.")
+    c[0].metric(ui.card("spend", cur, summary), ui.money("cost", m.spend), border=True, help=ACCOUNT_HELP)
+    for col, key, value in ((c[1], "goodput_cost", m.goodput), (c[2], "badput_cost", m.badput),
+                            (c[3], "account_idle_cost", m.idle)):
+        col.metric(ui.card(key, cur, summary), ui.money("cost", value), border=True, help=ui.help_of(key))
+    c[4].metric(ui.card("goodput_pct", summary=summary), ui.number("goodput_pct", m.goodput_pct), border=True,
+                help=ui.help_of("goodput_pct"))
+    c[5].metric(ui.card("ettr", summary=summary), ui.pct(m.ettr), border=True, help=ui.help_of("ettr"))
 
 
 def badput_by_project(acct: Any, cur: str) -> list[dict[str, Any]]:

@@ -56,34 +56,35 @@ def overview_headline(rep: dict[str, Any], cur: str) -> None:
     """The Overview's cards for a quarter, a year to date or a date range."""
     s = rep["summary"]
     c = st.columns(5)
-    metric(c[0], rep, "actual_cost", f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]),
+    metric(c[0], rep, "actual_cost", ui.card("spend", cur), ui.money("actual_cost", s["actual_cost"]),
            help="Whole months: the monthly reports' spend; days left over: the daily reports'.")
-    metric(c[1], rep, "idle_cost", f"Idle cost ({cur})", ui.money("idle_cost", s["idle_cost"]))
-    metric(c[2], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
-    metric(c[3], rep, "own_cost", f"If owned ({cur})", ui.money("own_cost", s["own_cost"]))
-    metric(c[4], rep, "elastic_cost", f"If rented elastic ({cur})", ui.money("elastic_cost", s["elastic_cost"]))
+    metric(c[1], rep, "idle_cost", ui.card("idle_cost", cur), ui.money("idle_cost", s["idle_cost"]))
+    metric(c[2], rep, "waste_cost", ui.card("waste_cost", cur), ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
+    metric(c[3], rep, "own_cost", ui.card("own_cost", cur), ui.money("own_cost", s["own_cost"]))
+    metric(c[4], rep, "elastic_cost", ui.card("elastic_cost", cur), ui.money("elastic_cost", s["elastic_cost"]))
     c = st.columns(4)
-    metric(c[0], rep, "gpu_hours", "GPU-hours", ui.number("gpu_hours", s["gpu_hours"]))
+    metric(c[0], rep, "gpu_hours", ui.card("gpu_hours"), ui.number("gpu_hours", s["gpu_hours"]))
     metric(c[1], rep, "time_utilization", ui.TIME_UTIL, ui.pct(s["time_utilization"]), help=ui.TIME_UTIL_HELP)
     metric(c[2], rep, "gpu_util_mean", ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), help=ui.GPU_UTIL_HELP)
-    metric(c[3], rep, "co2e_kg", "CO2e of runs (kg)", ui.number("co2e_kg", s["co2e_kg"]))
+    metric(c[3], rep, "co2e_kg", ui.card("co2e_kg"), ui.number("co2e_kg", s["co2e_kg"]))
 
 
 def roi_headline(rep: dict[str, Any], cur: str) -> None:
     """Monthly ROI's cards for a quarter, a year to date or a date range."""
     s = rep["summary"]
     c = st.columns(4)
-    metric(c[0], rep, "actual_cost", f"Spend ({cur})", ui.money("actual_cost", s["actual_cost"]))
-    metric(c[1], rep, "alternative_cost", f"Alternative ({cur})", ui.money("alternative_cost", s["alternative_cost"]),
+    metric(c[0], rep, "actual_cost", ui.card("spend", cur), ui.money("actual_cost", s["actual_cost"]))
+    metric(c[1], rep, "alternative_cost", ui.card("alternative_cost", cur), ui.money("alternative_cost", s["alternative_cost"]),
            help="Each month's alternative (elastic when the month was paid on a fleet, owning when elastic), summed.")
-    metric(c[2], rep, "savings_vs_alternative", f"Savings vs the alternative ({cur})",
+    metric(c[2], rep, "savings_vs_alternative", ui.card("savings_vs_alternative", cur),
            ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
            help="Negative: the alternative would have been cheaper.")
-    metric(c[3], rep, "roi", "ROI", ui.pct(s["roi"]), help="Σ savings ÷ Σ spend of the months with an alternative.")
+    metric(c[3], rep, "roi", ui.card("roi"), ui.pct(s["roi"]), help="Σ savings ÷ Σ spend of the months with an alternative.")
     c = st.columns(3)
-    metric(c[0], rep, "tokens", "Tokens", ui.DASH if s["tokens"] is None else f"{s['tokens']:,}")
-    metric(c[1], rep, "waste_cost", f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
-    metric(c[2], rep, "idle_cost", f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]))
+    metric(c[0], rep, "tokens", ui.card("tokens"), ui.DASH if s["tokens"] is None else f"{s['tokens']:,}")
+    metric(c[1], rep, "waste_cost", ui.card("waste_cost", cur), ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
+    metric(c[2], rep, "account_idle_cost", "of which " + ui.card("account_idle_cost", cur).replace("Idle", "idle", 1),
+           ui.money("account_idle_cost", s.get("account_idle_cost")), help=ui.help_of("account_idle_cost"))
 
 
 def by_month(rep: dict[str, Any], cur: str) -> None:

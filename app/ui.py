@@ -27,18 +27,33 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.errors import LedgerInputError
+from trainledger.money.metrics.registry import help_text as help_of
+from trainledger.money.metrics.registry import label as label_of
 from trainledger.money.rates.months import check_month
 from trainledger.reports.present import fmt_cell, kind_of, present
 
-TIME_UTIL = "Time utilization"
-GPU_UTIL = "GPU-Util (NVML/DCGM busy share)"
+#: the figures' labels and help come from the metrics layer (``trainledger.money.metrics``): every surface says what
+#: the glossary (docs/METRICS.md) says; :func:`card` puts one on a metric card
+TIME_UTIL = label_of("time_utilization")
+GPU_UTIL = label_of("gpu_util_mean")
 CPU_UTIL = "CPU utilization (process, CPU-only run)"
-MFU = "MFU"
+MFU = label_of("mfu_mean")
 DASH = "—"
 
-TIME_UTIL_HELP = "Share of the fleet's node-hours spent in runs. Not GPU-Util, not MFU."
-GPU_UTIL_HELP = "Share of time the GPUs were busy, as NVML/DCGM report it (weighted by GPU-hours). Not MFU."
-MFU_HELP = "Model FLOPs utilization: achieved model FLOPs ÷ peak (PaLM: 6N + 12·L·H·Q·T per token). Null on CPU."
+TIME_UTIL_HELP = help_of("time_utilization")
+GPU_UTIL_HELP = help_of("gpu_util_mean")
+MFU_HELP = help_of("mfu_mean") + " Model FLOPs per token: PaLM's 6N + 12·L·H·Q·T."
+
+
+def card(key: str, currency: Optional[str] = None, summary: Optional[dict[str, Any]] = None, *,
+         qualifier: str = "") -> str:
+    """A figure's label from the metrics layer, with its currency and ", to date" while the month runs:
+    ``card("spend", "CNY", s)`` → "Spend, to date (CNY)"; ``qualifier`` goes after the name ("Spend at month end
+    (CNY)")."""
+    head, paren, tail = label_of(key, md(currency) if currency else None).partition(" (")
+    text = f"{head}{qualifier}{paren}{tail}"
+    return to_date(text, summary) if summary is not None else text
+
 
 #: how reserved capacity is priced everywhere (Planner, Rent vs own, the monthly report and its export):
 #: ``trainledger.money.rates.costs.reserved_month_cost`` / ``reserved_term_cost``

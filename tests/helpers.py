@@ -143,3 +143,13 @@ def presented_month(session: Session, month: str, now: Optional[datetime] = None
 
     rep = monthly_report(session, month, now=now, **kw)
     return presented_report(rep, report_account(session, rep, now))
+
+
+def three_november_runs(session: Session) -> None:
+    """A 2-node owned fleet; in 2026-11 a succeeded and a failed run on it (projects a, b) and a rented one (a)."""
+    add_fleet(session, nodes=2)
+    nov = datetime(2026, 11, 3, tzinfo=timezone.utc)
+    add_run(session, "own-ok", nov, 10, nodes=1, project="a", tokens=10**9, gpu_util=0.5)
+    add_run(session, "own-failed", nov, 5, nodes=1, project="b", status=RunStatus.failed)
+    add_run(session, "rent", nov, 7, nodes=1, offer_name="rtx4090-rent", project="a")
+    session.commit()

@@ -85,7 +85,7 @@ def test_every_figure_reads_the_same_on_every_surface(session, cli, tmp_path):
     xlsx = tmp_path / "m.xlsx"
     assert cli("report", "monthly", "--month", "2026-11", "--format", "xlsx", "-o", xlsx, *CLOSED).exit_code == 0
     wb = load_workbook(xlsx)
-    items = {k: v for k, v in wb["Summary"].iter_rows(min_row=2, values_only=True)}
+    items = {r[0]: r[1] for r in wb["Summary"].iter_rows(min_row=2, values_only=True)}
     assert D(str(items["actual_cost"])) == spend and D(str(items["idle_cost"])) == idle
     head, *rows = list(wb["Runs"].iter_rows(values_only=True))
     xl_runs = {r[0]: D(str(r[head.index("cost")])) for r in rows if r[0] != "(rounding)"}
@@ -111,8 +111,11 @@ def test_every_figure_reads_the_same_on_every_surface(session, cli, tmp_path):
     # the rounding of three figures); waste = badput + idle, the export's waste
     g = json.loads(cli("goodput", "--month", "2026-11", "--json", *CLOSED).output)["totals"]
     assert D(g["spend"]) == spend
-    assert abs(D(g["goodput_cost"]) + D(g["badput_cost"]) + D(g["idle_cost"]) - spend) <= D("0.02")
-    assert abs(D(s["waste_cost"]) - (D(g["badput_cost"]) + D(g["idle_cost"]))) <= D("0.01")
+    assert abs(D(g["goodput_cost"]) + D(g["badput_cost"]) + D(g["account_idle_cost"]) - spend) <= D("0.02")
+    assert abs(D(s["waste_cost"]) - (D(g["badput_cost"]) + D(g["account_idle_cost"]))) <= D("0.01")
+    # the account's idle is one figure: waste's reason "idle" in the export, the fleets' idle less recovery
+    assert D(g["account_idle_cost"]) == D(s["waste_by_reason"]["idle"])
+    assert abs(D(g["account_idle_cost"]) - (D(s["idle_cost"]) - D(s["waste_by_reason"]["recovery"]))) <= D("0.01")
     assert D(g["cost"]["recovery"]) > 0  # the fleet's 2 h between fail1 and res1
 
 

@@ -4,7 +4,7 @@ surfaces printing figures under its keys, rounded by its one rule."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import timezone
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,9 +16,8 @@ from trainledger.money.metrics.definitions import Metric
 from trainledger.money.metrics.registry import BY_KEY, lookup
 from trainledger.money.metrics.rounding import cents, rounded_lines, rounding_line
 from trainledger.reports.present import jsonable, kind_of
-from trainledger.store.models import RunStatus
 
-from tests.helpers import add_fleet, add_run
+from tests.helpers import three_november_runs
 
 REPO = Path(__file__).resolve().parents[1]
 UTC = timezone.utc
@@ -88,12 +87,7 @@ def _money_keys(obj, parent: str = "", out: set | None = None) -> set[tuple[str,
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_every_money_figure_the_reports_print_is_defined_in_the_metrics_layer(session, cli):
-    add_fleet(session, nodes=2)
-    nov = datetime(2026, 11, 3, tzinfo=UTC)
-    add_run(session, "own-ok", nov, 10, nodes=1, project="a", tokens=10**9, gpu_util=0.5)
-    add_run(session, "own-failed", nov, 5, nodes=1, project="b", status=RunStatus.failed)
-    add_run(session, "rent", nov, 7, nodes=1, offer_name="rtx4090-rent", project="a")
-    session.commit()
+    three_november_runs(session)
     now = ["--now", "2026-12-01T00:00:00Z"]
     docs = {
         "report monthly": cli("report", "monthly", "--month", "2026-11", "--json", *now),

@@ -63,29 +63,28 @@ def change(key: str) -> dict:
     return {"delta": ui.change_text(pr, key), "delta_color": period_view.delta_color(key)} if delta else {}
 
 
-c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True, **change("actual_cost"),
-            help="What the month cost under the offers actually used: owned or reserved fleets in full "
-                 "(runs + idle; to now while the month runs), elastic runs as billed.")
-c[1].metric(ui.to_date(f"Idle cost ({cur})", s), ui.money("idle_cost", s["idle_cost"]), border=True, **change("idle_cost"),
-            help="Fleet node-hours no run used, at the idle rate.")
-c[2].metric(ui.to_date(f"Waste ({cur})", s), ui.money("waste_cost", s["waste_cost"]), border=True, **change("waste_cost"),
-            help="Badput + idle: everything the month paid for that bought no kept training progress (spend − "
-                 "goodput). By reason: "
+c[0].metric(ui.card("spend", cur, s), ui.money("actual_cost", s["actual_cost"]), border=True, **change("actual_cost"),
+            help=ui.help_of("spend") + " Owned or reserved fleets in full (to now while the month runs), elastic runs "
+                 "as billed.")
+c[1].metric(ui.card("idle_cost", cur, s), ui.money("idle_cost", s["idle_cost"]), border=True, **change("idle_cost"),
+            help=ui.help_of("idle_cost"))
+c[2].metric(ui.card("waste_cost", cur, s), ui.money("waste_cost", s["waste_cost"]), border=True, **change("waste_cost"),
+            help="Everything the month paid for that bought no kept training progress: " + ui.help_of("waste_cost")
+                 + " This month by reason: "
                  + ", ".join(f"{k.replace('_', ' ')} {ui.money('waste_cost', v)}" for k, v in s["waste_by_reason"].items()
                              if Decimal(v)))
-c[3].metric(ui.to_date(f"If owned ({cur})", s), ui.money("own_cost", s["own_cost"]), border=True,
-            help="The same usage on an owned fleet (the configured fleet, else sized to the peak).")
-c[4].metric(ui.to_date(f"If rented elastic ({cur})", s), ui.money("elastic_cost", s["elastic_cost"]), border=True,
-            help="The same runs rented elastic: only used node-hours, billed per run.")
+c[3].metric(ui.card("own_cost", cur, s), ui.money("own_cost", s["own_cost"]), border=True, help=ui.help_of("own_cost"))
+c[4].metric(ui.card("elastic_cost", cur, s), ui.money("elastic_cost", s["elastic_cost"]), border=True,
+            help=ui.help_of("elastic_cost"))
 
 c = st.columns([1.3, 1, 1.6, 0.9, 1.3])
-c[0].metric(ui.to_date("GPU-hours", s), ui.number("gpu_hours", s["gpu_hours"]), border=True, **change("gpu_hours"),
-            help="Node-hours in runs × GPUs per node.")
-c[4].metric(ui.to_date("CO2e of runs (kg)", s), ui.number("co2e_kg", s["co2e_kg"]), border=True,
+c[0].metric(ui.card("gpu_hours", summary=s), ui.number("gpu_hours", s["gpu_hours"]), border=True, **change("gpu_hours"),
+            help=ui.help_of("gpu_hours"))
+c[4].metric(ui.card("co2e_kg", summary=s), ui.number("co2e_kg", s["co2e_kg"]), border=True,
             help=f"Energy ({s['co2e_basis']}: measured where collected, else nominal power × node-hours) × grid "
                  "intensity" + (" — the default intensity is an assumption, set yours under Settings." if
                                 s["carbon_intensity_assumed"] else "."))
-c[1].metric(ui.to_date(ui.TIME_UTIL, s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP,
+c[1].metric(ui.card("time_utilization", summary=s), ui.pct(s["time_utilization"]), border=True, help=ui.TIME_UTIL_HELP,
             **change("time_utilization"))
 c[2].metric(ui.GPU_UTIL, ui.pct(s["gpu_util_mean"]), border=True, help=ui.GPU_UTIL_HELP, **change("gpu_util_mean"))
 c[3].metric(ui.MFU, ui.mfu_text(s["mfu_mean"], s["gpu_util_sources"], has_runs), border=True, help=ui.MFU_HELP)
@@ -177,10 +176,10 @@ def forecast_section() -> None:
     f = data.forecast(url, month, currency)
     st.subheader(f"Month-end forecast, {month}")
     c = st.columns(3)
-    for col, key, label in ((c[0], "spend", f"Spend at month end ({cur})"), (c[1], "idle_cost", f"Idle cost at month end ({cur})"),
-                            (c[2], "gpu_hours", "GPU-hours at month end")):
+    for col, key in ((c[0], "spend"), (c[1], "idle_cost"), (c[2], "gpu_hours")):
         kind = "cost" if key != "gpu_hours" else "gpu_hours"
-        col.metric(label, fmt_cell(kind, f[key]["expected"]), border=True,
+        col.metric(ui.card(key, cur if kind == "cost" else None, qualifier=" at month end"),
+                   fmt_cell(kind, f[key]["expected"]), border=True,
                    help=f"p10 {fmt_cell(kind, f[key]['p10'])}, p90 {fmt_cell(kind, f[key]['p90'])}; "
                         f"to date {fmt_cell(kind, f[key]['to_date'])}. `trainledger forecast --month {month} --currency {cur}`.")
     st.caption(f"Expected, with p10–p90 {fmt_cell('cost', f['spend']['p10'])} to {fmt_cell('cost', f['spend']['p90'])} {cur} "
@@ -296,8 +295,8 @@ for t in trends:
     if sm is None:
         continue
     m = t["month"] + (" (to date)" if sm.get("is_partial") else "")
-    for label, key in (("Spend", "actual_cost"), ("If owned", "own_cost"), ("If rented elastic", "elastic_cost"),
-                       ("Idle", "idle_cost")):
+    for key in ("actual_cost", "own_cost", "elastic_cost", "idle_cost"):
+        label = ui.label_of(key)
         if sm[key] is not None:
             money_rows.append({"month": m, "series": label, "cost": float(Decimal(sm[key]))})
     for label, key in ((ui.TIME_UTIL, "time_utilization"), (ui.GPU_UTIL, "gpu_util_mean"), (ui.MFU, "mfu_mean")):

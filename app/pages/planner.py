@@ -87,7 +87,7 @@ if plans:
     m[3].metric("Predicted throughput", f"{ui.compact(best['tokens_per_s'])} tokens/s", border=True,
                 help=f"{best['tokens_per_s']:,.0f} tokens/s for {ui.compact(tokens_b * 1e9)} tokens.")
     m[4].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
-    m[5].metric("Cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
+    m[5].metric("Predicted cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
                 border=True)
     st.dataframe(ui.frame(planner.with_ranges(plans), RANKING, LABELS), hide_index=True)
     parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans

@@ -37,25 +37,25 @@ if not s["runs"] and s["actual_cost"] == "0.00":
 else:
     c = st.columns(4)
     monthly = period.kind == "month"  # a month's cards: the change against the month before (same days while it runs)
-    c[0].metric(ui.to_date(f"Spend ({cur})", s), ui.money("actual_cost", s["actual_cost"]), border=True,
+    c[0].metric(ui.card("spend", cur, s), ui.money("actual_cost", s["actual_cost"]), border=True,
                 help=f"Chosen option: {OPTION[s['chosen_option']]}.",
                 delta=ui.change_text(pr, "actual_cost") if monthly else None, delta_color="inverse")
     c[1].metric(ui.to_date(f"Alternative: {OPTION[s['alternative_option']]} ({cur})", s),
                 ui.money("alternative_cost", s["alternative_cost"]), border=True)
-    c[2].metric(ui.to_date(f"Savings vs the alternative ({cur})", s), ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
-                border=True, help="Negative: the alternative would have been cheaper.")
-    c[3].metric(ui.to_date("ROI", s), ui.pct(s["roi"]), border=True,
-                help="Both options over the same hours: the part of the month elapsed while it runs.")
+    c[2].metric(ui.card("savings_vs_alternative", cur, s), ui.money("savings_vs_alternative", s["savings_vs_alternative"]),
+                border=True, help=ui.help_of("savings_vs_alternative") + " Negative: the alternative would have been cheaper.")
+    c[3].metric(ui.card("roi", summary=s), ui.pct(s["roi"]), border=True,
+                help=ui.help_of("roi") + " Both options over the same hours: the part of the month elapsed while it runs.")
     c = st.columns([1.6, 1.3, 1, 1])
     plain_words.compact_metric(c[0], f"Tokens per 1,000 {cur}", "tokens_per_1000", s["tokens_per_1000"], border=True)
     plain_words.compact_metric(c[1], f"Useful GPU-hours per 1,000 {cur}", "useful_gpu_hours_per_1000",
                                s["useful_gpu_hours_per_1000"], border=True,
                                help="GPU-hours × GPU-Util (NVML/DCGM busy share), per 1,000 of spend.")
-    c[2].metric(f"Waste ({cur})", ui.money("waste_cost", s["waste_cost"]), border=True,
+    c[2].metric(ui.card("waste_cost", cur), ui.money("waste_cost", s["waste_cost"]), border=True,
                 delta=ui.change_text(pr, "waste_cost") if monthly else None, delta_color="inverse",
-                help="Badput + idle (spend − goodput): the goodput account's badput categories, failed runs' lost "
-                     "work and straggler wait among them, and the fleets' idle.")
-    c[3].metric(f"of which idle ({cur})", ui.money("idle_cost", s["idle_cost"]), border=True)
+                help=ui.help_of("waste_cost"))
+    c[3].metric("of which " + ui.card("account_idle_cost", cur, qualifier="").replace("Idle", "idle", 1), ui.money("waste_cost", (s.get("waste_by_reason") or {}).get("idle")),
+                border=True, help=ui.help_of("account_idle_cost"))
     if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:
         st.warning(f"The alternative ({OPTION[s['alternative_option']]}) would have cost "
                    f"{ui.money('savings', -Decimal(s['savings_vs_alternative']))} {cur} less "

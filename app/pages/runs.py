@@ -256,23 +256,23 @@ if d.get("resume_chain"):
                                        "lost_work_cost"]), hide_index=True)
 
 c = st.columns(4) + st.columns(4)  # two rows: at 1280 px a card holds "20,131,350,411.92" whole
-c[0].metric(f"Cost ({md(currency)})", ui.money("cost_actual", d["cost_actual"]), border=True,
+c[0].metric(ui.card("run_cost", currency), ui.money("cost_actual", d["cost_actual"]), border=True,
             delta="provisional" if d.get("finality") == "provisional" else None, delta_color="off",
             help="What the run cost under its own offer at the prices in force when it ran, summed over its months "
                  "(owned fleets allocated by node-hours). " + PROVISIONAL_HELP)
-co2_label = "CO2e (kg)" + (", estimated" if d["co2e_basis"] in ("estimated", "mixed") else "")
+co2_label = ui.card("co2e_kg") + (", estimated" if d["co2e_basis"] in ("estimated", "mixed") else "")
 c[7].metric(co2_label, ui.number("co2e_kg", d["co2e_kg"]), border=True,
             help=f"{ui.number('energy_kwh', d['energy_kwh'])} kWh ({d['co2e_basis'] or 'no'} energy: measured where "
                  "collected, else the node type's nominal power × node-hours) × grid intensity "
                  f"{', '.join(str(g) for g in d['carbon_intensity_g_per_kwh'])} gCO2e/kWh"
                  + (" — the default intensity, an assumption" if d["carbon_intensity_assumed"] else "") + ".")
-c[4].metric("Node-hours", ui.number("node_hours", d["node_hours"]), border=True)
-c[1].metric(f"Lost work ({md(currency)})", ui.money("lost_work_cost", d.get("lost_work_cost")) if d.get("lost_work_cost")
+c[4].metric(ui.card("node_hours"), ui.number("node_hours", d["node_hours"]), border=True, help=ui.help_of("node_hours"))
+c[1].metric(ui.card("lost_work_cost", currency), ui.money("lost_work_cost", d.get("lost_work_cost")) if d.get("lost_work_cost")
             is not None else ui.money("lost_work_cost", 0), border=True,
             help="The badput category lost_work (part of the run's waste): work since its last checkpoint (or since "
                  "its start) lost when it failed, crashed or was cancelled; nothing for a run that succeeded or still runs.")
-c[2].metric("GPU-hours", ui.number("gpu_hours", d["gpu_hours"]), border=True)
-c[3].metric(f"Cost per 1M tokens ({md(currency)})", ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
+c[2].metric(ui.card("gpu_hours"), ui.number("gpu_hours", d["gpu_hours"]), border=True, help=ui.help_of("gpu_hours"))
+c[3].metric(ui.card("cost_per_1m_tokens", currency), ui.money("cost_per_1m_tokens", d["cost_per_1m_tokens"]), border=True)
 c[5].metric(ui.gpu_util_label(d.get("util_source")), ui.pct(d.get("gpu_util_mean")), border=True,
             help=ui.GPU_UTIL_HELP + (f" p95: {ui.pct(d.get('gpu_util_p95'))}." if d.get("gpu_util_p95") is not None else ""))
 c[6].metric(ui.MFU, ui.mfu_text(d.get("mfu"), [d.get("util_source")]), border=True, help=ui.MFU_HELP)

@@ -61,7 +61,7 @@ def goodput_text(d: dict[str, Any], top: int = 10) -> str:
         pct = fmt_cell("goodput_pct", m["goodput_pct"])
         lines.append(f"{m['month']} {m['period']}".strip() + f": of {_money(m['spend'])} {cur}, "
                      f"{_money(m['goodput_cost'])} bought kept training progress ({pct}); badput "
-                     f"{_money(m['badput_cost'])}, idle {_money(m['idle_cost'])}; ETTR {fmt_cell('ettr', m['ettr'])}")
+                     f"{_money(m['badput_cost'])}, idle less recovery {_money(m['account_idle_cost'])}; ETTR {fmt_cell('ettr', m['ettr'])}")
     t = d["totals"]
     if t["scope"] != "month":
         lines.append(f"{t['scope']}: {_money(t['spend'])} {cur}, goodput {_money(t['goodput_cost'])} "

@@ -285,7 +285,7 @@ def _day_summary(slices: list[RunSlice], fleet_rows: list[dict[str, Any]], elast
         "gpu_util_coverage": (measured_gh / gpu_hours) if gpu_hours else None,
         "nodes_never_used": sum(f["nodes_never_used"] for f in fleet_rows),
         "fixed_cost": fixed_cost,
-        "elastic_cost": elastic_cost,
+        "elastic_rent_cost": elastic_cost,  # billed elastic rent (monthly `elastic_cost` is the what-if)
         "idle_cost": sum((f["idle_cost"] for f in fleet_rows), ZERO),
         "spend": fixed_cost + elastic_cost,
         "power_basis": combine_bases([f["power_basis"] for f in fleet_rows]),

@@ -21,7 +21,7 @@ import re
 import zipfile
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Optional
 
 from trainledger.money.account.monthly import MonthlyReport
 from trainledger.money.account.not_costed import COLUMNS as NOT_COSTED_COLUMNS
@@ -147,6 +147,29 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def summary_label(key: str, currency: Optional[str]) -> str:
+    """A summary row's label as the dashboard shows it (the metrics layer's, money with its currency):
+    ``waste_by_reason.lost_work`` → "Waste by reason: lost work (CNY)"."""
+    from trainledger.reports.present import kind_of, label
+
+    head, _, sub = key.partition(".")
+    text = f"{label(head)}: {sub.replace('_', ' ')}" if sub else label(head)
+    return f"{text} ({currency})" if currency and kind_of(head) == "money" else text
+
+
+def summary_definition(key: str) -> str:
+    """What a summary row's figure is: the metrics layer's formula, a breakdown's part its facet (a waste reason:
+    its goodput category), else empty (not a figure)."""
+    from trainledger.money.metrics.catalog import FACETS
+    from trainledger.money.metrics.registry import BY_KEY, help_text
+
+    head, _, sub = key.partition(".")
+    if sub:
+        text = FACETS.get(sub, "")
+        return text[:1].upper() + text[1:] + "." if text else ""
+    return help_text(head) if head in BY_KEY else ""
+
+
 def to_json(p: dict[str, Any]) -> str:
     return json.dumps(p, indent=2, ensure_ascii=False) + "\n"
 
@@ -245,7 +268,10 @@ def to_xlsx(p: dict[str, Any]) -> bytes:
 
     ws = wb.active
     ws.title = "Summary"
-    sheet(ws, ["metric", "value"], [[("metric", k), (k, v)] for k, v in summary_rows(p["summary"])])
+    cur = p["summary"].get("currency")
+    sheet(ws, ["metric", "value", "label", "definition"],
+          [[("metric", k), (k, v), ("label", summary_label(k, cur)), ("definition", summary_definition(k))]
+           for k, v in summary_rows(p["summary"])])
     for name, table, columns in (("Projects", "projects", PROJECT_COLUMNS), ("Runs", "runs", RUN_COLUMNS)):
         last = rounding_row(p, table, columns)
         sheet(wb.create_sheet(name), columns, [[(c, r[c]) for c in columns] for r in p[table]] + ([last] if last else []))

@@ -46,6 +46,14 @@ BOUNDS = ("expected", "p10", "p90")
 COST_LABELS = ["scope", "project", "month", "currency"]
 
 
+def _help(key: str, tail: str) -> str:
+    """A family's HELP: the figure's label and definition from the metrics layer (docs/METRICS.md), then ``tail``
+    (what the series holds: to date, a forecast, its labels)."""
+    from trainledger.money.metrics.registry import help_text, label
+
+    return f"{label(key)}: {help_text(key)} {tail}"
+
+
 def _f(x: Optional[Decimal]) -> float:
     return float(x) if x is not None else float("nan")
 
@@ -67,8 +75,9 @@ def month_metrics(session: Session, now: datetime, window_days: int = DEFAULT_WI
 
 
 def _cost_families(fc: dict[str, Any], month: str, cur: str) -> list[Metric]:
-    to_date = GaugeMetricFamily("trainledger_cost_to_date", "Spend of the month so far (team) or a project's cost, "
-                                "in the currency label: fleets prorated to now, live runs to now.", labels=COST_LABELS)
+    to_date = GaugeMetricFamily("trainledger_cost_to_date", _help("spend", "This month so far (scope team), or a "
+                                "project's cost (scope project), in the currency label: fleets prorated to now, live "
+                                "runs to now."), labels=COST_LABELS)
     expected = GaugeMetricFamily("trainledger_cost_forecast", "Month-end forecast of spend (team) or a project's cost "
                                  "(bound: expected, p10, p90); trainledger forecast.", labels=COST_LABELS + ["bound"])
     to_date.add_metric(["team", "", month, cur], _f(fc["spend"]["to_date"]))
@@ -78,10 +87,10 @@ def _cost_families(fc: dict[str, Any], month: str, cur: str) -> list[Metric]:
         to_date.add_metric(["project", p["project"], month, cur], _f(p["cost"]["to_date"]))
         for b in BOUNDS:
             expected.add_metric(["project", p["project"], month, cur, b], _f(p["cost"][b]))
-    idle = GaugeMetricFamily("trainledger_idle_cost_to_date", "Idle cost of the owned and reserved fleets this month so far.",
+    idle = GaugeMetricFamily("trainledger_idle_cost_to_date", _help("idle_cost", "This month so far."),
                              labels=["month", "currency"])
     idle.add_metric([month, cur], _f(fc["idle_cost"]["to_date"]))
-    idle_fc = GaugeMetricFamily("trainledger_idle_cost_forecast", "Month-end forecast of the idle cost.",
+    idle_fc = GaugeMetricFamily("trainledger_idle_cost_forecast", _help("idle_cost", "Month-end forecast (bound)."),
                                 labels=["month", "currency", "bound"])
     for b in BOUNDS:
         idle_fc.add_metric([month, cur, b], _f(fc["idle_cost"][b]))
@@ -114,20 +123,21 @@ def _day_start(day: date, tz_name: str) -> float:
 def _usage_families(session: Session, fc: dict[str, Any], s: dict[str, Any], month: str, now: datetime,
                     account: Any) -> list[Metric]:
     cur = fc["currency"]
-    gpu = GaugeMetricFamily("trainledger_gpu_seconds_to_date", "GPU time in runs this month so far (GPU-hours × 3600).",
+    gpu = GaugeMetricFamily("trainledger_gpu_seconds_to_date", _help("gpu_hours", "This month so far, in GPU-seconds "
+                            "(GPU-hours × 3600)."),
                             labels=["month"])
     gpu.add_metric([month], _f(fc["gpu_hours"]["to_date"] * 3600))
     gpu_fc = GaugeMetricFamily("trainledger_gpu_seconds_forecast", "Month-end forecast of GPU time in runs.",
                                labels=["month", "bound"])
     for b in BOUNDS:
         gpu_fc.add_metric([month, b], _f(fc["gpu_hours"][b] * 3600))
-    util = GaugeMetricFamily("trainledger_time_utilization_ratio", "Time utilization this month so far: node-hours in "
-                             "runs ÷ node-hours of the owned and reserved fleets (not GPU-Util, not MFU).", labels=["month"])
+    util = GaugeMetricFamily("trainledger_time_utilization_ratio", _help("time_utilization", "This month so far."),
+                             labels=["month"])
     if s.get("time_utilization") is not None:
         util.add_metric([month], _f(s["time_utilization"]))
-    waste = GaugeMetricFamily("trainledger_waste_cost_to_date", "Waste this month so far (badput + idle) by reason: "
-                              "each badput category of the goodput account (failed runs' lost work is lost_work), "
-                              "then idle.", labels=["month", "currency", "reason"])
+    waste = GaugeMetricFamily("trainledger_waste_cost_to_date", _help("waste_cost", "This month so far, by reason (label "
+                              "reason: each badput category, failed runs' lost work as lost_work, then idle)."),
+                              labels=["month", "currency", "reason"])
     for m in account.months:
         for reason, amount in waste_by_reason(m).items():
             waste.add_metric([month, cur, reason], _f(amount))

@@ -29,7 +29,7 @@ from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.goodput.goodput_ledger import month_account
-from trainledger.money.goodput.waste import waste_cost
+from trainledger.money.goodput.waste import IDLE, waste_by_reason, waste_cost
 from trainledger.money.rates import costs
 from trainledger.money.rates.costs import ZERO
 from trainledger.money.rates.periods import ReportPeriod, is_partial, pieces, previous
@@ -40,7 +40,7 @@ from trainledger.store.settings import display_timezone
 #: figures every period has (from monthly and daily reports alike)
 ALWAYS = ("actual_cost", "gpu_hours", "time_utilization", "gpu_util_mean")
 #: figures only a period of whole months has
-WHOLE_MONTHS = ("idle_cost", "waste_cost", "own_cost", "elastic_cost", "alternative_cost", "savings_vs_alternative",
+WHOLE_MONTHS = ("idle_cost", "waste_cost", "account_idle_cost", "own_cost", "elastic_cost", "alternative_cost", "savings_vs_alternative",
                 "roi", "tokens", "tokens_per_1000", "co2e_kg")
 #: the figures a change is shown for
 CHANGE_KEYS = ("actual_cost", "idle_cost", "waste_cost", "gpu_hours", "time_utilization", "gpu_util_mean",
@@ -81,7 +81,7 @@ def _add_month(t: _Sums, s: dict[str, Any]) -> None:
         measured = s["gpu_hours"] * Decimal(s["gpu_util_coverage"])
         t.util_w += Decimal(str(s["gpu_util_mean"])) * measured
         t.util_gh += measured
-    for key in ("idle_cost", "waste_cost", "own_cost", "elastic_cost", "tokens", "co2e_kg"):
+    for key in ("idle_cost", "waste_cost", "account_idle_cost", "own_cost", "elastic_cost", "tokens", "co2e_kg"):
         t.add_opt(key, s.get(key) if key != "tokens" else Decimal(s.get("tokens") or 0))
     t.not_costed_runs += s.get("unpriced_runs", 0)
     t.not_costed_node_hours += s.get("not_costed_node_hours", ZERO)
@@ -108,17 +108,18 @@ def _add_day(t: _Sums, d: dict[str, Any]) -> None:
 
 def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, currency: Optional[str],
             tick: Optional[Callable[[], None]] = None,
-            month_waste: Optional[Callable[[str], Decimal]] = None) -> dict[str, Any]:
+            month_goodput: Optional[Callable[[str], Any]] = None) -> dict[str, Any]:
     """The period's summary (exact Decimals) and its months; ``tick()`` after each month and day reported."""
     parts = pieces(p, today)
     t = _Sums()
     tick = tick or (lambda: None)
     for month in parts.months:
-        rep = monthly_report(session, month, lines=month_waste is None, projects=False, now=now, currency=currency)
-        # badput + idle of the month's goodput account (a caller that has the account already passes month_waste)
-        waste = month_waste(month) if month_waste else waste_cost(month_account(session, rep, now)[0])
+        rep = monthly_report(session, month, lines=month_goodput is None, projects=False, now=now, currency=currency)
+        # the month's goodput account (a caller that has it already passes month_goodput): waste = badput + idle
+        acct = month_goodput(month) if month_goodput else month_account(session, rep, now)[0]
+        waste, account_idle = waste_cost(acct), waste_by_reason(acct)[IDLE]
         t.currency = t.currency or rep.currency
-        _add_month(t, {**rep.summary, "waste_cost": waste})
+        _add_month(t, {**rep.summary, "waste_cost": waste, "account_idle_cost": account_idle})
         t.by_month.append({"month": month + (" (to date)" if rep.is_partial else ""), "actual_cost": rep.summary["actual_cost"],
                            "idle_cost": rep.summary["idle_cost"], "waste_cost": waste,
                            "gpu_hours": rep.summary["gpu_hours"]})
@@ -135,8 +136,8 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
         "fleet_used_node_hours": t.fleet_used, "capacity_node_hours": t.capacity, "elastic_node_hours": t.elastic,
         "gpu_util_mean": (t.util_w / t.util_gh) if t.util_gh else None,
     }
-    for key in ("idle_cost", "waste_cost", "own_cost", "elastic_cost", "alternative_cost", "savings_vs_alternative",
-                "tokens", "co2e_kg"):
+    for key in ("idle_cost", "waste_cost", "account_idle_cost", "own_cost", "elastic_cost", "alternative_cost",
+                "savings_vs_alternative", "tokens", "co2e_kg"):
         summary[key] = t.sums.get(key) if whole else None
     alt = summary["alternative_cost"]
     summary["roi"] = (summary["savings_vs_alternative"] / t.chosen) if whole and alt is not None and t.chosen else None
@@ -177,22 +178,22 @@ def _change(now_: dict[str, Any], before: dict[str, Any]) -> dict[str, Optional[
 
 def period_report(session: Session, period: ReportPeriod, *, now: datetime, currency: Optional[str] = None,
                   compare: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None,
-                  month_waste: Optional[Callable[[str], Decimal]] = None) -> dict[str, Any]:
+                  month_goodput: Optional[Callable[[str], Any]] = None) -> dict[str, Any]:
     """The period's totals (exact), the period before (same length) and the change of each headline figure.
-    ``progress(pieces reported, pieces)`` after each month and left-over day of both periods. ``month_waste(month)``:
-    a month's waste from a goodput account the caller already has (default: computed here, once per month)."""
+    ``progress(pieces reported, pieces)`` after each month and left-over day of both periods. ``month_goodput(month)``:
+    a month's goodput account (``MonthAccount``) the caller already has (default: computed here, once per month)."""
     tz = display_timezone(session)
     today = now.astimezone(tz).date()
     if period.first > today:
         raise LedgerInputError(f"--from: {period.first.isoformat()} has not begun yet in {tz}")
     tick = _ticker(progress, period, today, compare)
-    this = _totals(session, period, today, now, currency, tick, month_waste)
+    this = _totals(session, period, today, now, currency, tick, month_goodput)
     out = {"period": period.label, "kind": period.kind, "from": period.first, "to": period.last,
            "is_partial": is_partial(period, today), "timezone": str(tz), "currency": this.pop("currency"), **this}
     if compare:
         before = previous(period, today)
         try:
-            prev = _totals(session, before, today, now, currency, tick, month_waste)
+            prev = _totals(session, before, today, now, currency, tick, month_goodput)
         except LedgerInputError as exc:  # e.g. no exchange rate back then: no change, and why
             out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
             out["previous_missing"] = f"{before.label}: {str(exc).splitlines()[0]}"

@@ -138,26 +138,15 @@ def key_values(d: dict[str, Any]) -> str:
     return "\n".join(f"{k.ljust(width)}  {fmt_cell(k, v)}" for k, v in d.items() if not isinstance(v, (dict, list)))
 
 
-#: human labels for the report's keys, in the dashboard's wording (Overview, ROI, Rent vs own); a key not
-#: here is shown by :func:`label` as its words ("node_hours" → "node hours")
+#: human labels of the report's keys that are not figures (a figure's label is the metrics layer's,
+#: ``trainledger.money.metrics.registry.label``); a key in neither is shown as its words ("node_hours" → "Node hours")
 LABELS = {
     "month": "Month", "timezone": "Time zone", "currency": "Currency", "period": "Period",
     "period_end": "Counted to", "elapsed_hours": "Hours elapsed", "month_hours": "Hours in the month",
-    "is_partial": "Month to date", "runs": "Runs", "node_hours": "Node-hours", "gpu_hours": "GPU-hours",
-    "tokens": "Tokens", "capacity_node_hours": "Capacity (node-hours)",
-    "time_utilization": "Time utilization",
-    "gpu_util_mean": "GPU-Util (NVML/DCGM busy share)", "gpu_util_coverage": "GPU-Util coverage (share of GPU-hours)",
-    "gpu_util_sources": "GPU-Util sources", "mfu_mean": "MFU",
-    "actual_cost": "Spend", "idle_cost": "Idle cost", "failed_run_cost": "Failed runs",
-    "lost_work_cost": "Lost work", "waste_cost": "Waste", "waste_by_reason": "Waste by reason",
-    "own_cost": "If owned", "elastic_cost": "If rented elastic", "reserved_cost": "If rented reserved",
+    "is_partial": "Month to date", "gpu_util_sources": "GPU-Util sources", "waste_by_reason": "Waste by reason",
     "cheapest_option": "Cheapest option", "chosen_option": "Chosen option", "alternative_option": "Alternative",
-    "alternative_cost": "Alternative's cost", "savings_vs_alternative": "Savings vs the alternative",
-    "roi": "ROI", "tokens_per_1000": "Tokens per 1,000 spent", "useful_gpu_hours_per_1000": "Useful GPU-hours per 1,000 spent",
-    "cost_per_1m_tokens": "Cost per 1M tokens", "power_basis": "Power basis",
-    "measured_energy_kwh": "Energy measured (kWh, exact)", "energy_kwh": "Energy (kWh)",
-    "energy_measured_kwh": "Energy measured (kWh)", "energy_estimated_kwh": "Energy estimated (kWh)",
-    "co2e_kg": "CO2e (kg)", "co2e_basis": "CO2e basis", "carbon_intensity_assumed": "Carbon intensity assumed",
+    "power_basis": "Power basis",
+    "co2e_basis": "CO2e basis", "carbon_intensity_assumed": "Carbon intensity assumed",
     "carbon_intensities": "Carbon intensity", "fx_rates": "Exchange rates",
     "unpriced_runs": "Runs not costed", "unpriced_node_types": "Node types without an offer",
     "runs_without_node_type": "Runs without a node type (not costed)", "not_costed_node_hours": "Node-hours not costed",
@@ -165,9 +154,15 @@ LABELS = {
 
 
 def label(key: str) -> str:
-    """The human label of a report key: :data:`LABELS`, else its words ("peak_nodes" → "Peak nodes")."""
+    """The human label of a report key: the figure's label (the metrics layer; money without its currency),
+    else :data:`LABELS`, else its words ("peak_nodes" → "Peak nodes")."""
+    from trainledger.money.metrics.registry import BY_KEY
+    from trainledger.money.metrics.registry import label as figure_label
+
     if key in LABELS:
         return LABELS[key]
+    if key in BY_KEY:
+        return figure_label(key)
     words = key.replace("_", " ").strip()
     return words[:1].upper() + words[1:]
 

@@ -89,7 +89,7 @@ def test_every_page_and_the_csv_export(dashboard):
             page.set_default_timeout(WAIT_MS)
             # a deep link first, on a server nobody has visited: full navigation, titles from app/main.py
             page.goto(f"{base}/runs?month={MONTH}&run=hand-elastic-1")
-            expect(page.get_by_test_id("stMetric").filter(has_text="Cost (CNY)").get_by_test_id("stMetricValue")
+            expect(page.get_by_test_id("stMetric").filter(has_text="Run cost (CNY)").get_by_test_id("stMetricValue")
                    ).to_have_text("98.63")
             expect(page.get_by_test_id("stSidebarNav").get_by_role("link", name="Rent vs own", exact=True)).to_be_visible()
             page.goto(f"{base}/?month={MONTH}")
@@ -154,7 +154,7 @@ def test_the_currency_selector_changes_every_page_in_a_browser(dashboard):
             expect(page.get_by_test_id("stMetric").filter(has_text="Spend (USD)").get_by_test_id("stMetricValue")
                    ).to_have_text(usd)
             page.get_by_test_id("stSidebarNav").get_by_role("link", name="Runs", exact=True).click()
-            expect(page.get_by_test_id("stMetric").filter(has_text="Cost (USD)")).to_be_visible()
+            expect(page.get_by_test_id("stMetric").filter(has_text="Run cost (USD)")).to_be_visible()
             expect(page.get_by_test_id("stSidebar").get_by_role("combobox", name="Currency")).to_have_value("USD")
             settle(page)
             expect(page.get_by_test_id("stException")).to_have_count(0)

@@ -33,7 +33,7 @@ def test_the_run_detail_honours_trainledger_now_and_says_provisional(sqlite_url,
     closed = with_session(sqlite_url, lambda s: show_run(s, "early", now=datetime(2025, 12, 2, tzinfo=UTC)))
     assert fmt_cell("cost_actual", want["cost_actual"]) != fmt_cell("cost_actual", closed["cost_actual"])
     at = run_page(make_app("2025-11", run="early"), "runs")
-    cost = next(m for m in at.metric if plain(m.label) == "Cost (CNY)")
+    cost = next(m for m in at.metric if plain(m.label) == "Run cost (CNY)")
     assert (cost.value, cost.delta) == (fmt_cell("cost_actual", want["cost_actual"]), "provisional")
     table = next(df.value for df in at.dataframe if "cost is" in df.value.columns)
     assert dict(zip(table["id"], table["cost is"])) == {"early": "provisional", "rented": "final", "later": "provisional"}

@@ -36,7 +36,7 @@ def test_the_currency_selector_changes_every_page(demo_url, app_env):
     # every page that shows money, opened with ?currency=USD
     detail = _with(demo_url, lambda s: show_run(s, "hand-elastic-1", "USD"))
     at = run_page(make_app(currency="USD", run="hand-elastic-1"), "runs")
-    assert metrics(at)["Cost (USD)"] == fmt_cell("cost_actual", detail["cost_actual"]) == "13.82"  # 98.63 CNY × 0.1401
+    assert metrics(at)["Run cost (USD)"] == fmt_cell("cost_actual", detail["cost_actual"]) == "13.82"  # 98.63 CNY × 0.1401
     rvo = run_page(make_app(currency="USD"), "rent_vs_own")
     u = Decimal(str(rvo.slider(key="rvo_util").value))
     compare = _with(demo_url, lambda s: compare_node_type(s, "rtx4090-8x", u, currency="USD"))

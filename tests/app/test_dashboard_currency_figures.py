@@ -93,7 +93,8 @@ def test_rent_vs_own_sizing_runs_roi_planner_export_in_usd(demo_url, app_env):
     assert alternative.endswith("(USD)") and roi[alternative] == fmt_cell("alternative_cost", s["alternative_cost"])
     assert roi["Savings vs the alternative (USD)"] == fmt_cell("savings_vs_alternative", s["savings_vs_alternative"])
     assert roi["Waste (USD)"] == fmt_cell("waste_cost", s["waste_cost"])
-    assert roi["of which idle (USD)"] == fmt_cell("idle_cost", s["idle_cost"])
+    # the account's idle (the fleets' idle less recovery, which waste counts as badput): waste's reason "idle"
+    assert roi["of which idle less recovery (USD)"] == fmt_cell("waste_cost", s["waste_by_reason"]["idle"])
     assert not [k for k in roi if "CNY" in k]  # nothing labelled with the ledger's own currency
     runs = run_page(make_app(currency=USD), "runs")
     table = next(df.value for df in runs.dataframe if "cost (USD)" in df.value.columns)

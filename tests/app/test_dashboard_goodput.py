@@ -90,7 +90,7 @@ def test_goodput_page_shows_the_account(demo_url, app_env, monkeypatch):
     acct = _account(demo_url)
     m = acct.months[0]
     shown = metrics(at)
-    assert [shown[k] for k in ("Spend (CNY)", "Goodput (CNY)", "Badput (CNY)", "Idle (CNY)")] == [
+    assert [shown[k] for k in ("Spend (CNY)", "Goodput (CNY)", "Badput (CNY)", "Idle less recovery (CNY)")] == [
         _money(x) for x in (m.spend, m.goodput, m.badput, m.idle)]
     assert shown["Goodput %"] == f"{D(m.goodput_pct).quantize(D('0.1'), rounding=ROUND_HALF_UP)}%"
     projects = _table(at, "project")

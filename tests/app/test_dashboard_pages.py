@@ -109,7 +109,7 @@ def test_run_detail_shows_the_runs_cost(demo_url, app_env):
         d = show_run(s, "hand-elastic-1")
     engine.dispose()
     shown = metrics(at)
-    assert shown["Cost (CNY)"] == fmt_cell("cost_actual", d["cost_actual"]) == "98.63"  # 2 × 10 h × 3,600 ÷ 730
+    assert shown["Run cost (CNY)"] == fmt_cell("cost_actual", d["cost_actual"]) == "98.63"  # 2 × 10 h × 3,600 ÷ 730
     under = at.dataframe[1].value  # cost under every offer
     assert dict(zip(under["offer"], under["cost"])) == {u["offer"]: fmt_cell("cost", u["cost"]) for u in d["cost_under_offers"]}
     assert dict(zip(under["offer"], under["cost"]))["rtx4090-rent"] == "98.63"

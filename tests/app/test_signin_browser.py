@@ -83,7 +83,7 @@ def test_a_deep_link_signed_out_comes_back_to_its_page_and_survives_a_reload(sit
     assert page.url.startswith(f"{served.base}/_trainledger/signin?next=")
     sign_in(page, served.base, "alice", "alice-pw")
     assert page.url == served.base + deep
-    cost = page.get_by_test_id("stMetric").filter(has_text="Cost (CNY)").get_by_test_id("stMetricValue")
+    cost = page.get_by_test_id("stMetric").filter(has_text="Run cost (CNY)").get_by_test_id("stMetricValue")
     expect(cost).to_have_text("98.63")
     (cookie,) = [c for c in page.context.cookies() if c["name"] == f"trainledger_session_{served.port}"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/"

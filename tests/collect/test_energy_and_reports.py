@@ -114,8 +114,8 @@ def test_daily_report_exact_figures(session, cli):
     fleet_day = FIXED / 720 * 192 + (D(40) * 4 + D(152) * D("0.8")) * PRICE
     elastic_day = D(2) * 10 * D(3600) / 730 * D("0.6")
     assert (s["fixed_cost"] - fleet_day).copy_abs() < TINY
-    assert (s["elastic_cost"] - elastic_day).copy_abs() < D("1e-11")  # on the 1e-12 slice grid
-    assert costs.cents(s["fixed_cost"]) == D("1031.47") and costs.cents(s["elastic_cost"]) == D("59.18")
+    assert (s["elastic_rent_cost"] - elastic_day).copy_abs() < D("1e-11")  # on the 1e-12 slice grid
+    assert costs.cents(s["fixed_cost"]) == D("1031.47") and costs.cents(s["elastic_rent_cost"]) == D("59.18")
     assert costs.cents(s["spend"]) == D("1090.65")
     assert costs.cents(s["idle_cost"]) == D("765.91")    # 152 × (3,340.0033/720 + 0.4)
     runs = {r["run_id"]: r for r in d["runs"]}

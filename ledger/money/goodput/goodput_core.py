@@ -287,7 +287,7 @@ def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
     return {
         "currency": rep.currency, "totals": rep.totals,
         "months": [{"month": m.month, "period": m.period, "currency": m.currency, "spend": m.spend,
-                    "goodput_cost": m.goodput, "badput_cost": m.badput, "idle_cost": m.idle,
+                    "goodput_cost": m.goodput, "badput_cost": m.badput, "account_idle_cost": m.idle,
                     "goodput_pct": m.goodput_pct, "ettr": _ratio(m.ettr), "runs": m.runs,
                     "identity_residual": m.identity_residual, "cost": cats(m.by_category),
                     "node_hours": hours(m.seconds), "node_seconds": cats(m.seconds)}

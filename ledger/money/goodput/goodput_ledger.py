@@ -482,7 +482,7 @@ def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optiona
         idle = None
     goodput = by[Category.productive]
     return {"spend": spend, "goodput_cost": goodput, "badput_cost": sum((by[c] for c in BADPUT), ZERO),
-            "idle_cost": idle, "goodput_pct": _pct(goodput, spend),
+            "account_idle_cost": idle, "goodput_pct": _pct(goodput, spend),
             "ettr": _ratio(goodput_ratio(secs[Category.productive], sum(secs.values(), ZERO))),
             "cost": {name: by[c] for c, name in NAMED}, "node_hours": {name: secs[c] / 3600 for c, name in NAMED},
             "node_seconds": {name: secs[c] for c, name in NAMED},

@@ -28,10 +28,14 @@ SPEND = (
            f"{ROLLUP}; {OFFERS}", finality="run", aliases=("cost", "total_cost")),
     Metric("project_cost", "Project cost", "money", "Σ its runs' costs in the period (before any share of idle)",
            f"{ROLLUP}; {OFFERS}", aliases=("cost_by_project",)),
-    Metric("idle_cost", "Idle", "money",
+    Metric("idle_cost", "Idle cost", "money",
            "a fixed-cost fleet's cost of the period − Σ the costs of the runs that drew on it (never below 0): the "
-           "capacity no run used; elastic rent has no idle (it is not billed)",
+           "capacity no run used (recovery gaps included); elastic rent has no idle (it is not billed)",
            f"{ROLLUP}; {OFFERS}", source="OpenCost: idle = total − allocated"),
+    Metric("account_idle_cost", "Idle less recovery", "money",
+           "idle cost − recovery: capacity no run used and no interrupted chain held; the third part of the account "
+           "(spend = goodput + badput + this) and the reason `idle` of `waste_by_reason`",
+           f"{ROLLUP}; {OFFERS}; runs' `resume_of`", group="goodput"),
     Metric("goodput_cost", "Goodput", "money",
            "the cost of the `productive` category: steps whose progress was kept",
            f"{ROLLUP}; {OFFERS}; {PHASES}", source="ml-goodput-measurement: goodput",
@@ -44,7 +48,7 @@ SPEND = (
            "the badput category `lost_work`: the cost of a failed, crashed or cancelled run after its last "
            "checkpoint (its whole cost when it never checkpointed), each charge period at its prices",
            f"{ROLLUP}; {OFFERS}", group="goodput"),
-    Metric("failed_run_cost", "Failed runs' cost", "money",
+    Metric("failed_run_cost", "Failed runs", "money",
            "the whole cost of the runs that ended failed, crashed or cancelled (checkpointed work included)",
            f"{ROLLUP}; {OFFERS}"),
     Metric("waste_cost", "Waste", "money",
@@ -55,8 +59,9 @@ SPEND = (
            "the badput category `recovery`: the gap between an interrupted run and the run that resumes it × its "
            "nodes, on an owned or reserved fleet at the fleet's idle rate (taken out of idle); elastic: not paid",
            f"{ROLLUP}; {OFFERS}; runs' `resume_of`", group="goodput"),
-    Metric("goodput_pct", "Goodput %", "pct", "goodput ÷ (goodput + badput) × 100: the share of the runs' cost "
-           "that bought kept progress", f"{ROLLUP}; {OFFERS}; {PHASES}", group="goodput"),
+    Metric("goodput_pct", "Goodput %", "pct", "goodput ÷ the cost it is part of × 100: of a month, its spend "
+           "(idle included); of a run or a project, its runs' cost (recovery included)",
+           f"{ROLLUP}; {OFFERS}; {PHASES}", group="goodput"),
     Metric("ettr", "ETTR", "ratio",
            "effective training time ratio: productive node-time ÷ the wall node-time of its runs' chains (interrupted "
            "runs and their resumes, recovery gaps included)", PHASES,
@@ -68,23 +73,26 @@ SPEND = (
     Metric("fixed_cost", "Fixed-cost fleets (day)", "money",
            "the day's share of the fixed-cost fleets' months: each fleet's cost per node-month ÷ the month's hours × "
            "its capacity node-hours in the day", OFFERS),
-    Metric("elastic_cost", "Elastic rent", "money",
-           "the monthly report: the month costed as if every run were rented elastic (nodes × share × billed hours "
-           "× hourly rate of the node type's elastic offer, its list price); the daily report: the day's actual "
-           "elastic rent", f"{ROLLUP}; {OFFERS}", finality="list", group="alternatives"),
+    Metric("elastic_rent_cost", "Elastic rent", "money",
+           "what the runs on elastic offers were billed in the period: nodes × share × billed hours × the hourly "
+           "rate in force (the daily report: spend = fixed-cost fleets + elastic rent)", f"{ROLLUP}; {OFFERS}"),
 )
 
 ALTERNATIVES = (
+    Metric("elastic_cost", "If rented elastic", "money",
+           "the period costed as if every run were rented elastic: nodes × share × billed hours × the hourly rate "
+           "of the node type's elastic offer (its list price); only used node-hours, no idle",
+           f"{ROLLUP}; {OFFERS}", finality="list", group="alternatives"),
     Metric("own_cost", "If owned", "money",
            "the month as if the node types' runs were drawn from owned fleets sized by peak use, each charge period "
            "at its prices (idle included)", f"{ROLLUP}; {OFFERS}", finality="list", group="alternatives"),
-    Metric("reserved_cost", "If reserved", "money",
+    Metric("reserved_cost", "If rented reserved", "money",
            "the month as if reserved: reserved nodes (peak use) × monthly price", f"{ROLLUP}; {OFFERS}",
            finality="list", group="alternatives"),
-    Metric("alternative_cost", "Alternative", "money",
+    Metric("alternative_cost", "Alternative's cost", "money",
            "the cost under the option the month was not mostly paid under (own ↔ rent elastic)", f"{ROLLUP}; {OFFERS}",
            finality="list", group="alternatives"),
-    Metric("savings_vs_alternative", "Savings vs alternative", "money", "alternative − spend",
+    Metric("savings_vs_alternative", "Savings vs the alternative", "money", "alternative − spend",
            f"{ROLLUP}; {OFFERS}", finality="list", aliases=("savings",), group="alternatives"),
     Metric("roi", "ROI", "ratio", "(alternative − spend) ÷ spend", f"{ROLLUP}; {OFFERS}", finality="list",
            group="alternatives"),
@@ -108,17 +116,17 @@ USAGE = (
     Metric("gpu_hours", "GPU-hours", "hours", "Σ runs' GPUs held × hours (a MIG run: its slices ÷ 7 × hours; a fractional GPU, time-slicing: its "
            "fraction × hours)", ROLLUP,
            group="usage"),
-    Metric("capacity_node_hours", "Capacity", "hours",
+    Metric("capacity_node_hours", "Capacity (node-hours)", "hours",
            "Σ fixed-cost fleets' nodes × hours of the period they were held", f"{ROLLUP}; fleets",
            aliases=("available_node_hours",), group="usage"),
     Metric("time_utilization", "Time utilization", "ratio",
            "node-hours runs drew from fixed-cost fleets ÷ those fleets' capacity node-hours (not GPU-Util, not MFU)",
            f"{ROLLUP}; fleets", group="usage"),
-    Metric("gpu_util_mean", "GPU-Util", "ratio",
+    Metric("gpu_util_mean", "GPU-Util (NVML/DCGM busy share)", "ratio",
            "mean share of time the GPUs were busy (NVML / DCGM_FI_DEV_GPU_UTIL), weighted by measured GPU-hours "
            "(not MFU, not time utilization)", "runs' measured GPU-Util (`run.gpu_util_mean`, `run_node`)",
            finality="measured", group="usage"),
-    Metric("gpu_util_coverage", "GPU-Util coverage", "ratio", "measured GPU-hours ÷ GPU-hours", ROLLUP,
+    Metric("gpu_util_coverage", "GPU-Util coverage (share of GPU-hours)", "ratio", "measured GPU-hours ÷ GPU-hours", ROLLUP,
            finality="measured", group="usage"),
     Metric("mfu_mean", "MFU", "ratio",
            "model FLOPs per second achieved ÷ the GPUs' peak dense FLOPs, weighted by GPU-hours; null on CPU",
@@ -148,9 +156,9 @@ ENERGY = (
            "measured energy where `trainledger collect` stored it for every node of a run, else the node type's "
            "nominal power at load × node-hours", "`run_node.energy_kwh`; node types' nominal power",
            finality="measured", group="energy"),
-    Metric("energy_measured_kwh", "Energy, measured", "kwh", "the part of energy measured by `trainledger collect`",
+    Metric("energy_measured_kwh", "Energy measured", "kwh", "the part of energy measured by `trainledger collect`",
            "`run_node.energy_kwh`", finality="measured", aliases=("measured_energy_kwh",), group="energy"),
-    Metric("energy_estimated_kwh", "Energy, estimated", "kwh",
+    Metric("energy_estimated_kwh", "Energy estimated", "kwh",
            "the part of energy estimated from the node type's nominal power at load × node-hours",
            "node types' nominal power", group="energy"),
     Metric("co2e_kg", "CO2e", "kg", "energy (kWh) × grid intensity (gCO2e/kWh) ÷ 1,000",
@@ -201,7 +209,8 @@ FACETS: dict[str, str] = {
     "p90": "a forecast's facet: the high end of its range (90th percentile)",
     **{k: f"a goodput category (under `cost` or `node_hours`{'' if k == 'productive' else '; a reason of `waste_by_reason`'}): {what}"
        for k, what, _ in CATEGORIES},
-    "idle": "a reason of `waste_by_reason` (after the badput categories, each a reason): the fleets' idle",
+    "idle": "a reason of `waste_by_reason` (after the badput categories, each a reason): the fleets' idle less "
+            "recovery (`account_idle_cost`)",
     "rounding": "the rounding line: what lines, each rounded on its own, leave against the total they make up "
                 "(`(rounding)` as a table's line)",
 }
