@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-# the rules live in ledger/sources/hosts.py, shared with the metrics endpoints; re-exported here
-from trainledger.sources.hosts import (  # noqa: F401
+# the rules live in ledger/sources/telemetry/hosts.py, shared with the metrics endpoints; re-exported here
+from trainledger.sources.telemetry.hosts import (  # noqa: F401
     ALLOWED_HOSTS_ENV,
     LOOPBACK_NAMES,
     MAX_HOST_LEN,

@@ -51,7 +51,7 @@ def _account_vs_report(url: str, month: str, repeats: int) -> tuple[list[float],
 def phase_call_us(n: int) -> tuple[float, float]:
     """µs per ``with run.phase(...)`` in a real tracked run, and µs per event folded on the writer thread."""
     import trainledger
-    from trainledger.sources.phases import PhaseAggregator
+    from trainledger.sources.record.phases import PhaseAggregator
 
     with tempfile.TemporaryDirectory(prefix="tl-bench-phase-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"

@@ -1,7 +1,7 @@
 """Slurm sacct import: rows/s parsed, rows/s imported on SQLite, and a 1M-row import's rate and peak RSS.
 
 The input is synthetic ``sacct --parsable2 --duplicates`` output in the format
-``trainledger slurm sync`` reads (the fields of ``trainledger.sources.slurm.SYNC_FIELDS``),
+``trainledger slurm sync`` reads (the fields of ``trainledger.sources.imports.slurm.SYNC_FIELDS``),
 shaped like a busy two-partition GPU cluster: every job has its allocation row,
 ``.batch`` and ``.extern`` steps and most an ``srun`` step (some with
 ``gres/gpuutil``); 1 % are requeued (two records), 1 % pending, 1 % running, a
@@ -136,8 +136,8 @@ def _ledger(url: str) -> None:
 
 
 def _parse_only(path: Path, url: str) -> tuple[float, int]:
-    from trainledger.sources.importer import ImportOptions, Receipt, Spill, load_context, open_input, read_lines
-    from trainledger.sources.slurm import parse_sacct
+    from trainledger.sources.imports.importer import ImportOptions, Receipt, Spill, load_context, open_input, read_lines
+    from trainledger.sources.imports.slurm import parse_sacct
     from trainledger.store.db import make_engine
 
     engine = make_engine(url)
@@ -163,9 +163,9 @@ def _split_only(path: Path) -> float:
 
 
 def _import(path: Path, url: str) -> tuple[float, dict]:
-    from trainledger.sources.csv_import import parse_csv
-    from trainledger.sources.importer import ImportOptions, import_file
-    from trainledger.sources.slurm import parse_sacct
+    from trainledger.sources.imports.csv_import import parse_csv
+    from trainledger.sources.imports.importer import ImportOptions, import_file
+    from trainledger.sources.imports.slurm import parse_sacct
     from trainledger.store.db import make_engine
 
     engine = make_engine(url)

@@ -52,8 +52,8 @@ def _load_session_hooks() -> None:
 
 
 #: the Python API, loaded on first use (``import trainledger`` stays light: no torch, no sampler, no writer)
-_LAZY = {"track": ("trainledger.sources.track", "track"),
-         "current_run": ("trainledger.sources.track", "current_run")}
+_LAZY = {"track": ("trainledger.sources.capture.track", "track"),
+         "current_run": ("trainledger.sources.capture.track", "current_run")}
 
 
 def _installed_version() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from trainledger.sources.metrics_http import MAX_CONNECTIONS
+from trainledger.sources.telemetry.metrics_http import MAX_CONNECTIONS
 
 from tests.test_exporter import Exporter, _ledger
 from tests.tracking.conftest import wait_for

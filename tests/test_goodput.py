@@ -27,8 +27,8 @@ from trainledger.money.goodput.account import (
 )
 from trainledger.money.rates import costs
 from trainledger.money.rates.months import months_between
-from trainledger.sources import phases as ph
-from trainledger.sources.journal import Journal, sync_journal
+from trainledger.sources.record import phases as ph
+from trainledger.sources.record.journal import Journal, sync_journal
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import Run, RunPhase, RunStatus
 

@@ -5,7 +5,7 @@ restore on resumed attempts, steps with data stalls and straggler waits, evaluat
 crashes (at a step boundary, or in the middle of a save: a partial checkpoint that never completed),
 a recovery gap before each restart, and a final attempt that completes. The same timeline is fed
 
-* to our side: the phase events a tracked run records (``trainledger.sources.phases.PhaseAggregator``, the
+* to our side: the phase events a tracked run records (``trainledger.sources.record.phases.PhaseAggregator``, the
   writer thread's code), then :func:`trainledger.money.goodput.account.account_seconds` per attempt (a run of the chain);
 * to ``GoodputCalculator`` through an in-memory logger, as log entries written by its own
   ``GoodputRecorder`` (job start/end, training preparation, step starts, custom badput events for data
@@ -39,7 +39,7 @@ from decimal import Decimal
 import pytest
 from ml_goodput_measurement.src import goodput  # a test dependency: a hard import, never a skip (issue 38)
 from trainledger.money.goodput.account import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
-from trainledger.sources import phases as ph
+from trainledger.sources.record import phases as ph
 
 BadputType = goodput.BadputType
 T0 = 1_780_000_000.0

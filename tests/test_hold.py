@@ -1,4 +1,4 @@
-"""The test-only run hold (ledger/sources/hold.py): parsed strictly, inert when unset, holds until its file exists."""
+"""The test-only run hold (ledger/sources/capture/hold.py): parsed strictly, inert when unset, holds until its file exists."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from trainledger.sources.hold import ENV, Holds, parse_holds
+from trainledger.sources.capture.hold import ENV, Holds, parse_holds
 
 
 def test_parse_holds_reads_steps_and_files():

@@ -1,4 +1,4 @@
-"""Our CSV carries a run's share of each node (trainledger.sources.csv_import), as the wrapper and Slurm do.
+"""Our CSV carries a run's share of each node (trainledger.sources.imports.csv_import), as the wrapper and Slurm do.
 
 An 8 × A100 node type rented at 20 per node-hour (1 h granularity): rows with ``gpus_per_node`` 1, 2, 8 and none,
 a fractional GPU (``gpu_fraction``, time-slicing), MIG slices (``mig_profile``) and ``exclusive`` each pay the
@@ -17,8 +17,8 @@ import pytest
 from sqlmodel import Session, func, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
-from trainledger.sources.csv_import import gpu_fraction, row_share
-from trainledger.sources.importer import NodeTypeInfo
+from trainledger.sources.imports.csv_import import gpu_fraction, row_share
+from trainledger.sources.imports.importer import NodeTypeInfo
 from trainledger.store.models import Run
 
 A100_OFFER = """[[offer]]

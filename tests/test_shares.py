@@ -217,7 +217,7 @@ def test_bad_shares_are_one_line_errors_and_nothing_is_written(cli, engine, tmp_
 
 
 def test_the_allocation_comes_from_cuda_visible_devices_and_slurm():
-    from trainledger.sources.topology import Flags, allocation, resolve
+    from trainledger.sources.telemetry.topology import Flags, allocation, resolve
 
     env = {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert resolve(Flags(), env, ["python", "x.py"]).alloc == {"gpus": 2, "mig": 0, "mig_profile": None,

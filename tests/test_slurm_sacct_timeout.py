@@ -70,7 +70,7 @@ def test_the_system_time_zone_has_its_name_so_an_import_can_pickle_it(monkeypatc
     import os
     import pickle
 
-    from trainledger.sources.localtime import system_timezone
+    from trainledger.sources.imports.localtime import system_timezone
 
     monkeypatch.delenv("TZ", raising=False)
     zone = system_timezone()

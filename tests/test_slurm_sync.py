@@ -31,7 +31,7 @@ sys.exit(code)
 
 
 def record(job: str, state: str, start: str, end: str, elapsed: str = "", name: str = "j") -> str:
-    """One allocation record in the order of ``trainledger.sources.slurm.SYNC_FIELDS``."""
+    """One allocation record in the order of ``trainledger.sources.imports.slurm.SYNC_FIELDS``."""
     return (f"{job}|{name}|rtx|llm|bob|rtx-01|1|billing=32,cpu=32,gres/gpu:rtx4090=8,gres/gpu=8,node=1|{elapsed}|"
             f"{state}|0:0|{start}|{start}|{end}|gpu1||\n")
 
@@ -153,7 +153,7 @@ def test_the_deploy_examples_run_a_sync(cli, engine, tmp_path):
 def _wrapper_registers(engine, run_id: str, resume_of, started: datetime, tokens: int) -> None:
     """What `srun trainledger run -- ...` writes when the attempt starts (its journal's start event, applied
     by the same code), then the tokens the command logged through trainledger.track."""
-    from trainledger.sources.journal import apply_events
+    from trainledger.sources.record.journal import apply_events
 
     fields = {"name": "pretrain", "status": "running", "node_type": "rtx4090-8x", "offer": "rtx4090-rent",
               "launcher": "torchrun", "nodes": 1, "gpus_per_node": 8, "resume_of": resume_of,
@@ -169,7 +169,7 @@ def test_a_requeued_wrapped_job_is_one_chain_across_syncs(cli, engine, tmp_path)
     """Attempt N of a requeued job is `slurm-<job>-rN` for the wrapper (SLURM_RESTART_COUNT) and for the sync,
     also when a window holds only the later attempt's record: one run per attempt, each costed once."""
     from trainledger.money.rates.costs import cents, elastic_run_cost, hours_between
-    from trainledger.sources.topology import Flags, resolve
+    from trainledger.sources.telemetry.topology import Flags, resolve
     from trainledger.store.models import Offer
 
     fake = FakeSacct(tmp_path)

@@ -39,7 +39,7 @@ def test_no_heavy_library_before_a_command_runs(code):
 
 def test_the_api_loads_on_first_use_and_stays_light():
     """``trainledger.track`` is the API's own function, loaded on first use; it opens no ledger before a run."""
-    code = ("import trainledger, trainledger.sources.track as t\n"
+    code = ("import trainledger, trainledger.sources.capture.track as t\n"
             "assert trainledger.track is t.track and trainledger.current_run is t.current_run\n"
             "assert trainledger.__version__ == __import__('importlib.metadata').metadata.version('trainledger')")
     assert _loaded(code) == []

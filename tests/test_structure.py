@@ -18,6 +18,11 @@ PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "train
 LEDGER_LAYERS = ("errors", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
 #: the sub-rooms of money/ by concept, lowest first (the same rule inside money: import only downward)
 MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", "outlook")
+#: the sub-rooms of sources/ by concept, lowest first: the run's record (journal, writer), imports (CSV, Slurm),
+#: telemetry (sampling, collect, exporters), capture (the wrapper, track); imports and telemetry need no record
+SOURCES_ROOMS = ("record", "imports", "telemetry", "capture")
+#: ledger rooms with sub-rooms by concept → those sub-rooms, lowest first
+SUB_ROOMS = {"money": MONEY_ROOMS, "sources": SOURCES_ROOMS}
 #: ledger rooms allowed to import trainer/ (validating a trainer config or plan, launching runs; cli registers `train`)
 TRAINER_USERS = ("trainledger.runs", "trainledger.cli")
 APP, TRAINER = PACKAGES["app"], PACKAGES["trainer"]
@@ -105,11 +110,13 @@ def layer(mod: str) -> int | None:
     return LEDGER_LAYERS.index(parts[1]) if parts[1] in LEDGER_LAYERS else None
 
 
-def money_room(mod: str) -> int | None:
+def sub_room(mod: str) -> tuple[str, int] | None:
+    """(room, index of its sub-room) of a module in a room with sub-rooms (money, sources), else None."""
     parts = mod.split(".")
-    if parts[:2] != ["trainledger", "money"] or len(parts) < 3:
+    if parts[0] != "trainledger" or len(parts) < 3 or parts[1] not in SUB_ROOMS:
         return None
-    return MONEY_ROOMS.index(parts[2]) if parts[2] in MONEY_ROOMS else None
+    rooms = SUB_ROOMS[parts[1]]
+    return (parts[1], rooms.index(parts[2])) if parts[2] in rooms else None
 
 
 def is_part(mod: str, package: str) -> bool:
@@ -131,9 +138,10 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
             a, b = layer(mod), layer(dep)
             if a is not None and b is not None and b > a:
                 bad.append(f"{mod} -> {dep} ({LEDGER_LAYERS[a]} imports {LEDGER_LAYERS[b]}, a room above it)")
-            a, b = money_room(mod), money_room(dep)
-            if a is not None and b is not None and b > a:
-                bad.append(f"{mod} -> {dep} (money.{MONEY_ROOMS[a]} imports money.{MONEY_ROOMS[b]}, a room above it)")
+            a, b = sub_room(mod), sub_room(dep)
+            if a is not None and b is not None and a[0] == b[0] and b[1] > a[1]:
+                rooms = SUB_ROOMS[a[0]]
+                bad.append(f"{mod} -> {dep} ({a[0]}.{rooms[a[1]]} imports {a[0]}.{rooms[b[1]]}, a room above it)")
     return sorted(bad)
 
 
@@ -159,10 +167,10 @@ def test_ledger_rooms_import_only_rooms_below_them():
 def test_every_ledger_module_lives_in_a_room():
     top = sorted(p.name for p in (REPO / "ledger").glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
-    money = sorted(p.name for p in (REPO / "ledger" / "money").glob("*.py"))
-    assert money == ["__init__.py"]  # a figure's module lives in the money sub-room of its concept
-    assert sorted(p.name for p in (REPO / "ledger" / "money").iterdir() if p.is_dir() and p.name != "__pycache__") \
-        == sorted(MONEY_ROOMS)
+    for room, subs in SUB_ROOMS.items():  # a module lives in the sub-room of its concept, none loose in the room
+        assert sorted(p.name for p in (REPO / "ledger" / room).glob("*.py")) == ["__init__.py"], room
+        assert sorted(p.name for p in (REPO / "ledger" / room).iterdir() if p.is_dir() and p.name != "__pycache__") \
+            == sorted(subs), room
 
 
 def test_no_function_over_80_lines():
@@ -188,17 +196,24 @@ def test_the_checks_find_a_cycle_an_upward_import_and_a_long_function(tmp_path):
         "ledger/money/account/monthly.py": "",
         "ledger/money/__init__.py": "",
         "ledger/money/facts/rollup.py": "from trainledger.store.db import f\n",
+        "ledger/sources/record/writer.py": "from trainledger.sources.capture import track\n",
+        "ledger/sources/capture/track.py": "from trainledger.sources.record import writer as w\n"
+                                           "from trainledger.sources.telemetry import sampling\n",
+        "ledger/sources/telemetry/sampling.py": "",
         "ledger/reports/__init__.py": "",
         "ledger/reports/export.py": "import trainledger.app.ui\n",
         "app/ui.py": "x = 1\n",
         "trainer/engine.py": "def run():\n" + "    x = 1\n" * 90,
     })
     graph = import_graph(root)
-    assert cycles(graph) == [["trainledger.money.facts.rollup", "trainledger.store.db"]]
+    assert cycles(graph) == [["trainledger.money.facts.rollup", "trainledger.store.db"],
+                             ["trainledger.sources.capture.track", "trainledger.sources.record.writer"]]
     assert layering_violations(graph) == [
         "trainledger.money.rates.costs -> trainledger.money.account.monthly (money.rates imports money.account, a "
         "room above it)",
         "trainledger.reports.export -> trainledger.app.ui (ledger imports app outside the CLI)",
+        "trainledger.sources.record.writer -> trainledger.sources.capture.track (sources.record imports "
+        "sources.capture, a room above it)",
         "trainledger.store.db -> trainledger.money.facts.rollup (store imports money, a room above it)",
     ]
     assert long_functions(root) == ["trainledger.trainer.engine.run (91 lines)"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from trainledger.sources.sampling import percentile  # noqa: F401  (the one implementation; re-exported)
+from trainledger.sources.telemetry.sampling import percentile  # noqa: F401  (the one implementation; re-exported)
 
 
 @dataclass

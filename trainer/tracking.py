@@ -8,7 +8,7 @@ per node.
 
 Nothing here touches the database from the training step: ``on_step`` only
 appends numbers the loop already has to a list. A writer thread on rank 0
-appends events to the run journal (fsync'd JSON lines, :mod:`trainledger.sources.journal`)
+appends events to the run journal (fsync'd JSON lines, :mod:`trainledger.sources.record.journal`)
 and applies them to the ledger every ``flush_s`` seconds. If the ledger is
 unreachable, training goes on; the journal keeps everything and the writer
 (or ``trainledger sync`` later) replays it idempotently.
@@ -28,11 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from trainledger.sources.exporter import Exporter
-from trainledger.sources.hold import Holds
-from trainledger.sources.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
-from trainledger.sources.signals import RunCancelled, StopSignals, die_with_parent
-from trainledger.sources.writer import LedgerWriter
+from trainledger.sources.capture.hold import Holds
+from trainledger.sources.capture.signals import RunCancelled, StopSignals, die_with_parent
+from trainledger.sources.record.writer import LedgerWriter
+from trainledger.sources.telemetry.exporter import Exporter
+from trainledger.sources.telemetry.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
 from trainledger.store.ids import new_run_id
 
 __all__ = ["Exporter", "LedgerTracker", "LedgerWriter", "RunCancelled", "TrackingOptions", "UtilSampler",
@@ -102,7 +102,7 @@ class LedgerTracker:
         self._pending: list[list[Any]] = []
         self._every = 1
         self.signals = StopSignals(self._journal_error)
-        self.phases = None  # rank 0: phase timing for the goodput account (trainledger.sources.phases)
+        self.phases = None  # rank 0: phase timing for the goodput account (trainledger.sources.record.phases)
         self._steps: list[tuple] = []  # rank 0: (begin, end, own data wait) of steps waiting for the ranks' figures
         self._step_end_at = 0.0
         self._closed = False  # the writer is closed: nothing more can be recorded
@@ -110,7 +110,7 @@ class LedgerTracker:
         # fault injection for tests and drills: raise in the training step at this step
         fault = os.environ.get("TRAINLEDGER_FAULT_STEP")
         self._fault_step = int(fault) if fault else None
-        self._holds = Holds()  # test-only: TRAINLEDGER_TEST_HOLD (ledger/sources/hold.py); inert when unset
+        self._holds = Holds()  # test-only: TRAINLEDGER_TEST_HOLD (ledger/sources/capture/hold.py); inert when unset
 
     @property
     def run_id(self) -> str:
@@ -133,7 +133,7 @@ class LedgerTracker:
         self._every = self.o.sample_every or max(1, -(-steps // 1000))
         if self.rank != 0:
             return
-        from trainledger.sources.journal import default_journal_dir
+        from trainledger.sources.record.journal import default_journal_dir
 
         self.writer = LedgerWriter(self.o.db_url, Path(self.o.journal_dir or default_journal_dir()), self.o.run_id,
                                    self.o.flush_s, self.o.heartbeat_s)
@@ -173,7 +173,7 @@ class LedgerTracker:
         blocked on the next batch) is at its start and the straggler wait from every rank's busy time
         (``on_rank_steps``: the steps wait on rank 0 until the ranks' figures arrive); a save runs from the
         step's end to ``on_checkpoint``; start-up is from the run's registration to the first step."""
-        from trainledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
+        from trainledger.sources.record.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
         self.writer.sources.append(PhaseSource(self.phases, started.timestamp(), hostname,
@@ -187,7 +187,7 @@ class LedgerTracker:
     def _record_steps(self, figures: Optional[list] = None) -> None:
         """Rank 0's waiting steps into the phase recorder, with the ranks' figures when they came (else its own
         data wait and no straggler figure: a run that failed between two gathers)."""
-        from trainledger.sources.phases import RANKS, SPAN, STEP_BEGIN, STEP_END
+        from trainledger.sources.record.phases import RANKS, SPAN, STEP_BEGIN, STEP_END
 
         events = []
         for i, (begin, end, own_wait) in enumerate(self._steps):
@@ -351,7 +351,7 @@ class LedgerTracker:
 
     def _journal_error(self) -> BaseException:
         """What SIGUSR1 (the writer thread: the journal failed) raises in the training step."""
-        from trainledger.sources.journal import JournalWriteError
+        from trainledger.sources.record.journal import JournalWriteError
 
         err = self.writer.error if self.writer else None
         if isinstance(err, JournalWriteError):

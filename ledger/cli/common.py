@@ -214,7 +214,7 @@ def session(db: Optional[str]):
 def sync_quietly(db: Optional[str]) -> None:
     """Replay local run journals written while the ledger was unreachable (best effort)."""
     from sqlalchemy.exc import OperationalError
-    from trainledger.sources.journal import sync_all
+    from trainledger.sources.record.journal import sync_all
     from trainledger.store.db import get_engine
 
     engine = get_engine(db)  # an unreachable ledger is the command's error, not a warning

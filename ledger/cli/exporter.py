@@ -3,7 +3,7 @@
     trainledger exporter --port 9440                      # http://127.0.0.1:9440/metrics
     trainledger exporter --port 9440 --host 0.0.0.0       # for a Prometheus on another machine
 
-Served by :mod:`trainledger.sources.metrics_http` (GET only; the dashboard's Host
+Served by :mod:`trainledger.sources.telemetry.metrics_http` (GET only; the dashboard's Host
 allow-list against DNS rebinding, ``--allowed-host NAME`` for a reverse proxy's
 name; header and idle timeouts; a bounded number of connections). The
 figures (``ledger/reports/metrics.py``) are recomputed at most every
@@ -41,8 +41,8 @@ def exporter_command(
     from sqlmodel import Session
     from trainledger.money.facts import rollup
     from trainledger.reports.metrics import LedgerCollector, month_metrics
-    from trainledger.sources.hosts import parse_allowed
-    from trainledger.sources.metrics_http import serve
+    from trainledger.sources.telemetry.hosts import parse_allowed
+    from trainledger.sources.telemetry.metrics_http import serve
     from trainledger.store.db import make_engine, read_only_engine, redact_url, resolve_url, session_scope
     from trainledger.store.types import report_clock
 

@@ -30,7 +30,7 @@ def import_(file: Annotated[Path, typer.Argument(help="Our runs CSV, or Slurm `s
     with FILE:LINE and nothing is imported. A well-formed Slurm record that
     cannot be costed is skipped and listed in the receipt (--strict: refused).
     """
-    from trainledger.sources import csv_import, importer, slurm
+    from trainledger.sources.imports import csv_import, importer, slurm
     from trainledger.store.db import get_engine
     from trainledger.store.settings import parse_timezone
 

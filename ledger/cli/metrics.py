@@ -57,7 +57,7 @@ def collect_command(
     missing, never as zero; running it again fills what was missing and stores
     nothing twice. Exit 1 when Prometheus cannot be reached.
     """
-    from trainledger.sources.collect import DEFAULT_NODE_LABELS, CollectOptions, collect
+    from trainledger.sources.telemetry.collect import DEFAULT_NODE_LABELS, CollectOptions, collect
     from trainledger.store.db import get_engine
 
     kwargs: dict[str, Any] = {"node_labels": tuple(node_label) if node_label else DEFAULT_NODE_LABELS,

@@ -239,9 +239,9 @@ def sync(journal_dir: Annotated[Optional[Path], typer.Option(help="Journal direc
 
     An event the ledger refuses is quarantined with its reason beside its journal and never stops the
     others (docs/CAPTURE.md)."""
-    from trainledger.sources.journal import default_journal_dir
-    from trainledger.sources.replay import quarantined, replay_all
-    from trainledger.sources.replay import retry_quarantine as retry
+    from trainledger.sources.record.journal import default_journal_dir
+    from trainledger.sources.record.replay import quarantined, replay_all
+    from trainledger.sources.record.replay import retry_quarantine as retry
     from trainledger.store.db import get_engine
 
     directory = Path(journal_dir) if journal_dir else default_journal_dir()

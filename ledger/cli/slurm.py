@@ -89,7 +89,7 @@ def map_remove(rule_id: Annotated[int, typer.Argument(help="The rule's id (see `
 
 
 def _when(text: Optional[str], zone, flag: str) -> Optional[datetime]:
-    from trainledger.sources.importer import localize, parse_time
+    from trainledger.sources.imports.importer import localize, parse_time
 
     if not text:
         return None
@@ -118,8 +118,8 @@ def sync(cluster: Annotated[str, typer.Option("--cluster", help="Cluster to read
     the run wrapper recorded is updated, never counted twice.
     """
     from trainledger.errors import LedgerInputError
-    from trainledger.sources.importer import receipt_text, system_timezone
-    from trainledger.sources.slurm_sync import sync as run_sync
+    from trainledger.sources.imports.importer import receipt_text, system_timezone
+    from trainledger.sources.imports.slurm_sync import sync as run_sync
     from trainledger.store.db import get_engine
     from trainledger.store.settings import parse_timezone
 
@@ -151,7 +151,7 @@ def _bar_from(db: Optional[str], cluster: str, since: Optional[str]) -> int:
     only when it reads or writes :data:`LONG_SYNC` or more."""
     if since or not progress.active():
         return 0
-    from trainledger.sources.slurm_sync import read_watermark
+    from trainledger.sources.imports.slurm_sync import read_watermark
 
     with session(db) as s:
         return 0 if read_watermark(s, cluster) is None else LONG_SYNC

@@ -105,7 +105,7 @@ def run_command(
     except (LedgerInputError, LedgerURLError, typer.Exit):
         raise
     except Exception as exc:  # the last resort: a bug of ours never keeps the command from running
-        from trainledger.sources.wrapper import run_bare
+        from trainledger.sources.capture.wrapper import run_bare
 
         if require_ledger:
             raise LedgerInputError(f"--require-ledger: cannot prepare the run ({type(exc).__name__}: {exc})") from None
@@ -115,10 +115,10 @@ def run_command(
 
 def _request(argv: list[str], o: dict):
     """The :class:`WrapRequest` of the command line (``o``: the command's options), or one-line errors."""
-    from trainledger.sources.journal import default_journal_dir
-    from trainledger.sources.sampling import nvml_gpu_count
-    from trainledger.sources.topology import Flags, resolve, slurm_part
-    from trainledger.sources.wrapper import WrapRequest, find_command, run_passive
+    from trainledger.sources.capture.wrapper import WrapRequest, find_command, run_passive
+    from trainledger.sources.record.journal import default_journal_dir
+    from trainledger.sources.telemetry.sampling import nvml_gpu_count
+    from trainledger.sources.telemetry.topology import Flags, resolve, slurm_part
     from trainledger.store.db import resolve_url
     from trainledger.store.defaults import default_node_type
     from trainledger.store.ids import validate_run_id
@@ -150,7 +150,7 @@ def _request(argv: list[str], o: dict):
 
 
 def _wrap(req) -> int:
-    from trainledger.sources.wrapper import EXIT_NOT_RECORDED, RecordingImpossible, run_wrapped
+    from trainledger.sources.capture.wrapper import EXIT_NOT_RECORDED, RecordingImpossible, run_wrapped
 
     try:
         return run_wrapped(req)

@@ -4,7 +4,7 @@
 * :mod:`.lightning`: ``LedgerCallback`` for ``lightning.pytorch.Trainer``
   (``pip install 'trainledger[lightning]'``).
 
-Both record through :mod:`trainledger.sources.track`: under ``trainledger run`` they
+Both record through :mod:`trainledger.sources.capture.track`: under ``trainledger run`` they
 attach to the wrapper's run; on their own they open one. Importing this package
 imports neither framework.
 """

@@ -9,7 +9,7 @@ Tokens are the Trainer's ``state.num_input_tokens_seen`` (the global count, set
 with ``include_num_input_tokens_seen``; without it no token count is recorded),
 the loss and the other logged numbers come from ``on_log``, every ``on_save``
 is a checkpoint (``<output_dir>/checkpoint-<step>``), ``on_train_end`` ends the
-run. Phases for the goodput account (:mod:`trainledger.sources.phases`): steps from
+run. Phases for the goodput account (:mod:`trainledger.sources.record.phases`): steps from
 ``on_step_begin`` to ``on_step_end``; an evaluation from the step's end (or the
 last hook) to ``on_evaluate``; a checkpoint save from the last hook to ``on_save``
 (the Trainer has no hook before either starts, so these are the callbacks' own
@@ -36,8 +36,8 @@ import sys
 import time
 from typing import Any, Optional
 
-from trainledger.sources.sanitize import Guard, warn
-from trainledger.sources.track import TrackedRun
+from trainledger.sources.capture.track import TrackedRun
+from trainledger.sources.record.sanitize import Guard, warn
 from transformers import TrainerCallback
 
 #: logged keys that are not step figures (the running time and rate the Trainer adds to every log)

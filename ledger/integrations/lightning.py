@@ -14,7 +14,7 @@ the checkpoint restore (``on_load_checkpoint`` to ``on_train_start``) and the
 sanity check; steps are ``on_train_batch_start`` to ``on_train_batch_end``;
 validation (``on_validation_start`` to ``on_validation_end``) is ``eval``; a save
 runs from ``on_save_checkpoint`` (called before the file is written) to the next
-hook that fires (:mod:`trainledger.sources.phases`). The callback runs on every rank; only global rank 0 records. Under
+hook that fires (:mod:`trainledger.sources.record.phases`). The callback runs on every rank; only global rank 0 records. Under
 ``trainledger run`` the wrapper records the status, the nodes and the utilization.
 """
 
@@ -25,8 +25,8 @@ import time
 from typing import Any, Callable, Optional, Union
 
 from lightning.pytorch import Callback
-from trainledger.sources.sanitize import Guard
-from trainledger.sources.track import TrackedRun
+from trainledger.sources.capture.track import TrackedRun
+from trainledger.sources.record.sanitize import Guard
 
 
 def _default_tokens(batch: Any) -> Optional[int]:

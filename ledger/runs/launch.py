@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.sources.signals import pdeathsig
+from trainledger.sources.capture.signals import pdeathsig
 from trainledger.store.defaults import default_node_type, has_offer, warn_not_costed
 from trainledger.store.files import write_output
 from trainledger.store.ids import validate_run_id
@@ -490,7 +490,7 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
     A run whose rank 0 recorded ``cancelled`` although nobody asked to cancel it was stopped by its
     launcher because another rank failed first: it is ``failed``, with that rank's failure as its error.
     """
-    from trainledger.sources.journal import (
+    from trainledger.sources.record.journal import (
         Journal,
         JournalWriteError,
         default_journal_dir,

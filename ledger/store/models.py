@@ -296,7 +296,7 @@ class SlurmMap(SQLModel, table=True):
     """Which node type (and offer) a Slurm job ran on, by partition, GPU type and node names (migration 0005).
 
     A rule matches a job when every field it sets matches (empty = any); the
-    most specific matching rule wins (``trainledger.sources.slurm.resolve``).
+    most specific matching rule wins (``trainledger.sources.imports.slurm.resolve``).
     ``by_node``: the job pays for every node it touches whatever its GPU count
     (exclusive nodes): uneven GPU spreads and jobs without GPUs are costed too.
     """
@@ -522,7 +522,7 @@ class RunPrediction(SQLModel, table=True):
     detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 
-# --- goodput: per-node phase durations of a run (ledger/sources/phases.py; migration 0011) --------------------------
+# --- goodput: per-node phase durations of a run (ledger/sources/record/phases.py; migration 0011) --------------------------
 
 class RunPhase(SQLModel, table=True):
     """How long one node of a run spent in one phase (``startup``, ``data``, ``checkpoint_save``,

@@ -40,7 +40,7 @@ def parse_weights(weights: str, field: str = "--billing-weights") -> dict[str, D
 
 
 def tres_counts(alloc: dict[str, str]) -> dict[str, Decimal]:
-    """An AllocTRES (``trainledger.sources.slurm.tres``) as counts: memory in MB, the rest as numbers."""
+    """An AllocTRES (``trainledger.sources.imports.slurm.tres``) as counts: memory in MB, the rest as numbers."""
     out: dict[str, Decimal] = {}
     for k, v in alloc.items():
         k = k.lower()

@@ -1,7 +1,7 @@
 """The Slurm mapping: which node type (and offer) a job's partition, GPU type or node names stand for.
 
 Edited with ``trainledger slurm map add|list|remove`` and on the dashboard's
-Settings page; read by ``trainledger.sources.slurm`` when sacct output is imported
+Settings page; read by ``trainledger.sources.imports.slurm`` when sacct output is imported
 or synced. A rule sets at least one of *partition*, *GPU type* (the ``TYPE``
 of ``gres/gpu:TYPE=N``) and *node pattern* (a shell glob over host names, e.g.
 ``gpu-a*``), optionally a *cluster*; a job matches when every field the rule

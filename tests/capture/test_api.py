@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trainledger
 from trainledger.money.rates import costs
-from trainledger.sources.journal import read_events, sync_all
+from trainledger.sources.record.journal import read_events, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
 

@@ -184,7 +184,7 @@ def _wait_checkpoint(url: str, run_id: str, proc: subprocess.Popen, timeout: flo
 def test_a_run_killed_after_a_checkpoint_and_resumed_shows_lost_work_restore_and_recovery(ledger_url, capture_env,
                                                                                           tmp_path):
     from trainledger.runs.registry import reap_stale
-    from trainledger.sources.journal import sync_all
+    from trainledger.sources.record.journal import sync_all
 
     engine = make_engine(ledger_url)
     with Session(engine) as s:

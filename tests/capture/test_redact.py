@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainledger.sources.redact import redact_argv, redact_env, redact_text, secret_name, secret_option
+from trainledger.sources.capture.redact import redact_argv, redact_env, redact_text, secret_name, secret_option
 
 from tests.capture.conftest import REPO, run_id_of, wrap_cmd
 

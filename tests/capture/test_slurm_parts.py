@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from trainledger.sources.topology import Flags, resolve
+from trainledger.sources.telemetry.topology import Flags, resolve
 from trainledger.store.models import RunStatus
 
 from tests.capture.conftest import HERE, REPO, all_runs, nodes_of, run_row, wrap_cmd

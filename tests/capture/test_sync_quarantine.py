@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainledger.sources.journal import Journal, sync_all
+from trainledger.sources.record.journal import Journal, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
 

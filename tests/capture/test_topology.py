@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from trainledger.errors import LedgerInputError
-from trainledger.sources.sampling import owned_gpus
-from trainledger.sources.topology import Flags, parse_command, resolve
-from trainledger.sources.wrapper import default_name, redact_command
+from trainledger.sources.capture.wrapper import default_name, redact_command
+from trainledger.sources.telemetry.sampling import owned_gpus
+from trainledger.sources.telemetry.topology import Flags, parse_command, resolve
 from trainledger.store.ids import slurm_attempt_id, slurm_run_id
 
 TORCHRUN = ["torchrun", "--nnodes=2", "--nproc_per_node", "4", "--node-rank", "1", "--rdzv-id", "job42",

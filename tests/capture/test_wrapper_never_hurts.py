@@ -385,8 +385,8 @@ def test_a_closed_or_broken_stderr_still_runs_the_job_with_its_exit_code(ledger_
 
 # --- 5. the last resort: a bug of ours runs the command bare ----------------------------------
 
-@pytest.mark.parametrize("target", ["trainledger.sources.topology.resolve", "trainledger.sources.keeper.spawn",
-                                    "trainledger.sources.sampling.UtilSampler.start"])
+@pytest.mark.parametrize("target", ["trainledger.sources.telemetry.topology.resolve", "trainledger.sources.capture.keeper.spawn",
+                                    "trainledger.sources.telemetry.sampling.UtilSampler.start"])
 def test_an_unexpected_error_inside_the_wrapper_runs_the_command_once_with_its_exit_code(
         ledger_url, capture_env, tmp_path, target):
     site = tmp_path / "site"

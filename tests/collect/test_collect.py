@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.sources.collect import (
+from trainledger.sources.telemetry.collect import (
     M_FB,
     M_LOSS,
     M_POWER,

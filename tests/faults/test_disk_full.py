@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from trainledger.sources.journal import read_events
+from trainledger.sources.record.journal import read_events
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode, RunStatus
 
@@ -165,7 +165,7 @@ def _only_run(engine):
 
 APPEND_UNTIL_FULL = """
 import json, sys
-from trainledger.sources.journal import Journal, JournalWriteError
+from trainledger.sources.record.journal import Journal, JournalWriteError
 j = Journal(sys.argv[1], "r1")
 n, err = 0, None
 try:
@@ -181,7 +181,7 @@ print(json.dumps({"appended": n, "seq": j.seq, "error": err}))
 def test_journal_append_is_all_or_nothing_on_a_full_disk(tiny_disk, fault_tally):
     """A journal write that hits a full disk leaves no torn line: the events written before it and
     after it (once there is room again) are all readable, numbered without a gap."""
-    from trainledger.sources.journal import read_events
+    from trainledger.sources.record.journal import read_events
 
     def append(limit: int, events: int) -> dict:
         out = subprocess.run([sys.executable, "-c", APPEND_UNTIL_FULL, str(tiny_disk.dir), str(events)], cwd=REPO,

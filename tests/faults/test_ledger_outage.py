@@ -6,7 +6,7 @@ outage outlasts the run, so neither rank 0 nor the supervisor can write the end:
 sync`` does it later. Every step must be in the ledger exactly once, also after a second replay
 of the whole journal.
 
-The run is held, not raced: ``TRAINLEDGER_TEST_HOLD`` (ledger/sources/hold.py) stops it after step
+The run is held, not raced: ``TRAINLEDGER_TEST_HOLD`` (ledger/sources/capture/hold.py) stops it after step
 ``HOLD_AT`` until the first outage has begun, and before its last step until the second one has, so
 it is still running at both outages however slow the machine is.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainledger.sources.journal import Journal, read_events
+from trainledger.sources.record.journal import Journal, read_events
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunStatus
 

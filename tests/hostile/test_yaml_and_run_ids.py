@@ -24,7 +24,7 @@ from sqlmodel import Session
 from trainledger.app import launch as app_launch
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import CONFIG_DIRS_ENV, default_log_dir, run_log_file
-from trainledger.sources.journal import Journal, apply_events, sync_all
+from trainledger.sources.record.journal import Journal, apply_events, sync_all
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run, RunStatus
 

@@ -1,7 +1,7 @@
 """A host dies mid-run, or loses its link: the run ends failed with the error, its lost work is costed,
 the dead node shows in the run detail, and nothing is left running on the other host.
 
-Both runs are held after step 5 (``TRAINLEDGER_TEST_HOLD``, ledger/sources/hold.py) with a checkpoint at
+Both runs are held after step 5 (``TRAINLEDGER_TEST_HOLD``, ledger/sources/capture/hold.py) with a checkpoint at
 step 4, so the failure always comes at the same place: between step 5 and step 6, one step after the
 last checkpoint. The surviving side ends on its own: a dead peer's connection is closed at once; a cut
 link leaves the ranks waiting until the trainer's collective timeout (``TRAINLEDGER_COMM_TIMEOUT_S``).

@@ -100,7 +100,7 @@ def sample_counts(engine, run_id: str) -> dict[str, int]:
 
 def journal_samples(path: Path) -> list[list]:
     """Every sample row ([node, gpu, metric, ts, value]) in a run journal file."""
-    from trainledger.sources.journal import read_events
+    from trainledger.sources.record.journal import read_events
 
     if not Path(path).exists():
         return []

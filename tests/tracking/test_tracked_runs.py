@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from sqlmodel import Session, func, select
 from trainledger.money.rates import costs
-from trainledger.sources.journal import Journal
+from trainledger.sources.record.journal import Journal
 from trainledger.store.db import make_engine
 from trainledger.store.models import MetricSample, Offer, Run, RunNode, RunStatus
 
@@ -153,7 +153,7 @@ def test_exception_in_training_step_fails_the_run_with_its_error(sqlite_url, tra
 
 
 def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg_cluster):
-    """The run is held (TRAINLEDGER_TEST_HOLD, ledger/sources/hold.py) after step 10 until the ledger is down, and
+    """The run is held (TRAINLEDGER_TEST_HOLD, ledger/sources/capture/hold.py) after step 10 until the ledger is down, and
     before its last step until it is back: the outage hits it mid-run however fast or slow the machine is."""
     pg = pg_cluster
     url = pg.url

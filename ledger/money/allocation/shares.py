@@ -205,7 +205,7 @@ def job_billing_units(job: dict[str, Decimal], weights: dict[str, Decimal], max_
 
 
 def reported_billing(alloc: dict[str, str]) -> Optional[int]:
-    """The ``billing=N`` of an ``AllocTRES`` (``trainledger.sources.slurm.tres``); None when absent or not a
+    """The ``billing=N`` of an ``AllocTRES`` (``trainledger.sources.imports.slurm.tres``); None when absent or not a
     whole number (then the ledger computes it)."""
     value = (alloc.get("billing") or "").strip()
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None

@@ -22,7 +22,7 @@ checkpoint (``ckpt_seconds``/``ckpt_count``); phase names are :data:`PHASES` (``
 of steps, from one step's start to the next one's, nested phases taken out) or custom names (shown,
 not costed: their time stays in the step or gap it fell in); ``first_step`` is the first step's net seconds, a copy
 (also inside ``step``) for the warm-up rule. Rows ``quality:<issue>`` count bad input
-the writer clipped. Written by :mod:`trainledger.sources.phases` on the run's writer thread.
+the writer clipped. Written by :mod:`trainledger.sources.record.phases` on the run's writer thread.
 
 **Time account of a run** (:func:`account_seconds`, pure): per node, the run's wall time W is
 split: lost L (an interrupted run: its lost interval, as the monthly report's lost work), then the

@@ -1,7 +1,7 @@
 """The goodput account's vocabulary and pure arithmetic: :class:`Category`, phase names, the time split
 (:func:`account_seconds`), the money split (:func:`split_cost`) and the account's data classes.
 
-Imported by the writer thread (:mod:`trainledger.sources.phases`) and by the ledger side
+Imported by the writer thread (:mod:`trainledger.sources.record.phases`) and by the ledger side
 (:mod:`trainledger.money.goodput.goodput_ledger`); the public API and its description are :mod:`trainledger.money.goodput.account`.
 """
 

@@ -117,7 +117,7 @@ def _with_ancestors(session: Session, runs: dict[str, _RunInfo]) -> None:
 
 def _load_phases(session: Session, ids: list[str]) -> tuple[dict, dict[str, list[str]], dict]:
     """run → node → phase → PhaseTotal, run → the writer's data-quality notes, and run → node → month edge →
-    phase → PhaseTotal (the cumulative totals at that instant, ``trainledger.sources.phases``' ``<phase>@<edge>`` rows)."""
+    phase → PhaseTotal (the cumulative totals at that instant, ``trainledger.sources.record.phases``' ``<phase>@<edge>`` rows)."""
     phases: dict[str, dict[str, dict[str, PhaseTotal]]] = defaultdict(lambda: defaultdict(dict))
     edges: dict[str, dict[str, dict[datetime, dict[str, PhaseTotal]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(dict)))

@@ -1,4 +1,4 @@
-"""goodput: run_phase, per-node phase durations of a run (ledger/sources/phases.py, ledger/money/goodput/account.py)
+"""goodput: run_phase, per-node phase durations of a run (ledger/sources/record/phases.py, ledger/money/goodput/account.py)
 
 Revision ID: 0011
 Revises: 0009

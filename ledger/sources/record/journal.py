@@ -26,11 +26,11 @@ therefore gives the same ledger: nothing is lost and nothing is counted twice.
 journal was read to (``"SEQ OFFSET"``): what is pending is decided by content
 (a journal longer than its applied offset), never by modification times.
 
-Every event is made storable by every backend (:mod:`trainledger.sources.sanitize`)
+Every event is made storable by every backend (:mod:`trainledger.sources.record.sanitize`)
 before it is journaled and again before it is applied. An event that still
 cannot be applied, and a line that is not an event, is *quarantined* with its
 reason in ``<name>.quarantine`` beside the journal and never stops the replay
-of the others (:mod:`trainledger.sources.replay`; ``trainledger sync --show-quarantine``).
+of the others (:mod:`trainledger.sources.record.replay`; ``trainledger sync --show-quarantine``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Optional
 
 from sqlalchemy.engine import Engine
-from trainledger.sources.journal_apply import ENDED, NAMED, REAPED_ERROR, REOPENING, TIME_FIELDS, apply_events
-from trainledger.sources.journal_file import (
+from trainledger.sources.record.journal_apply import ENDED, NAMED, REAPED_ERROR, REOPENING, TIME_FIELDS, apply_events
+from trainledger.sources.record.journal_file import (
     ENV_JOURNAL_DIR,
     Journal,
     JournalWriteError,
@@ -49,7 +49,7 @@ from trainledger.sources.journal_file import (
     read_applied,
     read_events,
 )
-from trainledger.sources.replay import replay_all, replay_journal
+from trainledger.sources.record.replay import replay_all, replay_journal
 
 __all__ = ["ENDED", "ENV_JOURNAL_DIR", "NAMED", "REAPED_ERROR", "REOPENING", "TIME_FIELDS", "Journal",
            "JournalWriteError", "RunNotRegistered", "apply_events", "default_journal_dir", "read_applied",
@@ -57,7 +57,7 @@ __all__ = ["ENDED", "ENV_JOURNAL_DIR", "NAMED", "REAPED_ERROR", "REOPENING", "TI
 
 
 def sync_journal(engine: Engine, journal: Journal) -> int:
-    """Apply a journal's pending events; returns how many (poison events quarantined: :mod:`trainledger.sources.replay`)."""
+    """Apply a journal's pending events; returns how many (poison events quarantined: :mod:`trainledger.sources.record.replay`)."""
     return replay_journal(engine, journal)
 
 

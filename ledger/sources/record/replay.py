@@ -35,9 +35,9 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.sources.journal_apply import apply_events
-from trainledger.sources.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
-from trainledger.sources.sanitize import clean_text, clean_value
+from trainledger.sources.record.journal_apply import apply_events
+from trainledger.sources.record.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
+from trainledger.sources.record.sanitize import clean_text, clean_value
 
 #: failures that are the ledger's state, not the event's: retried by the next replay, never quarantined
 TRANSIENT = (RunNotRegistered, OperationalError, InterfaceError, DisconnectionError, PoolTimeout)

@@ -1,5 +1,5 @@
 """Our runs CSV (``trainledger import runs.csv``): the header, one finished run a row, validated, and the
-share of each node a row held. The import itself (spill, receipt, write) is :mod:`trainledger.sources.importer`.
+share of each node a row held. The import itself (spill, receipt, write) is :mod:`trainledger.sources.imports.importer`.
 
 The format (header row, any column order)::
 
@@ -11,7 +11,7 @@ Timestamps are ISO 8601; without an offset they are local times in ``--tz``
 (default: the ledger's display time zone). A local time that a DST change
 skips (02:30 on the spring-forward night) or repeats (the fall-back hour) is
 refused with the row named, unless ``--dst earliest|latest`` says which
-instant to take (:func:`trainledger.sources.localtime.localize`).
+instant to take (:func:`trainledger.sources.imports.localtime.localize`).
 
 **The share of each node** a row held (``run.share``, :mod:`trainledger.money.allocation.shares`), as the
 wrapper and Slurm sources record it:
@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.engine import Engine
 from trainledger.errors import LedgerInputError
 from trainledger.money.allocation import shares
-from trainledger.sources.importer import (
+from trainledger.sources.imports.importer import (
     MAX_NODES,
     TEXT_LIMITS,
     Context,

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from trainledger.errors import LedgerInputError
-from trainledger.sources.sampling import owned_gpus
+from trainledger.sources.telemetry.sampling import owned_gpus
 from trainledger.store.ids import new_run_id, previous_attempt, slurm_attempt_id, slurm_run_id, validate_run_id
 
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"  # set in the command's environment: the run id it is wrapped in

@@ -1,5 +1,5 @@
-"""``trainledger import``: runs from our CSV format (:mod:`trainledger.sources.csv_import`, where the format
-is described) or Slurm ``sacct`` output (:mod:`trainledger.sources.slurm`).
+"""``trainledger import``: runs from our CSV format (:mod:`trainledger.sources.imports.csv_import`, where the format
+is described) or Slurm ``sacct`` output (:mod:`trainledger.sources.imports.slurm`).
 
 Both go through the one import path of this module, in two phases:
 
@@ -41,8 +41,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.facts import rollup
-from trainledger.sources.admission import admit
-from trainledger.sources.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
+from trainledger.sources.imports.admission import admit
+from trainledger.sources.imports.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from trainledger.store.db import session_scope
 from trainledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
 from trainledger.store.settings import display_timezone

@@ -4,7 +4,7 @@ One exporter per trainer rank, per ``trainledger run`` wrapper (one per node)
 and per ``trainledger.track`` process that asks for one. Names follow the
 Prometheus conventions (``trainledger_`` prefix, base units, ``_total``
 counters, ratios 0–1, labels ``run_id``/``node``/``rank``); ``trainledger
-collect`` reads them back (:mod:`trainledger.sources.collect`). A series appears only
+collect`` reads them back (:mod:`trainledger.sources.telemetry.collect`). A series appears only
 once it has a value: missing is never exported as zero.
 """
 
@@ -22,7 +22,7 @@ class Exporter:
     def __init__(self, port: int, addr: str, run_id: str, node: str, rank: int | str, source: str,
                  allowed_hosts: tuple[str, ...] = ()):
         from prometheus_client import CollectorRegistry, Counter, Gauge
-        from trainledger.sources.metrics_http import serve
+        from trainledger.sources.telemetry.metrics_http import serve
 
         self.registry = CollectorRegistry()
         labels = ["run_id", "node", "rank"]

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from trainledger.sources.signals import FORWARDED, become_subreaper, die_with_parent, give_terminal
+from trainledger.sources.capture.signals import FORWARDED, become_subreaper, die_with_parent, give_terminal
 
 LEFTOVER_GRACE_S = 5.0
 

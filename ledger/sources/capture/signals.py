@@ -3,7 +3,7 @@
 * SIGTERM/SIGINT cancel a run: :class:`StopSignals` raises :class:`RunCancelled`
   in the main thread (once); the run ends ``cancelled``.
 * SIGUSR1 is the writer thread telling the main thread that the journal failed:
-  the run stops ``failed`` (see :mod:`trainledger.sources.writer`).
+  the run stops ``failed`` (see :mod:`trainledger.sources.record.writer`).
 * Once the final write has begun (``finishing``), signals no longer interrupt it.
 * :func:`die_with_parent` / :func:`pdeathsig`: a process is SIGKILLed when its
   parent dies (Linux ``PR_SET_PDEATHSIG``), so a killed launcher leaves no orphans.

@@ -4,7 +4,7 @@ sacct runs as a child process (an argument list, never a shell) in its own
 session: at its timeout the whole process group is killed (``os.killpg``), so
 a child of sacct (a wrapper script's, a plugin's) that keeps the output pipe
 open can never hold the sync past its timeout. The records go through the
-import's parser (:class:`trainledger.sources.slurm.SacctParser`) and writer.
+import's parser (:class:`trainledger.sources.imports.slurm.SacctParser`) and writer.
 
 A job that has just ended may not be in the window yet: slurmdbd completes its
 record (the eligible time, by which it selects a window without ``--state``,
@@ -33,7 +33,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates.months import month_bounds, month_of
-from trainledger.sources.importer import (
+from trainledger.sources.imports.importer import (
     ImportOptions,
     Receipt,
     Spill,
@@ -43,7 +43,7 @@ from trainledger.sources.importer import (
     system_timezone,
     write_spill,
 )
-from trainledger.sources.slurm import SYNC_FIELDS, SacctParser
+from trainledger.sources.imports.slurm import SYNC_FIELDS, SacctParser
 from trainledger.store.db import session_scope
 from trainledger.store.ids import slurm_attempt_of, slurm_run_id
 from trainledger.store.models import Run, RunStatus, Setting

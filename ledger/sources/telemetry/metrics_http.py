@@ -2,7 +2,7 @@
 ``trainledger run``, ``trainledger.track`` and the trainer): as hardened as the dashboard.
 
 * **Host allow-list** (DNS rebinding): a request whose ``Host`` the endpoint does
-  not answer (:func:`trainledger.sources.hosts.server_policy`: loopback names, IP
+  not answer (:func:`trainledger.sources.telemetry.hosts.server_policy`: loopback names, IP
   addresses, this machine's names when bound to a non-loopback address, and
   each ``--allowed-host``) gets 403, so a page from another site cannot read
   the figures by re-pointing its name at this machine.
@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import ThreadingMixIn
 from typing import Iterable
 
-from trainledger.sources.hosts import HostPolicy, server_policy, split_host
+from trainledger.sources.telemetry.hosts import HostPolicy, server_policy, split_host
 
 log = logging.getLogger("trainledger")
 

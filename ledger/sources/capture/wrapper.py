@@ -1,9 +1,9 @@
 """``trainledger run -- COMMAND``: record any training command in the ledger, whatever trained it.
 
 The wrapper registers the run (node 0) or adds its node to it (other nodes),
-then runs the command through the keeper (:mod:`trainledger.sources.keeper`: an
+then runs the command through the keeper (:mod:`trainledger.sources.capture.keeper`: an
 argument list, never a shell; no orphan survives the wrapper), heartbeats,
-samples the node (:mod:`trainledger.sources.sampling`: NVML for the GPUs the job
+samples the node (:mod:`trainledger.sources.telemetry.sampling`: NVML for the GPUs the job
 owns, else the CPU share of the command's process tree, labelled ``cpu``),
 and ends the run:
 
@@ -18,7 +18,7 @@ and ends the run:
 The command's stdout and stderr pass through (stderr through a pipe, so that
 its tail can be kept), and its exit status is the wrapper's (128 + N when it
 was killed by signal N). Every event goes to the run journal first and a
-background thread applies it (:mod:`trainledger.sources.writer`): an unreachable
+background thread applies it (:mod:`trainledger.sources.record.writer`): an unreachable
 ledger never stops the command, and ``trainledger sync`` replays the rest.
 
 The command's environment carries ``TRAINLEDGER_RUN_ID`` (and the ledger URL,
@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainledger.errors import LedgerInputError
-from trainledger.sources import keeper
-from trainledger.sources.exporter import Exporter
-from trainledger.sources.redact import redact_argv, redact_text
-from trainledger.sources.sampling import UtilSampler, node_probe, process_tree, sample_rows
-from trainledger.sources.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
-from trainledger.sources.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
-from trainledger.sources.writer import LedgerWriter, utc_now
+from trainledger.sources.capture import keeper
+from trainledger.sources.capture.redact import redact_argv, redact_text
+from trainledger.sources.capture.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
+from trainledger.sources.record.writer import LedgerWriter, utc_now
+from trainledger.sources.telemetry.exporter import Exporter
+from trainledger.sources.telemetry.sampling import UtilSampler, node_probe, process_tree, sample_rows
+from trainledger.sources.telemetry.topology import ENV_RUN_ID, ENV_WRAPPED, Topology
 
 ENV_DB_URL = "TRAINLEDGER_DB_URL"
 ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
@@ -98,7 +98,7 @@ class WrapRequest:
 
 
 def redact_command(command: list[str]) -> list[str]:
-    """The command line as recorded (:func:`trainledger.sources.redact.redact_argv`: credentials become ``***``)."""
+    """The command line as recorded (:func:`trainledger.sources.capture.redact.redact_argv`: credentials become ``***``)."""
     return redact_argv(command)
 
 
@@ -296,7 +296,7 @@ class Wrapper:
             warn_not_costed(self.topo.run_id, self.req.node_type, write=say)
         self._queue_registration()
         if self.req.require_ledger:
-            from trainledger.sources.journal import JournalWriteError
+            from trainledger.sources.record.journal import JournalWriteError
 
             try:
                 self.writer.flush()

@@ -1,4 +1,4 @@
-"""Applying journal events to the ledger, idempotently (the event format: :mod:`trainledger.sources.journal`)."""
+"""Applying journal events to the ledger, idempotently (the event format: :mod:`trainledger.sources.record.journal`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, Iterable, Optional
 
 from sqlalchemy import select
 from sqlmodel import Session
-from trainledger.sources.journal_file import RunNotRegistered
-from trainledger.sources.sanitize import clean_event
+from trainledger.sources.record.journal_file import RunNotRegistered
+from trainledger.sources.record.sanitize import clean_event
 from trainledger.store.ids import validate_run_id
 from trainledger.store.ingest import insert_samples
 from trainledger.store.lookup import get_or_create
@@ -158,8 +158,8 @@ def _apply_checkpoint(session: Session, rid: str, ev: dict[str, Any]) -> None:
 
 
 def _apply_phases(session: Session, rid: str, ev: dict[str, Any]) -> None:
-    """A node's phase totals (trainledger.sources.phases): its ``run_phase`` rows set to them."""
-    from trainledger.sources.phases import apply_phases
+    """A node's phase totals (trainledger.sources.record.phases): its ``run_phase`` rows set to them."""
+    from trainledger.sources.record.phases import apply_phases
 
     apply_phases(session, rid, ev, _registered, _ts)
 

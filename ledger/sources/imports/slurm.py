@@ -1,5 +1,5 @@
 """Slurm: ``sacct`` records as runs (``trainledger import`` of sacct output; ``trainledger slurm sync`` runs
-sacct itself: :mod:`trainledger.sources.slurm_sync`).
+sacct itself: :mod:`trainledger.sources.imports.slurm_sync`).
 
 A job's *allocation* record becomes a run with the id
 ``trainledger.store.ids.slurm_run_id`` of its JobID (``slurm-<jobid>``, or
@@ -46,7 +46,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from trainledger.errors import LedgerInputError
 from trainledger.money.allocation import shares
-from trainledger.sources.importer import (
+from trainledger.sources.imports.importer import (
     FIRST_IDS,
     MAX_NODES,
     TEXT_LIMITS,
@@ -729,7 +729,7 @@ def parse_sacct(lines: Iterable[str], name: str, ctx: Context, opts: ImportOptio
 
 def import_sacct(engine: Engine, path: Path | str, opts: Optional[ImportOptions] = None) -> Receipt:
     """Import a sacct ``--parsable2`` file (``-``: standard input)."""
-    from trainledger.sources.importer import open_input, read_lines
+    from trainledger.sources.imports.importer import open_input, read_lines
 
     opts = opts or ImportOptions(fmt="sacct")
     name = "stdin" if str(path) == "-" else Path(path).name

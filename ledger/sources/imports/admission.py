@@ -1,7 +1,7 @@
 """What an import admits: runs that can be costed and that have happened.
 
-Checked on the parsed rows (both parsers, :mod:`trainledger.sources.importer` and
-:mod:`trainledger.sources.slurm`, after the parse and before anything is written):
+Checked on the parsed rows (both parsers, :mod:`trainledger.sources.imports.importer` and
+:mod:`trainledger.sources.imports.slurm`, after the parse and before anything is written):
 
 * **no offer to cost it**: a run recorded without an offer is costed under its node
   type's default (its fleet, else elastic rent, :func:`trainledger.money.rates.catalog.default_offer`);

@@ -31,7 +31,7 @@ inside the run ends it ``succeeded``, ``sys.exit(n)`` records exit code n.
 
 ``log`` never touches the database: it updates a few numbers and appends
 samples to a list; a background thread journals them (fsync'd) and applies
-them to the ledger (:mod:`trainledger.sources.writer`). Its cost per call is measured
+them to the ledger (:mod:`trainledger.sources.record.writer`). Its cost per call is measured
 in ``bench/`` (``python -m bench capture``).
 
 MFU = tokens/s × FLOPs per token ÷ (peak FLOP/s per GPU × GPUs)
@@ -53,9 +53,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from trainledger.sources.sanitize import INT64_MAX, Guard, warn
-from trainledger.sources.signals import RunCancelled, StopSignals
-from trainledger.sources.writer import LedgerWriter, run_heartbeat, utc_now
+from trainledger.sources.capture.signals import RunCancelled, StopSignals
+from trainledger.sources.record.sanitize import INT64_MAX, Guard, warn
+from trainledger.sources.record.writer import LedgerWriter, run_heartbeat, utc_now
 
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"
@@ -136,7 +136,7 @@ class TrackedRun:
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
         self.guard = Guard()
-        self.phases = None  # trainledger.sources.phases.PhaseRecorder of rank 0
+        self.phases = None  # trainledger.sources.record.phases.PhaseRecorder of rank 0
 
     @property
     def active(self) -> bool:
@@ -179,7 +179,7 @@ class TrackedRun:
 
     def start(self) -> "TrackedRun":
         """Open the run. Whatever goes wrong with the journal or the ledger, training goes on: recording
-        turns off with one warning (:class:`trainledger.sources.sanitize.Guard`)."""
+        turns off with one warning (:class:`trainledger.sources.record.sanitize.Guard`)."""
         if self._open:
             raise RuntimeError("this run is already open; use a new trainledger.track(...) for another run")
         self._reset()
@@ -194,7 +194,7 @@ class TrackedRun:
         return self
 
     def _open_recording(self) -> None:
-        from trainledger.sources.journal import default_journal_dir
+        from trainledger.sources.record.journal import default_journal_dir
         from trainledger.store.ids import new_run_id
 
         self.run_id = self._given_id or new_run_id()  # a decorated function: a new run per call
@@ -216,7 +216,7 @@ class TrackedRun:
         self.writer.flush()
         self.writer.start()
         if self.metrics_port is not None:
-            from trainledger.sources.exporter import Exporter
+            from trainledger.sources.telemetry.exporter import Exporter
 
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
@@ -224,14 +224,14 @@ class TrackedRun:
     def _attach_phases(self) -> None:
         """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
         from the run's start (the paid interval's start)."""
-        from trainledger.sources.phases import PhaseRecorder, PhaseSource, ledger_timezone
+        from trainledger.sources.record.phases import PhaseRecorder, PhaseSource, ledger_timezone
 
         self.phases = PhaseRecorder()
         self.writer.sources.append(PhaseSource(self.phases, self.started_at.timestamp(), socket.gethostname(),
                                                ledger_timezone(self.writer)).events)
 
     def _register(self) -> None:
-        from trainledger.sources.sampling import UtilSampler, node_probe, process_tree
+        from trainledger.sources.telemetry.sampling import UtilSampler, node_probe, process_tree
 
         o, now = self.opts, self.started_at.isoformat()
         world = int(self.env.get("WORLD_SIZE", "1") or 1)
@@ -273,8 +273,8 @@ class TrackedRun:
         ``SLURM_GPUS_ON_NODE`` ÷ the node type's GPUs, :mod:`trainledger.money.allocation.shares`); {} when the environment
         does not say or the ledger cannot tell the node type's GPUs (the whole node, as before)."""
         from trainledger.money.allocation.shares import alloc_share
-        from trainledger.sources.sampling import owned_gpus
-        from trainledger.sources.topology import Flags, allocation
+        from trainledger.sources.telemetry.sampling import owned_gpus
+        from trainledger.sources.telemetry.topology import Flags, allocation
 
         try:
             slurm_gpus = self.env.get("SLURM_GPUS_ON_NODE")
@@ -363,7 +363,7 @@ class TrackedRun:
         self.writer.close(self.ledger_wait_s)
 
     def _end_fields(self, exc: Optional[BaseException]) -> dict:
-        from trainledger.sources.sampling import sample_rows
+        from trainledger.sources.telemetry.sampling import sample_rows
 
         ended = utc_now().isoformat()
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
@@ -453,17 +453,17 @@ class TrackedRun:
     def phase(self, name: str):
         """``with run.phase("checkpoint_save"): ...``: time a phase (``checkpoint_save``, ``checkpoint_restore``,
         ``eval``, ``data``, ``startup`` or a custom name) for the goodput account. About a microsecond;
-        never touches the database (aggregated on the writer thread, :mod:`trainledger.sources.phases`)."""
+        never touches the database (aggregated on the writer thread, :mod:`trainledger.sources.record.phases`)."""
         if self.phases is None or not self._open:
             return _NO_PHASE
-        from trainledger.sources.phases import _Phase, phase_name
+        from trainledger.sources.record.phases import _Phase, phase_name
 
         return _Phase(self.phases, phase_name(name))
 
     def phase_span(self, name: str, seconds: float) -> None:
         """A phase of ``seconds`` that ended now (a framework hook that fires only at the end of one)."""
         if self.phases is not None and self._open:
-            from trainledger.sources.phases import SPAN, phase_name
+            from trainledger.sources.record.phases import SPAN, phase_name
 
             self.phases.events.append((SPAN, (phase_name(name), float(seconds)), self.phases.clock()))
 
@@ -526,7 +526,7 @@ def _argv() -> list[str]:
     """This process's command line as recorded, with credentials redacted where the wrapper's redaction exists."""
     argv = [str(a) for a in sys.argv[:50]]
     try:
-        from trainledger.sources.redact import redact_argv  # the wrapper's redaction (issue 24)
+        from trainledger.sources.capture.redact import redact_argv  # the wrapper's redaction (issue 24)
     except ImportError:
         return argv
     return list(redact_argv(argv))
@@ -558,7 +558,7 @@ def _on_gpu(env) -> bool:
             return bool(torch.cuda.is_available())
         except Exception:
             return False
-    from trainledger.sources.sampling import owned_gpus
+    from trainledger.sources.telemetry.sampling import owned_gpus
 
     if owned_gpus(env) == []:
         return False

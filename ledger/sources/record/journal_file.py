@@ -1,5 +1,5 @@
 """The run journal's file: append-only, fsync'd JSON lines of one run's events, and its applied mark
-(the event format and the guarantees: :mod:`trainledger.sources.journal`)."""
+(the event format and the guarantees: :mod:`trainledger.sources.record.journal`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from trainledger.sources.sanitize import clean_event
+from trainledger.sources.record.sanitize import clean_event
 from trainledger.store.ids import validate_run_id
 
 ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"

@@ -3,7 +3,7 @@
 One implementation for the bundled trainer's rank 0, every ``trainledger run``
 wrapper (one per node) and the Python API (``trainledger.track``). The training
 step only queues an event (a ``queue.put``); the writer thread appends what is
-queued to the journal (fsync'd, :mod:`trainledger.sources.journal`) every
+queued to the journal (fsync'd, :mod:`trainledger.sources.record.journal`) every
 ``flush_s`` seconds, with a heartbeat every ``heartbeat_s``, and applies the
 journal to the ledger. An unreachable ledger never stops training: the journal
 keeps everything and the next flush (or ``trainledger sync``) replays it
@@ -12,7 +12,7 @@ stops loudly, and the events are written straight to the ledger at the end.
 
 A writer for a run another process owns (a second node, the API under the
 wrapper) may start before that run is in the ledger: its events wait in its
-journal (:class:`~trainledger.sources.journal.RunNotRegistered`) until the owner's
+journal (:class:`~trainledger.sources.record.journal.RunNotRegistered`) until the owner's
 registration has been applied.
 """
 
@@ -50,7 +50,7 @@ class LedgerWriter(threading.Thread):
     def __init__(self, db_url: Optional[str], journal_dir: Path, run_id: str, flush_s: float, heartbeat_s: float,
                  beats: Optional[Callable[[str], list[dict]]] = run_heartbeat, journal_name: Optional[str] = None):
         super().__init__(name="trainledger-writer", daemon=True)
-        from trainledger.sources.journal import Journal
+        from trainledger.sources.record.journal import Journal
 
         self.journal = Journal(journal_dir, run_id, name=journal_name)
         self.db_url = db_url
@@ -70,7 +70,7 @@ class LedgerWriter(threading.Thread):
         self._unjournaled: list[dict] = []  # events the failed journal could not keep: written straight to the ledger
         self._last_beat = 0.0
         self._lock = threading.Lock()
-        #: more event sources drained at each flush, before the heartbeat (the run's phases: trainledger.sources.phases)
+        #: more event sources drained at each flush, before the heartbeat (the run's phases: trainledger.sources.record.phases)
         self.sources: list[Callable[[], list[dict]]] = []
         #: called once with the writer's engine after the first apply that reached the ledger: a check that needs
         #: the ledger rides on the writer's connection (trainledger.track's "no offer" warning), opens none of its own
@@ -102,10 +102,10 @@ class LedgerWriter(threading.Thread):
     def flush(self) -> None:
         """Journal whatever is queued (fsync), then try to apply all pending events.
 
-        A journal write failure (disk full, ...) raises :class:`~trainledger.sources.journal.JournalWriteError`
+        A journal write failure (disk full, ...) raises :class:`~trainledger.sources.record.journal.JournalWriteError`
         and is fatal for the run; the events of the failed write are kept for :meth:`close`.
         """
-        from trainledger.sources.journal import JournalWriteError
+        from trainledger.sources.record.journal import JournalWriteError
 
         with self._lock:
             events = self._drain()
@@ -156,7 +156,7 @@ class LedgerWriter(threading.Thread):
                 print(f"[trainledger] error: {exc}; {self.failure_note}", file=sys.stderr, flush=True)
 
     def _apply(self) -> None:
-        from trainledger.sources.journal import JournalWriteError, RunNotRegistered, sync_journal
+        from trainledger.sources.record.journal import JournalWriteError, RunNotRegistered, sync_journal
         from trainledger.store.db import redact_url, resolve_url
 
         try:
@@ -196,7 +196,7 @@ class LedgerWriter(threading.Thread):
         ``on_durable`` is called once every event is safe (fsync'd in the journal, or, after a journal
         failure, written to the ledger): from then on the process may be interrupted without loss.
         """
-        from trainledger.sources.journal import JournalWriteError
+        from trainledger.sources.record.journal import JournalWriteError
 
         self._halt.set()
         if self.is_alive():
@@ -230,7 +230,7 @@ class LedgerWriter(threading.Thread):
         """After a journal failure: apply what the journal holds and what it could not keep straight to
         the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
         from sqlmodel import Session
-        from trainledger.sources.journal import JournalWriteError, apply_events
+        from trainledger.sources.record.journal import JournalWriteError, apply_events
         from trainledger.store.db import redact_url, resolve_url
 
         deadline = time.monotonic() + timeout_s
