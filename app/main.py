@@ -1,10 +1,10 @@
-"""The trainledger dashboard: ``trainledger dashboard`` serves this script with Streamlit (through app/asgi.py).
+"""The trainledger dashboard: ``trainledger dashboard`` serves this script with Streamlit (through app/serving/asgi.py).
 
-This entry script decides who may see what (app/access.py) and hands over to
+This entry script decides who may see what (app/views/access.py) and hands over to
 the page (st.navigation, one module per page under app/pages/). To add a page
 append a :class:`PageSpec` to :data:`SECTIONS`. Every page has a stable URL
 (``/overview``, ``/runs?run=ID``, ...) that works as a deep link, signed in or
-not (app/signin.py brings a signed-out browser back to it after signing in).
+not (app/serving/signin.py brings a signed-out browser back to it after signing in).
 An error a page does not handle is one line on the page; its traceback goes to
 the dashboard's log, never to the browser.
 
@@ -12,7 +12,7 @@ Every page also starts with ``access.page_gate()``: under a plain ``streamlit
 run app/main.py`` Streamlit runs a file of a ``pages/`` folder next to the entry
 script by itself (its older multipage mode) until the process first calls
 ``st.navigation``, so a page never relies on this script having run first.
-(``trainledger dashboard`` switches that mode off: app/serve.py.)
+(``trainledger dashboard`` switches that mode off: app/serving/serve.py.)
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Optional
 
 import streamlit as st
 from sqlalchemy.exc import OperationalError
-from trainledger.app import access, data, ui
-from trainledger.app.auth import AuthFileError
+from trainledger.app.queries import data
+from trainledger.app.serving.auth import AuthFileError
+from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 from trainledger.store.db import LedgerURLError, redact_url
 

@@ -67,7 +67,7 @@ def hard_coded_figure_labels(source: str, path: str) -> list[str]:
         name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
         if name != "metric":
             continue
-        # st.metric / col.metric(label, ...); app/period_view.py's metric(col, rep, key, label, ...)
+        # st.metric / col.metric(label, ...); app/views/period_view.py's metric(col, rep, key, label, ...)
         arg = node.args[0] if isinstance(node.func, ast.Attribute) and node.args else (
             node.args[3] if len(node.args) > 3 else None)
         text = _literal_text(arg) if arg is not None else None

@@ -21,8 +21,11 @@ MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", 
 #: the sub-rooms of sources/ by concept, lowest first: the run's record (journal, writer), imports (CSV, Slurm),
 #: telemetry (sampling, collect, exporters), capture (the wrapper, track); imports and telemetry need no record
 SOURCES_ROOMS = ("record", "imports", "telemetry", "capture")
-#: ledger rooms with sub-rooms by concept → those sub-rooms, lowest first
-SUB_ROOMS = {"money": MONEY_ROOMS, "sources": SOURCES_ROOMS}
+#: the sub-rooms of app/ by concept, lowest first: what the pages read (queries), how the dashboard is served and who
+#: signs in (serving), what the pages draw (views); app/main.py and app/pages/ sit above them all
+APP_ROOMS = ("queries", "serving", "views")
+#: rooms with sub-rooms by concept → those sub-rooms, lowest first (``app`` is the dashboard, trainledger.app)
+SUB_ROOMS = {"money": MONEY_ROOMS, "sources": SOURCES_ROOMS, "app": APP_ROOMS}
 #: ledger rooms allowed to import trainer/ (validating a trainer config or plan, launching runs; cli registers `train`)
 TRAINER_USERS = ("trainledger.runs", "trainledger.cli")
 APP, TRAINER = PACKAGES["app"], PACKAGES["trainer"]
@@ -168,8 +171,10 @@ def test_every_ledger_module_lives_in_a_room():
     top = sorted(p.name for p in (REPO / "ledger").glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
     for room, subs in SUB_ROOMS.items():  # a module lives in the sub-room of its concept, none loose in the room
-        assert sorted(p.name for p in (REPO / "ledger" / room).glob("*.py")) == ["__init__.py"], room
-        assert sorted(p.name for p in (REPO / "ledger" / room).iterdir() if p.is_dir() and p.name != "__pycache__") \
+        folder = REPO / "app" if room == "app" else REPO / "ledger" / room
+        loose = ["__init__.py", "main.py"] if room == "app" else ["__init__.py"]  # app/main.py: the entry script
+        assert sorted(p.name for p in folder.glob("*.py")) == loose, room
+        assert sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in ("__pycache__", "pages")) \
             == sorted(subs), room
 
 
@@ -201,8 +206,8 @@ def test_the_checks_find_a_cycle_an_upward_import_and_a_long_function(tmp_path):
                                            "from trainledger.sources.telemetry import sampling\n",
         "ledger/sources/telemetry/sampling.py": "",
         "ledger/reports/__init__.py": "",
-        "ledger/reports/export.py": "import trainledger.app.ui\n",
-        "app/ui.py": "x = 1\n",
+        "ledger/reports/export.py": "import trainledger.app.views.ui\n",
+        "app/views/ui.py": "x = 1\n",
         "trainer/engine.py": "def run():\n" + "    x = 1\n" * 90,
     })
     graph = import_graph(root)
@@ -211,7 +216,7 @@ def test_the_checks_find_a_cycle_an_upward_import_and_a_long_function(tmp_path):
     assert layering_violations(graph) == [
         "trainledger.money.rates.costs -> trainledger.money.account.monthly (money.rates imports money.account, a "
         "room above it)",
-        "trainledger.reports.export -> trainledger.app.ui (ledger imports app outside the CLI)",
+        "trainledger.reports.export -> trainledger.app.views.ui (ledger imports app outside the CLI)",
         "trainledger.sources.record.writer -> trainledger.sources.capture.track (sources.record imports "
         "sources.capture, a room above it)",
         "trainledger.store.db -> trainledger.money.facts.rollup (store imports money, a room above it)",

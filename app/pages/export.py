@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, data, period_view, ui
-from trainledger.app.chargeback_view import chargeback_section
+from trainledger.app.queries import data
+from trainledger.app.views import access, period_view, ui
+from trainledger.app.views.chargeback_view import chargeback_section
 from trainledger.reports.present import label, labelled_rows
 
 FORMATS = {"csv": ("CSV", "text/csv"),

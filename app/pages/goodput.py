@@ -2,13 +2,14 @@
 
 Numbers: the goodput account (``trainledger goodput --month M``, ``trainledger.money.goodput.account``): spend = goodput +
 badput + idle, badput by category per project and per month, runs ranked by badput; where idle sits hour by
-hour (``trainledger goodput idle --month M``, ``trainledger.money.goodput.occupancy``). Sections in :mod:`trainledger.app.goodput_view`.
+hour (``trainledger goodput idle --month M``, ``trainledger.money.goodput.occupancy``). Sections in :mod:`trainledger.app.views.goodput_view`.
 """
 
 from __future__ import annotations
 
 import streamlit as st
-from trainledger.app import access, data, goodput_data, goodput_view, ui
+from trainledger.app.queries import data, goodput_data
+from trainledger.app.views import access, goodput_view, ui
 
 access.page_gate()
 url = data.ledger_url()

@@ -1,10 +1,10 @@
 """Launch: start a tracked run from a listed config, watch it (status, step, heartbeat, loss), cancel it.
 
-Launching is ``trainledger launch CONFIG --detach`` (:func:`trainledger.app.launch.launch_run`:
+Launching is ``trainledger launch CONFIG --detach`` (:func:`trainledger.app.queries.launch.launch_run`:
 ``trainledger.runs.launch.prepare`` + ``start(detach=True)`` + ``record_process``);
-cancelling is ``trainledger runs cancel`` (:func:`trainledger.app.launch.cancel_run`). Both
+cancelling is ``trainledger runs cancel`` (:func:`trainledger.app.queries.launch.cancel_run`). Both
 need the lead role, checked on the server right before they act; the config
-path is re-checked there too (:func:`trainledger.app.launch.resolve_config`). Progress is a
+path is re-checked there too (:func:`trainledger.app.queries.launch.resolve_config`). Progress is a
 fragment that re-reads the ledger every :data:`REFRESH_S` seconds while the
 run is queued or running.
 """
@@ -16,7 +16,8 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
-from trainledger.app import access, data, launch, ui
+from trainledger.app.queries import data, launch
+from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 
 REFRESH_S = 2

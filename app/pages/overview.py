@@ -14,7 +14,8 @@ from decimal import Decimal
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, anomalies_view, budgets_view, data, figures, goodput_view, period_view, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, anomalies_view, budgets_view, figures, goodput_view, period_view, ui
 from trainledger.money.allocation.capacity import warning_text
 from trainledger.money.goodput.waste import IDLE
 from trainledger.money.rates import costs

@@ -12,7 +12,8 @@ from decimal import Decimal, InvalidOperation
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, data, planner, ui
+from trainledger.app.queries import data, planner
+from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 from trainledger.trainer.shapes import SHAPES, param_count
 

@@ -13,7 +13,8 @@ from decimal import Decimal
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, data, plain_words, rentown, ui
+from trainledger.app.queries import data, rentown
+from trainledger.app.views import access, plain_words, ui
 from trainledger.money.account.compare import compare_offers
 from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell

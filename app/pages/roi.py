@@ -10,7 +10,8 @@ from decimal import Decimal
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, data, figures, period_view, plain_words, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, figures, period_view, plain_words, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 

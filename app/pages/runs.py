@@ -1,7 +1,7 @@
 """Runs: filtered, paginated list (``trainledger.runs.registry.list_runs``) and one run's detail (``trainledger.runs.registry.show_run``).
 
 With a month chosen, each run's cost, GPU-hours, cost per 1M tokens and waste in that month are the monthly
-report's per-run lines (``trainledger.app.data.month_run_lines``, in cents as the export; waste: the run's badput in
+report's per-run lines (``trainledger.app.queries.data.month_run_lines``, in cents as the export; waste: the run's badput in
 the month's goodput account, its reason the largest badput category); "Most expensive" and "Most wasted" rank the
 month's runs by them. ``?goodput=CATEGORY&month=YYYY-MM`` (the Overview's waste links) keeps the runs with that
 badput, the most of it first; ``?waste=REASON`` (links from before issue 36) still works: failed, crashed, cancelled
@@ -20,7 +20,8 @@ from typing import Optional
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, anomalies_view, data, goodput_data, goodput_view, predictions, ui
+from trainledger.app.queries import data, goodput_data
+from trainledger.app.views import access, anomalies_view, goodput_view, predictions, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.goodput.account import CATEGORIES
 from trainledger.money.goodput.waste import check_reason

@@ -8,7 +8,7 @@ naming them, as ``--retroactive`` does); settings through
 ``trainledger.store.settings.set_setting``; fleets through :func:`trainledger.store.fleets.save_fleet`;
 rates through :func:`trainledger.store.fx.set_rate`; intensities through
 :func:`trainledger.store.carbon.set_intensity`. Every save checks the role on the
-server (:func:`trainledger.app.access.require_lead`) right before it writes.
+server (:func:`trainledger.app.views.access.require_lead`) right before it writes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from datetime import date
 from zoneinfo import available_timezones
 
 import streamlit as st
-from trainledger.app import access, data, offer_form, slurm_map, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, offer_form, slurm_map, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates.pricing import confirm_versions
 from trainledger.store.carbon import set_intensity
@@ -230,7 +231,7 @@ with tab_carbon:
         else:
             _saved(f"Saved {saved['g_per_kwh'].normalize():f} gCO2e/kWh for {ui.md(saved['scope'])} from {saved['valid_from']}.")
 
-# --- Slurm mapping (app/slurm_map.py) ---------------------------------------------------------
+# --- Slurm mapping (app/views/slurm_map.py) ---------------------------------------------------------
 with tab_slurm:
     slurm_map.section(url, nt_names, offers, _saved, read_only)
 

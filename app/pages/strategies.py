@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import access, data, predictions, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, predictions, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates.costs import cents
 from trainledger.reports.present import fmt_cell

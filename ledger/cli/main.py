@@ -41,7 +41,7 @@ def _register(module: str, root: typer.Typer) -> None:
     import importlib
 
     if module == "parts":  # commands that live with their part (both importable without torch)
-        from trainledger.app.cli import dashboard_command
+        from trainledger.app.serving.cli import dashboard_command
         from trainledger.trainer.cli import data_app, train_command
 
         root.command("train")(train_command)

@@ -469,7 +469,7 @@ class Budget(SQLModel, table=True):
     threshold_pct: Optional[Decimal] = Field(default=None, sa_type=Money)
 
 
-# --- dashboard sign-in (app/sessions.py; migration 0007) ------------------------------------------
+# --- dashboard sign-in (app/serving/sessions.py; migration 0007) ------------------------------------------
 
 class DashboardSession(SQLModel, table=True):
     """A signed-in dashboard session: the browser holds a random token in a cookie, the ledger its SHA-256.

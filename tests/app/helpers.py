@@ -106,24 +106,24 @@ def metrics(at) -> dict[str, str]:
 
 
 def plain(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``trainledger.app.ui.md`` removed."""
+    """Markdown source as the reader sees it: backslash escapes and the invisible word joiners of ``trainledger.app.views.ui.md`` removed."""
     return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
 
 
 def sign_in(at, user: str, password: str, client: str = "apptest"):
-    """Sign in as the HTTP form does (``trainledger.app.signin.attempt`` + ``trainledger.app.sessions.create``, under a fresh throttle),
+    """Sign in as the HTTP form does (``trainledger.app.serving.signin.attempt`` + ``trainledger.app.serving.sessions.create``, under a fresh throttle),
     hand the session token to the AppTest session as the cookie would, and run the app.
 
-    AppTest cannot carry cookies, so the token goes where ``trainledger.app.access`` keeps the
+    AppTest cannot carry cookies, so the token goes where ``trainledger.app.views.access`` keeps the
     cookie's token for the life of a connection. Returns the sign-in attempt.
     """
     import os
 
-    from trainledger.app import sessions
-    from trainledger.app.access import TOKEN_KEY
-    from trainledger.app.auth import load_auth_file
-    from trainledger.app.signin import attempt
-    from trainledger.app.throttle import Throttle
+    from trainledger.app.serving import sessions
+    from trainledger.app.serving.auth import load_auth_file
+    from trainledger.app.serving.signin import attempt
+    from trainledger.app.serving.throttle import Throttle
+    from trainledger.app.views.access import TOKEN_KEY
     from trainledger.store.db import resolve_url
 
     result = attempt(load_auth_file(os.environ["TRAINLEDGER_AUTH_FILE"]), user, password, client, throttle=Throttle())
@@ -139,7 +139,7 @@ def set_role(users_file, user: str, role: str) -> None:
     import os
     import tomllib
 
-    from trainledger.app.auth import ROLES
+    from trainledger.app.serving.auth import ROLES
 
     assert role in ROLES
     users = tomllib.loads(users_file.read_text())["users"]

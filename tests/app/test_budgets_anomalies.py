@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from trainledger.app.auth import make_entry
+from trainledger.app.serving.auth import make_entry
 
 from tests.app.helpers import make_app, plain, run_page, set_role, sign_in, with_session
 

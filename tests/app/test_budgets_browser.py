@@ -13,7 +13,7 @@ import subprocess
 from decimal import Decimal
 
 import pytest
-from trainledger.app.auth import make_entry
+from trainledger.app.serving.auth import make_entry
 from trainledger.money.outlook.anomalies import anomalies, runs_on_day
 from trainledger.money.outlook.budgets import budget_status
 from trainledger.reports.present import fmt_cell

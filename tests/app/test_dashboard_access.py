@@ -13,7 +13,14 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.app.auth import AuthFileError, authenticate, hash_password, load_auth_file, make_entry, verify_password
+from trainledger.app.serving.auth import (
+    AuthFileError,
+    authenticate,
+    hash_password,
+    load_auth_file,
+    make_entry,
+    verify_password,
+)
 from trainledger.store.db import make_engine
 from trainledger.store.models import Fleet, Setting
 
@@ -97,7 +104,7 @@ def test_bad_auth_file_is_one_line(tmp_path, body, needle):
 
 
 def test_python_m_app_auth_hash_prints_a_usable_entry(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "trainledger.app.auth", "hash", "carol", "--role", "lead", "--password-stdin"],
+    r = subprocess.run([sys.executable, "-m", "trainledger.app.serving.auth", "hash", "carol", "--role", "lead", "--password-stdin"],
                        input="carol-pw\n", capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
     entry = tomllib.loads(r.stdout)["users"]["carol"]
     assert entry["role"] == "lead" and entry["password_hash"].startswith("pbkdf2_sha256$600000$")
@@ -160,7 +167,7 @@ def test_a_lead_demoted_while_the_page_is_open_cannot_edit_fleet_or_settings(led
 
 def _require_lead_script():
     import streamlit as st
-    from trainledger.app.access import require_lead
+    from trainledger.app.views.access import require_lead
 
     st.write(f"allowed: {require_lead('change prices')}")
 

@@ -56,7 +56,7 @@ def test_the_ledger_url_is_not_on_the_command_line(dashboard):
             cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
         except OSError:
             pass
-    streamlit = [c for c in cmdlines if "trainledger.app.serve run" in c]
+    streamlit = [c for c in cmdlines if "trainledger.app.serving.serve run" in c]
     assert streamlit, cmdlines
     assert all(url not in c for c in streamlit) and all("--server.address 127.0.0.1" in c for c in streamlit)
 

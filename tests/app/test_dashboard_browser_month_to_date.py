@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trainledger.app import ui
+from trainledger.app.views import ui
 from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from trainledger.app import cli as dashboard_cli
-from trainledger.app.auth import make_entry
+from trainledger.app.serving import cli as dashboard_cli
+from trainledger.app.serving.auth import make_entry
 from trainledger.cli.main import app
 from typer.testing import CliRunner
 
@@ -29,7 +29,7 @@ def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, m
     assert r.exit_code == 0, r.output
     (argv, env, kw), = fake_popen
     assert isinstance(argv, list) and kw == {}
-    assert argv[1:5] == ["-m", "trainledger.app.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/asgi.py`
+    assert argv[1:5] == ["-m", "trainledger.app.serving.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/serving/asgi.py`
     opts = dict(zip(argv[5::2], argv[6::2]))
     assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8765"
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
@@ -40,7 +40,7 @@ def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, m
 
 
 def test_allowed_hosts_travel_in_the_environment_and_need_sign_in(sqlite_url, fake_popen, monkeypatch, tmp_path):
-    from trainledger.app.auth import make_entry
+    from trainledger.app.serving.auth import make_entry
 
     monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
     r = _invoke("--allowed-host", "dash.example.com", "--db", sqlite_url)

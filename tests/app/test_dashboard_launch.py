@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session, func, select
-from trainledger.app import launch
-from trainledger.app.auth import make_entry
+from trainledger.app.queries import launch
+from trainledger.app.serving.auth import make_entry
 from trainledger.runs.launch import LaunchRequest, prepare
 from trainledger.store.db import make_engine, session_scope
 from trainledger.store.models import MetricSample, Run, RunStatus

@@ -2,7 +2,7 @@
 fleet, shows the forecast and the budgets, and seeds Rent vs own from the last full month.
 
 The clock is ``$TRAINLEDGER_NOW`` (the reports' clock, as the CLI's ``--now``): the demo ledger is
-written at that instant and the app reads it (app/data.py ``now()``).
+written at that instant and the app reads it (app/queries/data.py ``now()``).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_export_on_day_3_is_the_clis(day3):
         rep = monthly_report(s, MONTH, now=DAY3)
         want = render(presented_report(rep, report_account(s, rep, DAY3)), "csv")  # as `report monthly` writes it
     engine.dispose()
-    from trainledger.app import data
+    from trainledger.app.queries import data
 
     assert data.export_bytes(day3, MONTH, "csv") == want
     assert want.startswith(f"metric,value\nmonth,{MONTH}\ntimezone,UTC\ncurrency,CNY\nperiod,{LABEL}\nis_partial,true\n".encode())

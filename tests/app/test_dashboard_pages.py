@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.app.plain_words import compact
+from trainledger.app.views.plain_words import compact
 from trainledger.money.account.monthly import monthly_report
 from trainledger.reports.export import presented_report
 from trainledger.reports.present import fmt_cell
@@ -220,7 +220,7 @@ def test_export_page_offers_the_three_formats(demo_url, app_env):
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "json"])
 def test_export_bytes_are_the_clis(fmt, demo_url, tmp_path, app_env):
     """What the Export page offers for download is what `trainledger report monthly` writes."""
-    from trainledger.app import data
+    from trainledger.app.queries import data
     from trainledger.cli.main import app
     from typer.testing import CliRunner
 

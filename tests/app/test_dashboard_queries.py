@@ -8,7 +8,8 @@ from importlib import resources
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.app import offer_form, rentown
+from trainledger.app.queries import rentown
+from trainledger.app.views import offer_form
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.compare import compare_node_type, compare_offers
 from trainledger.money.account.monthly import monthly_report

@@ -11,7 +11,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from trainledger.app import ui
+from trainledger.app.views import ui
 from trainledger.money.rates import periods as P
 from trainledger.reports.periods import period_report, presented_period
 from trainledger.reports.present import fmt_cell

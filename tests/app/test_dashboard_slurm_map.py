@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from trainledger.app.auth import make_entry
+from trainledger.app.serving.auth import make_entry
 from trainledger.cli.main import app as cli_app
 from trainledger.store.db import make_engine
 from typer.testing import CliRunner

@@ -1,11 +1,11 @@
-"""Plain words (app/plain_words.py): compact numbers and "never breaks even", as the pages show them."""
+"""Plain words (app/views/plain_words.py): compact numbers and "never breaks even", as the pages show them."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
 import pytest
-from trainledger.app.plain_words import NEVER, break_even, compact, payback, payback_sentence
+from trainledger.app.views.plain_words import NEVER, break_even, compact, payback, payback_sentence
 
 
 @pytest.mark.parametrize("value,shown", [

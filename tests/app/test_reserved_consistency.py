@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from sqlmodel import Session, select
-from trainledger.app import rentown, ui
+from trainledger.app.queries import rentown
+from trainledger.app.views import ui
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell

@@ -1,7 +1,7 @@
 """Signing in, in real Chromium: deep links, reloads, sign-out, changed passwords, removed users, read-only viewers.
 
 `trainledger dashboard --auth-file users.toml` serves the sign-in form over plain HTTP
-(app/signin.py); it sets an HttpOnly, SameSite=Lax session cookie and never puts a secret in a
+(app/serving/signin.py); it sets an HttpOnly, SameSite=Lax session cookie and never puts a secret in a
 URL. Checked here:
 
 * a deep link opened signed out (``/runs?month=…&run=…``) goes to the form and, after signing
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from trainledger.app.auth import make_entry
+from trainledger.app.serving.auth import make_entry
 
 from tests.app.helpers import MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle

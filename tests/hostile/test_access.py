@@ -25,10 +25,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlmodel import Session, select
-from trainledger.app import launch as app_launch
-from trainledger.app.access import IDENTITY_KEY, TOKEN_KEY, Identity
-from trainledger.app.auth import make_entry
-from trainledger.app.cli import is_loopback
+from trainledger.app.queries import launch as app_launch
+from trainledger.app.serving.auth import make_entry
+from trainledger.app.serving.cli import is_loopback
+from trainledger.app.views.access import IDENTITY_KEY, TOKEN_KEY, Identity
 from trainledger.errors import LedgerInputError
 from trainledger.store.db import make_engine
 from trainledger.store.models import Run

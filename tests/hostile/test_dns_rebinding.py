@@ -3,7 +3,7 @@
 The finding: plain `trainledger dashboard` (127.0.0.1, no sign-in, everyone a lead) accepted any
 ``Host`` and ``Origin``: a page of a foreign site whose name the attacker re-points at 127.0.0.1
 showed "full lead access" and saved a settings change. Now every HTTP request and the WebSocket
-pass app/guard.py's allow-list first (an ASGI middleware in front of Streamlit's ``st.App``):
+pass app/serving/guard.py's allow-list first (an ASGI middleware in front of Streamlit's ``st.App``):
 
 * Chromium opening ``http://evil.test:PORT/`` (resolved to 127.0.0.1) gets 403 and no app; the
   same browser at ``http://localhost:PORT`` gets the app with local lead access;
@@ -22,7 +22,7 @@ import threading
 
 import pytest
 from sqlalchemy import create_engine, text
-from trainledger.app.auth import make_entry
+from trainledger.app.serving.auth import make_entry
 from trainledger.store.db import make_engine
 
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle

@@ -1,9 +1,9 @@
-"""The Host/Origin allow-list's rules (app/guard.py), case by case; tests/hostile/test_dns_rebinding.py drives it for real."""
+"""The Host/Origin allow-list's rules (app/serving/guard.py), case by case; tests/hostile/test_dns_rebinding.py drives it for real."""
 
 from __future__ import annotations
 
 import pytest
-from trainledger.app.guard import HostPolicy, is_loopback_name, parse_allowed, split_host
+from trainledger.app.serving.guard import HostPolicy, is_loopback_name, parse_allowed, split_host
 
 LOCAL = HostPolicy(signin=False)
 SIGNIN = HostPolicy(signin=True, allowed=("dash.example.com", "*.corp.example"), own_names=("gpu-box",))

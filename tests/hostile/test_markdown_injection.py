@@ -3,7 +3,7 @@
 The finding: run name, project, user and error text (anyone controls JobName and Account in
 Slurm) were rendered as Markdown; an image in a run name loaded from an outside server in every
 viewer's browser (a beacon), and a link "Session expired – sign in again" appeared in a run's
-heading. Now every such value goes through ``trainledger.app.ui.md``.
+heading. Now every such value goes through ``trainledger.app.views.ui.md``.
 
 A ledger (the demo history plus hand-built runs) gets hostile text in every user-controlled
 name: run names, projects, users, errors, node host names, a sweep id, a node type, offers and a
@@ -146,7 +146,7 @@ def test_every_page_with_hostile_names_loads_nothing_and_links_nowhere(hostile):
                 # no injected link: none whose name *starts* with the payload's text (a link of ours may quote a
                 # hostile project name as text: "Runs of [Session expired – sign in again](…)", to /runs)
                 assert page.get_by_role("link", name=re.compile(r"^\W*Session expired")).count() == 0, path
-                text = page.inner_text("body").replace("\u2060", "")  # trainledger.app.ui.md's invisible word joiners
+                text = page.inner_text("body").replace("\u2060", "")  # trainledger.app.views.ui.md's invisible word joiners
                 for key in ("run_name", "error", "host", "project", "user"):
                     if names[key][:30] in text:
                         shown_somewhere.add(key)

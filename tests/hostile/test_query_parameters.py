@@ -2,7 +2,7 @@
 
 The finding: ``?month=9999-12`` crashed Overview and Export with a full traceback (server paths and
 source) shown to whoever opened the link. Now every page reads ``?month=`` and ``?run=`` (and the
-Strategies page ``?sweep=``) through app/ui.py, which turns a bad value into a one-line warning
+Strategies page ``?sweep=``) through app/views/ui.py, which turns a bad value into a one-line warning
 and falls back (this month; no run); an error no page handles is one line too ("This page
 failed (TypeName)"), its traceback only in the dashboard's log; and the served dashboard runs with
 ``client.showErrorDetails = none``, so even an uncaught exception would show no message or trace.
@@ -76,7 +76,7 @@ def test_bad_query_parameters_are_one_line_in_the_browser(served):
 
 
 def test_an_error_no_page_handles_is_one_line_and_goes_to_the_log(app_env, tmp_path, monkeypatch, caplog):
-    from trainledger.app import data
+    from trainledger.app.queries import data
 
     app_env(build_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"))
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 from sqlalchemy import create_engine, text
-from trainledger.app.auth import load_auth_file, make_entry
+from trainledger.app.serving.auth import load_auth_file, make_entry
 
 from tests.app.helpers import make_app, plain, sign_in
 from tests.conftest import PG_ADMIN

@@ -2,7 +2,7 @@
 names that do not exist.
 
 The finding: 15 wrong passwords at 2.8/s, then the right one was accepted; each try cost ~0.15 s
-of PBKDF2, so a few clients could keep a 2-core host busy. Now (app/throttle.py, app/signin.py):
+of PBKDF2, so a few clients could keep a 2-core host busy. Now (app/serving/throttle.py, app/serving/signin.py):
 
 * a user name is free for 3 failures, then locked 1, 2, 4, ... s after each further failure,
   up to 15 minutes; a client address likewise after 10; while locked, attempts are refused
@@ -22,10 +22,10 @@ import re
 from urllib.parse import urlencode
 
 import pytest
-from trainledger.app import auth as auth_module
-from trainledger.app.auth import authenticate, load_auth_file, make_entry
-from trainledger.app.signin import VERIFY_SLOTS, attempt
-from trainledger.app.throttle import CLIENT_POLICY, USER_POLICY, Policy, Throttle
+from trainledger.app.serving import auth as auth_module
+from trainledger.app.serving.auth import authenticate, load_auth_file, make_entry
+from trainledger.app.serving.signin import VERIFY_SLOTS, attempt
+from trainledger.app.serving.throttle import CLIENT_POLICY, USER_POLICY, Policy, Throttle
 
 from tests.app.helpers import build_ledger
 from tests.app.served import serve
@@ -192,7 +192,7 @@ def test_one_client_trying_many_names_is_locked_as_a_client(site):
 
 
 def test_the_wait_shown_is_whole_seconds_without_float_noise():
-    from trainledger.app.signin import whole_seconds
+    from trainledger.app.serving.signin import whole_seconds
 
     now = 1048173.1128487753  # a monotonic clock reading: (now + 600) - now is not exactly 600 in floats
     assert (now + 600) - now != 600 and whole_seconds((now + 600) - now) == 600

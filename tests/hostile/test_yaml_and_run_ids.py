@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from sqlmodel import Session
-from trainledger.app import launch as app_launch
+from trainledger.app.queries import launch as app_launch
 from trainledger.errors import LedgerInputError
 from trainledger.runs.launch import CONFIG_DIRS_ENV, default_log_dir, run_log_file
 from trainledger.sources.record.journal import Journal, apply_events, sync_all

@@ -1,5 +1,5 @@
 """Which ``Host`` names a server of ours answers: the DNS-rebinding allow-list shared by the dashboard
-(:mod:`trainledger.app.guard`, an ASGI middleware) and the metrics endpoints (:mod:`trainledger.sources.telemetry.metrics_http`).
+(:mod:`trainledger.app.serving.guard`, an ASGI middleware) and the metrics endpoints (:mod:`trainledger.sources.telemetry.metrics_http`).
 
 A page from another site whose name the attacker re-points at 127.0.0.1 sends
 its own name as the Host, so a server answers only names it knows:

@@ -1,12 +1,12 @@
-"""The dashboard as an ASGI app: ``streamlit run app/asgi.py`` (what ``trainledger dashboard`` starts, via app/serve.py).
+"""The dashboard as an ASGI app: ``streamlit run app/serving/asgi.py`` (what ``trainledger dashboard`` starts, via app/serving/serve.py).
 
 Streamlit's ``st.App`` serves app/main.py with, in front of it:
 
-1. :class:`trainledger.app.guard.HostGuard`: the Host/Origin allow-list (DNS rebinding), on
+1. :class:`trainledger.app.serving.guard.HostGuard`: the Host/Origin allow-list (DNS rebinding), on
    every HTTP request and on the WebSocket that carries the app;
-2. :class:`trainledger.app.signin.SignInRequired`: with an auth file, a page load without a
+2. :class:`trainledger.app.serving.signin.SignInRequired`: with an auth file, a page load without a
    valid session goes to the sign-in form (and comes back to the page after);
-3. the sign-in routes of :mod:`trainledger.app.signin` (``/_trainledger/signin``).
+3. the sign-in routes of :mod:`trainledger.app.serving.signin` (``/_trainledger/signin``).
 
 Log lines of the dashboard's own loggers (``trainledger.*``: refused requests,
 sign-ins) go to stderr with a timestamp.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import streamlit as st
 from starlette.middleware import Middleware
-from trainledger.app.guard import HostGuard
-from trainledger.app.signin import SignInRequired, routes
+from trainledger.app.serving.guard import HostGuard
+from trainledger.app.serving.signin import SignInRequired, routes
 
 
 def _log_to_stderr() -> None:
@@ -33,5 +33,5 @@ def _log_to_stderr() -> None:
 
 
 _log_to_stderr()
-app = st.App(str(Path(__file__).with_name("main.py")), routes=routes(),
+app = st.App(str(Path(__file__).parents[1] / "main.py"), routes=routes(),
              middleware=[Middleware(HostGuard), Middleware(SignInRequired)])

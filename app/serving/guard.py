@@ -1,6 +1,6 @@
 """The dashboard's Host/Origin allow-list: an ASGI middleware in front of every request (DNS rebinding).
 
-``trainledger dashboard`` serves the app as a Streamlit ``st.App`` (app/asgi.py)
+``trainledger dashboard`` serves the app as a Streamlit ``st.App`` (app/serving/asgi.py)
 with :class:`HostGuard` as its first middleware, so the check covers every HTTP
 request (pages, static files, media, the sign-in routes) and the WebSocket that
 carries the app itself. A request is refused (HTTP 403, or the WebSocket
@@ -17,7 +17,7 @@ handshake rejected) unless
 
 A page from another site whose name the attacker re-points at 127.0.0.1 sends
 its own name as the Host: refused before Streamlit sees it. Which hosts pass
-comes from the environment (``TRAINLEDGER_ALLOWED_HOSTS``, set by app/cli.py)
+comes from the environment (``TRAINLEDGER_ALLOWED_HOSTS``, set by app/serving/cli.py)
 and Streamlit's ``server.address``. This module imports no Streamlit.
 """
 

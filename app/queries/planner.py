@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any, Optional
 
 import streamlit as st
-from trainledger.app.data import TTL, read_session
+from trainledger.app.queries.data import TTL, read_session
 from trainledger.runs import plan
 
 

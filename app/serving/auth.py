@@ -12,8 +12,8 @@ The file (``trainledger dashboard --auth-file users.toml``) looks like::
 
 Create an entry without trainledger installed (stdlib only)::
 
-    python -m trainledger.app.auth hash alice --role lead            # asks for the password twice
-    printf 'secret\\n' | python -m trainledger.app.auth hash bob --role viewer --password-stdin >> users.toml
+    python -m trainledger.app.serving.auth hash alice --role lead            # asks for the password twice
+    printf 'secret\\n' | python -m trainledger.app.serving.auth hash bob --role viewer --password-stdin >> users.toml
 
 The hash is PBKDF2-HMAC-SHA256 (``hashlib.pbkdf2_hmac``) with a random 16-byte
 salt and 600,000 iterations (OWASP's 2023 figure); verification is constant
@@ -123,7 +123,7 @@ def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
         raise AuthFileError(f"--auth-file {path.name}: unknown table {sorted(extra)[0]!r}; only [users.NAME] tables are allowed")
     users = data.get("users")
     if not isinstance(users, dict) or not users:
-        raise AuthFileError(f"--auth-file {path.name}: no users; add one with `python -m trainledger.app.auth hash NAME --role lead`")
+        raise AuthFileError(f"--auth-file {path.name}: no users; add one with `python -m trainledger.app.serving.auth hash NAME --role lead`")
     out: dict[str, UserEntry] = {}
     for name, entry in users.items():
         where = f"--auth-file {path.name}: user {name!r}"
@@ -139,7 +139,7 @@ def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
             raise AuthFileError(f"{where}: role must be viewer or lead, got {role!r}")
         encoded = entry.get("password_hash")
         if not isinstance(encoded, str):
-            raise AuthFileError(f"{where}: password_hash is missing; create it with `python -m trainledger.app.auth hash {name}`")
+            raise AuthFileError(f"{where}: password_hash is missing; create it with `python -m trainledger.app.serving.auth hash {name}`")
         try:
             _parse_hash(encoded)
         except ValueError as exc:
@@ -202,7 +202,7 @@ def make_entry(name: str, role: str, password: str, *, iterations: int = ITERATI
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainledger.app.auth", description="Create users for `trainledger dashboard --auth-file FILE`.")
+    parser = argparse.ArgumentParser(prog="python -m trainledger.app.serving.auth", description="Create users for `trainledger dashboard --auth-file FILE`.")
     sub = parser.add_subparsers(dest="command", required=True)
     h = sub.add_parser("hash", help="Print a [users.NAME] TOML block with a salted PBKDF2-SHA256 password hash.")
     h.add_argument("name", help="User name (letters, digits, _ . @ -).")

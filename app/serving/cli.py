@@ -5,7 +5,7 @@
     trainledger dashboard --auth-file users.toml --allowed-host dash.example.com   # behind a reverse proxy
 
 Streamlit is started as an argument list (never a shell string), through
-app/serve.py: ``streamlit run app/asgi.py`` (the app behind the Host/Origin
+app/serving/serve.py: ``streamlit run app/serving/asgi.py`` (the app behind the Host/Origin
 allow-list and the sign-in routes), with Streamlit's older pages-folder mode
 off and error details off (``client.showErrorDetails none``: no traceback
 reaches a browser). The ledger URL travels in the environment
@@ -25,25 +25,25 @@ from typing import Annotated, Optional
 
 import typer
 
-MAIN_SCRIPT = Path(__file__).with_name("main.py")
+MAIN_SCRIPT = Path(__file__).parents[1] / "main.py"
 ASGI_SCRIPT = Path(__file__).with_name("asgi.py")
 AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
 
 
 def is_loopback(host: Optional[str]) -> bool:
     """127.0.0.0/8, ::1 and ``localhost``; an empty address means every interface (not loopback)."""
-    from trainledger.app.guard import is_loopback_name
+    from trainledger.app.serving.guard import is_loopback_name
 
     return bool(host) and is_loopback_name(host.strip("[]"))
 
 
 def streamlit_argv(host: str, port: int) -> list[str]:
-    """The command that serves the dashboard (no secrets in it): ``streamlit run app/asgi.py`` through app/serve.py.
+    """The command that serves the dashboard (no secrets in it): ``streamlit run app/serving/asgi.py`` through app/serving/serve.py.
 
     ``client.showErrorDetails none``: an exception shows no message, type or
     trace in the browser (the legacy value ``false`` would still show the trace).
     """
-    return [sys.executable, "-m", "trainledger.app.serve", "run", str(ASGI_SCRIPT),
+    return [sys.executable, "-m", "trainledger.app.serving.serve", "run", str(ASGI_SCRIPT),
             "--server.address", host, "--server.port", str(port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--server.runOnSave", "false", "--client.toolbarMode", "minimal", "--client.showErrorDetails", "none"]
@@ -51,7 +51,7 @@ def streamlit_argv(host: str, port: int) -> list[str]:
 
 def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str, ...] = ()) -> dict[str, str]:
     """The child's environment: the ledger URL, the auth file and the allowed host names; telemetry off."""
-    from trainledger.app.guard import ALLOWED_HOSTS_ENV
+    from trainledger.app.serving.guard import ALLOWED_HOSTS_ENV
 
     env = dict(os.environ)
     env["TRAINLEDGER_DB_URL"] = url
@@ -73,14 +73,14 @@ def dashboard_command(
     host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback (127.0.0.1, ::1, localhost) needs --auth-file.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8501,
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
-    auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m trainledger.app.auth hash NAME --role lead`. Sign-in is then required.")] = None,
+    auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m trainledger.app.serving.auth hash NAME --role lead`. Sign-in is then required.")] = None,
     allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name browsers use to reach the dashboard, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection). Needs --auth-file.", show_default=False)] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Open the demo's own ledger (what `trainledger demo` fills: demo.db in the user data dir) instead of yours.")] = False,
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
     from sqlalchemy.exc import OperationalError
-    from trainledger.app.auth import AuthFileError, load_auth_file
-    from trainledger.app.guard import parse_allowed
+    from trainledger.app.serving.auth import AuthFileError, load_auth_file
+    from trainledger.app.serving.guard import parse_allowed
     from trainledger.store.db import LedgerURLError, make_engine, redact_url, resolve_url
 
     try:
@@ -106,7 +106,7 @@ def dashboard_command(
             _fail(str(exc))
     elif not is_loopback(host):
         _fail(f"--host {host} is not a loopback address and no --auth-file is set: "
-              "pass --auth-file FILE (see `python -m trainledger.app.auth hash --help`) or bind 127.0.0.1")
+              "pass --auth-file FILE (see `python -m trainledger.app.serving.auth hash --help`) or bind 127.0.0.1")
     try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
         make_engine(url).dispose()
     except LedgerURLError as exc:

@@ -1,7 +1,7 @@
 """Cached reads for the goodput figures (issue #25): the ledger functions ``trainledger goodput`` calls.
 
-As :mod:`trainledger.app.data`: every reader takes the ledger URL first and the sidebar's currency; a month that has
-not ended is to date at :func:`trainledger.app.data.now`.
+As :mod:`trainledger.app.queries.data`: every reader takes the ledger URL first and the sidebar's currency; a month that has
+not ended is to date at :func:`trainledger.app.queries.data.now`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import streamlit as st
-from trainledger.app.data import TTL, now, read_session
+from trainledger.app.queries.data import TTL, now, read_session
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -25,9 +25,9 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
 @st.cache_data(ttl=TTL, show_spinner=False)
 def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
     """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``); the whole
-    month's from the cached monthly report with its lines (:func:`trainledger.app.data.report`, as the export's),
+    month's from the cached monthly report with its lines (:func:`trainledger.app.queries.data.report`, as the export's),
     so a page computes a month's account once."""
-    from trainledger.app.data import month_goodput
+    from trainledger.app.queries.data import month_goodput
     from trainledger.money.goodput.account import goodput_account
 
     if project is None:

@@ -1,6 +1,6 @@
 """Dashboard sessions: what keeps a browser signed in across reloads, and what ends it.
 
-Signing in (app/signin.py) creates a session: a random 256-bit token goes to
+Signing in (app/serving/signin.py) creates a session: a random 256-bit token goes to
 the browser in an HttpOnly, SameSite=Lax cookie (never in a URL); the ledger
 keeps only its SHA-256 (table ``dashboard_session``, migration 0007), the user
 name, a fingerprint of the user's password hash and an expiry
@@ -11,8 +11,8 @@ name, a fingerprint of the user's password hash and an expiry
 * the user is still in the auth file with the same password hash (a changed
   password or a removed user ends every session of that user).
 
-The dashboard checks this on every page run (app/access.py) and on every page
-load (app/signin.py). Nothing here imports Streamlit.
+The dashboard checks this on every page run (app/views/access.py) and on every page
+load (app/serving/signin.py). Nothing here imports Streamlit.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Optional
 
 from sqlmodel import delete
-from trainledger.app.auth import UserEntry
+from trainledger.app.serving.auth import UserEntry
 from trainledger.store.db import get_engine, session_scope
 from trainledger.store.models import DashboardSession
 from trainledger.store.types import utcnow

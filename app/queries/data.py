@@ -261,8 +261,8 @@ def sweep_progress(url: str, sweep_id: str) -> dict[str, Any]:
 
 
 def run_progress(url: str, run_id: str) -> dict[str, Any]:
-    """``registry.run_progress`` with the run's log tail (``trainledger.app.launch.with_log``): status, step, heartbeat, loss."""
-    from trainledger.app.launch import with_log
+    """``registry.run_progress`` with the run's log tail (``trainledger.app.queries.launch.with_log``): status, step, heartbeat, loss."""
+    from trainledger.app.queries.launch import with_log
 
     with read_session(url) as s:
         return with_log(registry.run_progress(s, run_id))

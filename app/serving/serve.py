@@ -1,6 +1,6 @@
-"""``python -m trainledger.app.serve run app/asgi.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
+"""``python -m trainledger.app.serving.serve run app/serving/asgi.py [Streamlit flags]``: ``streamlit run``, as ``trainledger dashboard`` starts it.
 
-app/asgi.py is an ``st.App`` (app/main.py behind the Host/Origin guard and the
+app/serving/asgi.py is an ``st.App`` (app/main.py behind the Host/Origin guard and the
 sign-in routes), which ``streamlit run`` serves with uvicorn.
 
 The one difference from the ``streamlit`` command: Streamlit's older multipage

@@ -11,7 +11,8 @@ from datetime import date
 from typing import Any, Optional
 
 import streamlit as st
-from trainledger.app import data, ui
+from trainledger.app.queries import data
+from trainledger.app.views import ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.outlook.anomalies import MEASURES, RULE, anomalies, parse_day, runs_on_day
 

@@ -5,7 +5,7 @@ own validation: amount in whole cents above 0 and below 10^13, a month YYYY-MM, 
 currency the ledger can convert, an alert threshold from 1 to 100 percent), so a form accepts exactly
 what ``budget set`` accepts and says why in the same one line, naming the form's field. Leads save; viewers see the budgets and the forms
 disabled, and every save checks the role on the server right before it writes
-(:func:`trainledger.app.access.require_lead`).
+(:func:`trainledger.app.views.access.require_lead`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import streamlit as st
-from trainledger.app import access, data, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.outlook.budgets import MONTHLY, TEAM, ledger_currency, list_budgets, remove_budget, set_budget
 from trainledger.store.models import Project

@@ -1,7 +1,7 @@
 """Goodput sections of the dashboard (issue #25): the idle heat map, ...
 
 Every figure is the presented JSON of the ledger function ``trainledger goodput`` prints
-(:mod:`trainledger.app.goodput_data`), so a page shows the CLI's numbers to the cent.
+(:mod:`trainledger.app.queries.goodput_data`), so a page shows the CLI's numbers to the cent.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import goodput_data, ui
+from trainledger.app.queries import goodput_data
+from trainledger.app.views import ui
 
 
 def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) -> dict[str, Any]:

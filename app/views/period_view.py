@@ -1,6 +1,6 @@
 """A period's headline figures on Overview, Monthly ROI and Export (``trainledger report period --from --to``).
 
-Every figure is the presented period report (``trainledger.app.data.period_report``: ``trainledger.reports.periods``), so a page
+Every figure is the presented period report (``trainledger.app.queries.data.period_report``: ``trainledger.reports.periods``), so a page
 shows the CLI's numbers to the cent, and each headline figure's change against the period before of the same
 length (``trainledger.money.rates.periods.previous``) as the metric's delta.
 """
@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import data, ui
+from trainledger.app.queries import data
+from trainledger.app.views import ui
 
 #: money up is worse: its delta is red when it grows
 COST_KEYS = {"actual_cost", "idle_cost", "waste_cost", "own_cost", "elastic_cost", "co2e_kg"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Optional
 
-from trainledger.app import ui
+from trainledger.app.views import ui
 from trainledger.reports.present import fmt_cell
 
 NEVER = "never breaks even"

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import data
+from trainledger.app.queries import data
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 

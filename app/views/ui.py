@@ -180,7 +180,7 @@ ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 def display_tz() -> ZoneInfo:
     """The ledger's display time zone (Settings → time zone), for times in tables."""
-    from trainledger.app import data
+    from trainledger.app.queries import data
 
     return ZoneInfo(data.display_timezone_name(data.ledger_url()))
 
@@ -283,7 +283,7 @@ def month_picker(url: str) -> str:
     Starts from ?month=YYYY-MM (else this month; a bad value is a one-line
     warning, never an error page) and keeps its value across pages.
     """
-    from trainledger.app import data
+    from trainledger.app.queries import data
 
     options = data.month_options(url)
     default = data.current_month(url)
@@ -319,7 +319,7 @@ def period_picker(url: str) -> tuple[Any, str]:
     begun month). The URL carries it (``?period=quarter&quarter=2026-Q4``, ``?period=ytd&year=2026``,
     ``?period=range&from=2026-10-15&to=2026-11-20``; a month: ``?month=2026-11``); a bad value is one line
     and the month is shown instead. ``trainledger report period --from --to`` reports the same period."""
-    from trainledger.app import data
+    from trainledger.app.queries import data
     from trainledger.money.rates import periods as P
 
     today = data.today(url)
@@ -394,7 +394,7 @@ def _period_url(state: dict) -> None:
 
 
 def change_text(report: dict[str, Any], key: str) -> Optional[str]:
-    """A headline figure's delta from a period report (``trainledger.app.data.period_report``): "+5.5% vs 2026-Q3", the
+    """A headline figure's delta from a period report (``trainledger.app.queries.data.period_report``): "+5.5% vs 2026-Q3", the
     percentage ``trainledger report period`` prints; None when there is nothing to compare with."""
     pct_ = (report.get("change") or {}).get(f"{key}_pct")
     if pct_ is None:
@@ -454,7 +454,7 @@ def currency_picker(url: str) -> str:
     Starts from ?currency=XXX, else the Settings currency once set, else the offers' own; keeps its value
     across pages. Money in another currency than an offer's is converted at each charge period's rate.
     """
-    from trainledger.app import data
+    from trainledger.app.queries import data
 
     c = data.currencies(url)
     options = c["options"]

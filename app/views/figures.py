@@ -8,7 +8,8 @@ from typing import Any, Optional
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app import data, ui
+from trainledger.app.queries import data
+from trainledger.app.views import ui
 from trainledger.money.account.spend import IDLE, NO_PROJECT
 
 

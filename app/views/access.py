@@ -1,8 +1,8 @@
 """Who is using the dashboard, and what they may do (SPEC §8).
 
 * With an auth file (``TRAINLEDGER_AUTH_FILE``, set by ``trainledger dashboard
-  --auth-file``) every browser signs in through the HTTP form of app/signin.py,
-  which sets a session cookie (app/sessions.py). Every script run reads the
+  --auth-file``) every browser signs in through the HTTP form of app/serving/signin.py,
+  which sets a session cookie (app/serving/sessions.py). Every script run reads the
   cookie sent with the app's WebSocket and checks the session against the
   ledger and the auth file: an expired session, a removed user or a changed
   password signs the browser out; the role is the auth file's, read again
@@ -11,7 +11,7 @@
 * Without one, the dashboard serves loopback only, and everyone there is a
   lead (local use), but only when the request names a loopback host (``Host:
   localhost`` or ``127.0.0.1``) and came through no proxy (no ``Forwarded`` /
-  ``X-Forwarded-*`` header): app/guard.py refuses other hosts before the app
+  ``X-Forwarded-*`` header): app/serving/guard.py refuses other hosts before the app
   runs, and this module checks again. A server bound elsewhere without an auth
   file serves nothing.
 
@@ -32,11 +32,11 @@ from typing import Optional
 from urllib.parse import quote, urlencode
 
 import streamlit as st
-from trainledger.app import sessions
-from trainledger.app.auth import AuthFileError, users_file
-from trainledger.app.cli import AUTH_ENV, is_loopback
-from trainledger.app.guard import is_loopback_name, split_host
-from trainledger.app.signin import SIGNIN_PATH, safe_next
+from trainledger.app.serving import sessions
+from trainledger.app.serving.auth import AuthFileError, users_file
+from trainledger.app.serving.cli import AUTH_ENV, is_loopback
+from trainledger.app.serving.guard import is_loopback_name, split_host
+from trainledger.app.serving.signin import SIGNIN_PATH, safe_next
 
 TOKEN_KEY = "_trainledger_session_token"  # read only without an HTTP request (AppTest); written by tests
 SIGNED_OUT_KEY = "_trainledger_signed_out"
@@ -102,7 +102,7 @@ def current_identity() -> Optional[Identity]:
     """The signed-in identity (its role read from the auth file now), a local lead, or None."""
     if auth_file() is None:
         return LOCAL_LEAD if server_is_loopback() and request_is_local() else None
-    from trainledger.app.data import ledger_url
+    from trainledger.app.queries.data import ledger_url
 
     token = session_token()
     entry = sessions.lookup(ledger_url(), token, users()) if token else None
@@ -114,7 +114,7 @@ def current_identity() -> Optional[Identity]:
 
 def require_lead(action: str, outcome: str = "Nothing was saved.") -> bool:
     """Server-side check before a write: True for a lead, else an error on the page and False."""
-    from trainledger.app.ui import md
+    from trainledger.app.views.ui import md
 
     ident = current_identity()
     if ident is not None and ident.is_lead:
@@ -134,7 +134,7 @@ def refusal_page() -> None:
     if not server_is_loopback():
         st.error("This dashboard is bound to a non-loopback address and no auth file is configured, so it serves "
                  "nothing. Start it with `trainledger dashboard` (binds 127.0.0.1), or add "
-                 "`--auth-file users.toml` (create users with `python -m trainledger.app.auth hash NAME --role lead`).")
+                 "`--auth-file users.toml` (create users with `python -m trainledger.app.serving.auth hash NAME --role lead`).")
     else:
         st.error("Without sign-in this dashboard answers only at a loopback address through no proxy "
                  "(open http://127.0.0.1 or http://localhost on this machine). To serve it under another name, "
@@ -142,7 +142,7 @@ def refusal_page() -> None:
 
 
 def auth_error_page(message: str) -> None:
-    from trainledger.app.ui import md
+    from trainledger.app.views.ui import md
 
     st.title("trainledger")
     st.error(f"Sign-in is configured but unusable: {md(message)}")
@@ -186,8 +186,8 @@ def page_gate() -> Identity:
 
 
 def sidebar_identity(ident: Identity) -> None:
-    from trainledger.app.data import ledger_url
-    from trainledger.app.ui import md
+    from trainledger.app.queries.data import ledger_url
+    from trainledger.app.views.ui import md
 
     if not ident.signed_in:
         st.sidebar.caption("Local use (loopback, no sign-in): full lead access.")

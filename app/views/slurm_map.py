@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import streamlit as st
-from trainledger.app import access, data, ui
+from trainledger.app.queries import data
+from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 from trainledger.store.slurm_map import add_rule, list_rules, remove_rule
 

@@ -5,16 +5,16 @@
 * ``GET /_trainledger/signin?next=/runs?run=X``: a small HTML form (no script,
   no outside resource; a strict Content-Security-Policy);
 * ``POST /_trainledger/signin``: checks the user and password
-  (``trainledger.app.auth.authenticate``) under the sign-in throttle (app/throttle.py) and at
+  (``trainledger.app.serving.auth.authenticate``) under the sign-in throttle (app/serving/throttle.py) and at
   most :data:`VERIFY_SLOTS` PBKDF2 checks at once; on success it creates a
-  session (app/sessions.py), sets the session cookie (HttpOnly, SameSite=Lax,
+  session (app/serving/sessions.py), sets the session cookie (HttpOnly, SameSite=Lax,
   Secure over HTTPS, the token never in a URL) and sends the browser back to
   ``next``: the page it asked for, deep link and query included. Every failure,
   refusal and success is logged (logger ``trainledger.auth``; passwords never).
 
 :class:`SignInRequired` (middleware) sends a page load without a valid session
 to that form, so any page URL works as a deep link signed in or not. The
-Streamlit side checks the same session on every script run (app/access.py).
+Streamlit side checks the same session on every script run (app/views/access.py).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import parse_qs, quote
 
-from trainledger.app import sessions
-from trainledger.app.auth import AuthFileError, UserEntry, authenticate, users_file
-from trainledger.app.throttle import Throttle, policies_from_env
+from trainledger.app.serving import sessions
+from trainledger.app.serving.auth import AuthFileError, UserEntry, authenticate, users_file
+from trainledger.app.serving.throttle import Throttle, policies_from_env
 
 log = logging.getLogger("trainledger.auth")
 

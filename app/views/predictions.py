@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-from trainledger.app import ui
-from trainledger.app.data import TTL, read_session
+from trainledger.app.queries.data import TTL, read_session
+from trainledger.app.views import ui
 from trainledger.runs.predictions import planned_vs_measured_of
 
 HELP = ("What the planner predicted when the run was launched (its plan on its node type, scaled by the node "
