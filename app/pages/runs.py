@@ -126,25 +126,28 @@ REST = ["status", "project", "user", "strategy", "node_type", "nodes", "started_
 LABELS = {"node_type": "node type", "started_at": "started", "node_hours": "node-hours", "waste_reason": "waste reason",
           "gpu_hours_month": "GPU-hours", "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss",
           "lost_gpu_hours": "lost GPU-h", "finality": "cost is", **MONEY_COLUMNS}
-NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "cost_per_1m_tokens": "%,.2f", "gpu_hours_month": "%,.1f",
-                  "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f", "final_loss": "%.4f"}
+NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "category_cost": "%,.2f", "cost_per_1m_tokens": "%,.2f",
+                  "gpu_hours_month": "%,.1f", "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f", "final_loss": "%.4f"}
 
 
-def runs_table(rows: list[dict]) -> pd.DataFrame:
+def runs_table(rows: list[dict], category: Optional[str] = None) -> pd.DataFrame:
     """The runs, money first: money, hours and counts as numbers (a column sorts by value; shown with thousands
-    separators), times ``YYYY-MM-DD HH:MM`` in the display time zone, an unknown value blank."""
+    separators), times ``YYYY-MM-DD HH:MM`` in the display time zone, an unknown value blank. Opened for a badput
+    ``category``: its amount in each run, right after the run's waste."""
     tz = ui.display_tz()
+    keys = FIRST[:5] + ["category_cost"] + FIRST[5:] + REST if category else FIRST + REST
+    labels = {**LABELS, "category_cost": f"{category.replace('_', ' ')} ({currency})"} if category else LABELS
     out = []
     for r in rows:
         row = {}
-        for key in FIRST + REST:
+        for key in keys:
             v = r.get(key)
             if key in NUMBER_FORMATS:
-                row[LABELS.get(key, key)] = None if v is None else (int(v) if NUMBER_FORMATS[key] == "%,d" else float(v))
+                row[labels.get(key, key)] = None if v is None else (int(v) if NUMBER_FORMATS[key] == "%,d" else float(v))
             else:
-                row[LABELS.get(key, key)] = ui.cell(key, v, tz)
+                row[labels.get(key, key)] = ui.cell(key, v, tz)
         out.append(row)
-    return pd.DataFrame(out, columns=[LABELS.get(k, k) for k in FIRST + REST])
+    return pd.DataFrame(out, columns=[labels.get(k, k) for k in keys])
 
 
 COLUMN_CONFIG = {"id": st.column_config.TextColumn("id", width=110), "name": st.column_config.TextColumn("name", width=150),
@@ -178,7 +181,9 @@ if by_month and (view != "newest" or category):
     rows = [{"id": x["run_id"], "name": x["name"], "project": x["project"], "user": x["user"], "status": x["status"],
              "strategy": x["strategy"], "node_type": x["node_type"], "nodes": x["nodes"], "started_at": x["start"],
              "node_hours": x["node_hours"], "tokens": x["tokens"], "gpu_util_mean": x["gpu_util_mean"], "mfu": x["mfu"],
-             "lost_gpu_hours": x["lost_gpu_hours"], **month_figures(x)} for x in chosen[:PAGE_SIZE]]
+             "lost_gpu_hours": x["lost_gpu_hours"], **month_figures(x),
+             **({"category_cost": costs.cents(category_cost(x["run_id"]))} if category else {})}
+            for x in chosen[:PAGE_SIZE]]
     more, page_no = len(chosen) > PAGE_SIZE, 1
     order = (f"{VIEWS[view].lower()} in {month_filter}"
              + (f", badput: {category.replace('_', ' ')}" + (" (the most of it first)" if view == "wasted" else "")
@@ -211,7 +216,11 @@ else:
                + (f"its part of {month_filter}, as `trainledger report monthly` (waste: the run's badput, the "
                   "export's badput_cost; reason: its largest badput category)." if by_month else
                   "shown for one month: pick it in Months.") + " Times in " + ui.md(ui.display_tz().key) + ".")
-    st.dataframe(runs_table(rows), hide_index=True, column_config=COLUMN_CONFIG, key="runs_table",
+    shown_category = category if by_month and category else None  # the drill-down's figure, beside each run
+    st.dataframe(runs_table(rows, shown_category), hide_index=True, key="runs_table",
+                 column_config={**COLUMN_CONFIG, **({f"{category.replace('_', ' ')} ({currency})":
+                                                     st.column_config.NumberColumn(format="%,.2f")}
+                                                    if shown_category else {})},
                  placeholder="")  # no value: an empty cell, never "None"
 
 # --- run detail --------------------------------------------------------------------------
@@ -225,6 +234,8 @@ if not ids:
 names = {r["id"]: r["name"] for r in rows}
 run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="runs_detail",
                       format_func=lambda i: f"{i} — {names[i]}" if names.get(i) else i)
+if st.query_params.get("run") != run_id and (wanted is not None or run_id != ids[0]):
+    st.query_params["run"] = run_id  # a run picked here is in the URL: a copied link opens the same run
 try:
     d = data.run_detail(url, run_id, currency)
 except LedgerInputError as exc:

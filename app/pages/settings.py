@@ -20,6 +20,7 @@ import streamlit as st
 from trainledger.app.queries import data
 from trainledger.app.views import access, offer_form, slurm_map, ui
 from trainledger.errors import LedgerInputError
+from trainledger.money.allocation.idle_share import POLICY_HELP, check_policy, set_fleet_policy
 from trainledger.money.rates.pricing import confirm_versions
 from trainledger.store.carbon import set_intensity
 from trainledger.store.fleets import save_fleet
@@ -39,6 +40,7 @@ FIELD_LABELS = {
     "pue": "PUE", "operations_per_node_month": "Operations per node-month",
 }
 FLASH = "_settings_flash"
+SHARE_FIELD = "Idle charged back"  # the fleet form's field, named in a bad policy's one-line error
 
 ident = access.page_gate()
 url = data.ledger_url()
@@ -146,8 +148,9 @@ with tab_history:
 with tab_fleet:
     fleets = data.fleets(url)
     if fleets:
-        st.dataframe(ui.frame(fleets, ["name", "offer", "kind", "node_count", "valid_from", "valid_to"],
-                              {"node_count": "nodes", "valid_from": "valid from", "valid_to": "valid to (exclusive)"}),
+        st.dataframe(ui.frame(fleets, ["name", "offer", "kind", "node_count", "valid_from", "valid_to", "idle_share"],
+                              {"node_count": "nodes", "valid_from": "valid from", "valid_to": "valid to (exclusive)",
+                               "idle_share": "idle charged back"}),
                      hide_index=True)
     else:
         ui.empty("No fleet: runs are costed as rented. Add the cluster you own or reserve.")
@@ -170,12 +173,18 @@ with tab_fleet:
                              disabled=read_only)
         fto = c[1].date_input("Valid to (exclusive)", value=(f["valid_to"] if f and f["valid_to"] else date.today()),
                               key=f"fleet_{fpick}_to", disabled=read_only)
+        fshare = st.text_input("Idle charged back", value=f["idle_share"] if f else "none", key=f"fleet_{fpick}_share",
+                               disabled=read_only, help=f"How the fleet's idle is charged back to projects: {POLICY_HELP}. "
+                               "none keeps idle its own line; the chargeback statements (Export) follow it. The same "
+                               "as `trainledger fleet set NAME --idle-share POLICY`.")
         fsubmitted = st.form_submit_button("Save fleet", type="primary", disabled=read_only)
     if fsubmitted and access.require_lead("edit the fleet"):
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url) as s:  # one transaction: a bad policy writes nothing
+                check_policy(s, fshare, SHARE_FIELD)
                 result = save_fleet(s, fname, foffer, int(fnodes), ffrom, None if held else fto,
                                             original=f["name"] if f else None)
+                set_fleet_policy(s, fname.strip(), fshare, SHARE_FIELD)
         except LedgerInputError as exc:
             st.error(ui.error_line(exc))
         else:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data
+from trainledger.app.views import ui
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -29,6 +30,7 @@ def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str
 
 def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
     from trainledger.errors import LedgerInputError
+    from trainledger.money.allocation.idle_share import NO_PROJECT
     from trainledger.reports.chargeback import SUMMARY_COLUMNS, summary_rows
 
     st.subheader("Chargeback statements")
@@ -50,10 +52,18 @@ def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
     rows = summary_rows(p)
     st.dataframe(pd.DataFrame(rows, columns=SUMMARY_COLUMNS).rename(columns=labels), hide_index=True,
                  key="chargeback_table")
+    policies = s.get("idle_share_policies") or []
+    st.caption("Idle charged back under: " + ("; ".join(ui.md(x) for x in policies) if policies else
+                                              "no fixed-cost fleet this month") + ". Set a fleet's policy under "
+               "Settings → Fleet (leads).")
     if not p["statements"]:
         st.caption("No project to charge this month.")
         return
     names = [st_["project"] for st_ in p["statements"]]
+    linked = [n for n in names if n != NO_PROJECT]  # runs without a project have no project filter to open
+    cols = st.columns(min(len(linked), 4)) if linked else []
+    for i, name in enumerate(linked):  # each statement's runs, on Runs (the project filter, the month)
+        ui.runs_link(f"Runs of {ui.md(name)}", where=cols[i % len(cols)], project=name, month=month)
     project = st.selectbox("Statement of", names, key="chargeback_project")
     stem = _stem(cb["files"], month, names, project)
     c = st.columns(3)

@@ -115,6 +115,20 @@ def test_run_detail_shows_the_runs_cost(demo_url, app_env):
     assert dict(zip(under["offer"], under["cost"]))["rtx4090-rent"] == "98.63"
 
 
+def test_the_run_picked_for_detail_is_kept_in_the_url(demo_url, app_env):
+    app_env(demo_url)
+    at = run_page(make_app(), "runs")
+    assert "run" not in at.query_params  # the first run is shown by default: the URL stays as it was
+    ids = at.selectbox(key="runs_detail").options
+    second = ids[1].split(" — ")[0]
+    at.selectbox(key="runs_detail").set_value(second).run()
+    assert at.query_params["run"] == second and plain(at.subheader[0].value).startswith(second)
+    again = make_app(run=second)  # the copied link opens the same run
+    again.run()
+    again.switch_page("pages/runs.py").run()
+    assert again.selectbox(key="runs_detail").value == second
+
+
 def test_run_detail_flags_stragglers_and_draws_the_loss(demo_url, app_env):
     engine = make_engine(demo_url)
     with Session(engine) as s:

@@ -148,6 +148,16 @@ def test_overview_and_runs_of_a_month_with_straggler_and_data_waits(sqlite_url, 
     table = _table(at)
     assert list(zip(table["id"], table["waste (CNY)"], table["waste reason"])) == [
         ("slow", 79.67, "unattributed"), ("fail", 66.39, "lost work"), ("imp", 33.19, "unattributed")]
+    # a badput category's drill-down (?goodput=, Overview's reason links): each run with the category's amount
+    acct = with_session(sqlite_url, lambda s: report_account(s, monthly_report(s, MONTH, lines=True, now=WASTE_NOW),
+                                                              WASTE_NOW))
+    for category in (Category.straggler_wait, Category.data_wait):
+        want = sorted(((a.run_id, costs.cents(a.cost[category])) for a in acct.runs if a.cost[category] > 0),
+                      key=lambda x: (-x[1], x[0]))
+        assert want, category
+        table = _table(run_page(make_app(goodput=category.value), "runs"))
+        label = f"{category.value.replace('_', ' ')} (CNY)"
+        assert list(zip(table["id"], (D(str(v)).quantize(D("0.01")) for v in table[label]))) == want, category
 
 
 @pytest.mark.parametrize("page", ["overview", "roi"])
