@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from datetime import datetime, timezone
 from decimal import Decimal
 
@@ -118,6 +119,9 @@ def _check_policy(cli, session, tmp_path, policy):
     assert len([r for r in run_rows if r[0] != "(rounding)"]) == 2
     page = (out / f"{MONTH}-llm.html").read_text()
     assert f"<td class=\"n\">{rows['llm']['total']}</td>" in page
+    # the printable page shows instants as people read them, in the statement's time zone; the files keep ISO
+    assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", page)
+    assert len(re.findall(r"<td>2026-1[12]-\d\d \d\d:\d\d [\w/+-]+</td>", page)) >= 4  # 2 runs' start and end
     assert json.loads(r.output)["spend"] == str(SPEND.quantize(CENT))
     if policy == "none":  # showback: each statement's total is the monthly export's project line
         monthly = json.loads(cli("report", "monthly", "--month", MONTH, "--format", "json", "--now", "2026-12-05T00:00:00Z").output)

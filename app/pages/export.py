@@ -49,7 +49,7 @@ if p["summary"].get("fx_rates"):
     st.caption("Converted at: " + "; ".join(p["summary"]["fx_rates"]))
 st.caption("Carbon intensity: " + "; ".join(p["summary"]["carbon_intensities"]))
 summary = {k: v for k, v in p["summary"].items() if k not in ("fx_rates", "carbon_intensities")}  # the captions above
-st.table(pd.DataFrame(labelled_rows(summary, summary.get("currency"))).set_index("figure"))
+st.table(pd.DataFrame(labelled_rows(summary, summary.get("currency"), ui.display_tz())).set_index("figure"))
 st.subheader(f"Projects ({len(p['projects'])})")
 if p["projects"]:
     st.dataframe(ui.frame(p["projects"], list(p["projects"][0]), {k: label(k) for k in p["projects"][0]}), hide_index=True)

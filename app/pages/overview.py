@@ -117,10 +117,7 @@ goodput_view.overview_figure(url, month, currency, s)  # issue #25: what the spe
 if p["node_types"]:
     st.dataframe(ui.frame(p["node_types"], ["node_type", "node_hours", "gpu_hours", "peak_nodes", "actual_cost",
                                             "idle_cost", "own_cost", "elastic_cost", "reserved_cost"],
-                          {"node_type": "node type", "node_hours": "node-hours", "gpu_hours": "GPU-hours",
-                           "peak_nodes": "peak nodes", "actual_cost": "spend", "idle_cost": "idle",
-                           "own_cost": "if owned", "elastic_cost": "if rented elastic",
-                           "reserved_cost": "if reserved"}), hide_index=True)
+                          {"node_type": "node type"}, currency=cur), hide_index=True)
 
 REASON_LABELS = {"lost_work": "lost work (failed, crashed, cancelled runs)", "data_wait": "data wait",
                  "straggler_wait": "straggler wait", "checkpoint_save": "checkpoint saves",

@@ -180,7 +180,7 @@ else:
     st.caption(f"Owning: the monthly report's \"if owned\" cost under {ui.md(own_o.name)} (the fleet held, else the "
                "month's peak; idle included, measured power where collected); renting elastic: what the monthly report "
                f"bills for the same runs. Both in {cur}, each charge period at its own exchange rate "
-               f"(`trainledger report monthly --own {ui.md(own_o.name)} --currency {cur}`).")
+               f"(`trainledger report monthly --own {ui.code(own_o.name)} --currency {ui.code(r['currency'])}`).")
 st.dataframe(ui.frame(rows, ["month", "node_hours", "peak_nodes", "own_nodes", "time_utilization", "own_for_peak_cost",
                              "elastic_cost"],
                       {"node_hours": "node-hours", "peak_nodes": "peak nodes", "own_nodes": "nodes owned",

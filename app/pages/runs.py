@@ -265,7 +265,8 @@ if d.get("resume_chain"):
     st.info(f"Part of a resume chain of {len(ch['runs'])} runs (one job): {ui.money('cost', ch['cost'])} {md(currency)} "
             f"in all, of which {ui.money('lost_work_cost', ch['lost_work_cost'])} lost work.")
     st.dataframe(ui.frame(ch["runs"], ["id", "status", "resume_of", "started_at", "last_checkpoint_step", "cost",
-                                       "lost_work_cost"]), hide_index=True)
+                                       "lost_work_cost"], {"cost": ui.column("run_cost", currency)}, currency=currency),
+                 hide_index=True)
 
 c = st.columns(4) + st.columns(4)  # two rows: at 1280 px a card holds "20,131,350,411.92" whole
 c[0].metric(ui.card("run_cost", currency), ui.money("cost_actual", d["cost_actual"]), border=True,
@@ -298,7 +299,8 @@ with left:
     st.markdown("**Cost under every offer** (what-if, at today's list prices)")
     under = [{**u, "why": explain.differs(u["kind"], actual_kind)} for u in d["cost_under_offers"]]
     if under:
-        st.dataframe(ui.frame(under, ["offer", "kind", "cost", "why"], {"why": "why it differs from the actual cost"}),
+        st.dataframe(ui.frame(under, ["offer", "kind", "cost", "why"], {"why": "why it differs from the actual cost",
+                                                                        "cost": ui.column("run_cost", currency)}),
                      hide_index=True)
         st.bar_chart(pd.DataFrame([{"offer": u["offer"], "cost": float(u["cost"])} for u in under]),
                      x="offer", y="cost", y_label=currency, height=250)
@@ -307,7 +309,7 @@ with right:
     if d["cost_by_month"]:
         st.dataframe(ui.frame(d["cost_by_month"], ["month", "node_hours", "cost", "offer", "energy_kwh", "co2e_kg",
                                                    "co2e_basis"],
-                              {"energy_kwh": "energy kWh", "co2e_kg": "CO2e kg", "co2e_basis": "energy basis"}),
+                              {"co2e_basis": "energy basis", "cost": ui.column("run_cost", currency)}),
                      hide_index=True)
     else:
         st.caption("Not started: nothing costed yet.")
@@ -329,7 +331,7 @@ else:
     short = "CPU util" if sources == {"cpu"} else "GPU-Util"
     st.dataframe(ui.frame(table, ["hostname", "node_rank", "gpu_util_mean", "gpu_util_p95", "util_source",
                                   "energy_kwh", "straggler"],
-                          {"gpu_util_mean": util_label, "gpu_util_p95": f"{short} p95", "energy_kwh": "energy kWh"}),
+                          {"gpu_util_mean": util_label, "gpu_util_p95": f"{short} p95"}),
                  hide_index=True)
     util = pd.DataFrame([{"node": n["hostname"], f"{short} %": (n["gpu_util_mean"] or 0) * 100,
                           "flag": "straggler" if n.get("straggler") else "ok"} for n in nodes])

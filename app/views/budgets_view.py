@@ -107,10 +107,16 @@ def _set_form(url: str, month: str, b: dict[str, Any], read_only: bool) -> None:
 def _remove_form(url: str, rows: list[dict[str, Any]], read_only: bool) -> None:
     keys = [(r["project"], r["period"]) for r in rows]
     with st.form("budget_remove"):
-        pick = st.selectbox("Budget", keys, key="budget_remove_pick", disabled=read_only,
-                            format_func=lambda k: f"{_scope(k[0])}, {_period(k[1])}")
+        pick = st.selectbox("Budget", keys, key="budget_remove_pick", disabled=read_only, index=None,
+                            placeholder="Pick the budget to remove",  # no default: nothing removed by accident
+                            format_func=lambda k: f"{_scope(k[0], markdown=False)}, {_period(k[1], markdown=False)}")
+        sure = st.checkbox("Yes, remove it (its alerts stop)", key="budget_remove_sure", disabled=read_only)
         removed = st.form_submit_button("Remove budget", disabled=read_only)
-    if removed and pick is not None and access.require_lead("change budgets", "Nothing was removed."):
+    if removed and pick is None:
+        st.error("Budget: pick the budget to remove; nothing was removed.")
+    elif removed and not sure:
+        st.error("Remove: tick \"Yes, remove it\" to confirm; nothing was removed.")
+    elif removed and access.require_lead("change budgets", "Nothing was removed."):
         project, period = pick
         try:
             with data.write_session(url) as s:
@@ -121,12 +127,16 @@ def _remove_form(url: str, rows: list[dict[str, Any]], read_only: bool) -> None:
             _saved(f"Removed the {_period(period)} budget of {_scope(project)}.")
 
 
-def _scope(project: str) -> str:
-    return "the team" if project == TEAM else f"project {ui.md(project)}"
+def _scope(project: str, markdown: bool = True) -> str:
+    """Whose budget: Markdown-escaped for a message, plain for a select option (options are not Markdown: an
+    escape would be seen)."""
+    if project == TEAM:
+        return "the team"
+    return f"project {ui.md(project) if markdown else project}"
 
 
-def _period(period: str) -> str:
-    return "every-month" if period == MONTHLY else ui.md(period)
+def _period(period: str, markdown: bool = True) -> str:
+    return "every-month" if period == MONTHLY else (ui.md(period) if markdown else period)
 
 
 def _saved(message: str) -> None:

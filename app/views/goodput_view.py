@@ -43,9 +43,8 @@ def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) 
                      hide_index=True)
     st.dataframe(ui.frame(occ["days"], ["day", "held_node_hours", "used_node_hours", "idle_node_hours", "idle_cost",
                                         "recovery_cost", "costliest_hour"],
-                          {"held_node_hours": "held node-hours", "used_node_hours": "used node-hours",
-                           "idle_node_hours": "idle node-hours", "idle_cost": f"idle ({occ['currency']})",
-                           "recovery_cost": f"recovery ({occ['currency']})", "costliest_hour": "costliest hour"}),
+                          {"held_node_hours": "held node-hours", "costliest_hour": "costliest hour"},
+                          currency=occ["currency"]),
                  hide_index=True, key="idle_days")
     return occ
 

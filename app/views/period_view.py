@@ -92,8 +92,7 @@ def by_month(rep: dict[str, Any], cur: str) -> None:
     """The period's whole months, one line each (each its monthly report)."""
     if rep["by_month"]:
         st.dataframe(ui.frame(rep["by_month"], ["month", "actual_cost", "idle_cost", "waste_cost", "gpu_hours"],
-                              {"actual_cost": f"spend ({cur})", "idle_cost": f"idle ({cur})",
-                               "waste_cost": f"waste ({cur})", "gpu_hours": "GPU-hours"}),
+                              currency=cur),
                      hide_index=True, key="period_by_month")
     if rep["days"]:
         st.caption(f"Plus {len(rep['days'])} day{'s' if len(rep['days']) > 1 else ''} outside whole months "

@@ -27,6 +27,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.errors import LedgerInputError
+from trainledger.money.metrics.registry import BY_KEY
 from trainledger.money.metrics.registry import help_text as help_of
 from trainledger.money.metrics.registry import label as label_of
 from trainledger.money.rates.months import check_month
@@ -98,6 +99,15 @@ def md(value: Any, limit: int = MD_LIMIT) -> str:
         text = text[:limit - 1] + "…"
     text = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + WORD_JOINER + m.group(0)[-1], text)
     return "".join("\\" + c if c in _ASCII_PUNCT else c for c in text)
+
+
+def code(value: Any, limit: int = MD_LIMIT) -> str:
+    """``value`` as a command-line argument inside a Markdown code span (`` `trainledger ... VALUE` ``): a code span
+    shows its text as it is (a backslash escape would be seen), so the value is shell-quoted instead, on one line,
+    at most ``limit`` characters, with no backtick (which would end the span)."""
+    import shlex
+
+    return shlex.quote(" ".join(str(value).split())[:limit].replace("`", "'"))
 
 
 def error_line(exc: BaseException) -> str:
@@ -235,9 +245,25 @@ def grouped(key: str, value: Any) -> str:
     return str(v)
 
 
-def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None) -> pd.DataFrame:
-    """A table for st.dataframe: every cell as :func:`cell` shows it (text, so "None" never appears)."""
-    labels = labels or {}
+#: keys that name a figure only in context (a plan's cost, a project's cost, a run's cost): a table heads them itself
+GENERIC_KEYS = frozenset({"cost", "total_cost"})
+
+
+def column(key: str, currency: Optional[str] = None) -> str:
+    """A figure's column header: its label from the metrics layer in sentence case ("node-hours", "idle cost (CNY)",
+    "GPU-hours" keeps its capitals), money with ``currency``; a key that names no figure as it is."""
+    if key not in BY_KEY or key in GENERIC_KEYS:
+        return key
+    text = label_of(key, md(currency) if currency else None)
+    return text if text[1:2].isupper() or text[1:2].isdigit() else text[:1].lower() + text[1:]
+
+
+def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None,
+          currency: Optional[str] = None) -> pd.DataFrame:
+    """A table for st.dataframe: every cell as :func:`cell` shows it (text, so "None" never appears). A column
+    without a label in ``labels`` that is a figure is headed by :func:`column` (the metrics layer's label, money
+    with ``currency``), never by its key."""
+    labels = {c: column(c, currency) for c in columns} | (labels or {})
     tz = display_tz() if rows else None
     data = [{c: cell(c, r.get(c), tz) for c in columns} for r in rows]
     for c in columns:  # numbers with a gap: the column as text (Arrow takes no "" among numbers)

@@ -18,9 +18,10 @@ import hashlib
 import html
 import io
 import re
-from datetime import datetime
+from datetime import datetime, tzinfo
 from decimal import Decimal
 from typing import Any, Callable, Optional
+from zoneinfo import ZoneInfo
 
 from trainledger.money.account.chargeback import Chargeback, Statement
 from trainledger.money.allocation.idle_share import NO_PROJECT
@@ -236,15 +237,22 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:
 @media print{body{margin:0}h2{page-break-after:avoid}table{page-break-inside:auto}tr{page-break-inside:avoid}}"""
 
 
-def _td(key: str, v: Any) -> str:
-    text = "" if v is None else str(v)
+#: instants of the statement's tables: ISO in CSV, XLSX and JSON (for machines), minutes in its time zone on the
+#: printable page (for people)
+TIME_KEYS = {"start", "end", "charge_period_start", "charge_period_end"}
+
+
+def _td(key: str, v: Any, tz: Optional[tzinfo] = None) -> str:
+    from trainledger.reports.present import when
+
+    text = "" if v is None else when(v, tz) if key in TIME_KEYS else str(v)
     cls = ' class="n"' if key in MONEY or key in ("gpu_hours", "ratio", "runs") else ""
     return f"<td{cls}>{html.escape(text)}</td>"
 
 
-def _table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+def _table(columns: list[str], rows: list[dict[str, Any]], tz: Optional[tzinfo] = None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_td(c, r[c]) for c in columns) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_td(c, r[c], tz) for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -259,8 +267,9 @@ def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
                          ("idle_share", f"Share of idle ({cur})"),
                          *((("rounding", f"Rounding ({cur})"),) if t.get("rounding") else ()), ("total", f"Total ({cur})"),
                          ("lost_work_cost", f"of which lost work ({cur})")))
-    runs = _table(RUN_COLUMNS, st["runs"]) if st["runs"] else "<p>No run of this project in the month.</p>"
-    idle = (_table(IDLE_COLUMNS, st["idle"]) if st["idle"]
+    tz = ZoneInfo(summary["timezone"])
+    runs = _table(RUN_COLUMNS, st["runs"], tz) if st["runs"] else "<p>No run of this project in the month.</p>"
+    idle = (_table(IDLE_COLUMNS, st["idle"], tz) if st["idle"]
             else "<p>No idle is charged back to this project (its fleets' policy is none, or it drew on no shared fleet).</p>")
     note = (f"Money in {html.escape(cur)}, each figure rounded half-up to the cent on its own; every statement of "
             f"{html.escape(summary['month'])} plus idle not charged back ({html.escape(summary['idle_not_charged_back'])})"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from datetime import date, datetime
+import re
+from datetime import date, datetime, timezone, tzinfo
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Optional
 
 from trainledger.money.metrics.registry import lookup
 from trainledger.money.rates.costs import cents
@@ -167,22 +168,35 @@ def label(key: str) -> str:
     return words[:1].upper() + words[1:]
 
 
-def human(key: str, value: Any) -> str:
+def human(key: str, value: Any, tz: Optional[tzinfo] = None) -> str:
     """A figure as the dashboard shows it: ratios as percentages ("59.99%"), counts with thousands separators
     ("648,213,506,897"), everything else as :func:`fmt_cell`."""
     if kind_of(key) == "ratio" and isinstance(value, (float, Decimal)):
         return f"{float(present(key, value)) * 100:.2f}%"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
+    if isinstance(value, datetime) or (isinstance(value, str) and _INSTANT.match(value)):
+        return when(value, tz)
     return fmt_cell(key, value)
 
 
-def labelled_rows(d: dict[str, Any], currency: str | None = None) -> list[dict[str, str]]:
+#: an instant as the JSON carries it ("2026-11-15T12:30:15.123456+00:00"); a date alone is left as it is
+_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+def when(value: Any, tz: Optional[tzinfo] = None) -> str:
+    """An instant for people: ``YYYY-MM-DD HH:MM`` and the zone, in ``tz`` (default UTC), never seconds or µs."""
+    dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    dt = (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).astimezone(tz or timezone.utc)
+    return f"{dt:%Y-%m-%d %H:%M} {getattr(tz, 'key', None) or dt.tzname()}"
+
+
+def labelled_rows(d: dict[str, Any], currency: str | None = None, tz: Optional[tzinfo] = None) -> list[dict[str, str]]:
     """A summary as (figure, value) rows for a table: human labels (money ones with ``currency``), the table's
-    rounding; a list is joined, a dict (waste by reason) is one row per entry."""
+    rounding, instants in ``tz``; a list is joined, a dict (waste by reason) is one row per entry."""
     def row(key: str, name: str, value: Any) -> dict[str, str]:
         unit = f" ({currency})" if currency and kind_of(key) == "money" else ""
-        text = "; ".join(str(x) for x in value) if isinstance(value, list) else human(key, value)
+        text = "; ".join(str(x) for x in value) if isinstance(value, list) else human(key, value, tz)
         return {"figure": name + unit, "value": text}
 
     rows = []

@@ -120,7 +120,18 @@ def test_a_lead_sets_changes_and_removes_budgets_with_the_cli_validation(ledger)
         "**Team budget: at risk** · spent 3,353.42 of 5,000.00 CNY (67.1%); month end 3,353.42 expected; spent to date "
         "has reached its 60% alert threshold"]
     assert _table(at, "state").set_index("project").loc["llm", "alert at"] == "100%"
+    # Remove: no budget picked by default, and a confirmation; without either nothing is removed
+    remove = at.selectbox(key="budget_remove_pick")
+    assert remove.value is None and remove.options == [
+        "the team, 2026-11", "project llm, every-month"]  # plain text: a select option is not Markdown
+    next(b for b in at.button if b.label == "Remove budget").click().run()
+    assert [plain(e.value) for e in at.error] == ["Budget: pick the budget to remove; nothing was removed."]
     at.selectbox(key="budget_remove_pick").set_value(("llm", "monthly"))
+    next(b for b in at.button if b.label == "Remove budget").click().run()
+    assert [plain(e.value) for e in at.error] == ['Remove: tick "Yes, remove it" to confirm; nothing was removed.']
+    assert len(_budgets(ledger)) == 2
+    at.selectbox(key="budget_remove_pick").set_value(("llm", "monthly"))
+    at.checkbox(key="budget_remove_sure").check()
     next(b for b in at.button if b.label == "Remove budget").click().run()
     assert [plain(s.value) for s in at.success][-1] == "Removed the every-month budget of project llm."
     assert _budgets(ledger) == [("", MONTH, Decimal("5000"), "CNY")]

@@ -34,7 +34,7 @@ def test_idle_heat_map_shows_the_clis_figures(demo_url, app_env, monkeypatch):
     assert m["of which recovery (CNY)"] == f"{D(want['recovery_cost']):,.2f}"
     days = _table(at, "day")
     assert list(days["day"]) == [d["day"] for d in want["days"]]
-    assert [D(x.replace(",", "")) for x in days["idle (CNY)"]] == [D(d["idle_cost"]) for d in want["days"]]
+    assert [D(x.replace(",", "")) for x in days["idle cost (CNY)"]] == [D(d["idle_cost"]) for d in want["days"]]
     assert sum(D(d["idle_cost"]) for d in want["days"]) == D(want["idle_cost"])
     assert list(days["idle node-hours"]) == [d["idle_node_hours"] for d in want["days"]]
     # the month's idle cost is the monthly report's, as the Overview shows it
@@ -50,7 +50,7 @@ def test_idle_heat_map_in_another_currency(demo_url, app_env, monkeypatch):
     assert want["currency"] == "USD"
     assert metrics(at)["Idle cost (USD)"] == f"{D(want['idle_cost']):,.2f}"
     days = _table(at, "day")
-    assert [D(x.replace(",", "")) for x in days["idle (USD)"]] == [D(d["idle_cost"]) for d in want["days"]]
+    assert [D(x.replace(",", "")) for x in days["idle cost (USD)"]] == [D(d["idle_cost"]) for d in want["days"]]
     m = _account(demo_url, currency="USD").months[0]
     assert m.currency == "USD" and metrics(at)["Spend (USD)"] == _money(m.spend)
     assert metrics(at)["Goodput (USD)"] == _money(m.goodput) and metrics(at)["Badput (USD)"] == _money(m.badput)

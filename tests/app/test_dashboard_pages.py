@@ -111,8 +111,9 @@ def test_run_detail_shows_the_runs_cost(demo_url, app_env):
     shown = metrics(at)
     assert shown["Run cost (CNY)"] == fmt_cell("cost_actual", d["cost_actual"]) == "98.63"  # 2 × 10 h × 3,600 ÷ 730
     under = at.dataframe[1].value  # cost under every offer
-    assert dict(zip(under["offer"], under["cost"])) == {u["offer"]: fmt_cell("cost", u["cost"]) for u in d["cost_under_offers"]}
-    assert dict(zip(under["offer"], under["cost"]))["rtx4090-rent"] == "98.63"
+    assert dict(zip(under["offer"], under["run cost (CNY)"])) == {u["offer"]: fmt_cell("cost", u["cost"])
+                                                               for u in d["cost_under_offers"]}
+    assert dict(zip(under["offer"], under["run cost (CNY)"]))["rtx4090-rent"] == "98.63"
 
 
 def test_the_run_picked_for_detail_is_kept_in_the_url(demo_url, app_env):

@@ -115,3 +115,47 @@ def test_charts_are_at_least_250_px_high(page, demo_url, app_env):
     for chart in charts:
         heights = _heights(chart)
         assert heights and min(heights) >= ui.MIN_CHART_HEIGHT, heights
+
+
+@pytest.mark.parametrize("page", ["overview", "runs", "rent_vs_own", "goodput", "export", "strategies"])
+def test_no_code_span_shows_a_markdown_escape(page, demo_url, app_env):
+    """A code span (`trainledger ... --own rtx4090-own`) shows its text as it is: a Markdown escape inside one
+    (``rtx4090\\-own``) would be seen, so values go in shell-quoted (ui.code), never Markdown-escaped."""
+    import re
+
+    app_env(demo_url)
+    at = run_page(make_app(), page)
+    texts = [e.value for kind in ("caption", "markdown", "info", "warning", "success") for e in at.get(kind)]
+    spans = [span for t in texts for span in re.findall(r"`([^`]+)`", t)]
+    assert spans, page  # every page says which command prints its figures
+    assert [s for s in spans if "\\" in s] == [], page
+
+
+def test_export_shows_counted_to_in_minutes_and_the_display_zone(demo_url, app_env, monkeypatch):
+    """A month to date: "Counted to" is the instant the figures run to, as people read it (no seconds, no µs)."""
+    from zoneinfo import ZoneInfo
+
+    from trainledger.store.settings import display_timezone
+
+    app_env(demo_url)
+    monkeypatch.setenv("TRAINLEDGER_NOW", "2026-11-15T12:30:15.123456+00:00")
+    at = run_page(make_app(), "export")
+    summary = at.table[0].value["value"]
+    tz = ZoneInfo(str(with_session(demo_url, display_timezone)))
+    local = datetime(2026, 11, 15, 12, 30, 15, tzinfo=timezone.utc).astimezone(tz)
+    assert summary["Counted to"] == f"{local:%Y-%m-%d %H:%M} {tz.key}"
+
+
+@pytest.mark.parametrize("page", ["overview", "runs", "rent_vs_own", "roi", "goodput", "export", "strategies",
+                                  "planner", "settings"])
+def test_no_table_is_headed_by_a_figures_key(page, demo_url, app_env):
+    """A table's column that is a figure is headed by its label from the metrics layer (ui.column: "node-hours",
+    "idle cost (CNY)"), never by its key ("node_hours", "idle_cost")."""
+    from trainledger.money.metrics.registry import BY_KEY
+
+    app_env(demo_url)
+    at = run_page(make_app(run="hand-elastic-1") if page == "runs" else make_app(), page)
+    headers = {str(c) for d in at.dataframe for c in d.value.columns} | {
+        str(c) for t in at.table for c in t.value.columns}
+    assert headers, page
+    assert sorted(h for h in headers if h in BY_KEY and "_" in h) == [], page
