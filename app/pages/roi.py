@@ -55,7 +55,7 @@ else:
     c[2].metric(ui.card("waste_cost", cur), ui.money("waste_cost", s["waste_cost"]), border=True,
                 delta=ui.change_text(pr, "waste_cost") if monthly else None, delta_color="inverse",
                 help=ui.help_of("waste_cost"))
-    c[3].metric("of which " + ui.card("account_idle_cost", cur, qualifier="").replace("Idle", "idle", 1), ui.money("waste_cost", (s.get("waste_by_reason") or {}).get("idle")),
+    c[3].metric("of which " + ui.column("account_idle_cost", cur), ui.money("waste_cost", (s.get("waste_by_reason") or {}).get("idle")),
                 border=True, help=ui.help_of("account_idle_cost"))
     if s["savings_vs_alternative"] is not None and Decimal(s["savings_vs_alternative"]) < 0:
         st.warning(f"The alternative ({OPTION[s['alternative_option']]}) would have cost "

@@ -26,7 +26,7 @@ def idle_heat_map(url: str, month: str, currency: str, summary: dict[str, Any]) 
     c = st.columns(4)
     c[0].metric(ui.card("idle_cost", cur, summary), ui.money("idle_cost", occ["idle_cost"]), border=True,
                 help=ui.help_of("idle_cost") + " The monthly report's idle cost.")
-    c[1].metric("of which " + ui.card("recovery_cost", cur, summary).replace("Recovery", "recovery", 1),
+    c[1].metric(ui.to_date("of which " + ui.column("recovery_cost", cur), summary),
                 ui.money("recovery_cost", occ["recovery_cost"]), border=True,
                 help=ui.help_of("recovery_cost") + " Idle that has an owner.")
     c[2].metric(ui.card("idle_node_hours", summary=summary), ui.number("idle_node_hours", occ["idle_node_hours"]), border=True)

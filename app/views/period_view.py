@@ -84,7 +84,7 @@ def roi_headline(rep: dict[str, Any], cur: str) -> None:
     c = st.columns(3)
     metric(c[0], rep, "tokens", ui.card("tokens"), ui.DASH if s["tokens"] is None else f"{s['tokens']:,}")
     metric(c[1], rep, "waste_cost", ui.card("waste_cost", cur), ui.money("waste_cost", s["waste_cost"]), help=WASTE_HELP)
-    metric(c[2], rep, "account_idle_cost", "of which " + ui.card("account_idle_cost", cur).replace("Idle", "idle", 1),
+    metric(c[2], rep, "account_idle_cost", "of which " + ui.column("account_idle_cost", cur),
            ui.money("account_idle_cost", s.get("account_idle_cost")), help=ui.help_of("account_idle_cost"))
 
 

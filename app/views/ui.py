@@ -18,7 +18,7 @@ charts and select options are not Markdown and take the text as it is.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterable, Optional
 from zoneinfo import ZoneInfo
@@ -32,6 +32,7 @@ from trainledger.money.metrics.registry import help_text as help_of
 from trainledger.money.metrics.registry import label as label_of
 from trainledger.money.rates.months import check_month
 from trainledger.reports.present import fmt_cell, kind_of, present
+from trainledger.reports.present import when as present_when
 
 #: the figures' labels and help come from the metrics layer (``trainledger.money.metrics``): every surface says what
 #: the glossary (docs/METRICS.md) says; :func:`card` puts one on a metric card
@@ -198,20 +199,10 @@ def display_tz() -> ZoneInfo:
 def when(value: Any, tz: Optional[ZoneInfo] = None) -> str:
     """A time as ``YYYY-MM-DD HH:MM`` in the display time zone (a naive time is UTC); "" when there is none.
 
-    Takes a datetime or an ISO 8601 text ("2026-11-20T08:00:00.123456+00:00"); never shows seconds or microseconds.
+    Takes a datetime or an ISO 8601 text ("2026-11-20T08:00:00.123456+00:00"); never shows seconds or microseconds
+    (:func:`trainledger.reports.present.when`, without the zone's name: a page says its zone once).
     """
-    if value is None or value == "":
-        return ""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    if not hasattr(value, "astimezone"):
-        return str(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(tz or display_tz()).strftime("%Y-%m-%d %H:%M")
+    return present_when(value, tz or display_tz(), zone=False)
 
 
 def cell(key: str, value: Any, tz: Optional[ZoneInfo] = None) -> Any:

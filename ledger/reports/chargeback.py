@@ -27,6 +27,7 @@ from trainledger.money.account.chargeback import Chargeback, Statement
 from trainledger.money.allocation.idle_share import NO_PROJECT
 from trainledger.money.metrics.rounding import cents, rounding_line
 from trainledger.reports.export import XLSX_ILLEGAL, LFWriter, _normalise_zip, guard_formula
+from trainledger.reports.present import when
 from trainledger.store.defaults import NOT_COSTED
 
 RUN_COLUMNS = ["run_id", "name", "user", "status", "node_type", "offer", "start", "end", "gpu_hours", "cost",
@@ -243,8 +244,6 @@ TIME_KEYS = {"start", "end", "charge_period_start", "charge_period_end"}
 
 
 def _td(key: str, v: Any, tz: Optional[tzinfo] = None) -> str:
-    from trainledger.reports.present import when
-
     text = "" if v is None else when(v, tz) if key in TIME_KEYS else str(v)
     cls = ' class="n"' if key in MONEY or key in ("gpu_hours", "ratio", "runs") else ""
     return f"<td{cls}>{html.escape(text)}</td>"

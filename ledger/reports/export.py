@@ -161,12 +161,11 @@ def summary_definition(key: str) -> str:
     """What a summary row's figure is: the metrics layer's formula, a breakdown's part its facet (a waste reason:
     its goodput category), else empty (not a figure)."""
     from trainledger.money.metrics.catalog import FACETS
-    from trainledger.money.metrics.registry import BY_KEY, help_text
+    from trainledger.money.metrics.registry import BY_KEY, help_text, sentence
 
     head, _, sub = key.partition(".")
     if sub:
-        text = FACETS.get(sub, "")
-        return text[:1].upper() + text[1:] + "." if text else ""
+        return sentence(FACETS.get(sub, ""))
     return help_text(head) if head in BY_KEY else ""
 
 

@@ -184,11 +184,20 @@ def human(key: str, value: Any, tz: Optional[tzinfo] = None) -> str:
 _INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 
-def when(value: Any, tz: Optional[tzinfo] = None) -> str:
-    """An instant for people: ``YYYY-MM-DD HH:MM`` and the zone, in ``tz`` (default UTC), never seconds or µs."""
-    dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    dt = (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).astimezone(tz or timezone.utc)
-    return f"{dt:%Y-%m-%d %H:%M} {getattr(tz, 'key', None) or dt.tzname()}"
+def when(value: Any, tz: Optional[tzinfo] = None, zone: bool = True) -> str:
+    """An instant for people: ``YYYY-MM-DD HH:MM`` in ``tz`` (default UTC; a naive time is UTC), then the zone's
+    name unless ``zone`` is false; never seconds or µs. A datetime or ISO 8601 text; "" for none, other text as is."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return str(value)
+    dt = (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(tz or timezone.utc)
+    return f"{dt:%Y-%m-%d %H:%M}" + (f" {getattr(tz, 'key', None) or dt.tzname()}" if zone else "")
 
 
 def labelled_rows(d: dict[str, Any], currency: str | None = None, tz: Optional[tzinfo] = None) -> list[dict[str, str]]:

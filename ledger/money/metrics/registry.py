@@ -53,5 +53,9 @@ def label(key: str, currency: Optional[str] = None) -> str:
 
 def help_text(key: str) -> str:
     """One sentence on what the figure is: its formula as the glossary writes it."""
-    formula = metric(key).formula
-    return formula[:1].upper() + formula[1:] + ("" if formula.endswith(".") else ".")
+    return sentence(metric(key).formula)
+
+
+def sentence(text: str) -> str:
+    """A definition as a sentence: a capital first letter and a full stop ("" stays "")."""
+    return text[:1].upper() + text[1:] + ("" if not text or text.endswith(".") else ".")
