@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 4
 DATA_DELAY = 0.05  # seconds per batch; zero1.yaml: micro-batch 4, global batch 16 on 2 ranks: 2 batches a step
-SLOW = 0.4  # seconds rank 1 sleeps inside each step
+SLOW = 1.0  # seconds rank 1 sleeps inside each step: well above the ranks' compute jitter on a loaded machine
 
 
 def test_a_two_rank_run_records_measured_data_and_straggler_waits(sqlite_url, tmp_path, shard_cache):
@@ -42,10 +42,11 @@ def test_a_two_rank_run_records_measured_data_and_straggler_waits(sqlite_url, tm
             rows = {r.phase: r for r in s.exec(select(RunPhase).where(RunPhase.run_id == run.id)).all()}
         # every rank waited DATA_DELAY for each of its 2 batches a step, inside the timed wait: the ranks' mean
         assert rows["data"].count == STEPS and rows["data"].seconds >= DATA_DELAY * 2 * STEPS
-        # rank 0 waited for rank 1's SLOW seconds in each step (± the two ranks' own compute time); the mean wait
-        # over the 2 ranks is half of it
+        # rank 0 waited for rank 1's SLOW seconds in each step, less the difference of the two ranks' own compute
+        # time (rank 0 also runs the tracking threads: on a loaded 2-core machine CI saw it 0.14 s a step slower);
+        # the mean wait over the 2 ranks is half of it
         assert rows["straggler_wait"].count == STEPS
-        assert rows["straggler_wait"].seconds >= 0.8 * SLOW * STEPS / 2
+        assert rows["straggler_wait"].seconds >= 0.6 * SLOW * STEPS / 2
         assert rows["straggler_wait"].seconds + rows["data"].seconds <= run.step_time_median_s * STEPS * 2
         assert rows["step"].count == STEPS and rows["step"].seconds > 0
         with Session(engine) as s:
