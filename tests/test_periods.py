@@ -140,6 +140,39 @@ def test_a_range_adds_the_daily_reports_of_its_left_over_days(ledger):
     with_session(ledger, check)
 
 
+def test_no_rows_of_zeros_before_the_first_run_and_no_change_against_nothing(ledger):
+    """Issue 39 item 7: a year to date of a ledger whose first run is in June lists June onwards (January to May are
+    ``empty_months``, each a monthly report of no spend and no GPU-hours), and has no change against the year before,
+    which has nothing recorded: it says so. A quarter whose quarter before has data compares with it."""
+    def check(s):
+        ytd = period_report(s, P.ytd_period(2026, TODAY), now=NOW)
+        months = {m: monthly_report(s, m, lines=False, now=NOW).summary for m in ytd["months"]}
+        first = next(m for m in ytd["months"] if months[m]["actual_cost"] or months[m]["gpu_hours"])
+        before = ytd["months"][:ytd["months"].index(first)]
+        assert first == "2026-06" and ytd["empty_months"] == before
+        assert all(months[m]["actual_cost"] == 0 and months[m]["gpu_hours"] == 0 for m in before)
+        assert [r["month"].split(" ")[0] for r in ytd["by_month"]] == ytd["months"][len(before):]
+        assert ytd["summary"]["actual_cost"] == sum((v["actual_cost"] for v in months.values()), D(0))
+        assert period_report(s, P.ytd_period(2025, TODAY), now=NOW, compare=False)["summary"]["actual_cost"] == 0
+        assert ytd["previous"] is None and set(ytd["change"].values()) == {None}
+        assert ytd["previous_missing"] == "2025-01-01 to 2025-12-01 has no spend and no GPU-hours in the ledger"
+        q2 = period_report(s, P.quarter_period("2026-Q2"), now=NOW)
+        assert q2["empty_months"] == ["2026-04", "2026-05"] and [r["month"] for r in q2["by_month"]] == ["2026-06"]
+        assert q2["previous_missing"] == "2026-Q1 (2026-01-01 to 2026-03-31) has no spend and no GPU-hours in the ledger"
+        q3 = period_report(s, P.quarter_period("2026-Q3"), now=NOW)
+        assert q3["empty_months"] == [] and "previous_missing" not in q3
+        assert q3["previous"]["summary"]["actual_cost"] == monthly_report(s, "2026-06", lines=False, now=NOW).summary["actual_cost"] > 0
+
+    with_session(ledger, check)
+    out = CliRunner().invoke(cli, ["report", "period", "--db", ledger, "--now", NOW.isoformat(), "--from", "2026-01",
+                                   "--to", "2026-12"])
+    assert out.exit_code == 0, out.output
+    rng = with_session(ledger, lambda s: period_report(s, P.parse_range("2026-01-01", "2026-12-31"), now=NOW))
+    assert rng["previous_missing"] == ("2025-01-01 to 2025-12-31, first 335 days (2025-01-01 to 2025-12-01) has no "
+                                       "spend and no GPU-hours in the ledger")
+    assert f"\nno change shown: {rng['previous_missing']}\n" in out.output
+
+
 def test_the_cli_prints_the_same_figures(ledger):
     runner = CliRunner()
     base = ["report", "period", "--db", ledger, "--now", NOW.isoformat()]

@@ -157,15 +157,19 @@ COLUMN_CONFIG = {"id": st.column_config.TextColumn("id", width=110), "name": st.
 category = goodput_param() or waste_param()  # ?waste= (old links): its badput category
 by_month = month_filter != ALL
 url_choice("runs_view", "order", list(VIEWS), "wasted" if category else "newest")
-view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="runs_view", disabled=not by_month,
-                help="Most expensive / most wasted: the month's runs by their cost or waste (badput) in the month "
-                     "(the cost and waste columns, as the monthly export's cost and badput_cost), top "
-                     + str(PAGE_SIZE) + ".")
-lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency)} if by_month else {}
+view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="runs_view",
+                help="Most expensive / most wasted: the runs by their cost or waste (badput) in the month, or over "
+                     "all months (the cost and waste columns: the monthly export's cost and badput_cost, summed over "
+                     "the months for All months), top " + str(PAGE_SIZE) + ".")
+if by_month:
+    lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency)}
+else:  # every run's figures over all months: the months' lines summed
+    lines = {r["run_id"]: r for r in data.all_months_run_lines(url, currency)}
 badput = None
-if by_month and category:
-    badput = {r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs}
-if by_month and (view != "newest" or category):
+if category:
+    badput = ({r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs} if by_month
+              else {rid: a.cost for rid, a in data.all_months_accounts(url, currency).items()})
+if view != "newest" or category:
     # from the month's run lines: every run of the month, filtered, ranked
     def category_cost(run_id: str) -> Decimal:
         costs_ = badput.get(run_id) or {}
@@ -185,7 +189,7 @@ if by_month and (view != "newest" or category):
              **({"category_cost": costs.cents(category_cost(x["run_id"]))} if category else {})}
             for x in chosen[:PAGE_SIZE]]
     more, page_no = len(chosen) > PAGE_SIZE, 1
-    order = (f"{VIEWS[view].lower()} in {month_filter}"
+    order = (f"{VIEWS[view].lower()} " + (f"in {month_filter}" if by_month else "over all months")
              + (f", badput: {category.replace('_', ' ')}" + (" (the most of it first)" if view == "wasted" else "")
                 if category else "") + f", top {PAGE_SIZE}")
 else:
@@ -215,8 +219,9 @@ else:
                + ". Node-hours are each run's whole duration; GPU-hours, cost, cost per 1M tokens and waste are "
                + (f"its part of {month_filter}, as `trainledger report monthly` (waste: the run's badput, the "
                   "export's badput_cost; reason: its largest badput category)." if by_month else
-                  "shown for one month: pick it in Months.") + " Times in " + ui.md(ui.display_tz().key) + ".")
-    shown_category = category if by_month and category else None  # the drill-down's figure, beside each run
+                  "over all its months: its monthly lines summed (waste: Σ its badput; reason: its largest badput "
+                  "category over them).") + " Times in " + ui.md(ui.display_tz().key) + ".")
+    shown_category = category  # the drill-down's figure, beside each run
     st.dataframe(runs_table(rows, shown_category), hide_index=True, key="runs_table",
                  column_config={**COLUMN_CONFIG, **({f"{category.replace('_', ' ')} ({currency})":
                                                      st.column_config.NumberColumn(format="%,.2f")}

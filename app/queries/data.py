@@ -31,7 +31,8 @@ from trainledger.money.rates.months import month_of, months_between, parse_month
 from trainledger.money.rates.pricing import list_pricing, offers_with_node_types
 from trainledger.money.rates.pricing import node_types as pricing_node_types
 from trainledger.reports import weekly as ledger_strategies
-from trainledger.reports.export import presented_report
+from trainledger.reports.export import RUN_COLUMNS, presented_report
+from trainledger.reports.present import jsonable
 from trainledger.runs import registry
 from trainledger.runs import sweep as ledger_sweep
 from trainledger.store import prices
@@ -381,6 +382,38 @@ def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> lis
         a = accounts.get(r["run_id"])
         out.append({**r, "cost": str(cents(exact[r["run_id"]].cost)),
                     "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost)),
+                    "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
+    return out
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def all_months_accounts(url: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """Run id → its goodput account over all months (``trainledger.money.goodput.waste.over_months`` of every
+    month's cached :func:`month_goodput`)."""
+    from trainledger.money.goodput.waste import over_months
+
+    return over_months(a for m in reversed(month_options(url)) for a in month_goodput(url, m, currency).runs)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def all_months_run_lines(url: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
+    """Every run's line over all months, in :func:`month_run_lines`' shape: its monthly report lines summed
+    (``trainledger.money.account.month_lines.over_months``) and its waste and reason over its monthly goodput
+    accounts (``trainledger.money.goodput.waste.over_months``), each half-up to the cent once, from the exact sums.
+    The Runs page's "All months" ranks by these; each month is the cached :func:`report` and :func:`month_goodput`."""
+    from trainledger.money.account.month_lines import over_months as lines_over_months
+    from trainledger.money.goodput.waste import run_reason, run_waste
+    from trainledger.money.rates.costs import cents
+
+    months = month_options(url)
+    lines = lines_over_months(r for m in reversed(months) for r in report(url, m, True, currency).runs)
+    accounts = all_months_accounts(url, currency)
+    out = []
+    for run_id, r in lines.items():
+        a = accounts.get(run_id)
+        row = jsonable(r)
+        out.append({**{k: row.get(k) for k in RUN_COLUMNS}, "cost": str(cents(r.cost)),
+                    "lost_work_cost": str(cents(r.lost_work_cost)),
                     "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
     return out
 

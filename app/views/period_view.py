@@ -48,7 +48,7 @@ def caption(rep: dict[str, Any], cur: str) -> None:
                + f" · the same figures as `trainledger report period --from {rep['from']} --to {rep['to']} "
                f"--currency {cur}`")
     if rep.get("previous_missing"):
-        st.caption(f"No change shown: the period before cannot be reported ({ui.md(rep['previous_missing'])}).")
+        st.caption(f"No change shown: {ui.md(rep['previous_missing'])}.")
     if not rep["whole_months"]:
         st.caption(WHOLE_MONTHS_NOTE)
 
@@ -94,6 +94,10 @@ def by_month(rep: dict[str, Any], cur: str) -> None:
         st.dataframe(ui.frame(rep["by_month"], ["month", "actual_cost", "idle_cost", "waste_cost", "gpu_hours"],
                               currency=cur),
                      hide_index=True, key="period_by_month")
+    if rep.get("empty_months"):
+        first, last = rep["empty_months"][0], rep["empty_months"][-1]
+        st.caption(f"{first}{'' if first == last else ' to ' + last}: nothing recorded yet (no spend, no GPU-hours), "
+                   "so not listed.")
     if rep["days"]:
         st.caption(f"Plus {len(rep['days'])} day{'s' if len(rep['days']) > 1 else ''} outside whole months "
                    f"({rep['days'][0]} … {rep['days'][-1]}), each from its daily report.")

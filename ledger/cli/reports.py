@@ -176,7 +176,10 @@ def _period_text(d: dict[str, Any]) -> str:
     rows = [{"figure": k, "value": d["summary"][k],
              **({"before": prev["summary"][k], "change_pct": d["change"].get(f"{k}_pct")} if prev else {})}
             for k in FIGURES]
-    out = head + ("" if not prev else f"\nbefore: {prev['period']} ({prev['from']} to {prev['to']})") + "\n" + table(rows)
+    out = head + ("" if not prev else f"\nbefore: {prev['period']} ({prev['from']} to {prev['to']})")
+    if d.get("previous_missing"):
+        out += f"\nno change shown: {d['previous_missing']}"
+    out += "\n" + table(rows)
     if not d["whole_months"]:
         out += "\nidle, waste, the alternatives, ROI, tokens and CO2e: only for whole months (the daily report does not split them)"
     if d["summary"].get("not_costed_runs"):

@@ -15,7 +15,12 @@ reports of those days (``daily_report``), summed exactly and rounded only when p
   with left-over days they are None, and the report says ``whole_months: false``.
 
 The change (``change``) of each figure is (this − before) ÷ before, None when the period before has no such
-figure or it is zero. The dashboard's Overview, Monthly ROI and Export pages read the same dict.
+figure or it is zero. The period before is the same span a step back (a year to date: the same days of the year
+before; a quarter: the quarter before; a month to date: as many days of the month before); when nothing was recorded
+in it (no spend, no GPU-hours: before the ledger's first run and fleet) there is no comparison and
+``previous_missing`` says so. ``by_month`` lists the whole months from the first with anything recorded; the months
+before it are ``empty_months`` (a year to date of a ledger started in March: no rows of zeros for January and
+February). The dashboard's Overview, Monthly ROI and Export pages read the same dict.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class _Sums:
     not_costed_runs: int = 0  # per piece: a run in two months counts in each
     not_costed_node_hours: Decimal = ZERO  # of runs no offer can cost (exact; in no money figure)
     by_month: list[dict[str, Any]] = field(default_factory=list)
+    empty_months: list[str] = field(default_factory=list)  # the whole months before anything was recorded
 
     def add_opt(self, key: str, value: Optional[Decimal]) -> None:
         if key in self.sums and self.sums[key] is None:
@@ -120,10 +126,13 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
         waste, account_idle = waste_cost(acct), waste_by_reason(acct)[IDLE]
         t.currency = t.currency or rep.currency
         _add_month(t, {**rep.summary, "waste_cost": waste, "account_idle_cost": account_idle})
+        tick()
+        if not t.by_month and not (rep.summary["actual_cost"] or rep.summary["gpu_hours"] or waste):
+            t.empty_months.append(month)  # before anything was recorded: not a row of zeros
+            continue
         t.by_month.append({"month": month + (" (to date)" if rep.is_partial else ""), "actual_cost": rep.summary["actual_cost"],
                            "idle_cost": rep.summary["idle_cost"], "waste_cost": waste,
                            "gpu_hours": rep.summary["gpu_hours"]})
-        tick()
     for day in parts.days:
         rep = daily_report(session, day, now=now, currency=currency)
         t.currency = t.currency or rep["currency"]
@@ -147,7 +156,7 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
     if t.not_costed_runs:  # runs no offer can cost: counted, with their node-hours (a period with none: as before)
         summary.update(not_costed_runs=t.not_costed_runs, not_costed_node_hours=t.not_costed_node_hours)
     return {"summary": summary, "months": list(parts.months), "days": [d.isoformat() for d in parts.days],
-            "whole_months": whole, "by_month": t.by_month, "currency": t.currency}
+            "whole_months": whole, "by_month": t.by_month, "empty_months": t.empty_months, "currency": t.currency}
 
 
 def _ticker(progress: Optional[Callable[[int, Optional[int]], None]], period: ReportPeriod, today: date,
@@ -197,6 +206,12 @@ def period_report(session: Session, period: ReportPeriod, *, now: datetime, curr
         except LedgerInputError as exc:  # e.g. no exchange rate back then: no change, and why
             out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
             out["previous_missing"] = f"{before.label}: {str(exc).splitlines()[0]}"
+            return out
+        if not any(prev["summary"][k] for k in ("actual_cost", "gpu_hours")):  # nothing recorded back then
+            out["previous"], out["change"] = None, {k: None for k in CHANGE_KEYS}
+            span = f"{before.first} to {before.last}"
+            out["previous_missing"] = (f"{before.label if before.label == span else f'{before.label} ({span})'} "
+                                       "has no spend and no GPU-hours in the ledger")
             return out
         out["previous"] = {"period": before.label, "from": before.first, "to": before.last,
                            "whole_months": prev["whole_months"], "summary": prev["summary"]}

@@ -60,6 +60,63 @@ def test_a_shared_url_sets_every_filter(demo_url, app_env, monkeypatch):
     assert set(df["status"]) == {"succeeded"} and set(df["strategy"]) == {"zero2"}
 
 
+def test_all_months_ranks_every_run_by_its_cost_and_waste_over_its_months(demo_url, app_env, monkeypatch):
+    """Issue 39 item 4: "Most wasted" and "Most expensive" over all months: each run's cost and waste are its monthly
+    lines' summed (the exact figures, half-up to the cent once), ranked most first; the badput drill-down over all
+    months shows the category's amount. Computed here from the monthly reports and goodput accounts of every month."""
+    from decimal import Decimal
+
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.money.goodput.account import Category, goodput_account
+    from trainledger.money.goodput.waste import run_waste
+    from trainledger.money.rates.costs import cents
+    from trainledger.money.rates.months import months_between
+
+    monkeypatch.setenv("TRAINLEDGER_NOW", NOW)
+    app_env(demo_url)
+    now = datetime.fromisoformat(NOW)
+
+    def exact(s):
+        cost: dict[str, Decimal] = {}
+        months: dict[str, list[Decimal]] = {}  # each month's cost of a run
+        waste: dict[str, Decimal] = {}
+        straggler: dict[str, Decimal] = {}
+        for m in months_between("2026-01", "2026-12"):
+            for r in monthly_report(s, m, lines=True, now=now).runs:
+                cost[r.run_id] = cost.get(r.run_id, Decimal(0)) + r.cost
+                months.setdefault(r.run_id, []).append(r.cost)
+            for a in goodput_account(s, month=m, now=now).runs:
+                if a.run_cost or a.total_cost:
+                    waste[a.run_id] = waste.get(a.run_id, Decimal(0)) + run_waste(a)
+                    straggler[a.run_id] = straggler.get(a.run_id, Decimal(0)) + a.cost[Category.straggler_wait]
+        return cost, months, waste, straggler
+
+    cost, months, waste, straggler = with_session(demo_url, exact)
+    at = run_page(make_app(scope="all", order="wasted"), "runs")
+    df = _runs_table(at).value
+    ids = list(df["id"])
+    assert len(ids) == 50  # the top 50 of the demo's runs
+    want = sorted(waste, key=lambda r: (-waste[r], r))[:50]
+    assert ids == want
+    assert [Decimal(str(v)).quantize(Decimal("0.01")) for v in df["waste (CNY)"]] == [cents(waste[r]) for r in ids]
+    assert [Decimal(str(v)).quantize(Decimal("0.01")) for v in df["cost (CNY)"]] == [cents(cost[r]) for r in ids]
+    assert not df["cost (CNY)"].isna().any() and not df["waste (CNY)"].isna().any()
+    assert "over all months" in " ".join(c.value for c in at.caption)
+    at.radio(key="runs_view").set_value("expensive").run()
+    df = _runs_table(at).value
+    assert list(df["id"]) == sorted(cost, key=lambda r: (-cost[r], r))[:50]
+    assert [Decimal(str(v)).quantize(Decimal("0.01")) for v in df["cost (CNY)"]] == [cents(cost[r]) for r in df["id"]]
+    # a run across a month edge is one row, with both months' cost
+    across = [r for r in df["id"] if len(months[r]) > 1]
+    assert across and all(cents(cost[r]) > cents(max(months[r])) for r in across), across
+    # the badput drill-down over all months: the category's amount beside each run, most first
+    at = run_page(make_app(scope="all", goodput="straggler_wait"), "runs")
+    df = _runs_table(at).value
+    col = "straggler wait (CNY)"
+    assert list(df["id"]) == sorted((r for r in straggler if straggler[r] > 0), key=lambda r: (-straggler[r], r))[:50]
+    assert [Decimal(str(v)).quantize(Decimal("0.01")) for v in df[col]] == [cents(straggler[r]) for r in df["id"]]
+
+
 def test_a_quarter_on_the_overview_is_the_period_report(demo_url, app_env, monkeypatch):
     monkeypatch.setenv("TRAINLEDGER_NOW", NOW)
     app_env(demo_url)
@@ -87,6 +144,23 @@ def test_a_quarter_on_the_overview_is_the_period_report(demo_url, app_env, monke
         assert monthly[0] > 0 and shown[name] == sum(monthly), (name, monthly)  # each month's line, added up
     assert shown["idle"] == sum(cents(r.summary["idle_cost"]) for r in reps)
     assert sum(shown.values(), Decimal(0)) == Decimal(want["summary"]["actual_cost"]) == Decimal("71598.87")
+
+
+def test_a_year_to_date_lists_no_empty_months_and_says_why_it_has_no_change(demo_url, app_env, monkeypatch):
+    """Issue 39 item 7 on screen: the demo's year to date starts its months at June (the first with anything
+    recorded) and says that January to May are not listed; the year before has nothing: no change, and why."""
+    monkeypatch.setenv("TRAINLEDGER_NOW", NOW)
+    app_env(demo_url)
+    at = run_page(make_app(period="ytd", year="2026"), "overview")
+    want = with_session(demo_url, lambda s: period_report(s, P.ytd_period(2026, datetime.fromisoformat(NOW).date()),
+                                                          now=datetime.fromisoformat(NOW)))
+    table = next(d.value for d in at.dataframe if list(d.value.columns)[0] == "month")
+    assert list(table["month"]) == [r["month"] for r in want["by_month"]] and table["month"].iloc[0] == "2026-06"
+    captions = [plain(c.value) for c in at.caption]
+    assert "2026-01 to 2026-05: nothing recorded yet (no spend, no GPU-hours), so not listed." in captions
+    assert f"No change shown: {want['previous_missing']}." in captions
+    spend = next(m for m in at.metric if m.label == "Spend (CNY)")
+    assert not spend.proto.delta  # nothing to compare with: no delta at all, not +0.0%
 
 
 def test_runs_link_builds_the_runs_query():

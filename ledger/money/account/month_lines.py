@@ -9,7 +9,7 @@ to the group totals (Σ lines = Σ groups, per charge period).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterable, Optional
@@ -66,6 +66,29 @@ class RunSlice:
     @property
     def waste(self) -> bool:
         return self.status in {s.value for s in WASTE_STATUSES}
+
+
+def over_months(lines: Iterable[RunSlice]) -> dict[str, RunSlice]:
+    """Each run's line over every month given: the monthly report's lines of the run summed where they add up
+    (node-hours, GPU-hours, tokens, cost under each option, lost work, energy and CO2e), its interval from the first
+    line's start to the last one's end, ``split`` when more than one month, ``provisional`` while any month is; the
+    run's own figures (GPU-Util, MFU, name, offer of its first month) as they are. The Runs page's "All months"."""
+    out: dict[str, RunSlice] = {}
+    for line in lines:
+        have = out.get(line.run_id)
+        if have is None:
+            out[line.run_id] = replace(line, charge=None, intensities=[])
+            continue
+        for name in ("node_hours", "gpu_hours", "cost", "lost_gpu_hours", "lost_work_cost"):
+            setattr(have, name, getattr(have, name) + getattr(line, name))
+        for name in ("tokens", "cost_elastic", "cost_own", "energy_kwh", "co2e_kg"):
+            a, b = getattr(have, name), getattr(line, name)
+            setattr(have, name, None if a is None or b is None else a + b)
+        have.start, have.end, have.split = min(have.start, line.start), max(have.end, line.end), True
+        have.co2e_basis = _combine_co2e([have.co2e_basis, line.co2e_basis])
+        if line.finality != "final":
+            have.finality = line.finality
+    return out
 
 
 @dataclass

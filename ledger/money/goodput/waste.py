@@ -23,11 +23,12 @@ The monthly report (``trainledger.money.account.monthly``, a room below) keeps `
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Iterable, Optional
 
 from trainledger.errors import LedgerInputError
-from trainledger.money.goodput.goodput_core import BADPUT, ZERO, Category, MonthAccount, RunAccount
+from trainledger.money.goodput.goodput_core import BADPUT, ZERO, Category, MonthAccount, RunAccount, goodput_ratio
 
 IDLE = "idle"
 #: the reasons of ``waste_by_reason``, in order: the badput categories, then idle
@@ -83,3 +84,29 @@ def check_reason(value: str, flag: str = "?waste=") -> str:
     raise LedgerInputError(f"{flag}: expected a badput category ({', '.join(c.value for c in BADPUT)}) or "
                            f"failed, crashed, cancelled, lost_since_checkpoint (= lost_work), got {value!r}; "
                            "idle is the fleet's, no run's")
+
+
+def over_months(accounts: Iterable[RunAccount]) -> dict[str, RunAccount]:
+    """Each run's account over every month given (``month`` None): its monthly lines' node-seconds and costs summed
+    per category, so :func:`run_waste` and :func:`run_reason` of it are the run's waste and reason over those months
+    (all time: the Runs page's "All months" ranking). Exact: every month's money is on the account's 10⁻¹² grid."""
+    out: dict[str, RunAccount] = {}
+    for a in accounts:
+        have = out.get(a.run_id)
+        if have is None:
+            out[a.run_id] = replace(a, month=None, seconds=dict(a.seconds), cost=dict(a.cost),
+                                    data_quality=list(a.data_quality))
+            continue
+        for c, v in a.seconds.items():
+            have.seconds[c] = have.seconds.get(c, ZERO) + v
+        for c, v in a.cost.items():
+            have.cost[c] = have.cost.get(c, ZERO) + v
+        have.run_cost += a.run_cost
+        have.recovery_cost += a.recovery_cost
+        have.total_cost += a.total_cost
+        have.start, have.end = min(have.start, a.start), max(have.end, a.end)
+        have.data_quality += [q for q in a.data_quality if q not in have.data_quality]
+    for a in out.values():
+        ratio = goodput_ratio(a.cost.get(Category.productive, ZERO), a.total_cost)  # as a month's line's
+        a.goodput_pct = None if ratio is None else ratio * 100
+    return out
