@@ -127,6 +127,7 @@ def test_downgrade_to_base_and_upgrade_again(engine):
         assert s.exec(select(func.count()).select_from(Offer)).one() == 3
 
 
+@pytest.mark.new_ledger  # migrates from an empty database
 def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
     """A ledger written at revision 0001 upgrades to head with every row and total intact."""
     from trainledger.money.account.monthly import monthly_report
@@ -151,6 +152,7 @@ def test_upgrade_from_the_first_migration_keeps_data(ledger_url):
     eng.dispose()
 
 
+@pytest.mark.new_ledger  # migrates from an empty database
 def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
     """A ledger seeded before the planner's link columns (0003) gets the catalog's figures for its presets;
     a node type the user imported keeps them unknown (NULL)."""

@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
@@ -146,6 +147,7 @@ def test_an_import_with_a_history_adds_the_versions_in_order(cli, engine, tmp_pa
         assert versions == [(1, D(10)), (2, D(12))]
 
 
+@pytest.mark.new_ledger  # migrates from an empty database
 def test_migration_0009_gives_every_offer_version_1_from_the_earliest_run_and_keeps_the_rollup(ledger_url):
     """A ledger at 0003 with a run and its rollup (built in Asia/Shanghai): after 0009 every offer has version 1
     valid from the earliest run, the rollup rows carry their month's start as charge period, and nothing differs."""

@@ -12,6 +12,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+import pytest
 from sqlalchemy import text
 from sqlmodel import Session
 from trainledger.money.account.monthly import monthly_report
@@ -215,6 +216,7 @@ def offer_row(engine):
         return offer(s, "rtx4090-rent")
 
 
+@pytest.mark.new_ledger  # migrates from an empty database
 def test_upgrading_a_ledger_to_0004_backfills_lost_work(ledger_url):
     """A ledger at revision 0003 with a rollup built: upgrading sets the lost interval of its failed runs and
     the lost facts of their rollup rows, so the report and the check agree with a fresh ledger."""

@@ -125,6 +125,7 @@ def second_url(ledger_url, tmp_path):
     admin.dispose()
 
 
+@pytest.mark.new_ledger  # migrates from an empty database
 def test_every_row_and_total_survive_the_upgrade_from_the_first_migration(ledger_url, second_url):
     old = make_engine(ledger_url, upgrade=False)
     upgrade_schema(old, "0001")
