@@ -55,6 +55,7 @@ SECTIONS: dict[str, list[PageSpec]] = {
     ],
     "Ledger": [
         PageSpec("pages/export.py", "Export", ":material/download:", "export"),
+        PageSpec("pages/invoices.py", "Invoices", ":material/receipt_long:", "invoices"),
         PageSpec("pages/settings.py", "Settings", ":material/settings:", "settings"),
     ],
 }

@@ -17,7 +17,7 @@ PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "train
 #: the rooms of ledger/, lowest first: a module may import its own room and the rooms before it
 LEDGER_LAYERS = ("errors", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
 #: the sub-rooms of money/ by concept, lowest first (the same rule inside money: import only downward)
-MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", "outlook")
+MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", "outlook", "invoice")
 #: the sub-rooms of sources/ by concept, lowest first: the run's record (journal, writer), imports (CSV, Slurm),
 #: telemetry (sampling, collect, exporters), capture (the wrapper, track); imports and telemetry need no record
 SOURCES_ROOMS = ("record", "imports", "telemetry", "capture")

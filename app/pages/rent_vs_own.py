@@ -13,7 +13,7 @@ from decimal import Decimal
 import altair as alt
 import pandas as pd
 import streamlit as st
-from trainledger.app.queries import data, rentown
+from trainledger.app.queries import data, invoices, rentown
 from trainledger.app.views import access, plain_words, ui
 from trainledger.money.account.compare import compare_offers
 from trainledger.money.rates import costs
@@ -59,6 +59,9 @@ if rep.is_partial:
 u_float = c[3].slider(ui.TIME_UTIL, 0.0, 1.0, default_u, 0.01, key="rvo_util",
                       help=f"Share of the month the node runs jobs. {seeded}.")
 st.caption(seeded + ".")
+basis = invoices.cost_basis_note(url, month, currency)
+if basis:
+    st.caption(basis)
 u = Decimal(str(u_float))
 
 with st.expander("Assumptions (try other prices; nothing is saved)"):

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pandas as pd
 import streamlit as st
-from trainledger.app.queries import data
+from trainledger.app.queries import data, invoices
 from trainledger.app.views import access, figures, period_view, plain_words, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
@@ -32,6 +32,9 @@ if period.kind != "month":  # a quarter, a year to date or a date range: its tot
 st.caption(f"{ui.period_text(month, s)} · ROI = (cost of the alternative − cost of the chosen option) ÷ cost of the "
            "chosen option")
 ui.to_date_note(month, s)
+basis = invoices.cost_basis_note(url, month, currency)
+if basis:
+    st.caption(basis)
 
 if not s["runs"] and s["actual_cost"] == "0.00":
     ui.empty(f"Nothing was spent in {month}: no runs and no fleet.")

@@ -30,6 +30,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                  rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer (default: the node type's).")] = None,
                  reserved: Annotated[Optional[str], typer.Option(help="Reserved rent offer, with --month.")] = None,
                  currency: Annotated[Optional[str], typer.Option("--currency", help="Present money in this ISO 4217 currency (see `trainledger fx`); default: the Settings currency once set.")] = None,
+                 cost_basis: Annotated[str, typer.Option("--cost-basis", help="With --month: estimate (the ledger's) | billed: a reconciled month's rented lines at what its invoices billed.")] = "estimate",
                  db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """Own vs rent: per node-month at a utilization (--node-type), or for a month of real usage (--month)."""
     from trainledger.money.account.compare import compare_month, compare_node_type
@@ -43,6 +44,7 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
                                      currency=currency)
         else:
             data = compare_month(s, month, own=own, rent=rent, reserved=reserved, now=clock(now), currency=currency)
+            data = _with_billed(s, data, cost_basis, clock(now))
 
     def text(d):
         if "node_types" not in d:
@@ -57,6 +59,14 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
         return f"{d['month']}{period} ({d['timezone']}, {d['currency']})\n" + table(d["node_types"], cols) + "\n\ntotal:\n" + key_values(d["total"])
 
     emit(data, as_json, text)
+
+
+def _with_billed(s, data: dict, basis: str, now) -> dict:
+    """The month's comparison with its invoices beside its total (``--cost-basis``, docs/INVOICES.md)."""
+    from trainledger.money.invoice.billed import month_billed, with_cost_basis
+
+    return {**data, "total": with_cost_basis(data["total"], month_billed(s, data["month"], now), basis, data["month"],
+                                             data["currency"])}
 
 
 def register(root: typer.Typer) -> None:

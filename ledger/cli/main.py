@@ -33,7 +33,7 @@ COMMANDS = {"demo": "demo", "import": "imports", "launch": "runs", "sync": "runs
             "forecast": "forecast", "exporter": "exporter", "db": "db", "runs": "runs", "config": "config",
             "data": "parts", "cost": "costs", "report": "reports", "budget": "budget", "pricing": "pricing",
             "fx": "fx", "carbon": "carbon", "fleet": "fleet", "plan": "plan", "slurm": "slurm", "goodput": "goodput",
-            "glossary": "glossary"}
+            "glossary": "glossary", "invoice": "invoice"}
 
 
 def _register(module: str, root: typer.Typer) -> None:

@@ -26,13 +26,17 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
                    force: Annotated[bool, typer.Option("--force", help="Replace an existing --output file.")] = False,
                    own: Annotated[Optional[str], typer.Option(help="Own offer for the comparison.")] = None,
                    rent: Annotated[Optional[str], typer.Option(help="Elastic rent offer for the comparison.")] = None,
+                   cost_basis: Annotated[str, typer.Option("--cost-basis", help="estimate (the ledger's) | billed: a reconciled month's rented lines at what its invoices billed (docs/INVOICES.md).")] = "estimate",
                    currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
     """The monthly export: summary (own vs rent, savings, ROI, idle, waste, energy and CO2e), per project, per run.
 
-    A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary)."""
+    A month that has not ended is reported to date ("to date (3 of 31 days)" in the summary). A month with
+    imported invoices shows their status, and once reconciled the billed cost beside the ledger's estimate."""
     from trainledger.money.account.monthly import monthly_report
     from trainledger.money.goodput.goodput_ledger import report_account
+    from trainledger.money.invoice.billed import month_billed
     from trainledger.reports.export import presented_report
+    from trainledger.reports.invoices import with_billed
     from trainledger.reports.present import key_values
     from trainledger.store.files import check_output, write_output
 
@@ -48,6 +52,7 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     with session(db) as s:
         rep = monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency)
         p = presented_report(rep, report_account(s, rep, clock(now)))  # the month's goodput account, once
+        p = with_billed(p, rep.summary, month_billed(s, month, clock(now)), cost_basis, month, rep.currency)
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
     data = render_report(p, "json" if as_json and output is None else fmt)  # --json: JSON, whatever --format

@@ -547,5 +547,80 @@ class RunPhase(SQLModel, table=True):
     last_at: Optional[datetime] = _ts()  # last time it ended
 
 
+# --- invoices: what providers billed (ledger/sources/imports/invoice_files.py; migration 0019) -------------------
+
+class Invoice(SQLModel, table=True):
+    """One imported invoice file of a provider (``trainledger invoice import``), whole or not at all.
+
+    ``number``: the provider's invoice id (FOCUS ``InvoiceId``, the mapped column or ``--invoice-id``; else
+    ``PROVIDER/YYYY-MM``). ``digest``: SHA-256 of its normalized lines: the same content imported again is
+    recognised, not doubled. A corrected invoice (same provider and number, other lines) is a new row; the
+    one it replaces keeps its lines and gets ``replaced_by`` (only invoices with ``replaced_by`` NULL count).
+    """
+
+    __tablename__ = "invoice"
+    __table_args__ = (UniqueConstraint("provider", "digest", name="uq_invoice_digest"),
+                      Index("ix_invoice_number", "provider", "number"))
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    provider: str = Field(max_length=100)
+    number: str = Field(max_length=200)
+    month: str = Field(max_length=7, index=True)  # the billing period, YYYY-MM (display time zone)
+    currency: str = Field(max_length=3)
+    fmt: str = Field(max_length=10)  # focus | csv
+    source: str = Field(default="", max_length=500)  # the file's name as given
+    digest: str = Field(max_length=64)
+    lines: int = 0
+    billed_cost: Decimal = Field(default=Decimal(0), sa_type=Rate)
+    imported_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    replaced_by: Optional[int] = Field(default=None, foreign_key="invoice.id")
+
+
+class InvoiceLine(SQLModel, table=True):
+    """One line of an invoice as billed: money in the invoice's currency, exact (12 decimals kept).
+
+    ``kind``: ``usage`` | ``commitment`` (a reserved term's recurring purchase) | ``info`` (a commitment's
+    usage lines at no charge: kept, never reconciled). ``fx_rate``: the provider's rate, 1 ``pricing_currency``
+    = ``fx_rate`` of the invoice's currency, when the line states it (FX differences are found only then).
+    """
+
+    __tablename__ = "invoice_line"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    invoice_id: int = Field(foreign_key="invoice.id", index=True)
+    line_no: int  # the file's line (CSV) or row (Parquet, from 2)
+    kind: str = Field(default="usage", max_length=12)
+    period_start: datetime = Field(sa_type=UTCDateTime)
+    period_end: datetime = Field(sa_type=UTCDateTime)
+    resource: str = Field(default="", max_length=300)
+    sku: str = Field(default="", max_length=200)  # FOCUS SkuId (the ledger's own export: the offer's name)
+    description: str = Field(default="", max_length=500)
+    quantity: Optional[Decimal] = Field(default=None, sa_type=Rate)
+    unit: str = Field(default="", max_length=40)
+    unit_price: Optional[Decimal] = Field(default=None, sa_type=Rate)
+    amount: Decimal = Field(sa_type=Rate)
+    pricing_currency: Optional[str] = Field(default=None, max_length=3)
+    fx_rate: Optional[Decimal] = Field(default=None, sa_type=Rate)
+    #: how far amount may stand from unit price × quantity through the rounding of the three figures as written
+    rounding_bound: Decimal = Field(default=Decimal(0), sa_type=Rate)
+
+
+class InvoiceMap(SQLModel, table=True):
+    """Which offer (and node) an invoice's resource stands for (``trainledger invoice map``).
+
+    ``pattern``: a resource id or a shell glob over them (``gpu-node-*``); ``provider`` "" = any provider.
+    Of the rules that match a line, an exact pattern wins over a glob, a provider's over any provider's.
+    """
+
+    __tablename__ = "invoice_map"
+    __table_args__ = (UniqueConstraint("provider", "pattern", name="uq_invoice_map"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    provider: str = Field(default="", max_length=100)
+    pattern: str = Field(max_length=300)
+    offer_id: int = Field(foreign_key="offer.id", index=True)
+    node: str = Field(default="", max_length=200)  # a host name of `run_node`; "" = the offer as a whole
+
+
 # Last: every program that has the tables also keeps the monthly rollup in step (the rollup's session events).
 _root._load_session_hooks()

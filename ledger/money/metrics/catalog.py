@@ -176,7 +176,31 @@ OUTLOOK = (
            aliases=("budget_amount",), group="outlook"),
 )
 
-METRICS: tuple[Metric, ...] = SPEND + ALTERNATIVES + USAGE + ENERGY + OUTLOOK
+INVOICE_LINES = "imported invoices (`invoice`, `invoice_line`: the newest of each), the invoice mapping (`invoice_map`)"
+
+INVOICES = (
+    Metric("expected_cost", "Expected (ledger)", "money",
+           "what the ledger expects a provider to bill: each elastic run's billed node-hours × the hourly rate in force "
+           "(after the offer's granularity and minimum), each reserved term's nodes × monthly price, per charge period, "
+           "in the invoice's currency at the ledger's rate (docs/INVOICES.md)", f"{ROLLUP}; {OFFERS}",
+           group="invoices"),
+    Metric("billed_cost", "Billed (invoice)", "money",
+           "Σ FOCUS BilledCost: of a month's invoices, the amounts of their lines as the provider billed them, in "
+           "the invoice's currency (a corrected invoice replaces the one it corrects); of the ledger's own FOCUS "
+           "export (`report focus`), what its rows bill (= spend)", INVOICE_LINES, finality="setting",
+           group="invoices"),
+    Metric("invoice_difference", "Difference (billed − expected)", "money",
+           "billed − expected, per offer, charge period and resource, split into classes that add up to it exactly: "
+           "rate, billed hours without runs, runs without billed hours, minimum billing or granularity, FX, rounding, "
+           "unmatched lines (docs/INVOICES.md); it counts when above the tolerance (0.01 per invoice line)",
+           f"{INVOICE_LINES}; {ROLLUP}; {OFFERS}", aliases=("difference", "differences_total", "difference_by_class"),
+           group="invoices"),
+    Metric("expected_node_hours", "Expected node-hours", "hours",
+           "the billed node-hours the ledger expects: each elastic run's node-hours after the offer's granularity "
+           "and minimum; a reserved term's capacity node-hours", ROLLUP, group="invoices"),
+)
+
+METRICS: tuple[Metric, ...] = SPEND + ALTERNATIVES + USAGE + ENERGY + OUTLOOK + INVOICES
 
 #: the goodput account's categories (the keys under ``cost`` and ``node_hours`` of `trainledger goodput --json`;
 #: :class:`trainledger.money.goodput.goodput_core.Category` is the one enum, a test keeps the two lists equal):

@@ -12,7 +12,7 @@ from trainledger.money.metrics.definitions import FINALITY, UNITS, Metric
 
 GROUPS = (("spend", "The account of spend"), ("goodput", "The goodput account"),
           ("alternatives", "Alternatives (rent vs own)"), ("usage", "Usage"), ("energy", "Energy and carbon"),
-          ("outlook", "Outlook"))
+          ("outlook", "Outlook"), ("invoices", "Invoices"))
 
 HEAD = """# Metrics: every figure, defined once
 
