@@ -21,7 +21,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data, goodput_data
-from trainledger.app.views import access, anomalies_view, goodput_view, predictions, ui
+from trainledger.app.views import access, anomalies_view, compare_view, goodput_view, predictions, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.goodput.account import CATEGORIES
 from trainledger.money.goodput.waste import check_reason
@@ -227,6 +227,8 @@ else:
                                                      st.column_config.NumberColumn(format="%,.2f")}
                                                     if shown_category else {})},
                  placeholder="")  # no value: an empty cell, never "None"
+
+compare_view.section(url, currency, [r["id"] for r in rows], {r["id"]: r["name"] for r in rows})
 
 # --- run detail --------------------------------------------------------------------------
 st.header("Run detail")

@@ -225,6 +225,15 @@ def run_detail(url: str, run_id: str, currency: Optional[str] = None) -> dict[st
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
+    """``trainledger.runs.compare.compare_runs``, presented (money in cents, as ``runs compare --json``)."""
+    from trainledger.runs.compare import compare_runs as compare
+
+    with read_session(url) as s:
+        return jsonable(compare(s, list(run_ids), currency=currency, now=now()))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def loss_curve(url: str, run_id: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return registry.loss_curve(s, run_id)

@@ -105,6 +105,34 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="Run id (or a unique pr
     emit(data, as_json, text)
 
 
+@app.command("compare")
+@command
+def runs_compare(run_ids: Annotated[list[str], typer.Argument(help="2 to 8 run ids (or unique prefixes of 6+ characters).")],
+                 currency: CurrencyOpt = None, db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """Runs side by side: their config (the keys that differ marked *), their figures as `runs show` gives them,
+    and with --json their loss, step time, tokens/s, utilization and cumulative cost over hours since each started
+    (the dashboard's Compare page: /compare?runs=A,B)."""
+    from trainledger.reports.present import fmt_cell, table
+    from trainledger.runs.compare import CONFIG_KEYS, FIGURE_KEYS, compare_runs
+
+    with session(db) as s:
+        data = compare_runs(s, run_ids, currency=currency, now=clock(now))
+
+    def text(d):
+        ids = [r["id"] for r in d["runs"]]
+        config = [{"config": ("* " if k in d["differs"] else "  ") + k, **{i: r["config"][k] for i, r in zip(ids, d["runs"])}}
+                  for k in CONFIG_KEYS]
+        figures = [{"figure": k, **{i: r["figures"][k] for i, r in zip(ids, d["runs"])}} for k in FIGURE_KEYS]
+        for row in figures:  # a figure's cells keep the figure's own format (money in cents, ratios, hours)
+            for i in ids:
+                row[i] = fmt_cell(row["figure"], row[i])
+        return "\n".join([table(config, ["config", *ids]), "", table(figures, ["figure", *ids]),
+                          f"\n* differs between the runs; money in {d['currency'] or 'each run currency'}; "
+                          "--json adds the series (hours since each run started)"])
+
+    emit(data, as_json, text)
+
+
 @app.command("card")
 @command
 def runs_card(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],
@@ -168,7 +196,9 @@ def launch(config: ConfigArg,
         wait_attached,
     )
     from trainledger.store.db import get_engine, resolve_url, session_scope
+    from trainledger.store.envsettings import check_settings
 
+    check_settings()  # the ranks read them: a bad one is one line and exit 2 before anything starts
     check_config_allowed(config)
 
     url = resolve_url(db)
@@ -283,7 +313,9 @@ def sweep(config: ConfigArg,
     from trainledger.runs.launch import check_config_allowed
     from trainledger.runs.sweep import SweepRequest, parse_strategies, run_sweep
     from trainledger.store.db import resolve_url
+    from trainledger.store.envsettings import check_settings
 
+    check_settings()  # the ranks read them: a bad one is one line and exit 2 before anything starts
     check_config_allowed(config)
 
     req = SweepRequest(config=config, strategies=parse_strategies(strategies), steps=steps, nodes=nodes,

@@ -163,6 +163,34 @@ def test_a_year_to_date_lists_no_empty_months_and_says_why_it_has_no_change(demo
     assert not spend.proto.delta  # nothing to compare with: no delta at all, not +0.0%
 
 
+def test_compare_shows_three_runs_from_the_ledger(demo_url, app_env, monkeypatch):
+    """Issue 39 item 2 under AppTest: ``/runs?compare=A,B,C`` draws their loss and cumulative cost and shows each
+    run's figures as ``trainledger runs compare`` gives them (cost to the cent, from ``runs show``)."""
+    from trainledger.reports.present import fmt_cell, jsonable
+    from trainledger.runs.compare import compare_runs
+
+    monkeypatch.setenv("TRAINLEDGER_NOW", NOW)
+    app_env(demo_url)
+    ids = ["demo-0094", "demo-0056", "demo-0119"]
+    at = run_page(make_app(compare=",".join(ids)), "runs")
+    assert at.multiselect(key="runs_compare").value == ids and at.query_params["compare"] == ",".join(ids)
+    want = with_session(demo_url, lambda s: jsonable(compare_runs(s, ids, now=datetime.fromisoformat(NOW))))
+    figures = next(d.value for d in at.dataframe if list(d.value.columns) == ["figure", *ids])
+    row = dict(zip(figures["figure"], figures.index))
+    cost = figures.loc[row["cost (CNY)"]]
+    assert [cost[i] for i in ids] == [fmt_cell("cost", r["figures"]["cost_actual"]) for r in want["runs"]]
+    assert all(c.replace(",", "").replace(".", "").isdigit() for c in (cost[i] for i in ids))
+    loss = figures.loc[row["final loss"]]
+    assert [loss[i] for i in ids] == [ui.grouped("final_loss", r["figures"]["final_loss"]) for r in want["runs"]]
+    config = next(d.value for d in at.dataframe if list(d.value.columns) == ["config", *ids])
+    assert list(config["config"])[:3] == ["strategy", "DP", "TP"] and not any(c.startswith("≠") for c in config["config"])
+    # two of the five charts have samples in the demo (loss, cumulative cost); the others say there are none
+    plain_page = run_page(make_app(), "runs")
+    assert len(at.get("vega_lite_chart")) == len(plain_page.get("vega_lite_chart")) + 2
+    captions = [plain(c.value) for c in at.caption]
+    assert "Throughput: no samples recorded for these runs." in captions
+
+
 def test_runs_link_builds_the_runs_query():
     assert ui.runs_link("", project="p", month="2026-11", waste=None) == {"project": "p", "month": "2026-11"}
     with pytest.raises(TypeError, match="unknown filter"):

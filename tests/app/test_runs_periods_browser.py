@@ -12,6 +12,8 @@ and one headless Chromium; each width (1280 and 1920 px) visits the pages once a
   `trainledger report period --json`'s (run here);
 * no table cell reads "None", no time shows seconds or microseconds; Run detail's metric values are never
   broken across lines (each number on one line);
+* Compare (1280 px): three runs from ``?compare=``, their figures grid's cost row equal to
+  `trainledger runs compare --json`'s;
 * a screenshot of every page visited at both widths goes to test-artifacts/screenshots/periods/.
 """
 
@@ -240,5 +242,26 @@ def test_runs_money_first_shared_links_and_periods(served, expected, width):
                 shot(page, name, width)
             expect(page.get_by_role("link", name=re.compile(r"^lost work: "))).to_have_attribute(
                 "href", re.compile(r"goodput=lost_work"))
+
+            # Compare (issue 39 item 2): three runs from the URL, their figures as `trainledger runs compare`
+            if width == 1280:
+                ids = by_cost(lines)[:3]
+                out = subprocess.run([*trainledger(), "runs", "compare", *ids, "--db", served.url, "--now", NOW,
+                                      "--json"], capture_output=True, text=True, timeout=600)
+                assert out.returncode == 0, out.stderr
+                want = json.loads(out.stdout)
+                open_page(page, served, f"/runs?month={MONTH}&compare={','.join(ids)}", "Compare runs")
+                page.get_by_role("heading", name="Figures", exact=True).scroll_into_view_if_needed()
+                page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].some("
+                                       "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
+                index = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].findIndex("
+                                      "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
+                g = grid(page, index)
+                assert g["heads"] == ["figure", *ids], g["heads"]
+                cost = next(r for r in g["rows"] if r[0] == "cost (CNY)")
+                assert cost[1:] == [fmt_cell("cost", r["figures"]["cost_actual"]) for r in want["runs"]], cost
+                assert all(D(c.replace(",", "")) > 0 for c in cost[1:])
+                read_clean(page, "compare")
+                shot(page, "runs-compare", width)
         finally:
             browser.close()
