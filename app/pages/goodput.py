@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 from trainledger.app.queries import data, goodput_data
-from trainledger.app.views import access, goodput_view, ui
+from trainledger.app.views import access, goodput_view, ui, util_view
 
 access.page_gate()
 url = data.ledger_url()
@@ -32,4 +32,5 @@ else:
     goodput_view.badput_by_project(acct, cur)
     goodput_view.ranked_runs(acct, cur)
 goodput_view.idle_heat_map(url, month, currency, s)
+util_view.fleet_section(url, month)  # issue 39 item 3: the fleet's nodes hour by hour
 goodput_view.badput_trend(url, data.trend_months(url, month, n=6), currency, cur)

@@ -21,7 +21,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data, goodput_data
-from trainledger.app.views import access, anomalies_view, compare_view, goodput_view, predictions, ui
+from trainledger.app.views import access, anomalies_view, compare_view, goodput_view, predictions, ui, util_view
 from trainledger.errors import LedgerInputError
 from trainledger.money.goodput.account import CATEGORIES
 from trainledger.money.goodput.waste import check_reason
@@ -344,6 +344,7 @@ else:
                           "flag": "straggler" if n.get("straggler") else "ok"} for n in nodes])
     st.bar_chart(util, x="node", y=f"{short} %", color="flag", height=300)
 
+util_view.run_section(url, d["id"])  # issue 39 item 3
 goodput_view.phase_timeline(url, d["id"])  # issue #25
 
 st.markdown("**Loss**")

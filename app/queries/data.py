@@ -234,6 +234,32 @@ def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = N
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def run_utilization(url: str, run_id: str) -> dict[str, Any]:
+    """``trainledger.runs.utilization.run_utilization``: the run's nodes hour by hour."""
+    from trainledger.runs.utilization import run_utilization as hourly
+
+    with read_session(url) as s:
+        return hourly(s, run_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def fleet_node_types(url: str, month: str) -> list[str]:
+    from trainledger.runs.utilization import fleet_node_types as types
+
+    with read_session(url) as s:
+        return types(s, month)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def fleet_utilization(url: str, node_type: str, month: str) -> dict[str, Any]:
+    """``trainledger.runs.utilization.fleet_utilization``: a node type's nodes in the month, hour by hour."""
+    from trainledger.runs.utilization import fleet_utilization as hourly
+
+    with read_session(url) as s:
+        return hourly(s, node_type, month, now())
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
 def loss_curve(url: str, run_id: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return registry.loss_curve(s, run_id)

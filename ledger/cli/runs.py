@@ -133,6 +133,40 @@ def runs_compare(run_ids: Annotated[list[str], typer.Argument(help="2 to 8 run i
     emit(data, as_json, text)
 
 
+@app.command("util")
+@command
+def runs_util(run_id: Annotated[Optional[str], typer.Argument(help="Run id (or a unique prefix of 6+ characters); or --node-type and --month.")] = None,
+              node_type: Annotated[Optional[str], typer.Option(help="A node type's nodes (a fleet's): every run of it with samples in --month.")] = None,
+              month: Annotated[Optional[str], typer.Option(help="YYYY-MM (display time zone), with --node-type.")] = None,
+              db: DbOpt = None, as_json: JsonOpt = False, now: NowOpt = None) -> None:
+    """Per-node utilization hour by hour from the recorded samples (GPU-Util: NVML/DCGM busy share; CPU runs: the
+    process tree's CPU): each node's mean in each hour of the display time zone, and how many samples it has."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.money.rates.months import check_month
+    from trainledger.reports.present import table
+    from trainledger.runs.utilization import fleet_utilization, run_utilization
+
+    if (run_id is None) == (node_type is None):
+        raise LedgerInputError("RUN_ID: give a run id, or --node-type with --month (a fleet's nodes), not both")
+    if node_type is not None and month is None:
+        raise LedgerInputError("--month: required with --node-type (YYYY-MM)")
+    with session(db) as s:
+        data = (run_utilization(s, run_id) if run_id is not None
+                else fleet_utilization(s, node_type, check_month(month), clock(now)))
+
+    def text(d):
+        if not d["points"]:
+            return "no utilization samples" + (f" for run {d['run_id']}" if "run_id" in d else
+                                                f" for {d['node_type']} in {d['month']}")
+        from zoneinfo import ZoneInfo
+
+        tz = ZoneInfo(d["timezone"])
+        rows = [{**p, "hour": p["hour"].astimezone(tz)} for p in d["points"]]
+        return table(rows, ["hour", "node", "metric", "util_mean", "samples"]) + f"\nhours in {d['timezone']}"
+
+    emit(data, as_json, text)
+
+
 @app.command("card")
 @command
 def runs_card(run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of 6+ characters).")],

@@ -191,6 +191,47 @@ def test_compare_shows_three_runs_from_the_ledger(demo_url, app_env, monkeypatch
     assert "Throughput: no samples recorded for these runs." in captions
 
 
+def test_utilization_per_node_hour_by_hour_on_run_detail_and_goodput(app_env, tmp_path, monkeypatch):
+    """Issue 39 item 3 under AppTest: Run detail draws each node's hourly mean and Goodput a fleet's nodes in the
+    month, the points of ``trainledger.runs.utilization`` (the chart's data), with the CLI command that prints them."""
+    import json as json_
+
+    from sqlmodel import Session
+    from trainledger.runs.utilization import fleet_utilization, run_utilization
+    from trainledger.store.db import make_engine
+
+    from tests.test_runs_utilization import _samples
+
+    url = f"sqlite:///{tmp_path / 'util.db'}"
+    engine = make_engine(url)
+    with Session(engine) as s:
+        _samples(s)
+        want_run = run_utilization(s, "u-a")
+        want_fleet = fleet_utilization(s, "rtx4090-8x", "2026-11")
+    engine.dispose()
+    monkeypatch.setenv("TRAINLEDGER_NOW", "2026-11-30T12:00:00+00:00")
+    app_env(url)
+
+    def chart_points(at) -> list[tuple[str, float]]:
+        for c in at.get("vega_lite_chart"):
+            spec = json_.loads(c.proto.spec)
+            if "hourly mean" in json_.dumps(spec.get("encoding", {}).get("y", {})):
+                import pyarrow as pa
+
+                table = pa.ipc.open_stream(c.proto.datasets[0].data.data).read_all()
+                rows = table.to_pylist()
+                return sorted((r["node"], round(r["util"], 9)) for r in rows)
+        return []
+
+    at = run_page(make_app(run="u-a", month="2026-11"), "runs")
+    assert chart_points(at) == sorted((p["node"], round(p["util_mean"] * 100, 9)) for p in want_run["points"])
+    assert any("`trainledger runs util u-a` prints the same" in c.value for c in at.caption)
+    at = run_page(make_app(month="2026-11"), "goodput")
+    assert at.selectbox(key="fleet_util_node_type").value == "rtx4090-8x"
+    assert chart_points(at) == sorted((p["node"], round(p["util_mean"] * 100, 9)) for p in want_fleet["points"])
+    assert len(want_fleet["points"]) == 4
+
+
 def test_runs_link_builds_the_runs_query():
     assert ui.runs_link("", project="p", month="2026-11", waste=None) == {"project": "p", "month": "2026-11"}
     with pytest.raises(TypeError, match="unknown filter"):
