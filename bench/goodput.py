@@ -76,14 +76,14 @@ def run(quick: bool, n_runs: int | None = None) -> Result:
 
     res = Result("goodput", "goodput account of the busiest month (in process)",
                  "monthly_report(month, lines=True) on the same ledger", 2.0, "<=")
-    n_runs = n_runs or (20_000 if quick else 1_000_000)
+    n_runs = n_runs or (5_000 if quick else 1_000_000)
     repeats = 2 if quick else 3
     path, meta = generate(n_runs, 0)
     month = meta["busiest_month"]
     log(f"goodput: goodput_account vs monthly_report × {repeats} over {n_runs:,} runs ({month}) …")
     acc_t, rep_t, check = _account_vs_report(f"sqlite:///{path}", month, repeats)
     res.ratio = median(acc_t) / median(rep_t)
-    per_call, fold = phase_call_us(20_000 if quick else 200_000)
+    per_call, fold = phase_call_us(5_000 if quick else 200_000)
     res.measured.update({"runs": n_runs, "month": month, "repeats": repeats, "goodput_s": round(median(acc_t), 3),
                          "monthly_report_s": round(median(rep_t), 3), "phase_call_us": round(per_call, 3),
                          "phase_fold_us_per_event": round(fold, 3), **check})

@@ -249,7 +249,7 @@ def run(quick: bool) -> Result:
                  "the same loop untracked, at the same time on the other CPU" if concurrent
                  else "the same loop untracked, interleaved ABBA", 1.01, "<=")
     steps = 10 if quick else 60
-    rounds = 2 if quick else 9  # round 0 of the full run is a warm-up, dropped: 8 rounds = 2 × all 4 placements
+    rounds = 1 if quick else 9  # round 0 of the full run is a warm-up, dropped: 8 rounds = 2 × all 4 placements
     with tempfile.TemporaryDirectory(prefix="tl-bench-overhead-") as tmp:
         work = Path(tmp)
         if concurrent:

@@ -60,7 +60,7 @@ def run(quick: bool) -> Result:
 
     res = Result("plan_recommend", "`trainledger plan recommend` (seed scenario, CLI process)",
                  "`trainledger pricing list` on the same ledger (CLI start-up; ratio informational)", None, "<=")
-    repeats = 2 if quick else 5
+    repeats = 1 if quick else 5
     with tempfile.TemporaryDirectory(prefix="tl-bench-plan-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
         make_engine(url).dispose()

@@ -181,7 +181,7 @@ def run(quick: bool) -> Result:
     from bench.gen import generate
 
     res = Result("rollup", "monthly rollup (report monthly)", "DuckDB, one SQL query over the same tables", 2.0, "<=")
-    n_runs, n_samples = (20_000, 200_000) if quick else (1_000_000, 10_000_000)
+    n_runs, n_samples = (5_000, 50_000) if quick else (1_000_000, 10_000_000)
     repeats = 3 if quick else 5
     path, meta = generate(n_runs, n_samples)
     month = meta["busiest_month"]

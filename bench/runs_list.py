@@ -61,7 +61,7 @@ def run(quick: bool) -> Result:
 
     res = Result("runs_list", "`trainledger runs list --month M` (CLI process)",
                  "the same command over an empty ledger (CLI start-up; ratio informational)", None, "<=")
-    n_runs, n_samples = (20_000, 200_000) if quick else (1_000_000, 10_000_000)
+    n_runs, n_samples = (5_000, 50_000) if quick else (1_000_000, 10_000_000)
     repeats = 2 if quick else 5
     path, meta = generate(n_runs, n_samples)
     month = meta["busiest_month"]

@@ -194,7 +194,7 @@ def _process(path: Path, url: str) -> tuple[float, int]:
 
 
 def run_parse(quick: bool) -> Result:
-    rows = 30_000 if quick else 300_000
+    rows = 10_000 if quick else 300_000
     res = Result("slurm_parse", f"sacct import, phase 1 (read, validate, map, spill), {rows:,} rows",
                  "reading and splitting the same lines (ratio: times that cost, informational)", None, ">=")
     res.target_text = "≥ 50,000 rows/s"
@@ -215,7 +215,7 @@ def run_parse(quick: bool) -> Result:
 
 
 def run_import(quick: bool) -> Result:
-    rows = 30_000 if quick else 300_000
+    rows = 10_000 if quick else 300_000
     res = Result("slurm_import", f"sacct import, both phases into SQLite (rollup built), {rows:,} rows",
                  "phase 1 alone on the same file (ratio: times its time, informational)", None, ">=")
     res.target_text = "≥ 20,000 rows/s"
@@ -236,7 +236,7 @@ def run_import(quick: bool) -> Result:
 
 
 def run_1m(quick: bool) -> Result:
-    rows = 50_000 if quick else 1_000_000
+    rows = 20_000 if quick else 1_000_000
     res = Result("slurm_import_1m", f"`trainledger import` of {rows:,} sacct rows as a process: peak RSS",
                  "peak RSS of the same command on a 10-row file", None, "<=")
     res.target_text = "≤ 100 MB RSS" + ("" if quick else " (200 MB file)")
