@@ -146,29 +146,56 @@ def _world_message(dp: int, tp: int, pp: int, world: int) -> str:
 # --------------------------------------------------------------------------- hostfile
 
 
-def parse_hostfile(path: str | Path) -> list[tuple[str, int]]:
-    """Read a DeepSpeed hostfile: ``hostname slots=N`` per line, ``#`` comments."""
-    path = Path(path)
+#: the largest hostfile read (100,000 hosts are ~1.5 MB); ``/dev/zero`` is refused, not read on
+MAX_HOSTFILE_BYTES = 8 << 20
+MAX_SLOTS = 65536
+
+
+def _hostfile_lines(path: Path) -> list[str]:
+    """The hostfile's lines, read with a size limit; not UTF-8 or a NUL: an error naming FILE:LINE."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_HOSTFILE_BYTES + 1)
     except OSError as exc:
         raise PlanError(f"cannot read hostfile {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise PlanError(f"hostfile {path} is larger than {MAX_HOSTFILE_BYTES // 1024} KiB; is it a hostfile?")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise PlanError(f"{path}:{_line_of(data, nul)}: a NUL byte; a hostfile is text")
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}:{_line_of(data, exc.start)}: not UTF-8 text ({exc.reason})") from None
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset``."""
+    return data.count(b"\n", 0, offset) + 1
+
+
+def parse_hostfile(path: str | Path) -> list[tuple[str, int]]:
+    """Read a DeepSpeed hostfile: ``hostname slots=N`` per line, ``#`` comments (bounded, linear time)."""
+    path = Path(path)
     hosts: list[tuple[str, int]] = []
-    for number, line in enumerate(lines, 1):
+    seen: dict[str, int] = {}
+    for number, line in enumerate(_hostfile_lines(path), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
         if len(parts) != 2 or not parts[1].startswith("slots="):
-            raise PlanError(f"hostfile {path} line {number}: expected 'hostname slots=N', got {line!r}")
-        try:
-            slots = int(parts[1][len("slots="):])
-        except ValueError:
-            raise PlanError(f"hostfile {path} line {number}: slots must be an integer, got {parts[1]!r}") from None
-        if slots < 1:
-            raise PlanError(f"hostfile {path} line {number}: slots must be ≥ 1")
-        if any(h == parts[0] for h, _ in hosts):
-            raise PlanError(f"hostfile {path} line {number}: host {parts[0]!r} is listed twice")
+            raise PlanError(f"hostfile {path} line {number}: expected 'hostname slots=N', got {line[:100]!r}")
+        digits = parts[1][len("slots="):]
+        if not digits.isdigit() or len(digits) > 6:
+            raise PlanError(f"hostfile {path} line {number}: slots must be an integer, got {parts[1][:40]!r}")
+        slots = int(digits)
+        if not 1 <= slots <= MAX_SLOTS:
+            raise PlanError(f"hostfile {path} line {number}: slots must be 1 to {MAX_SLOTS}")
+        if parts[0] in seen:
+            raise PlanError(f"hostfile {path} line {number}: host {parts[0][:100]!r} is listed twice "
+                            f"(first on line {seen[parts[0]]})")
+        seen[parts[0]] = number
         hosts.append((parts[0], slots))
     if not hosts:
         raise PlanError(f"hostfile {path} lists no hosts")

@@ -16,6 +16,9 @@ unreachable, training goes on; the journal keeps everything and the writer
 Statuses: running on start; succeeded at the end; failed on an exception
 (error text recorded); cancelled on SIGTERM/SIGINT. A run killed outright
 stops heartbeating and is marked crashed by the reaper at its last heartbeat.
+Rank 0's end is one report among the launcher's and the reaper's: the root cause wins, whatever order they
+arrive in (:mod:`trainledger.sources.record.outcome`). ``TRAINLEDGER_FLUSH_S``, ``_HEARTBEAT_S`` and
+``_LEDGER_WAIT_S`` are read by :func:`tracking_settings` (a bad value: one warning, the default).
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from trainledger.sources.capture.hold import Holds
 from trainledger.sources.capture.signals import RunCancelled, StopSignals, die_with_parent
 from trainledger.sources.record.writer import LedgerWriter
 from trainledger.sources.telemetry.exporter import Exporter
 from trainledger.sources.telemetry.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
+from trainledger.store.envsettings import FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, env_setting
 from trainledger.store.ids import new_run_id
 
 __all__ = ["Exporter", "LedgerTracker", "LedgerWriter", "RunCancelled", "TrackingOptions", "UtilSampler",
@@ -82,9 +86,9 @@ class TrackingOptions:
     gpus_per_node: Optional[int] = None
     metrics_port: Optional[int] = None
     metrics_addr: str = "127.0.0.1"
-    flush_s: float = 2.0
-    heartbeat_s: float = 5.0
-    ledger_wait_s: float = 30.0  # at the end, how long to wait for an unreachable ledger before leaving it to `sync`
+    flush_s: float = FLUSH_S.default
+    heartbeat_s: float = HEARTBEAT_S.default
+    ledger_wait_s: float = LEDGER_WAIT_S.default  # at the end, how long to wait for an unreachable ledger before leaving it to `sync`
     util_interval_s: float = 1.0
     sample_every: int = 0  # 0: every step up to 1,000 steps, then ~1,000 points
 
@@ -411,6 +415,14 @@ def check_tracking_args(args) -> None:
         raise ConfigError(str(exc)) from None
 
 
+def tracking_settings(env: Optional[Mapping[str, str]] = None) -> dict[str, float]:
+    """``flush_s``, ``heartbeat_s`` and ``ledger_wait_s`` from ``$TRAINLEDGER_FLUSH_S``, ``_HEARTBEAT_S`` and
+    ``_LEDGER_WAIT_S`` (:mod:`trainledger.store.envsettings`): a bad value never stops the run, it is one warning
+    line naming the variable and the default used."""
+    return {"flush_s": env_setting(FLUSH_S, env), "heartbeat_s": env_setting(HEARTBEAT_S, env),
+            "ledger_wait_s": env_setting(LEDGER_WAIT_S, env)}
+
+
 def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTracker"]:
     """A :class:`LedgerTracker` when ``--track`` or ``$TRAINLEDGER_RUN_ID`` asks for one (a bad run id:
     :class:`~trainledger.errors.LedgerInputError`)."""
@@ -427,8 +439,6 @@ def tracker_from_args(args, config_dict: Optional[dict]) -> Optional["LedgerTrac
         offer=args.offer, project=args.project, user=args.user, sweep_id=args.sweep_id, launcher=args.launcher,
         config=config_dict, gpus_per_node=args.gpus_per_node, metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
-        flush_s=float(os.environ.get("TRAINLEDGER_FLUSH_S", 2.0)),
-        heartbeat_s=float(os.environ.get("TRAINLEDGER_HEARTBEAT_S", 5.0)),
-        ledger_wait_s=float(os.environ.get("TRAINLEDGER_LEDGER_WAIT_S", 30.0)),
+        **tracking_settings(),
     )
     return LedgerTracker(opts)

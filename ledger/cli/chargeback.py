@@ -14,11 +14,11 @@ def write_statements(session: Session, month: str, output: Path, *, project: Opt
                      currency: Optional[str] = None, force: bool = False,
                      now: Optional[datetime] = None,
                      progress: Optional[Callable[[int, Optional[int]], None]] = None) -> dict[str, Any]:
-    """Render every file first, check every target, then write: a bad input writes nothing.
+    """Render every file first, check every target, then write the set at once: a bad input or a kill writes nothing.
     ``progress(files rendered, files to render)`` as the statements are rendered."""
     from trainledger.money.account.chargeback import chargeback
     from trainledger.reports.chargeback import files, presented, summary_rows
-    from trainledger.store.files import check_output, write_output
+    from trainledger.store.files import write_folder
 
     output = Path(output)
     if output.exists() and not output.is_dir():
@@ -30,13 +30,7 @@ def write_statements(session: Session, month: str, output: Path, *, project: Opt
         cb.statement(project)  # one line naming the projects when it has none
     p = presented(cb)
     out = files(p, project, progress)
-    if output.exists():
-        for name in out:
-            check_output(output / name, force=force)
-    else:
-        output.mkdir()
-    for name, data in out.items():
-        write_output(output / name, data, force=force)
+    write_folder(output, out, force=force)  # the whole set or none, even under kill -9 (issue 37)
     return {"month": month, "currency": p["summary"]["currency"], "spend": p["summary"]["spend"],
             "idle_not_charged_back": p["summary"]["idle_not_charged_back"], "output": str(output),
             "files": sorted(out), "lines": summary_rows(p)[:-1],

@@ -47,13 +47,6 @@ def _tags(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        raise LedgerInputError(f"${name}: expected a number of seconds, got {os.environ[name]!r}") from None
-
-
 @command
 def run_command(
     ctx: typer.Context,
@@ -119,8 +112,8 @@ def _request(argv: list[str], o: dict):
     from trainledger.sources.record.journal import default_journal_dir
     from trainledger.sources.telemetry.sampling import nvml_gpu_count
     from trainledger.sources.telemetry.topology import Flags, resolve, slurm_part
-    from trainledger.store.db import resolve_url
     from trainledger.store.defaults import default_node_type
+    from trainledger.store.envsettings import FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, UTIL_INTERVAL_S, env_setting
     from trainledger.store.ids import validate_run_id
 
     tags = _tags(o["tag"])
@@ -140,13 +133,23 @@ def _request(argv: list[str], o: dict):
     journal_dir = Path(o["journal_dir"]) if o["journal_dir"] else default_journal_dir()
     slurm_part(topology, journal_dir)
     return WrapRequest(
-        command=argv, topology=topology, db_url=resolve_url(o["db"]), journal_dir=journal_dir,
+        command=argv, topology=topology, db_url=_ledger_url(o["db"]), journal_dir=journal_dir,
         node_type=o["node_type"] or default_node_type(), offer=o["offer"], project=o["project"], user=o["user"] or os.environ.get("USER") or None,
         name=o["name"], tags=tags, grace_s=o["grace"], metrics_port=o["metrics_port"], metrics_addr=o["metrics_addr"],
-        flush_s=_env_float("TRAINLEDGER_FLUSH_S", 2.0), heartbeat_s=_env_float("TRAINLEDGER_HEARTBEAT_S", 5.0),
-        ledger_wait_s=_env_float("TRAINLEDGER_LEDGER_WAIT_S", 30.0),
-        util_interval_s=_env_float("TRAINLEDGER_UTIL_INTERVAL_S", 1.0), quiet=o["quiet"],
+        flush_s=env_setting(FLUSH_S), heartbeat_s=env_setting(HEARTBEAT_S), ledger_wait_s=env_setting(LEDGER_WAIT_S),
+        util_interval_s=env_setting(UTIL_INTERVAL_S), quiet=o["quiet"],
         require_ledger=o["require_ledger"])
+
+
+def _ledger_url(db: Optional[str]) -> str:
+    """The ledger URL; a malformed one never refuses the job (issue 37): the run's events wait in the journal
+    (the wrapper's check of the ledger says why, once) for `trainledger sync --db URL`."""
+    from trainledger.store.db import LedgerURLError, configured_url, resolve_url
+
+    try:
+        return resolve_url(db)
+    except LedgerURLError:
+        return db or configured_url()[0]
 
 
 def _wrap(req) -> int:

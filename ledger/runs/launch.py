@@ -37,6 +37,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.sources.capture.signals import pdeathsig
+from trainledger.sources.record import outcome
 from trainledger.store.defaults import default_node_type, has_offer, warn_not_costed
 from trainledger.store.files import write_output
 from trainledger.store.ids import validate_run_id
@@ -450,45 +451,37 @@ def _notice(message: str, log_path: Optional[Path]) -> None:
             pass
 
 
-#: signals that stop a rank because someone asked the run to stop (not a failure of that rank)
-_STOP_CODES = {130, 143, -signal.SIGTERM, -signal.SIGINT}
-
-
-def first_failure(log_path: Optional[Path]) -> Optional[tuple[int, int, str]]:
-    """(rank, exit code, description) of torchrun's "Root Cause (first observed failure)" in the run log, if any."""
+def launcher_failures(log_path: Optional[Path]) -> list[dict]:
+    """Every rank torchrun's last failure report in the run log lists (``rank``, ``local_rank``, ``exit_code``;
+    ``root``: its "Root Cause (first observed failure)", which is only the earliest by whole seconds: under load
+    rank 0's echo of a broken collective can come before the rank that died)."""
     import re
 
     if log_path is None:
-        return None
+        return []
     try:
         with open(log_path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - 65536))
             tail = fh.read().decode("utf-8", "replace")
     except OSError:
-        return None
-    at = tail.rfind("Root Cause (first observed failure)")
-    if at < 0:
-        return None
-    block = tail[at:at + 2000]
-    rank = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", block)
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
-    if not rank or not code:
-        return None
-    r, local, c = int(rank.group(1)), int(rank.group(2)), int(code.group(1))
-    try:
-        how = f"was killed by {signal.Signals(-c).name}" if c < 0 else f"exited with {c}"
-    except ValueError:
-        how = f"exited with {c}"
-    return r, c, f"rank {r} (local_rank {local}) {how}"
+        return []
+    root_at = tail.rfind("Root Cause (first observed failure)")
+    if root_at < 0:
+        return []
+    begin = tail.rfind("Failures:", 0, root_at)
+    block = tail[begin if begin >= 0 else root_at:root_at + 4000]
+    entry = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+    root = root_at - (begin if begin >= 0 else root_at)
+    return [{"rank": int(m.group(1)), "local_rank": int(m.group(2)), "exit_code": int(m.group(3)),
+             "root": m.start() > root} for m in entry.finditer(block)]
 
 
 def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = False,
            log_path: Optional[Path] = None, launched_at: Optional[datetime] = None) -> None:
-    """After the launcher exits: replay the journal, then close a run that did not close itself.
-
-    A run whose rank 0 recorded ``cancelled`` although nobody asked to cancel it was stopped by its
-    launcher because another rank failed first: it is ``failed``, with that rank's failure as its error.
+    """After the launcher exits: replay the journal, then add the launcher's report of the run's end to the
+    run's reports and settle it from all of them (:mod:`trainledger.sources.record.outcome`: a rank killed by a
+    signal wins over rank 0's echo of it, a stop nobody asked for is a failure, whichever report came first).
     """
     from trainledger.sources.record.journal import (
         Journal,
@@ -514,41 +507,14 @@ def settle(run_id: str, db_url: str, exit_code: int, cancel_requested: bool = Fa
             run = s.get(Run, run_id)
             if run is None:
                 return
+            outcome.lock_run(s, run)
             now = utcnow()
-            failure = first_failure(log_path or run_log_file(run.id, run.log_path))
-            if run.status == RunStatus.queued:
-                run.status = RunStatus.failed
-                run.started_at = run.started_at or min(launched_at or now, now)  # it held its nodes from the launch
-                run.ended_at = now
-                run.exit_code = exit_code
-                run.error = f"the launcher exited with {exit_code} before training started; see {run.log_path}"
-            elif (run.status == RunStatus.running and not cancel_requested and exit_code > 0 and failure
-                  and failure[0] != 0 and failure[1] not in _STOP_CODES):
-                # the launcher ended on its own and names another rank's death: it stopped rank 0 before rank 0
-                # recorded its end. The run failed (not crashed: nothing of ours died); its nodes were held until now
-                run.status = RunStatus.failed
-                run.ended_at = now
-                run.exit_code = exit_code
-                run.error = f"{failure[2]}; the launcher then stopped the other ranks before rank 0 recorded its end"
-            elif run.status == RunStatus.running:
-                run.status = RunStatus.crashed
-                run.ended_at = run.heartbeat_at or now
-                run.exit_code = exit_code
-                run.error = f"the launcher exited with {exit_code} without a final status; ended at the last heartbeat"
-                if failure:
-                    run.error += f" (first failure: {failure[2]})"
-            elif (run.status == RunStatus.cancelled and not cancel_requested and exit_code != 0 and failure
-                  and failure[0] != 0 and failure[1] not in _STOP_CODES):
-                # nobody cancelled it: another rank failed and the launcher stopped rank 0 with SIGTERM
-                run.status = RunStatus.failed
-                run.exit_code = exit_code
-                run.error = f"{failure[2]}; the launcher then stopped the other ranks"
-            elif (run.status == RunStatus.failed and failure and failure[0] != 0 and failure[1] < 0
-                  and failure[1] not in _STOP_CODES and run.error and "first failure:" not in run.error):
-                # rank 0's own error is only the echo (a broken connection) of another rank's death
-                run.error = f"{run.error[:800]} (first failure: {failure[2]})"
-            if run.exit_code is None:
-                run.exit_code = exit_code
+            failures = launcher_failures(log_path or run_log_file(run.id, run.log_path))
+            if run.status == RunStatus.queued:  # it held its nodes from the launch
+                run.started_at = run.started_at or min(launched_at or now, now)
+            outcome.record_report(s, run, outcome.launcher_report(
+                exit_code, failures, now, cancel_requested=cancel_requested,
+                started=run.status != RunStatus.queued, log_path=run.log_path))
             if run.status != RunStatus.succeeded:
                 _lost_nodes(s, run)
             s.flush()  # flush before commit: session hooks that run before commit (the rollup) see the change
@@ -604,14 +570,16 @@ def settle_member(run_id: str, db_url: str, exit_code: int, node_rank: int, log_
                 s.add(node)
             node.exit_code = exit_code
             if node.status in (None, "running", "crashed"):  # alive after all: node 0 marked it crashed first
-                node.status = "succeeded" if exit_code == 0 else ("cancelled" if exit_code in _STOP_CODES else "failed")
+                node.status = "succeeded" if exit_code == 0 else ("cancelled" if exit_code in outcome.STOP_CODES else "failed")
             now = utcnow()
             beat = run.heartbeat_at
             if exit_code != 0 and run.status == RunStatus.running and (beat is None or now - _aware(beat) >= timedelta(seconds=stale_s)):
-                failure = first_failure(log_path)
+                failures = launcher_failures(log_path)
+                first = min(failures, key=lambda f: (not f["root"], f["rank"])) if failures else None
                 run.status, run.ended_at, run.exit_code = RunStatus.crashed, beat or now, exit_code
                 run.error = (f"node {node_rank} ({host}): the launcher exited with {exit_code} and node 0 stopped "
-                             "heartbeating; ended at its last heartbeat" + (f" (first failure: {failure[2]})" if failure else ""))
+                             "heartbeating; ended at its last heartbeat"
+                             + (f" (first failure: {outcome.describe(first)})" if first else ""))
                 _lost_nodes(s, run)
             s.flush()
             s.commit()

@@ -19,6 +19,7 @@ from trainledger.money.allocation import shares
 from trainledger.money.facts import rollup
 from trainledger.money.rates import costs
 from trainledger.money.rates.months import month_bounds, month_of, run_interval
+from trainledger.sources.record.outcome import REAPED_ERROR
 from trainledger.store.defaults import NOT_COSTED, not_costed_reason
 from trainledger.store.lookup import get_run
 from trainledger.store.models import (
@@ -54,7 +55,7 @@ def reap_stale(session: Session, stale_after: timedelta = STALE_AFTER, now: Opti
         session.exec(
             update(Run).where(Run.id == rid, Run.status == RunStatus.running)
             .values(status=RunStatus.crashed, ended_at=end, lost_from=lost_from, lost_until=lost_until,
-                    error="heartbeat stopped; marked crashed at the last heartbeat")
+                    error=REAPED_ERROR)
         )
     session.exec(update(RunNode).where(RunNode.status == "running", RunNode.heartbeat_at < cutoff)
                  .values(status="crashed"))

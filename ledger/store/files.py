@@ -180,6 +180,100 @@ def write_output(path: Path | str, data: Optional[bytes] = None, *, force: bool 
     return path
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, fsync it and close it (closed whatever fails)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_folder(folder: Path | str, files: dict[str, bytes], *, force: bool = False,
+                 flag: str = "--output") -> Path:
+    """Write a set of files into ``folder``, whole set or none (issue 37): they are written into a new temporary
+    folder beside it (``.<name>.<random>.part``; files of an existing ``folder`` that are not replaced are
+    hard-linked in), which then takes ``folder``'s name by rename. A kill at any point leaves either the old
+    folder or the new one, never a partial set; what an earlier kill left (``.part`` folders, a ``.old`` folder,
+    ``.part`` files inside the folder) is cleaned first. A file of the set that exists is refused unless ``force``."""
+    folder = Path(folder)
+    _clean_leftovers(folder)
+    if folder.exists():
+        for name in files:
+            check_output(folder / name, force=force, flag=flag)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
+    except OSError as exc:
+        raise _os_error(flag, folder, exc) from None
+    try:
+        _fill(tmp, folder, files)
+        _swap(tmp, folder)
+    except OSError as exc:
+        raise _os_error(flag, folder, exc) from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(folder.parent)
+    return folder
+
+
+def _fill(tmp: Path, folder: Path, files: dict[str, bytes]) -> None:
+    """The new set in ``tmp``: ``files`` written and fsync'd, and the kept files of ``folder`` hard-linked."""
+    mode = _default_mode()
+    os.chmod(tmp, mode | ((mode & 0o444) >> 2))  # as mkdir would make it: x wherever r (0755 under umask 022)
+    for name, data in files.items():
+        write_all(os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), data)
+    if folder.is_dir():
+        for entry in os.scandir(folder):
+            if entry.name not in files and not (entry.name.startswith(".") and entry.name.endswith(".part")):
+                _keep(Path(entry.path), tmp / entry.name)
+    _fsync_dir(tmp)
+
+
+def _keep(src: Path, dst: Path) -> None:
+    """An existing entry of the folder, carried into the new set (a hard link; a copy across devices)."""
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True)
+        return
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _swap(tmp: Path, folder: Path) -> None:
+    """``tmp`` takes ``folder``'s name; the old folder (if any) is renamed aside first and removed after."""
+    if not folder.exists():
+        os.rename(tmp, folder)
+        return
+    old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+    os.rename(folder, old / "set")
+    os.rename(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _clean_leftovers(folder: Path) -> None:
+    """What a killed :func:`write_folder` (or an older per-file write) left: an old set renamed aside while no
+    new one took its place goes back; temporary folders and ``.part`` files go."""
+    parent = folder.parent
+    if not parent.is_dir():
+        return
+    prefix = f".{folder.name}."
+    for entry in sorted(os.scandir(parent), key=lambda e: e.name):
+        if not entry.name.startswith(prefix):
+            continue
+        if entry.name.endswith(".old") and not folder.exists() and os.path.isdir(os.path.join(entry.path, "set")):
+            os.rename(os.path.join(entry.path, "set"), folder)
+        if entry.name.endswith((".part", ".old")):
+            shutil.rmtree(entry.path, ignore_errors=True) if entry.is_dir() else os.unlink(entry.path)
+    if folder.is_dir():
+        for entry in os.scandir(folder):
+            if entry.name.startswith(".") and entry.name.endswith(".part") and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
 def read_text(path: Path, encoding: str = "utf-8") -> str:
     """The text of ``path``, or a one-line error saying why it cannot be read (``FILE: …``)."""
     try:

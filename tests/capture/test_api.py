@@ -87,13 +87,17 @@ def test_logging_never_waits_for_the_ledger_and_sync_applies_it_later(ledger_url
     assert (row.id, row.status, row.tokens) == ("offline-1", RunStatus.succeeded, 2000)
 
 
-def test_bad_ids_are_refused_before_anything_starts(tmp_path):
-    from trainledger.errors import LedgerInputError
-
-    with pytest.raises(LedgerInputError, match="run_id: '../x' is not a run id"):
-        trainledger.track(run_id="../x", journal_dir=tmp_path)
-    with pytest.raises(LedgerInputError, match="resume_of: empty"):
-        trainledger.track(resume_of="", journal_dir=tmp_path)
+def test_bad_ids_are_dropped_with_one_warning_and_training_goes_on(tmp_path, capfd):
+    """Issue 37: a bad id never raises into training code (it was refused before): it is dropped, with one line
+    naming the field, and the run gets an id of its own."""
+    run = trainledger.track(run_id="../x", journal_dir=tmp_path)
+    assert run.run_id is None and run.dropped == ["run_id"]
+    run = trainledger.track(resume_of="", journal_dir=tmp_path)
+    assert run.dropped == ["resume_of"]
+    err = capfd.readouterr().err.splitlines()
+    assert [line.split(" is ")[0] for line in err if "dropped" in line] == ["[trainledger] warning: run_id",
+                                                                          "[trainledger] warning: resume_of"], err
+    assert "'../x' is not a run id" in err[0]
 
 
 @pytest.mark.slow

@@ -295,15 +295,19 @@ def test_a_journal_disk_that_fills_while_the_job_runs_never_stops_it(ledger_url,
     assert (run.status, run.exit_code) == (RunStatus.succeeded, 0)  # the end went straight to the ledger
 
 
-def test_a_read_only_journal_folder_runs_the_job_unrecorded_and_says_so_once(ledger_url, capture_env, tmp_path, tmpfs):
+def test_a_read_only_journal_folder_runs_the_job_and_records_it_straight_to_the_ledger(ledger_url, capture_env,
+                                                                                       tmp_path, tmpfs):
+    """Issue 37: it used to run unrecorded, a silently lost record; the run now goes straight to the ledger."""
     ro = tmpfs("ro", "64k", ro=True)
     env = {**capture_env, "TRAINLEDGER_JOURNAL_DIR": str(ro / "journal")}
     out = subprocess.run(wrap_cmd(ledger_url, command=hostile("--count", tmp_path / "n", "--out", "ran", "--exit", 4)),
                          env=env, capture_output=True, cwd=REPO, timeout=120)
     assert (out.returncode, out.stdout) == (4, b"ran"), out.stderr.decode()
     assert len(lines(tmp_path / "n")) == 1
-    (line,) = ours(out.stderr)
-    assert line.startswith("[trainledger] not recording: cannot open the run journal in ") and "unrecorded" in line
+    (error,) = [line for line in ours(out.stderr) if "error:" in line]
+    assert error.startswith("[trainledger] error: cannot write the run journal ") and "straight to the ledger" in error
+    row = run_row(ledger_url, run_id_of(out.stderr))
+    assert (row.status, row.exit_code) == (RunStatus.failed, 4)
     # --require-ledger: the opposite, the job never starts
     out = subprocess.run(wrap_cmd(ledger_url, "--require-ledger", command=hostile("--count", tmp_path / "m")),
                          env=env, capture_output=True, cwd=REPO, timeout=120)

@@ -40,6 +40,8 @@ POLICY_HELP = "none | proportional | even | weights:<project=w,...> (e.g. weight
 QUANTUM = Decimal("1e-12")
 #: ratios are written with this many places and add up to exactly 1 per origin charge
 RATIO_QUANTUM = Decimal("1e-10")
+#: the largest weight of a ``weights:`` policy (weights are relative; a bound keeps the arithmetic exact, issue 37)
+MAX_WEIGHT = Decimal("1e12")
 #: the name of the line of runs without a project (as in ``trainledger.money.account.spend``)
 NO_PROJECT = "(no project)"
 
@@ -81,8 +83,9 @@ def parse_policy(text: Optional[str], flag: str = "--idle-share") -> IdlePolicy:
             w = Decimal(value.strip())
         except InvalidOperation:
             w = Decimal("NaN")
-        if not w.is_finite() or w < 0:
-            raise LedgerInputError(f"{flag}: the weight of {name!r} must be a number >= 0, got {value.strip()!r}")
+        if not w.is_finite() or not 0 <= w <= MAX_WEIGHT or (w and w.adjusted() < -12):
+            raise LedgerInputError(f"{flag}: the weight of {name!r} must be 0 or a number from 1e-12 to 1e12, "
+                                   f"got {value.strip()[:40]!r}")
         if name in weights:
             raise LedgerInputError(f"{flag}: project {name!r} is named twice; give each project one weight")
         weights[name] = w

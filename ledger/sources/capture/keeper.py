@@ -34,6 +34,7 @@ then ``exit <returncode>`` (negative: killed by that signal), or
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -144,8 +145,7 @@ def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr
     if how.hold and not _held(control_fd):
         return 0
     try:
-        proc = subprocess.Popen(command, env=env, stderr=stderr_fd, preexec_fn=lambda: _child_setup(how),
-                                close_fds=True)
+        proc = _start(command, env, stderr_fd, how)
     except OSError as exc:
         _say(status_fd, f"error {exc.errno or 0} {exc.strerror or exc}")
         return 0
@@ -159,6 +159,23 @@ def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr
     stop_leftovers()
     _say(status_fd, f"exit {code}")
     return 0
+
+
+def _start(command: list[str], env: dict, stderr_fd: int, how: Start) -> subprocess.Popen:
+    """Start the command; a script without a ``#!`` line (ENOEXEC) runs under ``/bin/sh``, as a shell runs it
+    unwrapped (issue 37: bare it ran, wrapped it failed with "Exec format error")."""
+    def popen(argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(argv, env=env, stderr=stderr_fd, preexec_fn=lambda: _child_setup(how), close_fds=True)
+
+    try:
+        return popen(command)
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:
+            raise
+    import shutil
+
+    path = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH")) or command[0]
+    return popen(["/bin/sh", path, *command[1:]])
 
 
 def _wait(proc: subprocess.Popen, control_fd: int, status_fd: int) -> bool:

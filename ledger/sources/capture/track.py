@@ -54,8 +54,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from trainledger.sources.capture.signals import RunCancelled, StopSignals
-from trainledger.sources.record.sanitize import INT64_MAX, Guard, warn
+from trainledger.sources.record.sanitize import INT64_MAX, Guard, shown, warn
 from trainledger.sources.record.writer import LedgerWriter, run_heartbeat, utc_now
+from trainledger.store.envsettings import FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, env_run_id, seconds_or_default
 
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"
@@ -70,10 +71,16 @@ def current_run() -> Optional["TrackedRun"]:
 
 
 def _rank(env) -> int:
+    return _env_int(env, "RANK", 0)
+
+
+def _env_int(env, name: str, default: int) -> int:
+    """A launcher's whole-number variable (``RANK``, ``WORLD_SIZE``); ``default`` when it is not one."""
     try:
-        return int(env.get("RANK", "0") or 0)
+        value = int(str(env.get(name, default) or default).strip())
     except ValueError:
-        return 0
+        return default
+    return value if 0 <= value <= 2**31 else default
 
 
 class TrackedRun:
@@ -86,37 +93,47 @@ class TrackedRun:
                  peak_tflops: Optional[float] = None, gpus: Optional[int] = None, metrics_port: Optional[int] = None,
                  flush_s: Optional[float] = None, heartbeat_s: Optional[float] = None,
                  ledger_wait_s: Optional[float] = None, env: Optional[dict] = None, exclusive: bool = False):
-        from trainledger.store.ids import validate_run_id
-
-        self.env = dict(os.environ if env is None else env)
+        self.guard = Guard()
+        self.dropped: list[str] = []  # the arguments dropped or replaced, recorded with the run
+        try:
+            self.env = dict(os.environ if env is None else env)
+        except Exception:
+            self.env = dict(os.environ)
+            self._drop("env", " is not a mapping; os.environ is used")
         self.rank = _rank(self.env)
         self.attached = bool(self.env.get(ENV_WRAPPED))
         # under the wrapper, its run; else the given id, else $TRAINLEDGER_RUN_ID, else a new one at start
-        wanted = self.env[ENV_WRAPPED] if self.attached else (run_id or self.env.get(ENV_RUN_ID))
-        self._given_id = validate_run_id(wanted, ENV_WRAPPED if self.attached else "run_id") if wanted else None
+        self._given_id = env_run_id(self.env, ENV_WRAPPED, warn) if self.attached else (
+            self._run_id("run_id", run_id) if run_id is not None else env_run_id(self.env, write=warn))
         self.run_id = self._given_id
-        if resume_of is not None:
-            validate_run_id(resume_of, "resume_of")
         from trainledger.store import config
         from trainledger.store.defaults import default_node_type
 
         config.never_refuse()  # inside training code: a broken config file is said once and ignored
-
+        node_type = self._text("node_type", node_type)
         # no node type given or configured: the run is recorded, not costed, and says so (never a guess)
-        self.opts = dict(project=project, name=name, user=user, node_type=node_type or self.env.get(
-            "TRAINLEDGER_NODE_TYPE") or (default_node_type() if env is None else None), offer=offer,
-            tags=dict(tags or {}), resume_of=resume_of)
-        self.db = db or self.env.get("TRAINLEDGER_DB_URL")
-        self.journal_dir = journal_dir
-        self.flops_per_token = flops_per_token
-        self.peak_tflops = peak_tflops
-        self.gpus = gpus
-        self.exclusive = exclusive
-        self.metrics_port = metrics_port
-        self.flush_s = flush_s if flush_s is not None else float(self.env.get("TRAINLEDGER_FLUSH_S", 2.0))
-        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else float(self.env.get("TRAINLEDGER_HEARTBEAT_S", 5.0))
-        self.ledger_wait_s = ledger_wait_s if ledger_wait_s is not None else float(
-            self.env.get("TRAINLEDGER_LEDGER_WAIT_S", 30.0))
+        self.opts = dict(project=self._text("project", project), name=self._text("name", name),
+                         user=self._text("user", user), node_type=node_type or self.env.get(
+                             "TRAINLEDGER_NODE_TYPE") or (default_node_type() if env is None else None),
+                         offer=self._text("offer", offer), tags=self._tags(tags),
+                         resume_of=self._run_id("resume_of", resume_of))
+        self.db = self._text("db", db) or self.env.get("TRAINLEDGER_DB_URL")
+        self.journal_dir = journal_dir if isinstance(journal_dir, (str, Path)) and str(journal_dir) else \
+            self._text("journal_dir", journal_dir)
+        self.flops_per_token = self._positive("flops_per_token", flops_per_token)
+        self.peak_tflops = self._positive("peak_tflops", peak_tflops)
+        self.gpus = self.guard.count("gpus", gpus) or None
+        self.exclusive = exclusive is True
+        port = self.guard.count("metrics_port", metrics_port)
+        self.metrics_port = port if port is not None and port <= 65535 else None
+        if port is not None and port > 65535:
+            self._drop("metrics_port", f"={port} is not a port (0 to 65535); dropped")
+        for field, value, kept in (("gpus", gpus, self.gpus), ("metrics_port", metrics_port, port)):
+            if value is not None and kept is None and field not in self.dropped:
+                self.dropped.append(field)
+        self.flush_s = seconds_or_default(FLUSH_S, flush_s, warn, self.env)
+        self.heartbeat_s = seconds_or_default(HEARTBEAT_S, heartbeat_s, warn, self.env)
+        self.ledger_wait_s = seconds_or_default(LEDGER_WAIT_S, ledger_wait_s, warn, self.env)
         self._reset()
 
     def _reset(self) -> None:
@@ -135,8 +152,49 @@ class TrackedRun:
         self._pending: list[list[Any]] = []
         self._every, self._calls, self._points, self._handed = 1, 0, 0, time.monotonic()
         self._open = False
-        self.guard = Guard()
+        self.guard.off_reason = None
         self.phases = None  # trainledger.sources.record.phases.PhaseRecorder of rank 0
+
+    # -- the arguments: any value is taken, a bad one dropped with one warning naming it (issue 37) --
+    def _drop(self, field: str, why: str) -> None:
+        self.dropped.append(field)
+        self.guard.warn(field, f"{field}{why}")
+
+    def _text(self, field: str, value: Any) -> Optional[str]:
+        if value is None or isinstance(value, str):
+            return value or None
+        self._drop(field, f"={shown(value)} is not text; dropped")
+        return None
+
+    def _run_id(self, field: str, value: Any) -> Optional[str]:
+        from trainledger.errors import LedgerInputError
+        from trainledger.store.ids import validate_run_id
+
+        if value is None:
+            return None
+        try:
+            return validate_run_id(value, field)
+        except LedgerInputError as exc:
+            self._drop(field, f" is not a run id ({str(exc).partition(': ')[2][:120]}); dropped")
+            return None
+
+    def _positive(self, field: str, value: Any) -> Optional[float]:
+        number = self.guard.number(field, value)
+        if number is not None and number <= 0:
+            self._drop(field, f"={shown(value)} is not above 0; dropped")
+            return None
+        if value is not None and number is None:
+            self.dropped.append(field)
+        return number
+
+    def _tags(self, tags: Any) -> dict:
+        if tags is None:
+            return {}
+        try:
+            return {str(k)[:100]: str(v)[:500] for k, v in dict(tags).items()}
+        except Exception:
+            self._drop("tags", f"={shown(tags)} is not a mapping; dropped")
+            return {}
 
     @property
     def active(self) -> bool:
@@ -216,10 +274,19 @@ class TrackedRun:
         self.writer.flush()
         self.writer.start()
         if self.metrics_port is not None:
-            from trainledger.sources.telemetry.exporter import Exporter
+            self._open_exporter()
 
+    def _open_exporter(self) -> None:
+        """The Prometheus endpoint: a port in use (or any error) leaves it off, never the recording or training."""
+        from trainledger.sources.telemetry.exporter import Exporter
+
+        try:
             self.exporter = Exporter(self.metrics_port, "127.0.0.1", self.run_id, socket.gethostname(), self.rank,
                                      self.sampler.source if self.sampler else "cpu")
+        except Exception as exc:
+            self.dropped.append("metrics_port")
+            warn(f"metrics_port={self.metrics_port}: no metrics endpoint ({_reason(exc)}); recording and training "
+                 "continue")
 
     def _attach_phases(self) -> None:
         """Phase timing (``run.phase``, steps, checkpoints), aggregated on the writer thread; start-up counts
@@ -234,8 +301,8 @@ class TrackedRun:
         from trainledger.sources.telemetry.sampling import UtilSampler, node_probe, process_tree
 
         o, now = self.opts, self.started_at.isoformat()
-        world = int(self.env.get("WORLD_SIZE", "1") or 1)
-        local = int(self.env.get("LOCAL_WORLD_SIZE", world) or world)
+        world = max(1, _env_int(self.env, "WORLD_SIZE", 1))
+        local = max(1, _env_int(self.env, "LOCAL_WORLD_SIZE", world))
         self.sampler = UtilSampler(node_probe(self.env, process_tree(os.getpid())))
         self.sampler.start()
         self.signals = StopSignals(lambda: self.writer.error or RuntimeError("run journal failed"), polite=True)
@@ -247,7 +314,8 @@ class TrackedRun:
             "gpus_per_node": self.gpus or local, "world_size": world, "resume_of": o["resume_of"],
             "started_at": now, "heartbeat_at": now, "ended_at": None, "error": None, "exit_code": None,
             "hostname": socket.gethostname(), "pid": os.getpid(), **self._share(),
-            "config": {"api": {"argv": _argv()}, "tags": o["tags"]}}})
+            "config": {"api": {"argv": _argv(), **({"dropped": self.dropped} if self.dropped else {})},
+                       "tags": o["tags"]}}})
         if not o["node_type"]:
             self._warn_not_costed()
         elif not o["offer"]:  # whether the node type has an offer: asked on the writer's connection once it applies
@@ -465,7 +533,9 @@ class TrackedRun:
         if self.phases is not None and self._open:
             from trainledger.sources.record.phases import SPAN, phase_name
 
-            self.phases.events.append((SPAN, (phase_name(name), float(seconds)), self.phases.clock()))
+            seconds = self.guard.number("seconds", seconds)
+            if seconds is not None:
+                self.phases.events.append((SPAN, (phase_name(name), seconds), self.phases.clock()))
 
     def step_begin(self) -> None:
         """A training step starts now (the callbacks call it; ``run.log`` ends the step)."""
@@ -475,7 +545,13 @@ class TrackedRun:
     def step_times(self, seconds_per_rank: list) -> None:
         """This step's time on each rank (e.g. all-gathered): the others' wait for the slowest is ``straggler_wait``."""
         if self.phases is not None and self._open:
-            self.phases.rank_times(seconds_per_rank)
+            try:
+                times = [self.guard.number("seconds_per_rank", t) for t in list(seconds_per_rank)[:100_000]]
+            except Exception:
+                self.guard.warn("seconds_per_rank", f"seconds_per_rank={shown(seconds_per_rank)} is not a list of "
+                                "seconds; dropped")
+                return
+            self.phases.rank_times(times)
 
     def checkpoint(self, step: Optional[int] = None, path: Optional[str | Path] = None,
                    seconds: Optional[float] = None) -> None:
@@ -517,7 +593,7 @@ class TrackedRun:
             if self._peak and self.flops_per_token:
                 from trainledger.money.rates.costs import mfu
 
-                world = int(self.env.get("WORLD_SIZE", "1") or 1)
+                world = max(1, _env_int(self.env, "WORLD_SIZE", 1))
                 out["mfu"] = mfu(tps, float(self.flops_per_token), self._peak, self.gpus or world)
         return out
 

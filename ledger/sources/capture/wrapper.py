@@ -28,6 +28,7 @@ callbacks inside it attach to this run instead of opening another.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -94,6 +95,7 @@ class WrapRequest:
     quiet: bool = False
     require_ledger: bool = False
     share: Optional[tuple[Optional[str], Optional[str]]] = None  # (share, basis): set by check_ledger
+    share_note: Optional[str] = None  # set by check_ledger: why the run is costed as the whole node (bad MIG/GPUs)
     costed: bool = True  # set by check_ledger: False when the node type has no offer (and none is given)
 
 
@@ -183,7 +185,10 @@ def _check_node_type_and_offer(s: Any, req: WrapRequest) -> None:
                                "(add one with `trainledger pricing import`)")
     from trainledger.money.allocation.shares import alloc_share
 
-    req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
+    try:
+        req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
+    except LedgerInputError as exc:  # a wrong site-wide MIG or GPU setting never refuses the job (issue 37)
+        req.share, req.share_note = None, f"{exc}; the run is costed as the whole node"
     if req.offer and (off is None or off.node_type_id != nt.id):
         raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for node type {req.node_type} "
                                "(see `trainledger pricing list`)")
@@ -243,6 +248,7 @@ class Wrapper:
         self.writer = LedgerWriter(req.db_url, req.journal_dir, self.topo.run_id, req.flush_s, req.heartbeat_s,
                                    beats=self._beats, journal_name=self._journal_name())
         self.writer.on_error = lambda: None  # a journal that fails turns recording off; the job goes on
+        self.writer.failure_note = "the job runs on; the run is written straight to the ledger at its end"
 
     def _journal_name(self) -> str:
         if self.topo.part:
@@ -290,6 +296,8 @@ class Wrapper:
                 say(("error: " if self.req.require_ledger else "warning: ") + warning)
         if self.req.require_ledger and warning:
             raise RecordingImpossible(warning)
+        if self.req.share_note and self.topo.owns_run:
+            say(f"warning: {self.req.share_note}")
         if self.topo.owns_run and not self.req.quiet and (not self.req.node_type or not self.req.costed):
             from trainledger.store.defaults import warn_not_costed
 
@@ -298,10 +306,13 @@ class Wrapper:
         if self.req.require_ledger:
             from trainledger.sources.record.journal import JournalWriteError
 
+            note, self.writer.failure_note = self.writer.failure_note, None  # the refusal is the one line
             try:
                 self.writer.flush()
             except JournalWriteError as exc:
                 raise RecordingImpossible(str(exc)) from None
+            finally:
+                self.writer.failure_note = note
             if not self.writer.ledger_ok:
                 raise RecordingImpossible(f"run {self.topo.run_id} could not be registered in the ledger")
 
@@ -351,7 +362,8 @@ class Wrapper:
             "error": None, "exit_code": None, "hostname": topo.node_name, "pid": os.getpid(),
             **({"share": req.share[0], "share_basis": req.share[1]} if req.share and req.share[1] else {}),
             "config": {"wrapper": {"command": redact_command(req.command), "cwd": os.getcwd(),
-                                   "run_id_from": topo.run_id_from, "detected": topo.facts},
+                                   "run_id_from": topo.run_id_from, "detected": topo.facts,
+                                   **({"share_note": req.share_note} if req.share_note else {})},
                        "tags": req.tags}}}
 
     # -- while it runs --
@@ -598,7 +610,12 @@ def run_bare(command: list[str], why: Optional[str]) -> None:
             stream.flush()
         except Exception:
             pass
-    os.execvp(command[0], command)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:  # a script without a #! line: as a shell runs it, under /bin/sh (keeper._start too)
+        if exc.errno != errno.ENOEXEC:
+            raise
+        os.execv("/bin/sh", ["/bin/sh", shutil.which(command[0]) or command[0], *command[1:]])
 
 
 def run_passive(command: list[str], why: str, quiet: bool) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Optional
 
 from sqlalchemy import select
 from sqlmodel import Session
+from trainledger.sources.record import outcome
 from trainledger.sources.record.journal_file import RunNotRegistered
 from trainledger.sources.record.sanitize import clean_event
 from trainledger.store.ids import validate_run_id
@@ -18,8 +19,10 @@ from trainledger.store.models import NodeType, Offer, Project, Run, RunNode, Run
 NAMED = {"node_type": (NodeType, "node_type_id"), "offer": (Offer, "offer_id"),
          "project": (Project, "project_id"), "user": (User, "user_id")}
 TIME_FIELDS = {"created_at", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at"}
-REAPED_ERROR = "heartbeat stopped; marked crashed at the last heartbeat"
-ENDED = (RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed)
+REAPED_ERROR = outcome.REAPED_ERROR
+ENDED = outcome.ENDED
+#: fields of an end event that are settled with the other reports of the run's end (trainledger.sources.record.outcome)
+SETTLED = ("status", "error", "exit_code", "ended_at")
 #: fields of a start event that would turn an ended run back into a running one
 REOPENING = ("status", "ended_at", "heartbeat_at", "error", "exit_code")
 
@@ -72,17 +75,27 @@ def _apply_run(session: Session, rid: str, ev: dict[str, Any]) -> None:
     run = _registered(session, rid) if ev.get("attach") else session.get(Run, rid)
     if run is None:
         session.add(Run(id=rid, **fields))
-    else:
-        if fields.get("status") == RunStatus.running and run.status in ENDED:
-            # a replayed start event (e.g. a journal replayed again after the run's end
-            # was written straight to the ledger) never reopens an ended run
-            for key in REOPENING:
-                fields.pop(key, None)
-        if isinstance(fields.get("config"), dict) and isinstance(run.config, dict) and "slurm" in run.config:
-            # the Slurm job of a `launch --launcher slurm` run is the ledger's record, not the trainer's
-            fields["config"] = {**fields["config"], "slurm": run.config["slurm"]}
-        for k, v in fields.items():
+        session.flush()
+        return
+    ending = fields.get("status") in ENDED
+    if ending:
+        outcome.lock_run(session, run)
+    if fields.get("status") == RunStatus.running and run.status in ENDED:
+        # a replayed start event (e.g. a journal replayed again after the run's end
+        # was written straight to the ledger) never reopens an ended run
+        for key in REOPENING:
+            fields.pop(key, None)
+    if isinstance(fields.get("config"), dict) and isinstance(run.config, dict):
+        # the Slurm job of a `launch --launcher slurm` run and the reports of its end are the ledger's record
+        kept = {k: run.config[k] for k in ("slurm", outcome.KEY) if k in run.config}
+        fields["config"] = {**fields["config"], **kept}
+    own = outcome.own_report(fields["status"], fields.get("error"), fields.get("exit_code"),
+                             fields.get("ended_at")) if ending else None
+    for k, v in fields.items():
+        if not (ending and k in SETTLED):
             setattr(run, k, v)
+    if own is not None:
+        outcome.record_report(session, run, own)
     session.flush()
 
 
@@ -94,6 +107,7 @@ def _apply_heartbeat(session: Session, rid: str, ev: dict[str, Any]) -> None:
         if run.status == RunStatus.crashed and run.error == REAPED_ERROR:
             # reaped during an outage, but the run was alive: undo the reaping
             run.status, run.ended_at, run.error = RunStatus.running, None, None
+        outcome.apply_outcome(run)  # an end "at the last heartbeat" moves with it, whichever came first
 
 
 def _apply_samples(session: Session, rid: str, ev: dict[str, Any]) -> None:

@@ -41,7 +41,10 @@ class Journal:
         if name is not None:
             validate_run_id(name, "journal name")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only or forbidden folder: the first append fails and says why (the writer then
+            pass         # writes the run straight to the ledger, issue 37), never a run that is silently lost
         name = name or run_id
         self.path = self.dir / f"{name}.jsonl"
         self.applied_path = self.dir / f"{name}.applied"

@@ -32,6 +32,7 @@ a ``quality:<issue>`` row.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from datetime import datetime, timezone, tzinfo
@@ -49,17 +50,31 @@ from trainledger.money.goodput.goodput_core import (
     PHASES,
     QUALITY_PREFIX,
 )
+from trainledger.sources.record.sanitize import clean_text
 
+#: no run is longer: a later time is a clock jump (issue 37), held at the last time seen
+MAX_RUN_S = 10 * 366 * 86400.0
 # event kinds on the recorder's list
 BEGIN, END, STEP_BEGIN, STEP_END, CHECKPOINT, RANKS, SPAN = range(7)
 
 
 def phase_name(name: Any) -> str:
     """A phase name as recorded: aliases resolved, at most 100 characters, never empty."""
-    text = str(name or "").strip()[:100] or "custom"
+    try:
+        text = name if isinstance(name, str) else ("" if name is None else str(name))
+    except Exception:  # an object whose str() raises: never the training's problem
+        text = ""
+    text = clean_text(text).strip()[:100] or "custom"
     if text == PHASE_FIRST_STEP:  # the writer's own row: a user's phase of that name stays a custom one
         return "custom:" + text
     return PHASE_ALIASES.get(text, text)
+
+
+def steady_clock() -> Callable[[], float]:
+    """Epoch seconds that never jump: the wall time when it was made plus the monotonic time since. A wall
+    clock set decades ahead (or back) mid-run must not become a decades-long step (issue 37)."""
+    wall0, mono0 = time.time(), time.monotonic()
+    return lambda: wall0 + (time.monotonic() - mono0)
 
 
 class PhaseRecorder:
@@ -67,9 +82,9 @@ class PhaseRecorder:
 
     __slots__ = ("events", "clock")
 
-    def __init__(self, clock=time.time):
+    def __init__(self, clock: Optional[Callable[[], float]] = None):
         self.events: list[tuple] = []
-        self.clock = clock
+        self.clock = clock or steady_clock()
 
     def begin(self, name: str) -> None:
         self.events.append((BEGIN, name, self.clock()))
@@ -162,11 +177,16 @@ class PhaseAggregator:
         if t != t or t < self.last_t:  # NaN or time going backwards
             self.quality["out_of_order"] += 1
             return self.last_t
+        if t > self.started + MAX_RUN_S:  # a clock set decades ahead (or ±inf): held at the last time seen
+            self.quality["clock_jump"] += 1
+            return self.last_t
         self.last_t = t
         return t
 
     def _one(self, kind: int, value: Any, t: float) -> None:
         t = self._clock(t)
+        if kind == SPAN:
+            value = (value[0], self._span(value[1], t))
         while self.next_edge is not None and t >= self.next_edge:
             self._cut(self.next_edge, kind, value, t)
             self.next_edge = self.edges(self.next_edge)
@@ -194,7 +214,15 @@ class PhaseAggregator:
             self._ranks(value, t)
         elif kind == SPAN:
             name, secs = value
-            self._add(name, max(0.0, min(float(secs), t - self.started)), t - max(0.0, float(secs)), t)
+            self._add(name, secs, t - secs, t)
+
+    def _span(self, secs: Any, t: float) -> float:
+        """A span's seconds clipped to 0 … the run's time so far (NaN, ±inf, 1e300, negative: counted in quality)."""
+        secs = float(secs)
+        if not 0.0 <= secs <= t - self.started:
+            self.quality["negative" if not secs >= 0.0 else "too_long"] += 1
+            secs = min(max(secs, 0.0), t - self.started) if secs == secs else 0.0
+        return secs
 
     def _cut(self, edge: float, kind: int, value: Any, t: float) -> None:
         """The totals at ``edge``, crossed by an event at ``t`` (every earlier event was before it): phases still
@@ -204,7 +232,7 @@ class PhaseAggregator:
         parts = [(name, edge - began) for name, began in self.open.items()]
         if kind == SPAN:
             name, secs = value
-            parts.append((name, min(max(0.0, float(secs)), t - self.started) - max(0.0, t - edge)))
+            parts.append((name, secs - max(0.0, t - edge)))
         for name, part in parts:
             if part > 0:
                 totals.setdefault(name, [0.0, 0])[0] += part
@@ -230,11 +258,15 @@ class PhaseAggregator:
             self.nested += secs
 
     def _ranks(self, times: tuple, t: float) -> None:
-        vals = [float(x) for x in times if x is not None and float(x) >= 0]
+        vals = [v for v in map(_seconds, times) if v is not None]
         if len(vals) < 2:
             return
         slowest = max(vals)
-        self._add(PHASE_STRAGGLER, sum(slowest - v for v in vals) / len(vals), t, t)
+        wait = sum(slowest - v for v in vals) / len(vals)
+        if wait > t - self.started:  # longer than the run so far: clipped, as a span is
+            self.quality["too_long"] += 1
+            wait = t - self.started
+        self._add(PHASE_STRAGGLER, wait, t, t)
 
     def _step_boundary(self, t: float, explicit: bool = False) -> None:
         """A step starts at ``t``: the open step interval (if any) closes here; the first one ends start-up."""
@@ -300,6 +332,15 @@ class PhaseAggregator:
         for issue, n in self.quality.items():
             out[QUALITY_PREFIX + issue] = [0.0, n, None, None, None, None]
         return out
+
+
+def _seconds(x: Any) -> Optional[float]:
+    """A rank's step time in seconds, or None when it is not a finite number ≥ 0."""
+    try:
+        v = float(x)
+    except Exception:
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
 
 
 def _iso(t: Optional[float]) -> Optional[str]:

@@ -38,6 +38,7 @@ from trainledger.errors import LedgerInputError
 from trainledger.sources.record.journal_apply import apply_events
 from trainledger.sources.record.journal_file import Journal, JournalWriteError, RunNotRegistered, read_applied
 from trainledger.sources.record.sanitize import clean_text, clean_value
+from trainledger.store.files import write_all
 
 #: failures that are the ledger's state, not the event's: retried by the next replay, never quarantined
 TRANSIENT = (RunNotRegistered, OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
@@ -128,14 +129,7 @@ def _quarantine(journal: Journal, ev: Optional[dict[str, Any]], reason: str, off
 def _append(path: Path, entries: list[dict[str, Any]]) -> None:
     data = "".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in entries).encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_all(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), data)
     except OSError as exc:
         raise JournalWriteError(f"cannot write the quarantine {path}: {exc.strerror or exc}") from exc
 

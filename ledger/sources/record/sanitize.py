@@ -97,14 +97,14 @@ class Guard:
                 if not math.isfinite(number) or number != int(number):
                     raise ValueError
                 number = int(number)
-        except (TypeError, ValueError, OverflowError):
-            self.warn(field, f"{field}={_shown(value)} is not a whole number; dropped")
+        except Exception:  # any object training code hands us: its float() may raise anything
+            self.warn(field, f"{field}={shown(value)} is not a whole number; dropped")
             return None
         if number < 0:
-            self.warn(field, f"{field}={_shown(value)} is negative; dropped")
+            self.warn(field, f"{field}={shown(value)} is negative; dropped")
             return None
         if number > INT64_MAX:
-            self.warn(field, f"{field}={_shown(value)} is beyond 64 bits; dropped")
+            self.warn(field, f"{field}={shown(value)} is beyond 64 bits; dropped")
             return None
         return number
 
@@ -116,15 +116,18 @@ class Guard:
             return None
         try:
             number = float(value)
-        except (TypeError, ValueError, OverflowError):
-            self.warn(field, f"{field}={_shown(value)} is not a number; dropped")
+        except Exception:  # any object training code hands us: its float() may raise anything
+            self.warn(field, f"{field}={shown(value)} is not a number; dropped")
             return None
         if not math.isfinite(number):
-            self.warn(field, f"{field}={_shown(value)} is not a finite number; dropped")
+            self.warn(field, f"{field}={shown(value)} is not a finite number; dropped")
             return None
         return number
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
+def shown(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 40 else text[:37] + "..."

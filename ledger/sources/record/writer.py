@@ -61,6 +61,7 @@ class LedgerWriter(threading.Thread):
         self._halt = threading.Event()
         self._engine = None
         self.ledger_ok: Optional[bool] = None
+        self.url_unusable = False  # a malformed ledger URL: events wait in the journal for `trainledger sync --db`
         self.waiting_for_run = False  # events of a run whose owner has not registered it yet
         self.error: Optional[BaseException] = None  # a journal write failure: fatal for the run
         self.on_error: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGUSR1)
@@ -91,6 +92,15 @@ class LedgerWriter(threading.Thread):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+
+    def _shown_url(self) -> str:
+        """The ledger URL safe to print; never raises (a malformed URL is a ledger out of reach, issue 37)."""
+        from trainledger.store.db import redact_url, resolve_url
+
+        try:
+            return redact_url(resolve_url(self.db_url))
+        except Exception:
+            return redact_url(str(self.db_url))
 
     def _engine_or_none(self):
         if self._engine is None:
@@ -157,7 +167,6 @@ class LedgerWriter(threading.Thread):
 
     def _apply(self) -> None:
         from trainledger.sources.record.journal import JournalWriteError, RunNotRegistered, sync_journal
-        from trainledger.store.db import redact_url, resolve_url
 
         try:
             sync_journal(self._engine_or_none(), self.journal)
@@ -171,9 +180,12 @@ class LedgerWriter(threading.Thread):
         except RunNotRegistered:  # the ledger is there; the run's owner has not registered it yet
             self.ledger_ok, self.waiting_for_run = True, True
         except Exception as exc:  # unreachable ledger: keep journaling, retry next flush
+            from trainledger.store.db import LedgerURLError
+
+            self.url_unusable = isinstance(exc, LedgerURLError)  # never reachable: the end does not wait for it
             if self.ledger_ok is not False:
                 reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200]
-                print(f"[trainledger] warning: ledger {redact_url(resolve_url(self.db_url))} unreachable ({reason}); "
+                print(f"[trainledger] warning: ledger {self._shown_url()} unreachable ({reason}); "
                       f"training continues, events kept in {self.journal.path}", file=sys.stderr, flush=True)
             self.ledger_ok = False
             if self._engine is not None:
@@ -214,7 +226,8 @@ class LedgerWriter(threading.Thread):
         if on_durable is not None:
             on_durable()
         deadline = time.monotonic() + timeout_s
-        while (self.ledger_ok is False or self.waiting_for_run) and time.monotonic() < deadline:
+        while (self.ledger_ok is False or self.waiting_for_run) and not self.url_unusable \
+                and time.monotonic() < deadline:
             time.sleep(0.5 if self.waiting_for_run else 1.0)
             self._apply()
         if self.ledger_ok is False or self.waiting_for_run:
@@ -226,18 +239,24 @@ class LedgerWriter(threading.Thread):
             self._engine.dispose()
         return bool(self.ledger_ok) and not self.waiting_for_run
 
+    def _journaled(self) -> list[dict]:
+        """What the failed journal holds ([] when it cannot even be read: a folder that was never made)."""
+        try:
+            return self.journal.pending()
+        except OSError:
+            return []
+
     def _write_through(self, timeout_s: float) -> bool:
         """After a journal failure: apply what the journal holds and what it could not keep straight to
         the ledger, in one transaction (idempotent), retrying for up to ``timeout_s``."""
         from sqlmodel import Session
         from trainledger.sources.record.journal import JournalWriteError, apply_events
-        from trainledger.store.db import redact_url, resolve_url
 
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 with Session(self._engine_or_none()) as session:
-                    apply_events(session, self.journal.pending())
+                    apply_events(session, self._journaled())
                     apply_events(session, self._unjournaled)
                     session.commit()
                 break
@@ -245,9 +264,11 @@ class LedgerWriter(threading.Thread):
                 if self._engine is not None:
                     self._engine.dispose()
                     self._engine = None
-                if time.monotonic() >= deadline:
+                from trainledger.store.db import LedgerURLError
+
+                if time.monotonic() >= deadline or isinstance(exc, LedgerURLError):
                     reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200]
-                    print(f"[trainledger] error: the run journal failed and the ledger {redact_url(resolve_url(self.db_url))} "
+                    print(f"[trainledger] error: the run journal failed and the ledger {self._shown_url()} "
                           f"is unreachable ({reason}); the last {len(self._unjournaled)} tracking events are lost",
                           file=sys.stderr, flush=True)
                     return False

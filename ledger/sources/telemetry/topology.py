@@ -44,6 +44,7 @@ from typing import Mapping, Optional, Sequence
 
 from trainledger.errors import LedgerInputError
 from trainledger.sources.telemetry.sampling import owned_gpus
+from trainledger.store.envsettings import env_run_id
 from trainledger.store.ids import new_run_id, previous_attempt, slurm_attempt_id, slurm_run_id, validate_run_id
 
 ENV_WRAPPED = "TRAINLEDGER_WRAPPED"  # set in the command's environment: the run id it is wrapped in
@@ -298,8 +299,9 @@ def _run_id(flags: Flags, env: Mapping[str, str], slurm: dict, elastic: dict, cm
     """The run id, where it came from, and the run a requeued Slurm job restarts."""
     if flags.run_id:
         return validate_run_id(flags.run_id, "--run-id"), "--run-id", None
-    if env.get(ENV_RUN_ID) and not env.get(ENV_WRAPPED):
-        return validate_run_id(env[ENV_RUN_ID], ENV_RUN_ID), "env", None
+    from_env = env_run_id(env) if not env.get(ENV_WRAPPED) else None  # a bad one: said once, not used (issue 37)
+    if from_env:
+        return from_env, "env", None
     if slurm:
         # the id `slurm sync` gives the job: the cluster only when told (--cluster, as for the sync), never
         # from $SLURM_CLUSTER_NAME, which every job has and a sync without --cluster does not use
