@@ -24,8 +24,12 @@ SOURCES_ROOMS = ("record", "imports", "telemetry", "capture")
 #: the sub-rooms of app/ by concept, lowest first: what the pages read (queries), how the dashboard is served and who
 #: signs in (serving), what the pages draw (views); app/main.py and app/pages/ sit above them all
 APP_ROOMS = ("queries", "serving", "views")
+#: the sub-rooms of cli/ by concept, lowest first: the ledger itself (setup), how jobs and bills get in (capture),
+#: what things cost (prices), what the ledger says (reports); cli/main.py registers them and cli/common.py,
+#: progress.py and logs.py serve them all
+CLI_ROOMS = ("setup", "capture", "prices", "reports")
 #: rooms with sub-rooms by concept → those sub-rooms, lowest first (``app`` is the dashboard, trainledger.app)
-SUB_ROOMS = {"money": MONEY_ROOMS, "sources": SOURCES_ROOMS, "app": APP_ROOMS}
+SUB_ROOMS = {"money": MONEY_ROOMS, "sources": SOURCES_ROOMS, "app": APP_ROOMS, "cli": CLI_ROOMS}
 #: ledger rooms allowed to import trainer/ (validating a trainer config or plan, launching runs; cli registers `train`)
 TRAINER_USERS = ("trainledger.runs", "trainledger.cli")
 APP, TRAINER = PACKAGES["app"], PACKAGES["trainer"]
@@ -172,7 +176,9 @@ def test_every_ledger_module_lives_in_a_room():
     assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
     for room, subs in SUB_ROOMS.items():  # a module lives in the sub-room of its concept, none loose in the room
         folder = REPO / "app" if room == "app" else REPO / "ledger" / room
-        loose = ["__init__.py", "main.py"] if room == "app" else ["__init__.py"]  # app/main.py: the entry script
+        loose = {"app": ["__init__.py", "main.py"],  # app/main.py: the entry script
+                 "cli": ["__init__.py", "__main__.py", "common.py", "logs.py", "main.py", "progress.py"]}.get(
+                     room, ["__init__.py"])
         assert sorted(p.name for p in folder.glob("*.py")) == loose, room
         assert sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in ("__pycache__", "pages")) \
             == sorted(subs), room

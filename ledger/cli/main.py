@@ -24,16 +24,19 @@ import typer.main
 from trainledger.cli import progress
 from trainledger.cli.common import OneLineUsageErrors, fail, start_invocation
 
-#: each top-level command → the module of :mod:`trainledger.cli` that registers it (``parts``: the trainer's
-#: and the dashboard's own commands), in the order ``--help`` lists them. A command's module is imported
+#: each top-level command → the module of :mod:`trainledger.cli` that registers it, by its sub-room (``setup``: the
+#: ledger itself; ``capture``: how jobs and bills get in; ``prices``: what things cost; ``reports``: what the ledger
+#: says; ``parts``: the trainer's and the dashboard's own commands), in the order ``--help`` lists them. A command's module is imported
 #: when that command runs, so ``trainledger run`` does not load the other twenty (tests/test_cli.py checks
 #: that this table is what the modules register).
-COMMANDS = {"demo": "demo", "import": "imports", "launch": "runs", "sync": "runs", "sweep": "runs", "run": "track",
-            "settings": "settings", "train": "parts", "dashboard": "parts", "collect": "metrics",
-            "forecast": "forecast", "exporter": "exporter", "db": "db", "runs": "runs", "config": "config",
-            "data": "parts", "cost": "costs", "report": "reports", "budget": "budget", "pricing": "pricing",
-            "fx": "fx", "carbon": "carbon", "fleet": "fleet", "plan": "plan", "slurm": "slurm", "goodput": "goodput",
-            "glossary": "glossary", "invoice": "invoice"}
+COMMANDS = {"demo": "setup.demo", "import": "capture.imports", "launch": "capture.runs", "sync": "capture.runs",
+            "sweep": "capture.runs", "run": "capture.track", "settings": "setup.settings", "train": "parts",
+            "dashboard": "parts", "collect": "reports.metrics", "forecast": "prices.forecast",
+            "exporter": "reports.exporter", "db": "setup.db", "runs": "capture.runs", "config": "setup.config",
+            "data": "parts", "cost": "prices.costs", "report": "reports.reports", "budget": "prices.budget",
+            "pricing": "prices.pricing", "fx": "prices.fx", "carbon": "prices.carbon", "fleet": "prices.fleet",
+            "plan": "prices.plan", "slurm": "capture.slurm", "goodput": "reports.goodput",
+            "glossary": "reports.glossary", "invoice": "capture.invoice"}
 
 
 def _register(module: str, root: typer.Typer) -> None:
@@ -50,8 +53,8 @@ def _register(module: str, root: typer.Typer) -> None:
         return
     mod = importlib.import_module(f"trainledger.cli.{module}")
     mod.register(root)
-    if module == "goodput":
-        from trainledger.cli import goodput_ops
+    if module == "reports.goodput":
+        from trainledger.cli.reports import goodput_ops
 
         goodput_ops.register_commands(mod.app)  # `goodput idle` and `goodput advise` (issue #25, h25b)
 

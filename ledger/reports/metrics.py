@@ -6,7 +6,7 @@ monthly report, :func:`trainledger.money.outlook.budgets.budget_status` and
 :func:`trainledger.money.goodput.account.goodput_account`);
 :class:`LedgerCollector` caches them and recomputes them at most every
 ``refresh_s`` seconds, whatever the scrape interval. The HTTP serving lives in
-``ledger/cli/exporter.py``; both use the official ``prometheus_client``.
+``ledger/cli/reports/exporter.py``; both use the official ``prometheus_client``.
 
 Names follow Prometheus' conventions: prefix ``trainledger_``, base units
 (GPU time in seconds), ratios 0-1, low-cardinality labels (``month``,

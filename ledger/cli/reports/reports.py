@@ -115,7 +115,7 @@ def report_chargeback(month: Annotated[str, typer.Option(help="YYYY-MM (calendar
 
     Idle is charged back under each fleet's policy (`trainledger fleet set NAME --idle-share proportional`);
     the default, none, leaves it its own line."""
-    from trainledger.cli.chargeback import write_statements
+    from trainledger.cli.reports.chargeback import write_statements
 
     if is_stdout(output):
         raise LedgerInputError("--output: chargeback writes a folder of statements (XLSX and HTML per project, a "
