@@ -192,14 +192,20 @@ def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg
     engine.dispose()
 
 
-def test_sweep_of_seven_strategies_gives_seven_rows(sqlite_url, track_env):
-    out = trainledger(["sweep", CONFIGS / "dp.yaml", "--strategies", "dp,zero1,zero2,zero3,pp,tp,3d", "--steps", "4",
+#: a sweep's strategies: one of each family (plain data parallel, ZeRO, 3D on 4 ranks). Every strategy runs and
+#: matches the single-process loss in tests/trainer and tests/multihost; this test is about the sweep and its report,
+#: which treat every strategy alike, so it runs three of them (seven took 55-160 s of the 2-core suite: issue 38)
+SWEEP = ("dp", "zero3", "3d")
+
+
+def test_sweep_of_strategies_gives_one_row_each(sqlite_url, track_env):
+    out = trainledger(["sweep", CONFIGS / "dp.yaml", "--strategies", ",".join(SWEEP), "--steps", "4",
                        "--db", sqlite_url, "--json"], track_env, timeout=900)
     d = json.loads(out.stdout)
-    assert [r["exit_code"] for r in d["runs"]] == [0] * 7
+    assert [r["exit_code"] for r in d["runs"]] == [0] * len(SWEEP)
     weekly = json.loads(trainledger(["report", "weekly", "--sweep", d["sweep_id"], "--db", sqlite_url, "--json"], track_env).stdout)
     rows = weekly["rows"]
-    assert sorted(r["strategy"] for r in rows) == ["3d", "dp", "pp", "tp", "zero1", "zero2", "zero3"]
+    assert sorted(r["strategy"] for r in rows) == sorted(SWEEP)
     assert sum(r["cheapest"] for r in rows) == 1 and rows[0]["cheapest"]
     costs_sorted = [Decimal(r["best_cost_per_1m_tokens"]) for r in rows]
     assert costs_sorted == sorted(costs_sorted)
