@@ -50,14 +50,28 @@ if p["summary"].get("fx_rates"):
 st.caption("Carbon intensity: " + "; ".join(p["summary"]["carbon_intensities"]))
 summary = {k: v for k, v in p["summary"].items() if k not in ("fx_rates", "carbon_intensities")}  # the captions above
 st.table(pd.DataFrame(labelled_rows(summary, summary.get("currency"), ui.display_tz())).set_index("figure"))
+
+
+def headers(keys: list[str]) -> dict[str, str]:
+    """A figure's column: its metrics-layer label with the currency (ui.column); any other key: its words, money with
+    the currency too (the generic ``cost`` of a line)."""
+    from trainledger.reports.present import kind_of
+
+    out = {}
+    for k in keys:
+        head = ui.column(k, currency)
+        out[k] = head if head != k else label(k) + (f" ({currency})" if kind_of(k) == "money" else "")
+    return out
+
+
 st.subheader(f"Projects ({len(p['projects'])})")
 if p["projects"]:
-    st.dataframe(ui.frame(p["projects"], list(p["projects"][0]), {k: label(k) for k in p["projects"][0]}), hide_index=True)
+    st.dataframe(ui.frame(p["projects"], list(p["projects"][0]), headers(list(p["projects"][0]))), hide_index=True)
 else:
     st.caption("No project used the cluster this month.")
 st.subheader(f"Runs ({len(p['runs'])} lines)")
 if p["runs"]:
-    st.dataframe(ui.frame(p["runs"], list(p["runs"][0]), {k: label(k) for k in p["runs"][0]}), hide_index=True)
+    st.dataframe(ui.frame(p["runs"], list(p["runs"][0]), headers(list(p["runs"][0]))), hide_index=True)
 else:
     st.caption("No run in this month.")
 

@@ -7,9 +7,9 @@ printable HTML page, plus the summary CSV. The bytes are ``trainledger.reports.c
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Optional
 
-import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data
 from trainledger.app.views import ui
@@ -31,7 +31,7 @@ def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str
 def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
     from trainledger.errors import LedgerInputError
     from trainledger.money.allocation.idle_share import NO_PROJECT
-    from trainledger.reports.chargeback import SUMMARY_COLUMNS, summary_rows
+    from trainledger.reports.chargeback import summary_rows
 
     st.subheader("Chargeback statements")
     try:
@@ -43,15 +43,21 @@ def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
     s = p["summary"]
     st.caption(f"One statement per project: its runs (GPU-hours, cost, lost work) and its share of idle under each "
                f"fleet's policy (`trainledger fleet set NAME --idle-share proportional`; the default, none, keeps idle "
-               f"its own line). The statements plus idle not charged back ({s['idle_not_charged_back']}) add up to the "
-               f"month's spend ({s['spend']} {s['currency']}) to the cent. Same files as `trainledger report chargeback "
+               f"its own line). The statements plus idle not charged back ({ui.money('cost', s['idle_not_charged_back'])}) "
+               f"add up to the month's spend ({ui.money('cost', s['spend'])} {s['currency']}) to the cent. Same files as `trainledger report chargeback "
                f"--month {month} --currency {s['currency']} -o DIR`.")
-    labels = {"statement": "statement", "runs": "runs", "gpu_hours": "GPU-hours", "run_cost": f"runs ({s['currency']})",
-              "idle_share": f"share of idle ({s['currency']})", "total": f"total ({s['currency']})",
-              "lost_work_cost": f"of which lost work ({s['currency']})"}
-    rows = summary_rows(p)
-    st.dataframe(pd.DataFrame(rows, columns=SUMMARY_COLUMNS).rename(columns=labels), hide_index=True,
-                 key="chargeback_table")
+    # the summary CSV's rows, each cell as the figure shows everywhere (money "2,088.14", GPU-hours grouped, an
+    # empty cell never "None"); the share of idle under a money key (``idle_share`` alone names a policy elsewhere)
+    cur = s["currency"]
+    keys = ["statement", "runs", "gpu_hours", "run_cost", "idle_share_cost", "total_cost", "lost_work_cost"]
+    labels = {"statement": "statement", "runs": "runs", "gpu_hours": "GPU-hours", "run_cost": f"runs ({cur})",
+              "idle_share_cost": f"share of idle ({cur})", "total_cost": f"total ({cur})",
+              "lost_work_cost": f"of which lost work ({cur})"}
+    rows = [{**r, "idle_share_cost": r["idle_share"], "total_cost": r["total"],  # GPU-hours to 3 decimals, as exported
+             "gpu_hours": None if r["gpu_hours"] is None else f"{Decimal(str(r['gpu_hours'])):,.3f}"}
+            for r in summary_rows(p)]
+    st.dataframe(ui.frame(rows, keys, labels, currency=cur), hide_index=True, key="chargeback_table",
+                 column_config={labels[k]: st.column_config.TextColumn(labels[k]) for k in keys})
     policies = s.get("idle_share_policies") or []
     st.caption("Idle charged back under: " + ("; ".join(ui.md(x) for x in policies) if policies else
                                               "no fixed-cost fleet this month") + ". Set a fleet's policy under "

@@ -65,7 +65,8 @@ def present(key: str, value: Any) -> Any:
     if isinstance(value, (Decimal, float)) and not isinstance(value, bool):
         k = kind_of(key)
         if k == "money":
-            return str(cents(Decimal(str(value)) if isinstance(value, float) else value))
+            c = cents(Decimal(str(value)) if isinstance(value, float) else value)
+            return str(c if c else abs(c))  # a difference of -0.000001 is "0.00", never "-0.00"
         if k == "pct":
             return float(_q(Decimal(str(value)), "0.1"))
         if k == "ratio":
@@ -151,6 +152,7 @@ LABELS = {
     "carbon_intensities": "Carbon intensity", "fx_rates": "Exchange rates",
     "unpriced_runs": "Runs not costed", "unpriced_node_types": "Node types without an offer",
     "runs_without_node_type": "Runs without a node type (not costed)", "not_costed_node_hours": "Node-hours not costed",
+    "run_id": "Run ID", "gpus_per_node": "GPUs per node", "util_source": "GPU-Util source", "offer_kind": "Offer kind",
 }
 
 

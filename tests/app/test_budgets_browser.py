@@ -126,3 +126,74 @@ def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
     expect(page.get_by_role("button", name="Remove budget")).to_be_disabled()
     expect(page.get_by_role("textbox", name="Amount")).to_be_disabled()
     page.screenshot(path=str(ARTIFACTS / "budgets-viewer-1280.png"), full_page=True)
+
+
+#: each idle policy a lead sets for the demo's fleet, ending where the demo began (none)
+POLICIES = ("proportional", "even", "weights:demo-pretrain=3,demo-finetune=1,hand=1", "none")
+
+
+def _chargeback_cli(served, tmp_path) -> dict[str, str]:
+    """`trainledger report chargeback --month MONTH`'s summary CSV: statement → total."""
+    import csv
+
+    out = tmp_path / f"cb-{len(list(tmp_path.iterdir()))}"
+    done = subprocess.run([*trainledger(), "report", "chargeback", "--month", MONTH, "-o", str(out), "--db", served.url],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with open(out / f"{MONTH}-chargeback-summary.csv", newline="") as fh:
+        return {r["statement"]: r["total"] for r in csv.DictReader(fh)}
+
+
+#: the first grid whose first column is "statement": its headers and rows (each cell's text)
+GRID_JS = """() => {
+  const grid = [...document.querySelectorAll('[data-testid="stDataFrame"]')]
+    .find(g => g.querySelector('[role="columnheader"]')?.textContent === 'statement');
+  if (!grid) return null;
+  return {heads: [...grid.querySelectorAll('[role="columnheader"]')].map(h => h.textContent),
+          rows: [...grid.querySelectorAll('tbody [role="row"]')].map(r => [...r.querySelectorAll('[role="gridcell"]')].map(c => c.textContent))};
+}"""
+
+
+def _chargeback_grid(page) -> dict[str, str]:
+    """The Export page's chargeback table as shown: statement → total (its cells' text)."""
+    page.get_by_role("heading", name="Chargeback statements").scroll_into_view_if_needed()
+    page.wait_for_function(f"() => ({GRID_JS})()?.rows.length > 0")
+    g = page.evaluate(GRID_JS)
+    total = g["heads"].index("total (CNY)")
+    return {r[0]: r[total] for r in g["rows"] if r}
+
+
+def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_the_clis(site, browser, tmp_path):
+    """Issue 39 item 1 in Chromium: a lead changes the demo fleet's idle policy in Settings (each policy in turn)
+    and the Export page's chargeback table shows, for every statement, the total `trainledger report chargeback`
+    writes, to the cent; the share of idle moves with the policy."""
+    from playwright.sync_api import expect
+
+    page = _overview_as(browser, site, "alice", "alice-pw")
+    seen = {}
+    for policy in POLICIES:
+        page.goto(f"{site.base}/settings")
+        settle(page)
+        page.get_by_role("tab", name="Fleet").click()
+        fleet = page.get_by_role("combobox", name="Fleet")
+        fleet.click()
+        page.get_by_role("option", name="demo-cluster", exact=True).click()
+        expect(fleet).to_have_value("demo-cluster")
+        share = page.get_by_role("textbox", name="Idle charged back")
+        share.fill(policy)
+        expect(share).to_have_value(policy)
+        page.get_by_role("button", name="Save fleet").click()
+        settle(page)
+        expect(page.get_by_text("Fleet demo-cluster updated.")).to_be_visible()
+        page.goto(f"{site.base}/export?month={MONTH}")
+        settle(page)
+        expect(page.get_by_role("heading", name="Chargeback statements")).to_be_visible()
+        shown = _chargeback_grid(page)
+        cli = _chargeback_cli(site, tmp_path)
+        assert {k: v.replace(",", "") for k, v in shown.items()} == cli, (policy, shown, cli)
+        seen[policy] = cli
+        page.screenshot(path=str(ARTIFACTS / f"chargeback-{policy.split(':')[0]}-1280.png"), full_page=True)
+    # the policy moved idle between the statements: none charges none back, proportional and even differ
+    assert Decimal(seen["none"]["idle (not charged back)"]) > 0 == Decimal(seen["even"]["idle (not charged back)"])
+    assert seen["proportional"]["demo-pretrain"] != seen["even"]["demo-pretrain"] != seen["none"]["demo-pretrain"]
+    assert Decimal(seen["proportional"]["spend"]) == Decimal(seen["none"]["spend"])

@@ -39,10 +39,12 @@ def test_export_page_offers_the_statements(app_env, sqlite_url, monkeypatch):
     cent = D("0.01")
     # each total rounded half-up on its own already adds up to the spend here, so no cent is moved between them
     assert llm.quantize(cent) + vision.quantize(cent) == SPEND.quantize(cent)
-    assert D(table.loc["llm", "total (CNY)"]) == llm.quantize(cent)
-    assert D(table.loc["vision", "total (CNY)"]) == vision.quantize(cent)
-    assert D(table.loc["llm", "share of idle (CNY)"]) == (IDLE_COST * 80 / 120).quantize(cent)
-    assert D(table.loc["spend", "total (CNY)"]) == SPEND.quantize(cent)
+    # money as every figure shows it ("8,800.00"), no amount a dash and no count an empty cell (never "None")
+    assert table.loc["llm", "total (CNY)"] == f"{llm.quantize(cent):,}"
+    assert table.loc["vision", "total (CNY)"] == f"{vision.quantize(cent):,}"
+    assert table.loc["llm", "share of idle (CNY)"] == f"{(IDLE_COST * 80 / 120).quantize(cent):,}"
+    assert table.loc["spend", "total (CNY)"] == f"{SPEND.quantize(cent):,}"
+    assert list(table.loc["spend"]) == ["", "", "—", "—", f"{SPEND.quantize(cent):,}", "—"]
     labels = [b.label for b in at.get("download_button")]
     assert labels[3:] == ["Statement XLSX", "Statement HTML (printable)", "Summary CSV"]
 
@@ -122,7 +124,7 @@ def test_a_lead_sets_each_idle_policy_in_settings_and_the_statements_follow(app_
         table = next(d.value for d in at.dataframe if "statement" in d.value.columns).set_index("statement")
         cli = _cli_table(sqlite_url)
         for project, want in (("llm", llm), ("vision", vision)):
-            assert table.loc[project, "total (CNY)"] == cli[project]["total"], (policy, project)
+            assert table.loc[project, "total (CNY)"] == f"{D(cli[project]['total']):,}", (policy, project)
             assert D(cli[project]["total"]) - want.quantize(cent) in (D(0), cent, -cent), (policy, project)
         assert any(policy in plain(c.value) for c in at.caption if "Idle charged back under" in c.value) \
             or policy == "none"
