@@ -60,7 +60,11 @@ def headers(keys: list[str]) -> dict[str, str]:
     out = {}
     for k in keys:
         head = ui.column(k, currency)
-        out[k] = head if head != k else label(k) + (f" ({currency})" if kind_of(k) == "money" else "")
+        if head == k:  # sentence case like the figures' headers ("run cost (CNY)", "GPUs per node")
+            words = label(k)
+            head = (words if words[1:2].isupper() else words[:1].lower() + words[1:]) \
+                + (f" ({currency})" if kind_of(k) == "money" else "")
+        out[k] = head
     return out
 
 

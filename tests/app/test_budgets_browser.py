@@ -129,7 +129,14 @@ def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
 
 
 #: each idle policy a lead sets for the demo's fleet, ending where the demo began (none)
-POLICIES = ("proportional", "even", "weights:demo-pretrain=3,demo-finetune=1,hand=1", "none")
+POLICIES = ("proportional", "even", "weights:demo-finetune=1,demo-pretrain=3,hand=1", "none")  # as stored
+
+
+def _demo_policy(session) -> str | None:
+    from sqlmodel import select
+    from trainledger.store.models import Fleet
+
+    return session.exec(select(Fleet.idle_share).where(Fleet.name == "demo-cluster")).one()
 
 
 def _chargeback_cli(served, tmp_path) -> dict[str, str]:
@@ -171,6 +178,7 @@ def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_th
 
     page = _overview_as(browser, site, "alice", "alice-pw")
     seen = {}
+    before = with_session(site.url, _demo_policy)
     for policy in POLICIES:
         page.goto(f"{site.base}/settings")
         settle(page)
@@ -179,12 +187,16 @@ def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_th
         fleet.click()
         page.get_by_role("option", name="demo-cluster", exact=True).click()
         expect(fleet).to_have_value("demo-cluster")
+        settle(page)  # the form redrawn for the fleet picked (with its policy) before it is filled
         share = page.get_by_role("textbox", name="Idle charged back")
+        expect(share).to_have_value(before or "none")
         share.fill(policy)
         expect(share).to_have_value(policy)
         page.get_by_role("button", name="Save fleet").click()
         settle(page)
         expect(page.get_by_text("Fleet demo-cluster updated.")).to_be_visible()
+        assert with_session(site.url, _demo_policy) == (None if policy == "none" else policy)  # what was saved
+        before = policy
         page.goto(f"{site.base}/export?month={MONTH}")
         settle(page)
         expect(page.get_by_role("heading", name="Chargeback statements")).to_be_visible()

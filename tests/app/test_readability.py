@@ -94,8 +94,14 @@ def test_export_summary_is_labelled_like_the_rest_of_the_app(demo_url, app_env):
     for reason, amount in s["waste_by_reason"].items():
         assert summary[f"Waste by reason: {reason.replace('_', ' ')} ({cur})"] == fmt_cell("waste_by_reason", amount)
     projects = at.dataframe[0].value
-    assert list(projects.columns) == [label(k) for k in with_session(demo_url, lambda x: presented_report(
-        monthly_report(x, MONTH, lines=True)))["projects"][0]]
+    keys = list(with_session(demo_url, lambda x: presented_report(monthly_report(x, MONTH, lines=True)))["projects"][0])
+    # a figure headed by the metrics layer with the currency; any other key by its words (money with the currency)
+    heads = list(projects.columns)
+    assert len(heads) == len(keys) and not [c for c in heads if "_" in c]
+    assert [c for k, c in zip(keys, heads) if kind_of(k) == "money" and not c.endswith(f" ({cur})")] == []
+    assert [c for k, c in zip(keys, heads) if k in ui.BY_KEY and k not in ui.GENERIC_KEYS] == [
+        ui.column(k, cur) for k in keys if k in ui.BY_KEY and k not in ui.GENERIC_KEYS]  # the metrics layer's
+    assert heads[:6] == ["project", "runs", "node-hours", "GPU-hours", "tokens", f"run cost ({cur})"], heads
 
 
 def _heights(spec) -> list[int]:
