@@ -9,6 +9,10 @@ The file (``trainledger dashboard --auth-file users.toml``) looks like::
     [users.bob]
     role = "viewer"      # viewer: reads every page, changes nothing
     password_hash = "pbkdf2_sha256$600000$..."
+    projects = ["llama-ft"]   # optional: the projects this user sees (absent: every project, team totals)
+
+Roles: ``viewer`` reads, ``lead`` also writes (prices, budgets, fleet, settings, runs), ``admin`` is a lead who
+also manages sign-in and sees the audit log. ``projects`` scopes a user to those projects on every page.
 
 Create an entry without trainledger installed (stdlib only)::
 
@@ -40,7 +44,8 @@ from typing import Optional
 ALGORITHM = "pbkdf2_sha256"
 ITERATIONS = 600_000
 SALT_BYTES = 16
-ROLES = ("viewer", "lead")
+ROLES = ("viewer", "lead", "admin")
+WRITE_ROLES = ("lead", "admin")
 USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,100}$")
 
 
@@ -53,6 +58,7 @@ class UserEntry:
     name: str
     role: str
     password_hash: str
+    projects: Optional[tuple[str, ...]] = None  # None: every project (team scope)
 
 
 def _b64(raw: bytes) -> str:
@@ -131,12 +137,17 @@ def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
             raise AuthFileError(f"{where}: names use letters, digits and _ . @ - only")
         if not isinstance(entry, dict):
             raise AuthFileError(f"{where}: expected a [users.{name}] table with role and password_hash")
-        unknown = set(entry) - {"role", "password_hash"}
+        unknown = set(entry) - {"role", "password_hash", "projects"}
         if unknown:
-            raise AuthFileError(f"{where}: unknown key {sorted(unknown)[0]!r}; use role and password_hash")
+            raise AuthFileError(f"{where}: unknown key {sorted(unknown)[0]!r}; use role, password_hash and projects")
         role = entry.get("role")
         if role not in ROLES:
-            raise AuthFileError(f"{where}: role must be viewer or lead, got {role!r}")
+            raise AuthFileError(f"{where}: role must be viewer, lead or admin, got {role!r}")
+        projects = entry.get("projects")
+        if projects is not None and (not isinstance(projects, list) or not projects
+                                     or not all(isinstance(p, str) and p for p in projects)):
+            raise AuthFileError(f"{where}: projects must be a non-empty list of project names, "
+                                f"or left out for every project")
         encoded = entry.get("password_hash")
         if not isinstance(encoded, str):
             raise AuthFileError(f"{where}: password_hash is missing; create it with `python -m trainledger.app.serving.auth hash {name}`")
@@ -144,7 +155,8 @@ def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
             _parse_hash(encoded)
         except ValueError as exc:
             raise AuthFileError(f"{where}: password_hash: {exc}") from None
-        out[name] = UserEntry(name=name, role=role, password_hash=encoded)
+        out[name] = UserEntry(name=name, role=role, password_hash=encoded,
+                              projects=tuple(sorted(set(projects))) if projects is not None else None)
     return out
 
 
@@ -197,7 +209,7 @@ def make_entry(name: str, role: str, password: str, *, iterations: int = ITERATI
     if not USER_RE.match(name):
         raise ValueError(f"user {name!r}: names use letters, digits and _ . @ - only")
     if role not in ROLES:
-        raise ValueError(f"--role: must be viewer or lead, got {role!r}")
+        raise ValueError(f"--role: must be viewer, lead or admin, got {role!r}")
     return f'[users.{name}]\nrole = "{role}"\npassword_hash = "{hash_password(password, iterations=iterations)}"\n'
 
 

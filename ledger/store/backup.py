@@ -22,6 +22,7 @@ from typing import Optional
 
 from sqlalchemy.engine import make_url
 from trainledger.errors import LedgerInputError
+from trainledger.store.append_only import PG_FUNCTIONS, PG_TRIGGERS, reapply_pg_guard
 from trainledger.store.db import make_engine, resolve_url
 from trainledger.store.files import check_output, write_output
 
@@ -110,6 +111,8 @@ def restore(db: Optional[str], file: Path, force: bool = False) -> None:
                                "--single-transaction", *args, str(file)], env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise LedgerInputError(f"pg_restore failed: {_last_line(proc.stderr, proc.returncode)}")
+        engine = make_engine(url)  # an older backup is brought up to the current schema here
+        reapply_pg_guard(engine)  # the audit log's guard as trainledger defines it, never the backup's body
     make_engine(url).dispose()  # bring an older backup up to the current schema
 
 
@@ -126,7 +129,9 @@ def check_backup(file: Path, backend: str) -> None:
     PostgreSQL: ``pg_restore --list`` reads the archive, every entry is one a
     ``pg_dump`` of a ledger has (the ledger's tables and their data, sequences,
     defaults, constraints, indexes and enum types, in schema ``public``), and
-    every column default is a sequence's ``nextval``.
+    every column default is a sequence's ``nextval``; its only function and triggers are the audit log's
+    append-only guard by name (:mod:`trainledger.store.append_only`), re-created from trainledger's own
+    definition after the restore.
     """
     if backend == "sqlite":
         _check_sqlite_backup(file)
@@ -213,7 +218,7 @@ def _check_sqlite_backup(file: Path) -> None:
 #: pg_restore --list entry types a ledger's dump has (longest first, for prefix matching)
 PG_ENTRY_TYPES = sorted(["TABLE", "TABLE DATA", "SEQUENCE", "SEQUENCE OWNED BY", "SEQUENCE SET", "DEFAULT",
                          "CONSTRAINT", "FK CONSTRAINT", "INDEX", "TYPE", "ACL", "ENCODING", "STDSTRINGS",
-                         "SEARCHPATH"], key=len, reverse=True)
+                         "SEARCHPATH", "FUNCTION", "TRIGGER"], key=len, reverse=True)
 _PG_ENTRY = re.compile(r"^\d+; \d+ \d+ (?P<rest>.+)$")
 _PG_DEFAULT = re.compile(r"SET DEFAULT nextval\('public\.[A-Za-z0-9_]+'::regclass\);$")
 #: a constant column default (the rollup's zero facts, migration 0004): a literal, no function call
@@ -258,6 +263,12 @@ def _check_pg_entry(file: Path, kind: str, words: list[str], tables: set[str], e
                                "not restored")
     if kind == "TYPE" and name not in enums:
         raise LedgerInputError(f"FILE: {file} holds a type {name!r}, which is not a trainledger enum; not restored")
+    if kind == "FUNCTION" and name not in PG_FUNCTIONS:
+        raise LedgerInputError(f"FILE: {file} holds a function {name!r}; a trainledger backup has only the audit "
+                               "log's guard; not restored")
+    if kind == "TRIGGER" and (name != "audit_log" or (words + ["", "", ""])[2] not in PG_TRIGGERS):
+        raise LedgerInputError(f"FILE: {file} holds a trigger on {name!r} that is not the audit log's guard; "
+                               "not restored")
 
 
 def _check_pg_backup(file: Path) -> None:

@@ -485,6 +485,42 @@ class DashboardSession(SQLModel, table=True):
     password_fp: str = Field(max_length=64)  # SHA-256 hex of the user's password_hash entry at sign-in
     created_at: datetime = Field(sa_type=UTCDateTime)
     expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
+    # where the user signed in (migration 0020): "file" (the users file: role and scope read from it on every
+    # page run) or "oidc" (an OpenID provider: the role and project scope mapped from its claims at sign-in)
+    source: str = Field(default="file", max_length=10, sa_column_kwargs={"server_default": "file"})
+    role: Optional[str] = Field(default=None, max_length=20)  # oidc only: admin | lead | viewer
+    projects: Optional[list] = Field(default=None, sa_column=Column(JSON, nullable=True))  # oidc: None = all
+
+
+class OidcLogin(SQLModel, table=True):
+    """A sign-in through the OpenID provider in flight: kept from the redirect until its callback, used once."""
+
+    __tablename__ = "oidc_login"
+
+    state_hash: str = Field(primary_key=True, max_length=64)  # SHA-256 hex of the state sent to the provider
+    nonce: str = Field(max_length=200)
+    code_verifier: str = Field(max_length=200)  # PKCE (S256)
+    next_path: str = Field(max_length=2000)  # where the browser goes after (already checked by safe_next)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class AuditLog(SQLModel, table=True):
+    """One write to the ledger from the dashboard or the CLI: who, when, from where, what, before and after.
+
+    Append-only: triggers (migration 0020) refuse UPDATE and DELETE on SQLite and PostgreSQL.
+    """
+
+    __tablename__ = "audit_log"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_type=UTCDateTime, index=True)
+    actor: str = Field(max_length=200)  # the dashboard user, or the CLI's OS user
+    origin: str = Field(max_length=20)  # "dashboard" | "cli"
+    client: str = Field(max_length=200)  # the browser's address, or the CLI's host name
+    action: str = Field(max_length=80, index=True)  # e.g. "budget.set", "offer.add", "fleet.idle_policy"
+    target: str = Field(max_length=300)  # what was changed: a project, an offer, a fleet, a setting
+    before: Optional[Any] = Field(default=None, sa_column=Column(JSON, nullable=True))
+    after: Optional[Any] = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 # --- the planner's calibration (ledger/runs/calibrate.py; migration 0014) -------------------------

@@ -89,7 +89,9 @@ def test_auth_file_loads_and_authenticates(users_file):
 
 @pytest.mark.parametrize("body,needle", [
     ("", "no users"),
-    ('[users.x]\nrole = "admin"\npassword_hash = "pbkdf2_sha256$1$AA==$AA=="\n', "role must be viewer or lead, got 'admin'"),
+    ('[users.x]\nrole = "owner"\npassword_hash = "pbkdf2_sha256$1$AA==$AA=="\n', "role must be viewer, lead or admin, got 'owner'"),
+    ('[users.x]\nrole = "lead"\nprojects = []\n', "projects must be a non-empty list of project names"),
+    ('[users.x]\nrole = "lead"\nprojects = "llama"\n', "projects must be a non-empty list of project names"),
     ('[users.x]\nrole = "lead"\n', "password_hash is missing"),
     ('[users.x]\nrole = "lead"\npassword_hash = "md5$abc"\n', "password_hash: expected pbkdf2_sha256$"),
     ('[users.x]\nrole = "lead"\npassword_hash = "x"\ncolour = "red"\n', "unknown key 'colour'"),

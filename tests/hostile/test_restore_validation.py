@@ -108,7 +108,11 @@ def test_a_damaged_sqlite_backup_fails_the_integrity_check(sqlite_url, tmp_path)
 PG_TAMPERING = {
     "trigger": ("CREATE FUNCTION shrink() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.nodes := 1; RETURN NEW; END $$;"
                 "CREATE TRIGGER shrink BEFORE INSERT ON run FOR EACH ROW EXECUTE FUNCTION shrink()",
-                "'FUNCTION public shrink()'"),
+                "function 'shrink()'"),
+    # the audit log's guard by name, on another table: only its own triggers on audit_log are accepted
+    "guard_on_run": ("CREATE FUNCTION shrink() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.nodes := 1; "
+                     "RETURN NEW; END $$; CREATE TRIGGER audit_log_append_only BEFORE INSERT ON run "
+                     "FOR EACH ROW EXECUTE FUNCTION shrink()", "function 'shrink()'"),
     "view": ("CREATE VIEW everything AS SELECT * FROM run", "'VIEW public everything'"),
     "table": ("CREATE TABLE stash (x text)", "table 'stash'"),
     "schema": ("CREATE SCHEMA side; CREATE TABLE side.run (x text)", "'SCHEMA - side'"),
@@ -143,3 +147,60 @@ def test_a_tampered_postgresql_dump_is_refused(pg_databases, tmp_path, kind):
     csv.write_text(EIGHT_NODES)
     assert_clean(invoke(["import", csv], target), codes=(0,))
     assert _nodes_of(target, "after-restore") == 8
+
+
+def test_a_postgresql_dump_cannot_bring_its_own_audit_guard_body(pg_databases, tmp_path):
+    """A dump whose audit-log guard function (accepted by name) has a body of its own is restored with trainledger's
+    body: afterwards an UPDATE of the audit log is refused, not let through by the dump's function."""
+    from sqlalchemy.exc import DBAPIError
+    from trainledger.store.append_only import PG_FUNCTIONS
+
+    if shutil.which("pg_dump") is None:
+        pytest.fail("pg_dump is required (Debian: postgresql-client)")
+    assert PG_FUNCTIONS == {"audit_log_append_only()"}
+    source = pg_databases()
+    make_engine(source).dispose()
+    write_history(source)
+    eng = create_engine(source)
+    with eng.begin() as c:
+        c.exec_driver_sql("INSERT INTO audit_log (at, actor, origin, client, action, target) "
+                          "VALUES (now(), 'ops', 'cli', 'host', 'settings.set', 'currency')")
+        c.exec_driver_sql("CREATE OR REPLACE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql "
+                          "AS $$ BEGIN RETURN NEW; END $$")  # lets every change through
+    eng.dispose()
+    get_engine.cache_clear()
+    dump = _backup(source, tmp_path / "guard.dump")
+
+    target = pg_databases()
+    make_engine(target).dispose()
+    get_engine.cache_clear()
+    assert_clean(invoke(["db", "restore", dump, "--force"], target), codes=(0,))
+    get_engine.cache_clear()
+    eng = create_engine(target)
+    try:
+        with eng.begin() as c:
+            assert c.exec_driver_sql("SELECT actor, action FROM audit_log").all() == [("ops", "settings.set")]
+        for statement in ("UPDATE audit_log SET actor = 'someone else'", "DELETE FROM audit_log",
+                          "TRUNCATE audit_log"):
+            with pytest.raises(DBAPIError, match="append-only"):
+                with eng.begin() as c:
+                    c.exec_driver_sql(statement)
+        with eng.begin() as c:
+            assert c.exec_driver_sql("SELECT actor FROM audit_log").all() == [("ops",)]
+    finally:
+        eng.dispose()
+
+
+def test_the_restored_guard_is_the_migrations_guard():
+    """trainledger.store.append_only re-creates after a restore exactly what migration 0020 created."""
+    import importlib.util
+    from pathlib import Path
+
+    from trainledger.store.append_only import PG_GUARD
+
+    path = Path(__file__).parents[2] / "ledger/store/migrations/versions/0020_audit_and_identity.py"
+    spec = importlib.util.spec_from_file_location("m0020", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    created = [s.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION") for s in module._PG_GUARDS]
+    assert created == [s for s in PG_GUARD if not s.startswith("DROP")]
