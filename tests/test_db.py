@@ -175,9 +175,13 @@ def test_upgrade_to_0006_gives_the_presets_their_link_speeds(ledger_url):
     eng.dispose()
 
 
-def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch):
+def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch, capsys):
+    """TRAINLEDGER_SQLITE_BUSY_S: the lock wait of every SQLite engine; a bad value is the default said once on the
+    job's side (the API, the wrapper, the trainer), and one line with exit 2 from a CLI command (strict_for)."""
     from sqlalchemy import text
-    from trainledger.store.db import LedgerURLError, make_engine, read_only_engine
+    from trainledger.errors import LedgerInputError
+    from trainledger.store import envsettings
+    from trainledger.store.db import make_engine, read_only_engine
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     for engine, expected in ((make_engine(url), 60_000),):
@@ -189,9 +193,24 @@ def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch):
         with engine.connect() as c:
             assert c.execute(text("PRAGMA busy_timeout")).scalar() == 2500
         engine.dispose()
+    monkeypatch.setattr(envsettings, "_said", set())
     for bad in ("soon", "0", "-1", "1e9", "nan"):
         monkeypatch.setenv("TRAINLEDGER_SQLITE_BUSY_S", bad)
-        with pytest.raises(LedgerURLError) as err:
+        engine = make_engine(url)  # the job's side: the default, said once
+        with engine.connect() as c:
+            assert c.execute(text("PRAGMA busy_timeout")).scalar() == 60_000
+        engine.dispose()
+        assert capsys.readouterr().err == (f"[trainledger] warning: TRAINLEDGER_SQLITE_BUSY_S={bad!r} is not seconds "
+                                           "from 0.001 to 86400; using the default 60\n")
+        with envsettings.strict_for(), pytest.raises(LedgerInputError) as err:
             make_engine(url)
-        assert str(err.value) == ("TRAINLEDGER_SQLITE_BUSY_S: expected seconds above 0 and at most 86400 such as 60, "
+        assert str(err.value) == ("TRAINLEDGER_SQLITE_BUSY_S: expected seconds from 0.001 to 86400 such as 60, "
                                   f"got {bad!r}")
+    assert envsettings._strict == [False]  # strict only inside
+    from trainledger.cli.main import app as cli_app
+    from typer.testing import CliRunner
+
+    out = CliRunner().invoke(cli_app, ["report", "monthly", "--month", "2026-11", "--db", url],
+                            env={"TRAINLEDGER_SQLITE_BUSY_S": "soon"})
+    assert (out.exit_code, out.stderr) == (2, "error: TRAINLEDGER_SQLITE_BUSY_S: expected seconds from 0.001 to "
+                                              "86400 such as 60, got 'soon'\n")

@@ -51,6 +51,10 @@ def test_a_tracked_trainer_run_starts_with_the_defaults_when_the_variables_are_b
                                          "as 30, got 'inf'"),
     ("TRAINLEDGER_UTIL_INTERVAL_S", "0", "error: TRAINLEDGER_UTIL_INTERVAL_S: expected seconds from 0.05 to 3600 "
                                          "such as 1, got '0'"),
+    ("TRAINLEDGER_COMM_TIMEOUT_S", "-5", "error: TRAINLEDGER_COMM_TIMEOUT_S: expected seconds from 0.001 to 604800 "
+                                         "such as 1800, got '-5'"),
+    ("TRAINLEDGER_SQLITE_BUSY_S", "soon", "error: TRAINLEDGER_SQLITE_BUSY_S: expected seconds from 0.001 to 86400 "
+                                          "such as 60, got 'soon'"),
 ])
 def test_launch_and_sweep_refuse_a_bad_variable_in_one_line_before_anything_starts(tmp_path, command, name, raw,
                                                                                      line):
@@ -59,3 +63,28 @@ def test_launch_and_sweep_refuse_a_bad_variable_in_one_line_before_anything_star
     assert result.exit_code == 2, result.output
     assert result.output.splitlines() == [line]
     assert not db.exists()  # nothing ran: not even the ledger was created
+
+
+def test_the_trainers_comm_timeout_and_fault_step_never_stop_the_job(monkeypatch, capsys):
+    """TRAINLEDGER_COMM_TIMEOUT_S and TRAINLEDGER_FAULT_STEP on the job's side: a good value is used, a bad one is
+    said once and torch's default (no fault) is used; the run is never refused over them."""
+    from datetime import timedelta
+
+    from trainledger.store import envsettings
+    from trainledger.trainer.distributed import comm_timeout
+
+    monkeypatch.setattr(envsettings, "_said", set())
+    for raw, want in (("", None), ("90", timedelta(seconds=90)), ("0.5", timedelta(seconds=0.5))):
+        monkeypatch.setenv("TRAINLEDGER_COMM_TIMEOUT_S", raw)
+        assert comm_timeout() == want
+    for raw in ("soon", "0", "-1", "nan", "1e999"):
+        monkeypatch.setenv("TRAINLEDGER_COMM_TIMEOUT_S", raw)
+        assert comm_timeout() is None and comm_timeout() is None
+    assert capsys.readouterr().err.splitlines() == [
+        f"[trainledger] warning: TRAINLEDGER_COMM_TIMEOUT_S={raw!r} is not seconds from 0.001 to 604800; using the "
+        "library's default" for raw in ("soon", "0", "-1", "nan", "1e999")]
+    for raw, want in (("", None), ("7", 7), ("0", 0), ("3.5", None), ("-2", None), ("seven", None), ("٣", None)):
+        assert envsettings.env_step({"TRAINLEDGER_FAULT_STEP": raw}) == want, raw
+    assert capsys.readouterr().err.splitlines() == [
+        f"[trainledger] warning: TRAINLEDGER_FAULT_STEP={raw!r} is not a step number; no fault is injected"
+        for raw in ("3.5", "-2", "seven", "٣")]

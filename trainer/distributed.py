@@ -29,19 +29,14 @@ COMM_TIMEOUT_ENV = "TRAINLEDGER_COMM_TIMEOUT_S"
 
 
 def comm_timeout():
-    """``$TRAINLEDGER_COMM_TIMEOUT_S`` as a timedelta (None: torch's default); a bad value is a one-line error."""
+    """``$TRAINLEDGER_COMM_TIMEOUT_S`` as a timedelta (None: torch's default; a bad value is said once and torch's
+    default is used: ``trainledger.store.envsettings``, the job's side never stops over a setting)."""
     from datetime import timedelta
 
-    value = os.environ.get(COMM_TIMEOUT_ENV, "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{COMM_TIMEOUT_ENV}: expected seconds > 0, got {value!r}")
-    return timedelta(seconds=seconds)
+    from trainledger.store.envsettings import COMM_TIMEOUT_S, env_optional
+
+    seconds = env_optional(COMM_TIMEOUT_S)
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def hostname() -> str:

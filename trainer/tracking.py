@@ -36,7 +36,7 @@ from trainledger.sources.capture.signals import RunCancelled, StopSignals, die_w
 from trainledger.sources.record.writer import LedgerWriter
 from trainledger.sources.telemetry.exporter import Exporter
 from trainledger.sources.telemetry.sampling import CpuProbe, NvmlProbe, UtilSampler, owned_gpus, percentile
-from trainledger.store.envsettings import FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, env_setting
+from trainledger.store.envsettings import FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, env_setting, env_step
 from trainledger.store.ids import new_run_id
 
 __all__ = ["Exporter", "LedgerTracker", "LedgerWriter", "RunCancelled", "TrackingOptions", "UtilSampler",
@@ -112,8 +112,7 @@ class LedgerTracker:
         self._closed = False  # the writer is closed: nothing more can be recorded
         self._handed_at = time.monotonic()
         # fault injection for tests and drills: raise in the training step at this step
-        fault = os.environ.get("TRAINLEDGER_FAULT_STEP")
-        self._fault_step = int(fault) if fault else None
+        self._fault_step = env_step()  # a bad value is said once and injects nothing
         self._holds = Holds()  # test-only: TRAINLEDGER_TEST_HOLD (ledger/sources/capture/hold.py); inert when unset
 
     @property

@@ -114,18 +114,26 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def command(fn: Callable) -> Callable:
+def command(fn: Optional[Callable] = None, *, job: bool = False) -> Callable:
     """Turn user errors into one line + exit 2; an unreachable ledger or a write that lost a race with another
-    writer (a unique violation) into one line + exit 1."""
+    writer (a unique violation) into one line + exit 1. A command that wraps no job (``job=False``: all but
+    ``trainledger run``) reads the ``TRAINLEDGER_*`` variables strictly: a bad one is one line and exit 2
+    (``trainledger.store.envsettings.strict_for``); the wrapper reads them as the job's side does."""
+    if fn is None:
+        return functools.partial(command, job=job)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from contextlib import nullcontext
+
         from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
         from trainledger.store.db import LedgerURLError, redact_url, resolve_url
+        from trainledger.store.envsettings import strict_for
 
         try:
             _check_arguments(kwargs)
-            result = fn(*args, **kwargs)
+            with nullcontext() if job else strict_for():
+                result = fn(*args, **kwargs)
             sys.stdout.flush()  # standard output on a full disk fails here, in one line, not at exit
             return result
         except (LedgerInputError, LedgerURLError) as exc:

@@ -80,17 +80,11 @@ def redact_url(url: str) -> str:
 
 def sqlite_busy_timeout_ms() -> int:
     """How long a SQLite writer waits for another writer's lock: ``TRAINLEDGER_SQLITE_BUSY_S`` seconds
-    (default 60). The run wrapper's checks before the start never wait this long (they give up after 200 ms)."""
-    raw = os.environ.get(ENV_SQLITE_BUSY_S, "").strip()
-    if not raw:
-        return SQLITE_BUSY_TIMEOUT_MS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 86_400:
-        raise LedgerURLError(f"{ENV_SQLITE_BUSY_S}: expected seconds above 0 and at most 86400 such as 60, got {raw!r}")
-    return int(seconds * 1000)
+    (default 60; :mod:`trainledger.store.envsettings`: a bad value is the default said once on the job's side,
+    exit 2 in a CLI command). The run wrapper's checks before the start never wait this long (200 ms)."""
+    from trainledger.store.envsettings import SQLITE_BUSY_S, process_setting
+
+    return int(process_setting(SQLITE_BUSY_S) * 1000)
 
 
 def _sqlite_pragmas(dbapi_conn, _record, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:

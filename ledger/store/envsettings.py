@@ -20,7 +20,16 @@ TRAINLEDGER_FLUSH_S           2        0.01 … 3600 s         how often the wri
 TRAINLEDGER_HEARTBEAT_S       5        0.01 … 3600 s         heartbeat period
 TRAINLEDGER_LEDGER_WAIT_S     30       0 … 86400 s           how long the end waits for the ledger
 TRAINLEDGER_UTIL_INTERVAL_S   1        0.05 … 3600 s         utilization sampling period (wrapper)
+TRAINLEDGER_SQLITE_BUSY_S     60       0.001 … 86400 s       how long a SQLite writer waits for a lock
+TRAINLEDGER_COMM_TIMEOUT_S    torch's  0.001 … 604800 s      how long a collective waits for the other
+                                                             ranks (the bundled trainer; unset or bad:
+                                                             torch's default)
 ============================  =======  ====================  =======================================
+
+Which way applies is the process's: lenient unless a CLI command that wraps no job is running
+(:func:`strict_for`, set by ``trainledger.cli.common.command`` around each such command).
+``TRAINLEDGER_FAULT_STEP`` (tests and drills: the bundled trainer raises at that step) is read leniently by
+:func:`env_step`: a bad one is said once and no fault is injected.
 
 ``TRAINLEDGER_RUN_ID`` (a run id, :func:`trainledger.store.ids.validate_run_id`) is read leniently by
 :func:`env_run_id`: a bad one is said once and a new id is used.
@@ -31,8 +40,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from trainledger.errors import LedgerInputError
 
@@ -62,10 +72,31 @@ FLUSH_S = Seconds("TRAINLEDGER_FLUSH_S", 2.0, 0.01, 3600.0)
 HEARTBEAT_S = Seconds("TRAINLEDGER_HEARTBEAT_S", 5.0, 0.01, 3600.0)
 LEDGER_WAIT_S = Seconds("TRAINLEDGER_LEDGER_WAIT_S", 30.0, 0.0, 86400.0)
 UTIL_INTERVAL_S = Seconds("TRAINLEDGER_UTIL_INTERVAL_S", 1.0, 0.05, 3600.0)
-SETTINGS = {s.name: s for s in (FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, UTIL_INTERVAL_S)}
+SQLITE_BUSY_S = Seconds("TRAINLEDGER_SQLITE_BUSY_S", 60.0, 0.001, 86400.0)
+COMM_TIMEOUT_S = Seconds("TRAINLEDGER_COMM_TIMEOUT_S", 1800.0, 0.001, 604800.0)
+SETTINGS = {s.name: s for s in (FLUSH_S, HEARTBEAT_S, LEDGER_WAIT_S, UTIL_INTERVAL_S, SQLITE_BUSY_S, COMM_TIMEOUT_S)}
 ENV_RUN_ID = "TRAINLEDGER_RUN_ID"
+ENV_FAULT_STEP = "TRAINLEDGER_FAULT_STEP"
 
 _said: set[tuple[str, str]] = set()
+_strict = [False]  # a CLI command that wraps no job is running (strict_for)
+
+
+@contextmanager
+def strict_for() -> Iterator[None]:
+    """Inside: the variables read by the ledger's own code (``TRAINLEDGER_SQLITE_BUSY_S`` when an engine is made)
+    are strict (a bad value is a LedgerInputError, exit 2). The CLI wraps each command that starts no job in it."""
+    was = _strict[0]
+    _strict[0] = True
+    try:
+        yield
+    finally:
+        _strict[0] = was
+
+
+def process_setting(setting: Seconds, env: Optional[Mapping[str, str]] = None) -> float:
+    """``setting`` read the process's way: strict inside :func:`strict_for`, else lenient."""
+    return env_setting(setting, env, strict=_strict[0])
 
 
 def say_once(name: str, raw: str, line: str, write: Optional[Callable[[str], None]] = None) -> None:
@@ -132,6 +163,35 @@ def seconds_or_default(setting: Seconds, given, write: Optional[Callable[[str], 
     return setting.default
 
 
+def env_optional(setting: Seconds, env: Optional[Mapping[str, str]] = None) -> Optional[float]:
+    """A variable without a default of ours (``TRAINLEDGER_COMM_TIMEOUT_S``: unset means the library's): its value,
+    None when unset, and None said once when bad (strict: the error)."""
+    env = os.environ if env is None else env
+    raw = env.get(setting.name)
+    if raw is None or not str(raw).strip():
+        return None
+    value = setting.parse(str(raw))
+    if value is None and _strict[0]:
+        env_setting(setting, env, strict=True)  # raises
+    if value is None:
+        say_once(setting.name, str(raw), f"{setting.name}={_shown(str(raw))} is not {setting.expected()}; "
+                 "using the library's default")
+    return value
+
+
+def env_step(env: Optional[Mapping[str, str]] = None, name: str = ENV_FAULT_STEP) -> Optional[int]:
+    """``$TRAINLEDGER_FAULT_STEP`` as a step number ≥ 0 (tests and drills); None when unset, or bad (said once)."""
+    env = os.environ if env is None else env
+    raw = env.get(name)
+    if raw is None or not str(raw).strip():
+        return None
+    text = str(raw).strip()
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    say_once(name, str(raw), f"{name}={_shown(str(raw))} is not a step number; no fault is injected")
+    return None
+
+
 def env_run_id(env: Optional[Mapping[str, str]] = None, name: str = ENV_RUN_ID,
                write: Optional[Callable[[str], None]] = None) -> Optional[str]:
     """``$TRAINLEDGER_RUN_ID`` (or ``name``) when it is a valid run id; None (a new id is used) when unset or
@@ -150,5 +210,5 @@ def env_run_id(env: Optional[Mapping[str, str]] = None, name: str = ENV_RUN_ID,
 
 
 __all__ = ["Seconds", "SETTINGS", "FLUSH_S", "HEARTBEAT_S", "LEDGER_WAIT_S", "UTIL_INTERVAL_S", "env_setting",
-           "check_settings",
+           "check_settings", "env_optional", "env_step", "process_setting", "strict_for",
            "seconds_or_default", "env_run_id", "say_once"]

@@ -47,7 +47,7 @@ def _tags(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-@command
+@command(job=True)
 def run_command(
     ctx: typer.Context,
     project: Annotated[Optional[str], typer.Option(help="Project the run is allocated to.")] = None,
