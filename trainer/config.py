@@ -371,15 +371,19 @@ def load_yaml(text: str, where: str | Path) -> Any:
         raise ConfigError(f"{where}: not valid YAML (nested too deeply)") from None
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    """Read and validate a YAML config file (parsed by :func:`load_yaml`)."""
-    path = Path(path)
+def read_config_text(path: str | Path) -> str:
+    """A config file's text, read with a size limit (``/dev/zero`` is refused, not read on); unreadable, larger
+    than :data:`MAX_CONFIG_BYTES`, a NUL byte or not UTF-8: one ConfigError line naming FILE (and :LINE)."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.store.files import read_bounded
+
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a training config is a few lines")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return config_from_dict(load_yaml(text, path))
+        return read_bounded(path, MAX_CONFIG_BYTES, "config")
+    except LedgerInputError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a YAML config file (read by :func:`read_config_text`, parsed by :func:`load_yaml`)."""
+    path = Path(path)
+    return config_from_dict(load_yaml(read_config_text(path), path))

@@ -152,26 +152,15 @@ MAX_SLOTS = 65536
 
 
 def _hostfile_lines(path: Path) -> list[str]:
-    """The hostfile's lines, read with a size limit; not UTF-8 or a NUL: an error naming FILE:LINE."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_HOSTFILE_BYTES + 1)
-    except OSError as exc:
-        raise PlanError(f"cannot read hostfile {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_HOSTFILE_BYTES:
-        raise PlanError(f"hostfile {path} is larger than {MAX_HOSTFILE_BYTES // 1024} KiB; is it a hostfile?")
-    nul = data.find(b"\0")
-    if nul >= 0:
-        raise PlanError(f"{path}:{_line_of(data, nul)}: a NUL byte; a hostfile is text")
-    try:
-        return data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise PlanError(f"{path}:{_line_of(data, exc.start)}: not UTF-8 text ({exc.reason})") from None
+    """The hostfile's lines, read with a size limit; not UTF-8 or a NUL: an error naming FILE:LINE
+    (``trainledger.store.files.read_bounded``, the one reader of files users name)."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.store.files import read_bounded
 
-
-def _line_of(data: bytes, offset: int) -> int:
-    """The 1-based line of byte ``offset``."""
-    return data.count(b"\n", 0, offset) + 1
+    try:
+        return read_bounded(path, MAX_HOSTFILE_BYTES, "hostfile").splitlines()
+    except LedgerInputError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def parse_hostfile(path: str | Path) -> list[tuple[str, int]]:
@@ -239,14 +228,20 @@ def _ds_int(ds: Mapping, path: str) -> Optional[int]:
 
 
 def load_deepspeed_json(path: str | Path) -> dict:
-    """Read a plain DeepSpeed JSON config file."""
+    """Read a plain DeepSpeed JSON config file (bounded as a YAML config: ``read_bounded``, FILE:LINE errors)."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.store.files import read_bounded
+    from trainledger.trainer.config import MAX_CONFIG_BYTES
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlanError(f"cannot read DeepSpeed config {path}: {exc.strerror or exc}") from None
+        data = json.loads(read_bounded(path, MAX_CONFIG_BYTES, "DeepSpeed config"))
+    except LedgerInputError as exc:
+        raise PlanError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"{path} line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise PlanError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: a DeepSpeed config must be a JSON object")
     return data

@@ -74,14 +74,12 @@ def config_dir() -> Path:
 
 
 def write_configs(base_path: Path, strategies: list[str], processes: int, sweep_id: str) -> dict[str, Path]:
-    from trainledger.trainer.config import ConfigError, load_yaml
+    from trainledger.trainer.config import ConfigError, load_yaml, read_config_text
 
     validate_run_id(sweep_id, "sweep id")  # it names the sweep's folder
 
     try:
-        base = load_yaml(base_path.read_text(encoding="utf-8"), base_path) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LedgerInputError(f"CONFIG: cannot read {base_path}: {exc}") from None
+        base = load_yaml(read_config_text(base_path), base_path) or {}
     except ConfigError as exc:
         raise LedgerInputError(f"CONFIG: {exc}") from None
     if not isinstance(base, dict):

@@ -113,11 +113,15 @@ def _parse(path: Path, raw: bytes) -> dict[str, Value]:
     """The file's keys, checked for names and types (their values: :func:`_checked`)."""
     import tomllib
 
+    from trainledger.store.files import line_of
+
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise LedgerInputError(f"{path}:{line_of(raw, nul)}: a NUL byte; the config file is text")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise LedgerInputError(f"{path}:{line}: the config file is not UTF-8 text") from None
+        raise LedgerInputError(f"{path}:{line_of(raw, exc.start)}: the config file is not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

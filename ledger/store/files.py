@@ -1,4 +1,5 @@
-"""Files users name: reading their inputs (pricing TOML, rate CSVs) and writing outputs (``report monthly -o``,
+"""Files users name: reading their inputs (pricing TOML, rate CSVs; hostfiles, configs and mapping files through
+:func:`read_bounded`, with a size limit and ``FILE:LINE`` errors for bad bytes) and writing outputs (``report monthly -o``,
 ``db backup --out``, ...): whole or not at all, never through a planted link.
 
 :func:`write_output` is the one way a command writes a file a user named:
@@ -282,3 +283,36 @@ def read_text(path: Path, encoding: str = "utf-8") -> str:
         raise LedgerInputError(f"FILE: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise LedgerInputError(f"FILE: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def line_of(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset`` (linear time)."""
+    return data.count(b"\n", 0, offset) + 1
+
+
+def read_bounded(path: Path | str, limit: int, what: str = "file", flag: Optional[str] = None) -> str:
+    """The UTF-8 text of a file a user named (a hostfile, a config, a mapping file), read with a size limit and
+    checked in linear time; anything else is one :class:`LedgerInputError` line naming the file (``flag: `` first
+    when given) and, for bad bytes, their line (issue 37, bounded inputs):
+
+    * ``cannot read {what} FILE: <reason>`` (missing, a directory, no permission);
+    * ``{what} FILE is larger than N KiB; is it a {what}?``: at most ``limit`` + 1 bytes are ever read, so
+      ``/dev/zero`` or a huge file is refused, not read on;
+    * ``FILE:LINE: a NUL byte; a {what} is text``;
+    * ``FILE:LINE: not UTF-8 text (<reason>)``.
+    """
+    pre = f"{flag}: " if flag else ""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise LedgerInputError(f"{pre}cannot read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise LedgerInputError(f"{pre}{what} {path} is larger than {limit // 1024} KiB; is it a {what}?")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise LedgerInputError(f"{pre}{path}:{line_of(data, nul)}: a NUL byte; a {what} is text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LedgerInputError(f"{pre}{path}:{line_of(data, exc.start)}: not UTF-8 text ({exc.reason})") from None

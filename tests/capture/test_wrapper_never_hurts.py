@@ -206,6 +206,42 @@ def test_under_nohup_hup_stays_ignored_and_kills_neither_the_wrapper_nor_the_job
     assert run_row(ledger_url, run_id_of(err)).status == RunStatus.succeeded
 
 
+def _signal_state(pid: int) -> dict[str, str]:
+    """The blocked mask and ignored set of a process, as the kernel has them."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in status) if k in ("SigBlk", "SigIgn")}
+
+
+@pytest.mark.parametrize("parent", ["login", "nohup_and_a_blocked_winch"])
+def test_the_job_starts_with_the_mask_and_ignored_signals_it_would_have_bare(ledger_url, capture_env, tmp_path,
+                                                                             parent):
+    """The wrapper blocks the signals it forwards (one thread takes them with their sender): neither the keeper
+    nor the command may inherit that mask, nor a disposition they would not have bare (issue 37)."""
+    def setup() -> None:
+        login_signals()
+        if parent != "login":
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})
+    states = {}
+    for how in ("bare", "wrapped"):
+        started, done = tmp_path / f"{how}.started", tmp_path / f"{how}.done"
+        job = hostile("--started", started, "--wait-for", done)
+        if how == "bare":
+            p = subprocess.Popen(job, env=capture_env, cwd=REPO, preexec_fn=setup)
+            STARTED.append(p)
+        else:
+            p = start(ledger_url, capture_env, command=job, preexec_fn=setup)
+        wait_for(started.exists, 60, f"the {how} job to start")
+        states[how] = _signal_state(int(lines(started)[0]))
+        done.touch()
+        p.communicate(timeout=120)
+        assert p.returncode == 0
+    assert states["wrapped"] == states["bare"]
+    if parent != "login":
+        assert int(states["bare"]["SigBlk"], 16) & (1 << (signal.SIGWINCH - 1))
+        assert int(states["bare"]["SigIgn"], 16) & (1 << (signal.SIGHUP - 1))
+
+
 # --- 3. the terminal: the job is its foreground process group ---------------------------------
 
 def test_a_job_that_reads_the_terminal_gets_its_line_and_ctrl_c_cancels_it(ledger_url, capture_env, tmp_path):

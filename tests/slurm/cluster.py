@@ -43,12 +43,13 @@ def missing_programs() -> list[str]:
 
 class SlurmCluster:
     def __init__(self, name: Optional[str] = None, cpus: int = 4, gpus: int = 2, extra_conf: str = "",
-                 memory: bool = False) -> None:
+                 memory: bool = False, proctrack: str = "proctrack/linuxproc") -> None:
         self.name = name or f"tl{uuid.uuid4().hex[:8]}"
         self.db = f"tl_slurm_{uuid.uuid4().hex[:10]}"
         self.cpus, self.gpus = cpus, gpus
         self.extra_conf = extra_conf  # more slurm.conf lines (partitions with TRESBillingWeights, PriorityFlags)
         self.select = "CR_Core_Memory" if memory else "CR_Core"  # memory: allocated and accounted (mem= in AllocTRES)
+        self.proctrack = proctrack  # linuxproc (as cgroup) signals every process of a step, pgid the task's group
         self.dir = Path(tempfile.mkdtemp(prefix="tl-slurm-"))
         self.dir.chmod(0o755)
         self.ports = {"ctld": _free_port(), "slurmd": _free_port(), "dbd": _free_port()}
@@ -134,7 +135,7 @@ class SlurmCluster:
             f"StateSaveLocation={d / 'state'}\nSlurmdSpoolDir={d / 'spool'}\n"
             f"SlurmctldPidFile={d / 'slurmctld.pid'}\nSlurmdPidFile={d / 'slurmd.pid'}\n"
             f"SlurmctldLogFile={d / 'slurmctld.log'}\nSlurmdLogFile={d / 'slurmd.log'}\n"
-            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+            f"ProctrackType={self.proctrack}\nTaskPlugin=task/none\n"
             f"SelectType=select/cons_tres\nSelectTypeParameters={self.select}\nMailProg=/bin/true\n"
             "JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=1\nJobCompType=jobcomp/none\n"
             f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"

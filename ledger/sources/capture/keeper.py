@@ -21,7 +21,10 @@ defaults and ``PR_SET_PDEATHSIG`` so that the command dies with the keeper.
 * Signals: the keeper ignores every signal the wrapper forwards (it must
   outlive a SIGUSR1 or SIGHUP meant for the job); the command starts with them
   at their defaults, except those the wrapper itself was started with ignored
-  (``nohup``), which stay ignored, as they would unwrapped.
+  (``nohup``), which stay ignored, as they would unwrapped. The wrapper blocks
+  the signals it forwards before the fork (one thread of it waits for them, to
+  learn who sent each); the keeper sets them ignored, then restores the mask the
+  wrapper was started with, which the command inherits.
 * The terminal: when the wrapper runs in the terminal's foreground, the command's
   process group becomes the foreground group (a job that reads the terminal must
   not stop on SIGTTIN). A stop of the command (Ctrl-Z) is reported, so that the
@@ -82,6 +85,7 @@ class Start:
     ignored: frozenset = frozenset()  # forwarded signals the command starts with ignored (nohup's HUP)
     tty_fd: Optional[int] = None  # the terminal to give the command's process group (None: none)
     hold: bool = False  # wait for go()/abort() before starting it
+    mask: Optional[frozenset] = None  # the signal mask to restore in the keeper (the wrapper blocks what it waits for)
 
 
 def spawn(command: Sequence[str], env: Mapping[str, str], how: Optional[Start] = None) -> Kept:
@@ -138,9 +142,10 @@ def _say(fd: int, text: str) -> None:
 
 
 def _keep(command: list[str], env: dict, control_fd: int, status_fd: int, stderr_fd: int, how: Start) -> int:
-    for sig in FORWARDED:
-        if sig != signal.SIGCONT:
-            signal.signal(sig, signal.SIG_IGN)  # the wrapper decides what a signal means; the command gets defaults
+    for sig in FORWARDED:  # the wrapper decides what a signal means; the command gets defaults
+        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGCONT else signal.SIG_IGN)
+    if how.mask is not None:  # then the mask the wrapper was started with: what the command inherits, as unwrapped
+        signal.pthread_sigmask(signal.SIG_SETMASK, how.mask)
     become_subreaper()
     if how.hold and not _held(control_fd):
         return 0

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import sys
 import threading
@@ -147,3 +148,95 @@ def give_terminal(fd: int, pgid: int) -> bool:
     finally:
         if old is not None:
             signal.signal(signal.SIGTTOU, old)
+
+
+# --- under Slurm: a signal slurmstepd already delivered to every process of the step (issue 37) --------------
+
+#: Slurm's process tracking plugins that signal every process of a step (``scancel --signal``, ``--signal
+#: USR1@60``, a time limit's SIGTERM): the wrapped command got the signal from slurmstepd itself, as the wrapper
+#: did. ``proctrack/pgid`` signals the task's process group only (the wrapper's, not the command's own).
+STEP_WIDE_PROCTRACK = ("proctrack/cgroup", "proctrack/linuxproc")
+#: where a node's slurm.conf is, after ``$SLURM_CONF`` (packaged paths; slurmd's cache in configless mode)
+SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf",
+                    "/var/spool/slurmd/conf-cache/slurm.conf")
+_PROCTRACK: dict[str, Optional[str]] = {}
+
+
+def _proc_text(pid: int, name: str, limit: int = 4096) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _parent_of(pid: int) -> Optional[int]:
+    stat = _proc_text(pid, "stat")
+    if not stat or ")" not in stat:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def is_ancestor(pid: int, limit: int = 64) -> bool:
+    """Whether ``pid`` is this process's parent, grandparent, ... (at most ``limit`` levels up)."""
+    here = os.getppid()
+    for _ in range(limit):
+        if here == pid:
+            return True
+        if here is None or here <= 1:
+            return False
+        here = _parent_of(here)
+    return False
+
+
+def slurm_proctrack(env: Optional[dict] = None) -> Optional[str]:
+    """``ProctrackType`` of the node's Slurm (``$SLURM_CONF``, else the packaged and configless paths), lower
+    case (Slurm's default ``proctrack/cgroup`` when the file does not set it); None when no slurm.conf can be
+    read or it may be set in an ``Include``d file (read once, at most 1 MiB)."""
+    env = os.environ if env is None else env
+    paths = ((env["SLURM_CONF"],) if env.get("SLURM_CONF") else ()) + SLURM_CONF_PATHS
+    key = "\0".join(paths)
+    if key not in _PROCTRACK:
+        found = None
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read(1 << 20).decode("utf-8", "replace")
+            except OSError:
+                continue
+            found, included = "proctrack/cgroup", False  # Slurm's default when slurm.conf does not say
+            for line in text.splitlines():
+                name, eq, value = line.split("#", 1)[0].strip().partition("=")
+                if eq and name.strip().lower() == "proctracktype":
+                    found, included = value.strip().lower(), False
+                elif name.strip().lower().startswith("include"):
+                    included = True  # it may be set in the included file: unknown
+            found = None if included else found
+            break
+        _PROCTRACK[key] = found
+    return _PROCTRACK[key]
+
+
+def delivered_by_slurm(sender: Optional[int], env: Optional[dict] = None) -> bool:
+    """True when a signal from ``sender`` was already delivered by Slurm to every process of this step, the
+    wrapped command included, so that forwarding it would deliver it twice.
+
+    That is: under a Slurm job (``SLURM_JOB_ID``), ``sender`` is the slurmstepd of the step this process runs
+    in (an ancestor whose ``comm`` is ``slurmstepd``) and the step is a job step (``slurmstepd: [JOB.N]``, an
+    ``srun``), not the batch step (``[JOB.batch]``: ``scancel --batch`` and ``--signal B:…`` signal the batch
+    shell alone, ``--full`` its process group: the command, in a group of its own, is not signalled), and the
+    node's ``ProctrackType`` signals every process of a step (:data:`STEP_WIDE_PROCTRACK`; checked on the real
+    Slurm of tests/slurm). Anything unknown (no slurm.conf to read, another plugin, no /proc): False, the
+    signal is forwarded: twice rather than never.
+    """
+    env = os.environ if env is None else env
+    if not sender or sender <= 1 or not env.get("SLURM_JOB_ID") or sender == os.getpid():
+        return False
+    if (_proc_text(sender, "comm") or "").strip() != "slurmstepd":
+        return False
+    title = (_proc_text(sender, "cmdline") or "").replace("\0", " ")
+    step = title.partition("[")[2].partition("]")[0].rpartition(".")[2]
+    if not step.isdigit() or not is_ancestor(sender):
+        return False
+    return slurm_proctrack(env) in STEP_WIDE_PROCTRACK

@@ -42,7 +42,13 @@ from typing import Any, Optional
 from trainledger.errors import LedgerInputError
 from trainledger.sources.capture import keeper
 from trainledger.sources.capture.redact import redact_argv, redact_text
-from trainledger.sources.capture.signals import FORWARDED, controlling_tty, give_terminal, inherited_ignored
+from trainledger.sources.capture.signals import (
+    FORWARDED,
+    controlling_tty,
+    delivered_by_slurm,
+    give_terminal,
+    inherited_ignored,
+)
 from trainledger.sources.record.writer import LedgerWriter, utc_now
 from trainledger.sources.telemetry.exporter import Exporter
 from trainledger.sources.telemetry.sampling import UtilSampler, node_probe, process_tree, sample_rows
@@ -244,6 +250,9 @@ class Wrapper:
         self.teeing = False
         self._grace: Optional[threading.Timer] = None
         self._prev: dict[int, Any] = {}
+        self._mask: Optional[frozenset] = None  # the mask we were started with, while we block what we wait for
+        self._waited: frozenset = frozenset()  # the signals the waiting thread takes (with their senders)
+        self._waiting = False
         self._pending: list[int] = []  # signals that came before the command's pid was known
         self.writer = LedgerWriter(req.db_url, req.journal_dir, self.topo.run_id, req.flush_s, req.heartbeat_s,
                                    beats=self._beats, journal_name=self._journal_name())
@@ -274,7 +283,9 @@ class Wrapper:
         self.tty = controlling_tty()
         ignored = inherited_ignored()
         self._install_signals(ignored)
-        self.kept = keeper.spawn(self.req.command, self._child_env(), keeper.Start(ignored, self.tty, hold=True))
+        self.kept = keeper.spawn(self.req.command, self._child_env(),
+                                 keeper.Start(ignored, self.tty, hold=True, mask=self._mask))
+        self._start_signal_thread()
         try:
             self._before_go()
         except BaseException:
@@ -425,32 +436,69 @@ class Wrapper:
 
     # -- signals --
     def _install_signals(self, ignored: frozenset) -> None:
-        """Every forwarded signal the wrapper was not started with ignored: forwarded to the command."""
+        """Every forwarded signal the wrapper was not started with ignored: forwarded to the command.
+
+        Blocked in every thread (before the keeper is forked and before any thread starts: threads inherit the
+        mask, the keeper restores the one we were started with) and taken by one thread with
+        ``sigtimedwait``, which tells who sent each (a handler cannot): a signal that slurmstepd already
+        delivered to every process of the step is not forwarded again (:func:`delivered_by_slurm`). The
+        handlers stay installed for what arrives while the mask is being restored at the end."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in FORWARDED:
             if sig not in ignored:
                 self._prev[sig] = signal.signal(sig, self._on_signal)
+        waited = frozenset(self._prev)  # never one started ignored: blocked, it would be queued, not dropped
+        if waited and hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask"):
+            self._mask = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, waited))
+            self._waited = waited
+
+    def _start_signal_thread(self) -> None:
+        if self._waited and not self._waiting:
+            self._waiting = True
+            threading.Thread(target=self._wait_signals, daemon=True, name="trainledger-signals").start()
+
+    def _wait_signals(self) -> None:
+        """Take each forwarded signal with its sender and act on it, until :meth:`_restore_signals`."""
+        if hasattr(signal, "SIGTTOU"):  # give_terminal from this thread: no SIGTTOU stops us (as a shell does)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+        while self._waiting:
+            try:
+                info = signal.sigtimedwait(self._waited, 0.25)
+            except Exception:  # never the end of the wrapper (nor a busy loop)
+                time.sleep(0.25)
+                continue
+            if info is not None:
+                self._on_signal(info.si_signo, None, sender=info.si_pid)
 
     def _restore_signals(self) -> None:
+        """The mask we were started with (what arrived meanwhile runs the handlers), then the handlers."""
+        self._waiting = False
+        if self._mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+            self._mask = None
         for sig, handler in self._prev.items():
             signal.signal(sig, handler)
         self._prev = {}
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame, sender: Optional[int] = None) -> None:
         """SIGINT/SIGTERM cancel the run: forwarded, SIGKILL after the grace period (a second one: now).
-        Every other signal is only forwarded; SIGCONT also gives the terminal back to the command."""
+        Every other signal is only forwarded; SIGCONT also gives the terminal back to the command. A signal
+        slurmstepd sent to every process of the step (``sender``) reached the command already: not forwarded."""
         try:
+            again = not delivered_by_slurm(sender)
             if signum not in (signal.SIGINT, signal.SIGTERM):
                 if signum == signal.SIGCONT and self.tty is not None and self.command_pid is not None:
                     give_terminal(self.tty, self.command_pid)
-                self._forward(signum)
+                if again:
+                    self._forward(signum)
                 return
             if self.cancelled is not None:
                 self._kill_now()
                 return
             self.cancelled = signum
-            self._forward(signum)
+            if again:
+                self._forward(signum)
             self._grace = threading.Timer(self.req.grace_s, self._kill_now)
             self._grace.daemon = True
             self._grace.start()
@@ -583,9 +631,11 @@ def run_wrapped(req: WrapRequest) -> int:
     try:
         w.start()
     except (LedgerInputError, RecordingImpossible):
+        w._restore_signals()
         raise
     except Exception as exc:
         if w.kept is None:
+            w._restore_signals()  # exec'ed bare: with the mask and handlers we were started with
             run_bare(req.command, f"internal error ({type(exc).__name__}: {str(exc)[:200]}); the command runs unrecorded")
         return w.degrade(exc)
     try:

@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 
 from trainledger.errors import LedgerInputError
 from trainledger.sources.imports.importer import check_text, parse_time
+from trainledger.store.files import read_bounded
 
 #: the largest invoice file read (bytes) and the most lines: an invoice is held in memory while it is checked
 MAX_BYTES = 256 * 1024 * 1024
@@ -354,9 +355,10 @@ class Mapping:
 def read_mapping(path: Path) -> Mapping:
     """The mapping file (TOML), checked: one line naming the key and the fix."""
     name = str(path)
+    text = read_bounded(path, MAPPING_MAX_BYTES, "mapping file", "--mapping")  # FILE:LINE for a NUL or bad UTF-8
     try:
-        doc = tomllib.loads(read_bytes(path, MAPPING_MAX_BYTES, "--mapping").decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise LedgerInputError(f"--mapping: {name} is not valid TOML ({str(exc).splitlines()[0]})") from None
     cols = doc.get("columns")
     if not isinstance(cols, dict) or not all(isinstance(v, str) and v for v in cols.values()):
