@@ -90,7 +90,7 @@ def _navigation():
 def _gate() -> Optional[access.Identity]:
     """The identity, or None after a page (refusal, sign-in unusable, sign-in prompt) has been served."""
     try:
-        if access.auth_file() is None and not (access.server_is_loopback() and access.request_is_local()):
+        if not access.signin_configured() and not (access.server_is_loopback() and access.request_is_local()):
             st.navigation([st.Page(access.refusal_page, title="Not served")]).run()
             return None
         ident = access.current_identity()
@@ -117,8 +117,9 @@ def main() -> None:
     try:
         url = data.ledger_url()
         if data.demo_ledger(url):
-            st.sidebar.caption(":orange[Demo ledger]: runs `demo-*` are made up, not real usage; the `demo-sweep` "
-                               "project's runs are real tiny runs on this machine.")
+            st.sidebar.caption(":orange[Demo ledger]: runs `demo-*` are made up, not real usage"
+                               + ("; the `demo-sweep` project's runs are real tiny runs on this machine." if ident.may_see(
+                                   "demo-sweep") else "."))
         access.sidebar_identity(ident)
         page.run()
     except (LedgerInputError, LedgerURLError) as exc:

@@ -48,6 +48,15 @@ if [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
 fi
 
+# --- a real OpenID provider for the OIDC sign-in tests: panva/oidc-provider under node (tests/oidc, pinned by its
+# package-lock.json; each test starts its own on a free loopback port, nothing is downloaded while tests run) --
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+if [ ! -d tests/oidc/node_modules/oidc-provider ] || [ tests/oidc/package-lock.json -nt tests/oidc/node_modules/.package-lock.json ]; then
+  npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
 # --- Prometheus (and promtool) for tests/collect and tests/test_exporter.py (each starts its own server on a free loopback port) --
 if ! command -v prometheus >/dev/null 2>&1; then
   apt_install prometheus

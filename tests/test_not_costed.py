@@ -271,9 +271,10 @@ def test_the_strategy_comparison_lists_a_run_it_cannot_cost(cli, engine):
     with Session(engine) as s:
         offer = s.exec(select(Offer).where(Offer.name == "rtx4090-rent")).one()
         hourly = costs.hourly_rate(offer)
-    # 1 node × the hourly rate ÷ (1,000 tokens/s × 3,600 s) × 10⁶, in cents as the JSON presents it
+    # 1 node × the hourly rate ÷ (1,000 tokens/s × 3,600 s) × 10⁶, to 4 decimals as the JSON presents it
     exact = hourly / Decimal(3_600_000) * 1_000_000
-    assert Decimal(rows["sw-dp"]["cost_per_1m_tokens"]["rtx4090-rent"]) == exact.quantize(Decimal("0.01"))
+    assert Decimal(rows["sw-dp"]["cost_per_1m_tokens"]["rtx4090-rent"]) == exact.quantize(Decimal("0.0001"),
+                                                                                         rounding="ROUND_HALF_UP")
     text = cli("report", "weekly", "--sweep", "sw1").output
     assert "no node type" in text.splitlines()[-1]
 

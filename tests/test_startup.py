@@ -15,7 +15,7 @@ import pytest
 #: libraries that only some commands need (and that cost tenths of a second or more to import)
 HEAVY = ("pandas", "numpy", "torch", "deepspeed", "prometheus_api_client", "prometheus_client", "openpyxl",
          "streamlit", "sqlalchemy", "sqlmodel", "alembic", "psycopg", "pyarrow", "yaml", "psutil", "pynvml",
-         "transformers", "lightning", "requests", "httpx")
+         "transformers", "lightning", "requests", "httpx", "authlib", "joserfc", "cryptography")
 
 
 def _loaded(code: str) -> list[str]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 from trainledger.app.queries import data, goodput_data
-from trainledger.app.views import access, goodput_view, ui, util_view
+from trainledger.app.views import access, goodput_view, scope_view, ui, util_view
 
-access.page_gate()
+ident = access.page_gate()
 url = data.ledger_url()
 month = ui.month_picker(url)
 currency = ui.currency_picker(url)
@@ -21,6 +21,9 @@ st.title("Goodput")
 st.caption(f"{ui.period_text(month, s)} · calendar month in {ui.md(s['timezone'])} · money in {cur} · the same figures "
            f"as `trainledger goodput --month {month} --currency {cur}`")
 ui.to_date_note(month, s)
+if not ident.team_scope:  # a project-scoped user: their projects' badput and runs; no month totals, idle or fleet
+    scope_view.goodput(url, month, currency, ident, cur)
+    st.stop()
 
 m = goodput_view.month_account(url, month, currency)
 if m is None:

@@ -21,7 +21,7 @@ DIFF_COLUMNS = ["what", "offer", "resource", "charge_period_start", "difference"
 LABELS = {"what": "class", "charge_period_start": "from", "charge_period_end": "to", "billed_lines": "lines",
           "replaced_by": "replaced by"}
 
-access.page_gate()
+access.team_only(access.page_gate(), "Invoices")  # team totals: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 month = ui.month_picker(url)
 st.title("Invoices")

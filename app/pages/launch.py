@@ -26,6 +26,7 @@ FLASH = "_launch_flash"
 DEFAULT_CONFIG = "shipped: dp.yaml"
 
 ident = access.page_gate()
+access.team_only(ident, "Launch")  # runs of every project: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 st.title("Launch")
 st.caption("Start a tracked run on this machine (torchrun, one node) from a listed config: the same as "
@@ -93,7 +94,7 @@ if st.button("Launch", type="primary", key="launch_go", disabled=read_only):
         else:
             st.session_state.setdefault(MINE, []).append(started["run_id"])
             st.session_state["launch_watch"] = started["run_id"]
-            st.cache_data.clear()  # the Runs page lists it at once
+            data.clear_caches()  # the Runs page lists it at once
             st.success(f"Launched run {ui.md(started['run_id'])} (supervisor pid {started['pid']}); log: "
                        f"{ui.md(started['log'])}. It goes on if this page is closed.")
 
@@ -124,7 +125,7 @@ except LedgerInputError as exc:
 def progress() -> None:
     p = data.run_progress(url, run_id)
     if live and not p["active"]:
-        st.cache_data.clear()
+        data.clear_caches()
         st.rerun()  # it ended: draw the page once more, without the timer
     done, planned = p["steps_done"], p["steps_planned"]
     c = st.columns(4)
@@ -165,7 +166,7 @@ def progress() -> None:
             else:
                 st.session_state[FLASH] = f"Run {ui.md(out['run_id'])} {out['status']}." + (
                     " Its processes were killed after the grace period." if out.get("killed_after_grace") else "")
-                st.cache_data.clear()
+                data.clear_caches()
                 st.rerun()
 
 

@@ -16,15 +16,20 @@ import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data
 from trainledger.app.views import access, anomalies_view, budgets_view, figures, goodput_view, period_view, ui
+from trainledger.app.views.scope_view import overview as scoped_overview
 from trainledger.money.allocation.capacity import warning_text
 from trainledger.money.goodput.waste import IDLE
 from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 
-access.page_gate()
+ident = access.page_gate()
 url = data.ledger_url()
 period, month = ui.period_picker(url)
 currency = ui.currency_picker(url)
+if not ident.team_scope:  # a project-scoped user: their projects' lines, no team totals (docs/SCOPES.md)
+    st.title("Overview")
+    scoped_overview(url, month, currency, ident)
+    st.stop()
 rep = data.report(url, month, currency=currency)
 p = data.presented(url, month, currency=currency)
 s = p["summary"]
@@ -248,8 +253,10 @@ def budget_section() -> None:
                          "state": STATE[bud["state"]], "crossed_on": ""})
     table = ui.frame(rows, ["project", "to_date_cost", "forecast_cost", "p90_cost", "budget_cost", "used", "alert", "state",
                             "crossed_on"],
-                     {"to_date_cost": "spent to date", "forecast_cost": "month end (expected)", "p90_cost": "p90",
-                      "budget_cost": "budget", "alert": "alert at", "crossed_on": "over since / crosses on"})
+                     {"to_date_cost": f"spent to date ({s['currency']})",
+                      "forecast_cost": f"month end, expected ({s['currency']})", "p90_cost": f"p90 ({s['currency']})",
+                      "budget_cost": f"budget ({s['currency']})", "alert": "alert at",
+                      "crossed_on": "over since / crosses on"})
     picked = st.dataframe(table, hide_index=True, key="budget_table", on_select="rerun", selection_mode="single-row")
     if picked is not None and picked.selection.rows:
         figures.open_runs(names[picked.selection.rows[0]], month)

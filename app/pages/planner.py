@@ -8,6 +8,7 @@ planning model's predictions (docs/PLANNER.md), labelled as such.
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from typing import Optional
 
 import altair as alt
 import pandas as pd
@@ -17,10 +18,22 @@ from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
 from trainledger.trainer.shapes import SHAPES, param_count
 
+
+def _one(currencies: set) -> Optional[str]:
+    """The currency a table's money is in, when all its priced rows share one (else each money header says none)."""
+    currencies = {c for c in currencies if c}
+    return next(iter(currencies)) if len(currencies) == 1 else None
+
+
+def _labels(currency: Optional[str]) -> dict[str, str]:
+    """:data:`LABELS` with the predicted cost headed by its currency (the figures' headers take it from ui.frame)."""
+    return {**LABELS, "cost": f"cost ({ui.md(currency)})"} if currency else LABELS
+
+
 # what decides first (offer, size, time, cost), so it is in view at 1280 px; the model's details after
 RANKING = ["rank", "offer", "nodes", "days", "cost", "cost_per_1m_tokens", "plan", "node_type", "total_gib",
            "memory_range", "step_time_s", "step_range", "calibration", "tokens_per_s", "bottleneck", "comm_share", "mfu"]
-LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s", "cost_per_1m_tokens": "cost per 1M tokens",
+LABELS = {"total_gib": "memory per GPU (GiB)", "tokens_per_s": "tokens/s",
           "comm_share": "comm share", "mfu": "MFU (predicted)", "node_type": "node type", "offer_kind": "kind",
           "reserved_months": "months reserved", "step_time_s": "step time (s)",
           "step_range": "step time range (s)", "memory_range": "memory range (GiB)"}
@@ -28,7 +41,7 @@ PER_OFFER = ["offer", "offer_kind", "rank", "nodes", "plan", "days", "reserved_m
 STRATEGY_COLS = ["strategy", "fits", "plan", "total_gib", "days", "comm_share", "cost_per_1m_tokens", "offer",
                  "bottleneck", "reason"]
 
-access.page_gate()
+access.team_only(access.page_gate(), "Planner")  # team totals: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 currency = ui.currency_picker(url)
 st.title("Planner")
@@ -90,7 +103,8 @@ if plans:
     m[4].metric("Memory per GPU", f"{best['total_gib']:.1f} of {best['gpu_memory_gib']:g} GiB", border=True)
     m[5].metric("Predicted cost per 1M tokens", f"{ui.money('cost_per_1m_tokens', best['cost_per_1m_tokens'])} {best['currency']}",
                 border=True)
-    st.dataframe(ui.frame(planner.with_ranges(plans), RANKING, LABELS), hide_index=True)
+    st.dataframe(ui.frame(planner.with_ranges(plans), RANKING, _labels(best["currency"]), currency=best["currency"]),
+                 hide_index=True)
     parts = pd.DataFrame([{"plan": f"{p['rank']}. {p['plan']}", "part": part, "GiB": p[key]} for p in plans
                           for part, key in (("model states", "model_states_gib"), ("activations", "activations_gib"),
                                             ("allowance", "allowance_gib"))])
@@ -104,7 +118,9 @@ else:
     st.error("No plan fits: see why below. Add nodes, a node type with more memory, or a smaller model.")
 if result["best_per_offer"]:
     st.markdown("**Best plan under each offer (predicted)**", help=ui.RESERVED_RULE)
-    st.dataframe(ui.frame(result["best_per_offer"], PER_OFFER, LABELS), hide_index=True)
+    per_offer_cur = _one({r.get("currency") for r in result["best_per_offer"]})
+    st.dataframe(ui.frame(result["best_per_offer"], PER_OFFER, _labels(per_offer_cur), currency=per_offer_cur),
+                 hide_index=True)
     st.caption(ui.md(ui.RESERVED_RULE) + " Elastic rent bills the node-hours used (per its granularity); owning "
                "prices the node-hours at the fleet's full-use rate.")
 for h in result["hardware"]:
@@ -137,4 +153,5 @@ except LedgerInputError as exc:
 st.caption(f"Each strategy's best layout on {nodes} × {ui.md(nt_name)} ({table['gpus']} GPUs): the cheapest that fits, else "
            "the one needing the least memory, with what it would take on cards big enough.")
 rows = [dict(r, fits="✓ fits" if r["fits"] else "✗ " + (r["reason"] or "").split(":")[0]) for r in table["strategies"]]
-st.dataframe(ui.frame(rows, STRATEGY_COLS, LABELS), hide_index=True)
+table_cur = _one({r.get("currency") for r in rows})
+st.dataframe(ui.frame(rows, STRATEGY_COLS, _labels(table_cur), currency=table_cur), hide_index=True)

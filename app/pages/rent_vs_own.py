@@ -19,7 +19,7 @@ from trainledger.money.account.compare import compare_offers
 from trainledger.money.rates import costs
 from trainledger.reports.present import fmt_cell
 
-access.page_gate()
+access.team_only(access.page_gate(), "Rent vs own")  # team totals: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 month = ui.month_picker(url)
 currency = ui.currency_picker(url)

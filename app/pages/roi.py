@@ -15,7 +15,7 @@ from trainledger.app.views import access, figures, period_view, plain_words, ui
 
 OPTION = {"own": "own fleet", "rent_elastic": "rent elastic", "rent_reserved": "rent reserved", None: ui.DASH}
 
-access.page_gate()
+access.team_only(access.page_gate(), "Monthly ROI")  # team totals: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 period, month = ui.period_picker(url)
 currency = ui.currency_picker(url)
@@ -76,8 +76,9 @@ for row in p["projects"]:
 if projects:
     st.dataframe(ui.frame(projects, ["project", "runs", "gpu_hours", "tokens", "cost", alt_key, "savings_vs_alternative",
                                      "waste_cost", "tokens_per_1000", "useful_gpu_hours_per_1000"],
-                          {"gpu_hours": "GPU-hours", "cost": "spend", alt_key: f"if {OPTION[s['alternative_option']]}",
-                           "savings_vs_alternative": "savings", "waste_cost": "waste",
+                          {"gpu_hours": "GPU-hours", "cost": f"spend ({cur})",
+                           alt_key: f"if {OPTION[s['alternative_option']]} ({cur})",
+                           "savings_vs_alternative": f"savings ({cur})", "waste_cost": f"waste ({cur})",
                            "tokens_per_1000": f"tokens per 1,000 {cur}",
                            "useful_gpu_hours_per_1000": f"useful GPU-h per 1,000 {cur}"}), hide_index=True)
     bars = [{"project": r["project"] or "(none)", "series": label, "cost": float(Decimal(r[key]))}

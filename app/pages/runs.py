@@ -32,12 +32,13 @@ PAGE_SIZE = 50
 ALL = "All"
 CATEGORY_NAMES = [str(getattr(c, "value", c)) for c in CATEGORIES]
 
-access.page_gate()
+ident = access.page_gate()
+project_scope = access.scope_of(ident)  # a project-scoped user: only those projects' runs are read (docs/SCOPES.md)
 url = data.ledger_url()
 month = ui.month_picker(url)
 currency = ui.currency_picker(url)
 st.title("Runs")
-anomalies_view.runs_section(url)  # ?day=YYYY-MM-DD: Overview's spend-anomaly links
+anomalies_view.runs_section(url, project_scope)  # ?day=YYYY-MM-DD: Overview's spend-anomaly links
 
 VIEWS = {"newest": "Newest first", "expensive": "Most expensive", "wasted": "Most wasted"}
 SCOPES = {"month": "this month", "all": "all months"}
@@ -54,7 +55,7 @@ def url_choice(key: str, param: str, options: list[str], default: str) -> None:
     st.session_state[key] = raw or default
 
 
-values = data.filter_values(url)
+values = data.filter_values(url, project_scope)
 choices = {"project": [ALL] + values["project"], "user": [ALL] + values["user"],
            "status": [ALL] + [s.value for s in RunStatus], "strategy": [ALL] + values["strategy"]}
 c = st.columns(5)
@@ -112,9 +113,9 @@ def month_figures(line: Optional[dict]) -> dict:
         return {"gpu_hours_month": None, "cost": None, "cost_per_1m_tokens": None, "waste_cost": None, "waste_reason": "",
                 "finality": ""}
     cost = Decimal(line["cost"])
-    per_1m = costs.cost_per_million_tokens(cost, line["tokens"]) if line["tokens"] else None
+    per_1m = line.get("cost_per_1m_tokens")  # from the line's exact cost, 4 decimals (data.month_run_lines)
     return {"gpu_hours_month": line["gpu_hours"], "cost": cost, "finality": line["finality"],
-            "cost_per_1m_tokens": costs.cents(per_1m) if per_1m is not None else None,
+            "cost_per_1m_tokens": Decimal(per_1m) if per_1m is not None else None,
             "waste_cost": Decimal(line["waste_cost"]) if line["waste_cost"] is not None else None,
             "waste_reason": (line["waste_reason"] or "").replace("_", " ")}
 
@@ -126,7 +127,7 @@ REST = ["status", "project", "user", "strategy", "node_type", "nodes", "started_
 LABELS = {"node_type": "node type", "started_at": "started", "node_hours": "node-hours", "waste_reason": "waste reason",
           "gpu_hours_month": "GPU-hours", "gpu_util_mean": ui.GPU_UTIL, "mfu": ui.MFU, "final_loss": "final loss",
           "lost_gpu_hours": "lost GPU-h", "finality": "cost is", **MONEY_COLUMNS}
-NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "category_cost": "%,.2f", "cost_per_1m_tokens": "%,.2f",
+NUMBER_FORMATS = {"cost": "%,.2f", "waste_cost": "%,.2f", "category_cost": "%,.2f", "cost_per_1m_tokens": "%,.4f",
                   "gpu_hours_month": "%,.1f", "tokens": "%,d", "nodes": "%,d", "node_hours": "%,.1f", "lost_gpu_hours": "%,.1f", "final_loss": "%.4f"}
 
 
@@ -162,13 +163,14 @@ view = st.radio("Order", list(VIEWS), format_func=VIEWS.get, horizontal=True, ke
                      "all months (the cost and waste columns: the monthly export's cost and badput_cost, summed over "
                      "the months for All months), top " + str(PAGE_SIZE) + ".")
 if by_month:
-    lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency)}
+    lines = {r["run_id"]: r for r in data.month_run_lines(url, month_filter, currency, project_scope)}
 else:  # every run's figures over all months: the months' lines summed
-    lines = {r["run_id"]: r for r in data.all_months_run_lines(url, currency)}
+    lines = {r["run_id"]: r for r in data.all_months_run_lines(url, currency, project_scope)}
 badput = None
 if category:
-    badput = ({r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs} if by_month
-              else {rid: a.cost for rid, a in data.all_months_accounts(url, currency).items()})
+    badput = ({r.run_id: r.cost for r in goodput_data.account(url, month_filter, currency).runs
+               if data.in_scope(r.project, project_scope)} if by_month
+              else {rid: a.cost for rid, a in data.all_months_accounts(url, currency, project_scope).items()})
 if view != "newest" or category:
     # from the month's run lines: every run of the month, filtered, ranked
     def category_cost(run_id: str) -> Decimal:
@@ -197,7 +199,7 @@ else:
         page_text = st.query_params.get("page") or "1"
         st.session_state["runs_page"] = int(page_text) if page_text.isdigit() and 0 < int(page_text) < 10**6 else 1
     page_no = st.columns(5)[0].number_input("Page", min_value=1, step=1, key="runs_page")
-    rows = data.runs(url, **filters, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE)
+    rows = data.runs(url, **filters, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE, scope=project_scope)
     more = len(rows) > PAGE_SIZE
     rows = [{**r, **month_figures(lines.get(r["id"]))} for r in rows[:PAGE_SIZE]]
     order = "newest first"
@@ -228,7 +230,7 @@ else:
                                                     if shown_category else {})},
                  placeholder="")  # no value: an empty cell, never "None"
 
-compare_view.section(url, currency, [r["id"] for r in rows], {r["id"]: r["name"] for r in rows})
+compare_view.section(url, currency, [r["id"] for r in rows], {r["id"]: r["name"] for r in rows}, project_scope)
 
 # --- run detail --------------------------------------------------------------------------
 st.header("Run detail")
@@ -244,7 +246,7 @@ run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 
 if st.query_params.get("run") != run_id and (wanted is not None or run_id != ids[0]):
     st.query_params["run"] = run_id  # a run picked here is in the URL: a copied link opens the same run
 try:
-    d = data.run_detail(url, run_id, currency)
+    d = data.run_detail(url, run_id, currency, project_scope)  # out of scope: the unknown run's error, word for word
 except LedgerInputError as exc:
     st.error(ui.error_line(exc))
     st.stop()
@@ -344,11 +346,11 @@ else:
                           "flag": "straggler" if n.get("straggler") else "ok"} for n in nodes])
     st.bar_chart(util, x="node", y=f"{short} %", color="flag", height=300)
 
-util_view.run_section(url, d["id"])  # issue 39 item 3
-goodput_view.phase_timeline(url, d["id"])  # issue #25
+util_view.run_section(url, d["id"], project_scope)  # issue 39 item 3
+goodput_view.phase_timeline(url, d["id"], project_scope)  # issue #25
 
 st.markdown("**Loss**")
-loss = data.loss_curve(url, d["id"])
+loss = data.loss_curve(url, d["id"], project_scope)
 if loss:
     df = pd.DataFrame(loss)
     df["ts"] = pd.to_datetime(df["ts"], utc=True)

@@ -1,5 +1,6 @@
 """Settings: offers (prices) and their history, the fleet, the Slurm mapping, exchange rates, carbon intensity,
-currency and time zone. Saving needs the lead role.
+currency and time zone. Saving needs the lead role; every save is recorded in the audit log (shown at the
+bottom to admins and team-scope leads; docs/AUDIT.md).
 
 Offers go through ``trainledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``: a price edit adds a version from
@@ -22,6 +23,7 @@ from trainledger.app.views import access, offer_form, slurm_map, ui
 from trainledger.errors import LedgerInputError
 from trainledger.money.allocation.idle_share import POLICY_HELP, check_policy, set_fleet_policy
 from trainledger.money.rates.pricing import confirm_versions
+from trainledger.store.audit import change_text as audit_change
 from trainledger.store.carbon import set_intensity
 from trainledger.store.fleets import save_fleet
 from trainledger.store.fx import set_rate
@@ -47,7 +49,11 @@ url = data.ledger_url()
 st.title("Settings")
 read_only = access.read_only(ident)  # viewers see the forms disabled; every save checks the role anyway
 if read_only:
-    st.info(f"Signed in as {ui.md(ident.user)} ({ident.role}): you can look, but only leads can save changes.")
+    st.info(f"Signed in as {ui.md(ident.user)} ({ident.role}): you can look, but only leads can save changes."
+            if not ident.is_lead else
+            f"Signed in as {ui.md(ident.user)} ({ident.role}, scoped to "
+            f"{', '.join(ui.md(p) for p in sorted(ident.projects or ()))}): you can look, but only leads of the whole "
+            "team can save changes (prices, fleets and settings are every project's).")
 if FLASH in st.session_state:
     st.success(st.session_state.pop(FLASH))  # composed from escaped values (_saved)
 
@@ -100,12 +106,12 @@ with tab_offers:
                               help="Needed for a day in the past; the error names the months it would change.")
         st.caption("Exact decimals; leave a field empty when it does not apply. Validated as `trainledger pricing import`.")
         submitted = st.form_submit_button("Save offer", type="primary", disabled=read_only)
-    if submitted and access.require_lead("change prices"):
+    if submitted and (actor := access.lead_writer("change prices")):
         form = {"name": name, "node_type": node_type, "kind": kind, "currency": currency, **values, "notes": notes}
         try:
             spec = parse_pricing(offer_form.offer_toml(form), where="offer form")
             plans: list = []
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 start = parse_valid_from(valid_from, display_timezone(s), "valid from")
                 apply_pricing(s, spec, source="user", replace=True, valid_from=start, retroactive=True, plans=plans)
                 added = confirm_versions(s, plans, retro)
@@ -121,10 +127,10 @@ with tab_offers:
             text = st.text_area("TOML with [[node_type]] and/or [[offer]] tables, keys as in data/pricing.toml",
                                 height=200, key="pricing_toml", disabled=read_only)
             imported = st.form_submit_button("Import", disabled=read_only)
-        if imported and access.require_lead("change prices"):
+        if imported and (actor := access.lead_writer("change prices")):
             try:
                 spec = parse_pricing(text, where="pasted TOML")
-                with data.write_session(url) as s:
+                with data.write_session(url, actor) as s:
                     counts = apply_pricing(s, spec, source="user", replace=True)
             except LedgerInputError as exc:
                 st.error(ui.error_line(exc))
@@ -178,9 +184,9 @@ with tab_fleet:
                                "none keeps idle its own line; the chargeback statements (Export) follow it. The same "
                                "as `trainledger fleet set NAME --idle-share POLICY`.")
         fsubmitted = st.form_submit_button("Save fleet", type="primary", disabled=read_only)
-    if fsubmitted and access.require_lead("edit the fleet"):
+    if fsubmitted and (actor := access.lead_writer("edit the fleet")):
         try:
-            with data.write_session(url) as s:  # one transaction: a bad policy writes nothing
+            with data.write_session(url, actor) as s:  # one transaction: a bad policy writes nothing
                 check_policy(s, fshare, SHARE_FIELD)
                 result = save_fleet(s, fname, foffer, int(fnodes), ffrom, None if held else fto,
                                             original=f["name"] if f else None)
@@ -207,9 +213,9 @@ with tab_rates:
         rate_from = c[3].date_input("From day", value=date.today().replace(day=1), key="fx_from", disabled=read_only)
         source = c[4].text_input("Source", key="fx_source", disabled=read_only)
         fx_submitted = st.form_submit_button("Save rate", type="primary", disabled=read_only)
-    if fx_submitted and access.require_lead("change exchange rates"):
+    if fx_submitted and (actor := access.lead_writer("change exchange rates")):
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 saved = set_rate(s, base.strip(), quote.strip(), rate.strip(), rate_from, source.strip())
         except LedgerInputError as exc:
             st.error(ui.error_line(exc))
@@ -230,9 +236,9 @@ with tab_carbon:
         location = c[3].text_input("Site or grid region", key="co2_location", disabled=read_only)
         g_source = c[4].text_input("Source", key="co2_source", disabled=read_only)
         co2_submitted = st.form_submit_button("Save intensity", type="primary", disabled=read_only)
-    if co2_submitted and access.require_lead("change carbon intensity"):
+    if co2_submitted and (actor := access.lead_writer("change carbon intensity")):
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 saved = set_intensity(s, g.strip(), g_from, None if scope.startswith("(") else scope, location.strip(),
                                       g_source.strip())
         except LedgerInputError as exc:
@@ -256,9 +262,9 @@ with tab_general:
                           index=zones.index(current_settings["timezone"]) if current_settings["timezone"] in zones else 0,
                           key="set_timezone", disabled=read_only)
         gsubmitted = st.form_submit_button("Save settings", type="primary", disabled=read_only)
-    if gsubmitted and access.require_lead("change settings"):
+    if gsubmitted and (actor := access.lead_writer("change settings")):
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 for key, value in (("currency", cur.strip()), ("timezone", tz)):
                     if value != current_settings[key]:
                         set_setting(s, key, value)
@@ -266,3 +272,23 @@ with tab_general:
             st.error(ui.error_line(exc))
         else:
             _saved("Settings saved.")
+
+# --- audit log (docs/AUDIT.md) -------------------------------------------------------------------
+AUDIT_ROWS = 200  # the newest entries shown; `trainledger audit --since WHEN` reads further back
+st.subheader("Audit log")
+if ident.team_scope and (ident.is_admin or ident.is_lead):  # it names every project
+    entries = data.audit_log(url, AUDIT_ROWS)
+    if entries:
+        st.dataframe(ui.frame([{**e, "change": audit_change(e["before"], e["after"])} for e in entries],
+                              ["at", "actor", "origin", "client", "action", "target", "change"],
+                              {"at": "when", "actor": "who", "origin": "from", "client": "where", "action": "what",
+                               "target": "changed", "change": "before → after"}),
+                     hide_index=True)
+        st.caption(f"The newest {AUDIT_ROWS} changes, newest first, times in the display time zone. Append-only: "
+                   "the ledger refuses to change or delete them. All of it: `trainledger audit --since WHEN`.")
+    else:
+        ui.empty("No change recorded yet: every save on this page and every configuration command of the CLI "
+                 "adds an entry (who, when, from where, before and after).")
+else:
+    st.caption("The audit log (who changed prices, budgets, the fleet, settings and users) is shown to admins and "
+               "leads of the whole team.")

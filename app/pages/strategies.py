@@ -24,7 +24,7 @@ md = ui.md
 LIVE = ("running", "unknown")  # sweep states worth refreshing for (unknown: driven from another host)
 MEM_KIND = {"cuda_max_allocated": "CUDA peak allocated", "cpu_max_rss": "CPU peak RSS"}
 
-access.page_gate()
+access.team_only(access.page_gate(), "Strategies")  # team totals: not for a project-scoped user (docs/SCOPES.md)
 url = data.ledger_url()
 chosen = ui.currency_picker(url)
 st.title("Strategies")

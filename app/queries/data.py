@@ -10,6 +10,11 @@ reported to date, as ``trainledger report monthly`` does.
 through :func:`write_session` and clear the cache. Readers of money take the
 presentation currency the sidebar's selector chose (``currency``, as the CLI's
 ``--currency``; None: the Settings currency once set, else the offers' own).
+
+Project scope (docs/SCOPES.md): every reader of runs or project figures takes ``scope``, the signed-in user's
+projects (``trainledger.app.views.access.scope_of``: a sorted tuple; None: team scope, every project). The scope
+is applied here, where the rows are read, and is part of the cache key, so a cached frame read for one scope
+never serves another. A run outside the scope is an unknown run: the same one-line error, word for word.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from trainledger.money.rates.pricing import list_pricing, offers_with_node_types
 from trainledger.money.rates.pricing import node_types as pricing_node_types
 from trainledger.reports import weekly as ledger_strategies
 from trainledger.reports.export import RUN_COLUMNS, presented_report
-from trainledger.reports.present import jsonable
+from trainledger.reports.present import jsonable, present
 from trainledger.runs import registry
 from trainledger.runs import sweep as ledger_sweep
-from trainledger.store import prices
+from trainledger.store import audit, prices
 from trainledger.store.carbon import list_intensities
 from trainledger.store.db import get_engine, resolve_url, session_scope
 from trainledger.store.fleets import list_fleets
@@ -45,6 +50,26 @@ from trainledger.store.settings import DEFAULTS, display_timezone, get_setting, 
 from trainledger.store.types import report_clock
 
 TTL = 30  # seconds
+Scope = Optional[tuple[str, ...]]  # the projects a user may see; None: every project (team scope)
+
+
+def in_scope(project: Optional[str], scope: Scope) -> bool:
+    """Whether a row of ``project`` may be read for ``scope`` (a run without a project: team scope only)."""
+    return scope is None or (project is not None and project in scope)
+
+
+def check_run(s: Session, run_id: str, scope: Scope) -> None:
+    """For a scoped reader: the run ``run_id`` exactly (no id prefixes) and in the scope, else the error an unknown
+    run id gets (``trainledger.store.lookup.unknown_run``), so a run of another project reads as no run at all."""
+    if scope is None:
+        return
+    from trainledger.store.lookup import unknown_run
+    from trainledger.store.models import Project, Run
+
+    run = s.get(Run, run_id)
+    project = s.get(Project, run.project_id) if run is not None and run.project_id is not None else None
+    if project is None or project.name not in scope:
+        raise unknown_run(run_id)
 
 
 def now():
@@ -65,11 +90,27 @@ def read_session(url: str) -> Iterator[Session]:
 
 
 @contextmanager
-def write_session(url: str) -> Iterator[Session]:
-    """A transaction for a form's write; caches are cleared after it commits."""
+def write_session(url: str, actor: audit.Actor) -> Iterator[Session]:
+    """A transaction for a form's write, recorded in the audit log as ``actor``'s (the signed-in user's:
+    ``trainledger.app.views.access.require_lead`` returns it); caches are cleared after it commits."""
+    if not isinstance(actor, audit.Actor) or actor.origin != "dashboard":
+        raise TypeError("write_session: a dashboard write needs the writer (access.require_lead's answer)")
     with session_scope(get_engine(url)) as s:
-        yield s
+        yield audit.bind(s, actor)
+    clear_caches()
+
+
+def clear_caches() -> None:
+    """Forget every cached read (after a write): st.cache_data's and the shared reports and accounts."""
     st.cache_data.clear()
+    report.clear()
+    month_goodput.clear()
+
+
+def audit_log(url: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest ``limit`` rows of the audit log (not cached: it is read where it is shown, by admins)."""
+    with read_session(url) as s:
+        return audit.entries(s, limit=limit)
 
 
 # --- months ---------------------------------------------------------------------
@@ -110,7 +151,7 @@ def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict
     accounts = {}  # period's session (a session inside another waits on the first's lock)
     for m in dict.fromkeys(pieces(period, day).months + pieces(previous(period, day), day).months):
         try:
-            accounts[m] = month_goodput(url, m, currency).months[0]
+            accounts[m] = month_totals(url, m, currency).account
         except LedgerInputError:  # no exchange rate for it: the period report says so for its month
             continue
     with read_session(url) as s:
@@ -133,9 +174,14 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 
 # --- monthly figures (monthly_report is the single source) -------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+# The two largest objects a page reads, a month's report with its run lines and its goodput account (thousands of
+# lines on a busy ledger), are kept as they are (st.cache_resource), not pickled on every store and read as
+# st.cache_data does (1.9 s of the Overview's 5 s at 100,000 runs): they are shared by every session, so nothing
+# may change them (tests/app/test_dashboard_cache.py checks that no page does). clear_caches() empties both.
+@st.cache_resource(ttl=TTL, show_spinner=False)
 def report(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> MonthlyReport:
-    """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup)."""
+    """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup).
+    Shared, read-only."""
     with read_session(url) as s:
         return monthly_report(s, month, lines=lines, now=now(), currency=currency)
 
@@ -144,14 +190,34 @@ def report(url: str, month: str, lines: bool = False, currency: Optional[str] = 
 def presented(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> dict[str, Any]:
     """``presented_report(monthly_report(...), its goodput account)``: the rounding the CLI table and the export use
     (with the month's waste = badput + idle and each run line's goodput and badput, as ``report monthly`` writes
-    them; the account is :func:`month_goodput`, computed once per month and refresh)."""
+    them; the account is :func:`month_goodput`, computed once per month and refresh; without lines, the month's
+    totals: :func:`month_totals`, stored per ledger state once the month is over)."""
+    if not lines:
+        return presented_report(report(url, month, lines, currency), month_totals(url, month, currency))
     return presented_report(report(url, month, lines, currency), month_goodput(url, month, currency))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
+def month_totals(url: str, month: str, currency: Optional[str] = None) -> Any:
+    """The month's goodput totals (``MonthTotals``: its ``MonthAccount`` and each project's waste) where only totals
+    are shown: a month that is over, touched by no live run, is read from ``goodput_month`` while the ledger is as it
+    was computed (``trainledger.money.goodput.month_store``, computed and stored otherwise); a month to date from
+    :func:`month_goodput` (the page's whole account of it, shared)."""
+    from trainledger.money.goodput.month_store import MonthTotals, is_storable, month_summary
+    from trainledger.money.goodput.waste import project_waste
+
+    with read_session(url) as s:
+        if is_storable(s, month, now()):
+            return month_summary(s, month, currency=currency, now=now())
+    acct = month_goodput(url, month, currency)  # outside the session above: a session inside another waits on it
+    return MonthTotals(acct.months[0], project_waste(acct.runs))
+
+
+@st.cache_resource(ttl=TTL, show_spinner=False)
 def month_goodput(url: str, month: str, currency: Optional[str] = None) -> Any:
     """The month's goodput account (``GoodputReport``, ``trainledger goodput --month M``) from the cached report with
-    its lines (:func:`report`, the export's): every page reads a month's account, and its waste, from here."""
+    its lines (:func:`report`, the export's): every page reads a month's account, and its waste, from here.
+    Shared, read-only."""
     from trainledger.money.goodput.goodput_ledger import report_account
 
     rep = report(url, month, True, currency)
@@ -177,13 +243,32 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None) -> bytes:
+def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None, scope: Scope = None) -> bytes:
     """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes
-    (with its data-quality warnings, when there are any)."""
+    (with its data-quality warnings, when there are any). ``scope``: :func:`scoped_presented` (the scope's project
+    and run lines, no team totals) in the same format."""
     from trainledger.reports.quality import render_report, with_warnings
 
+    if scope is not None:
+        return render_report(scoped_presented(url, month, scope, currency), fmt)
     return render_report(with_warnings(presented(url, month, lines=True, currency=currency),
                                        capacity_warnings(url, month)), fmt)
+
+
+#: the summary keys a project-scoped export keeps: which month, in what currency and time zone, to when (no totals)
+SCOPED_SUMMARY = ("month", "timezone", "currency", "period", "period_start", "period_end", "is_partial")
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def scoped_presented(url: str, month: str, scope: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
+    """The monthly report (:func:`presented` with its lines) for a project-scoped user: the lines of the scope's
+    projects and runs exactly as ``trainledger report monthly`` writes them, a summary without the team's totals
+    (``projects``: the scope), and no node types, rounding lines or runs not costed (team figures)."""
+    p = presented(url, month, lines=True, currency=currency)
+    summary = {k: v for k, v in p["summary"].items() if k in SCOPED_SUMMARY}
+    return {"summary": {**summary, "projects": ", ".join(scope)}, "node_types": [],
+            "projects": [r for r in p["projects"] if in_scope(r["project"], scope)],
+            "runs": [r for r in p["runs"] if in_scope(r["project"], scope)]}
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -212,33 +297,58 @@ def last_full_month(url: str, month: str) -> Optional[str]:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def runs(url: str, *, month: Optional[str], project: Optional[str], user: Optional[str], status: Optional[str],
-         strategy: Optional[str], limit: int, offset: int) -> list[dict[str, Any]]:
+         strategy: Optional[str], limit: int, offset: int, scope: Scope = None) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return registry.list_runs(s, month=month, project=project, user=user, status=status, strategy=strategy,
-                         limit=limit, offset=offset)
+                                  limit=limit, offset=offset, projects=scope)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def run_detail(url: str, run_id: str, currency: Optional[str] = None) -> dict[str, Any]:
+def run_detail(url: str, run_id: str, currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     with read_session(url) as s:
-        return registry.show_run(s, run_id, currency, now=now())
+        check_run(s, run_id, scope)
+        d = registry.show_run(s, run_id, currency, now=now())
+        if scope is not None and d.get("resume_chain"):
+            d["resume_chain"] = scoped_chain(s, d["resume_chain"], scope)
+        return d
+
+
+def scoped_chain(s: Session, chain: dict[str, Any], scope: tuple[str, ...]) -> Optional[dict[str, Any]]:
+    """A run's resume chain for a scoped reader: only its runs of the scope (a chain that crossed projects keeps
+    no trace of the others: their ids blanked where a kept run resumed one), totals summed again; None: one run."""
+    from trainledger.store.models import Project, Run
+
+    ids = [r["id"] for r in chain["runs"]]
+    names = dict(s.exec(select(Run.id, Project.name).join(Project, Project.id == Run.project_id)
+                        .where(Run.id.in_(ids))).all())
+    kept = [r for r in chain["runs"] if in_scope(names.get(r["id"]), scope)]
+    if len(kept) == len(ids):
+        return chain
+    if len(kept) < 2:
+        return None
+    mine = {r["id"] for r in kept}
+    kept = [{**r, "resume_of": r["resume_of"] if r["resume_of"] in mine else None} for r in kept]
+    return {"runs": kept, **{k: sum((r[k] for r in kept), Decimal(0)) for k in ("node_hours", "cost", "lost_work_cost")}}
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
+def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     """``trainledger.runs.compare.compare_runs``, presented (money in cents, as ``runs compare --json``)."""
     from trainledger.runs.compare import compare_runs as compare
 
     with read_session(url) as s:
+        for rid in run_ids:
+            check_run(s, rid, scope)
         return jsonable(compare(s, list(run_ids), currency=currency, now=now()))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def run_utilization(url: str, run_id: str) -> dict[str, Any]:
+def run_utilization(url: str, run_id: str, scope: Scope = None) -> dict[str, Any]:
     """``trainledger.runs.utilization.run_utilization``: the run's nodes hour by hour."""
     from trainledger.runs.utilization import run_utilization as hourly
 
     with read_session(url) as s:
+        check_run(s, run_id, scope)
         return hourly(s, run_id)
 
 
@@ -260,15 +370,16 @@ def fleet_utilization(url: str, node_type: str, month: str) -> dict[str, Any]:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def loss_curve(url: str, run_id: str) -> list[dict[str, Any]]:
+def loss_curve(url: str, run_id: str, scope: Scope = None) -> list[dict[str, Any]]:
     with read_session(url) as s:
+        check_run(s, run_id, scope)
         return registry.loss_curve(s, run_id)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def filter_values(url: str) -> dict[str, list[str]]:
+def filter_values(url: str, scope: Scope = None) -> dict[str, list[str]]:
     with read_session(url) as s:
-        return registry.filter_values(s)
+        return registry.filter_values(s, projects=scope)
 
 
 @st.cache_data(ttl=5, show_spinner=False)  # short: a running sweep adds runs
@@ -401,7 +512,7 @@ def intensities(url: str) -> list[dict[str, Any]]:
 # --- waste (badput + idle), spend by project, capacity (issues #18, #36) -------------------------------------
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
+def month_run_lines(url: str, month: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's waste: ``waste_cost``,
     its badput in the month's goodput account (``trainledger.money.goodput.waste.run_waste``, the export's
     ``badput_cost``) and ``waste_reason``, its largest badput category (None when it has none). Money outside an
@@ -414,24 +525,36 @@ def month_run_lines(url: str, month: str, currency: Optional[str] = None) -> lis
     accounts = {a.run_id: a for a in month_goodput(url, month, currency).runs}
     out = []
     for r in presented(url, month, lines=True, currency=currency)["runs"]:
+        if not in_scope(r["project"], scope):
+            continue
         a = accounts.get(r["run_id"])
         out.append({**r, "cost": str(cents(exact[r["run_id"]].cost)),
                     "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost)),
+                    "cost_per_1m_tokens": _per_1m(exact[r["run_id"]]),
                     "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
     return out
 
 
+def _per_1m(line: Any) -> Optional[str]:
+    """A run line's cost per 1M tokens from its exact cost, presented once (4 decimals: the metrics layer's)."""
+    from trainledger.money.rates.costs import cost_per_million_tokens
+
+    per = cost_per_million_tokens(line.cost, line.tokens) if line.tokens else None
+    return None if per is None else present("cost_per_1m_tokens", per)
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
-def all_months_accounts(url: str, currency: Optional[str] = None) -> dict[str, Any]:
+def all_months_accounts(url: str, currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     """Run id → its goodput account over all months (``trainledger.money.goodput.waste.over_months`` of every
-    month's cached :func:`month_goodput`)."""
+    month's cached :func:`month_goodput`); ``scope``: the runs of its projects."""
     from trainledger.money.goodput.waste import over_months
 
-    return over_months(a for m in reversed(month_options(url)) for a in month_goodput(url, m, currency).runs)
+    return over_months(a for m in reversed(month_options(url)) for a in month_goodput(url, m, currency).runs
+                       if in_scope(a.project, scope))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def all_months_run_lines(url: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
+def all_months_run_lines(url: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """Every run's line over all months, in :func:`month_run_lines`' shape: its monthly report lines summed
     (``trainledger.money.account.month_lines.over_months``) and its waste and reason over its monthly goodput
     accounts (``trainledger.money.goodput.waste.over_months``), each half-up to the cent once, from the exact sums.
@@ -441,24 +564,27 @@ def all_months_run_lines(url: str, currency: Optional[str] = None) -> list[dict[
     from trainledger.money.rates.costs import cents
 
     months = month_options(url)
-    lines = lines_over_months(r for m in reversed(months) for r in report(url, m, True, currency).runs)
-    accounts = all_months_accounts(url, currency)
+    lines = lines_over_months(r for m in reversed(months) for r in report(url, m, True, currency).runs
+                              if in_scope(r.project, scope))
+    accounts = all_months_accounts(url, currency, scope)
     out = []
     for run_id, r in lines.items():
         a = accounts.get(run_id)
         row = jsonable(r)
         out.append({**{k: row.get(k) for k in RUN_COLUMNS}, "cost": str(cents(r.cost)),
-                    "lost_work_cost": str(cents(r.lost_work_cost)),
+                    "lost_work_cost": str(cents(r.lost_work_cost)), "cost_per_1m_tokens": _per_1m(r),
                     "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
     return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def spend_by_project(url: str, month: str, currency: Optional[str] = None) -> list[dict[str, Any]]:
-    """``trainledger.money.account.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend."""
+def spend_by_project(url: str, month: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
+    """``trainledger.money.account.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend.
+    ``scope``: only the lines of its projects (no idle, no rounding: they are the team's)."""
     from trainledger.money.account.spend import spend_by_project as lines
 
-    return lines(report(url, month, currency=currency))
+    out = lines(report(url, month, currency=currency))
+    return out if scope is None else [x for x in out if x["line"] in scope]
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -37,9 +37,12 @@ def account(url: str, month: str, currency: Optional[str] = None, project: Optio
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def timeline(url: str, run_id: str) -> list[dict[str, Any]]:
-    """``trainledger.money.goodput.account.phase_timeline``: per node and phase of a run, seconds, count, first and last time."""
+def timeline(url: str, run_id: str, scope: Optional[tuple[str, ...]] = None) -> list[dict[str, Any]]:
+    """``trainledger.money.goodput.account.phase_timeline``: per node and phase of a run, seconds, count, first and last
+    time; a run outside ``scope`` (``trainledger.app.queries.data.check_run``): the unknown run's error."""
+    from trainledger.app.queries.data import check_run
     from trainledger.money.goodput.account import phase_timeline
 
     with read_session(url) as s:
+        check_run(s, run_id, scope)
         return phase_timeline(s, run_id)

@@ -6,7 +6,8 @@ Streamlit's ``st.App`` serves app/main.py with, in front of it:
    every HTTP request and on the WebSocket that carries the app;
 2. :class:`trainledger.app.serving.signin.SignInRequired`: with an auth file, a page load without a
    valid session goes to the sign-in form (and comes back to the page after);
-3. the sign-in routes of :mod:`trainledger.app.serving.signin` (``/_trainledger/signin``).
+3. the sign-in routes of :mod:`trainledger.app.serving.signin` (``/_trainledger/signin``) and of
+   :mod:`trainledger.app.serving.oidc_routes` (OpenID Connect sign-in, ``/_trainledger/signout``).
 
 Log lines of the dashboard's own loggers (``trainledger.*``: refused requests,
 sign-ins) go to stderr with a timestamp.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 from starlette.middleware import Middleware
+from trainledger.app.serving import oidc_routes
 from trainledger.app.serving.guard import HostGuard
 from trainledger.app.serving.signin import SignInRequired, routes
 
@@ -33,5 +35,5 @@ def _log_to_stderr() -> None:
 
 
 _log_to_stderr()
-app = st.App(str(Path(__file__).parents[1] / "main.py"), routes=routes(),
+app = st.App(str(Path(__file__).parents[1] / "main.py"), routes=[*routes(), *oidc_routes.routes()],
              middleware=[Middleware(HostGuard), Middleware(SignInRequired)])

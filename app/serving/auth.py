@@ -46,6 +46,7 @@ ITERATIONS = 600_000
 SALT_BYTES = 16
 ROLES = ("viewer", "lead", "admin")
 WRITE_ROLES = ("lead", "admin")
+MAX_FILE_BYTES = 1 << 20  # a users file of thousands of users is well under this
 USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,100}$")
 
 
@@ -115,11 +116,14 @@ def _iterations(encoded: str) -> int:
 
 def load_auth_file(path: str | Path) -> dict[str, UserEntry]:
     """Read and validate an auth file; :class:`AuthFileError` (one line) if it cannot be used."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.store.files import read_bounded
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AuthFileError(f"--auth-file: cannot read {path}: {exc.strerror or exc}") from None
+    try:  # at most MAX_FILE_BYTES read; NUL or bad UTF-8: FILE:LINE
+        text = read_bounded(path, MAX_FILE_BYTES, "users file", "--auth-file")
+    except LedgerInputError as exc:
+        raise AuthFileError(str(exc)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -3,6 +3,7 @@
     trainledger dashboard                                   # http://127.0.0.1:8501, local use: everyone is a lead
     trainledger dashboard --host 0.0.0.0 --auth-file users.toml   # other machines: sign-in required
     trainledger dashboard --auth-file users.toml --allowed-host dash.example.com   # behind a reverse proxy
+    trainledger dashboard --host 0.0.0.0 --oidc-config oidc.toml  # sign-in through an OpenID provider (docs/SECURITY.md)
 
 Streamlit is started as an argument list (never a shell string), through
 app/serving/serve.py: ``streamlit run app/serving/asgi.py`` (the app behind the Host/Origin
@@ -28,6 +29,7 @@ import typer
 MAIN_SCRIPT = Path(__file__).parents[1] / "main.py"
 ASGI_SCRIPT = Path(__file__).with_name("asgi.py")
 AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
+OIDC_ENV = "TRAINLEDGER_OIDC_CONFIG"  # = trainledger.app.serving.oidc.OIDC_ENV (not imported: keeps --help light)
 
 
 def is_loopback(host: Optional[str]) -> bool:
@@ -49,8 +51,10 @@ def streamlit_argv(host: str, port: int) -> list[str]:
             "--server.runOnSave", "false", "--client.toolbarMode", "minimal", "--client.showErrorDetails", "none"]
 
 
-def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str, ...] = ()) -> dict[str, str]:
-    """The child's environment: the ledger URL, the auth file and the allowed host names; telemetry off."""
+def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str, ...] = (),
+                  oidc_config: Optional[Path] = None) -> dict[str, str]:
+    """The child's environment: the ledger URL, the auth file, the OIDC configuration and the allowed host names;
+    telemetry off. The OIDC client secret stays in its file or variable (never copied here)."""
     from trainledger.app.serving.guard import ALLOWED_HOSTS_ENV
 
     env = dict(os.environ)
@@ -60,6 +64,10 @@ def streamlit_env(url: str, auth_file: Optional[Path], allowed_hosts: tuple[str,
         env[AUTH_ENV] = str(Path(auth_file).resolve())
     else:
         env.pop(AUTH_ENV, None)
+    if oidc_config is not None:
+        env[OIDC_ENV] = str(Path(oidc_config).resolve())
+    else:
+        env.pop(OIDC_ENV, None)
     env[ALLOWED_HOSTS_ENV] = ",".join(allowed_hosts)
     return env
 
@@ -69,12 +77,27 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _check_oidc(path: Path) -> None:
+    """The OIDC configuration, its mapping and its secret are usable, and Authlib is installed; else exit 2."""
+    from trainledger.app.serving.oidc import OidcConfigError, load_config
+
+    try:
+        load_config(path).client_secret()
+    except OidcConfigError as exc:
+        _fail(str(exc))
+    import importlib.util
+
+    if importlib.util.find_spec("authlib") is None or importlib.util.find_spec("joserfc") is None:
+        _fail("--oidc-config needs Authlib: pip install 'trainledger[oidc]'")
+
+
 def dashboard_command(
     host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback (127.0.0.1, ::1, localhost) needs --auth-file.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8501,
     db: Annotated[Optional[str], typer.Option("--db", help="Ledger URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB). Default: $TRAINLEDGER_DB_URL, else the embedded SQLite file.", show_default=False)] = None,
     auth_file: Annotated[Optional[Path], typer.Option("--auth-file", envvar=AUTH_ENV, show_envvar=True, help="TOML file of users (role viewer|lead, PBKDF2 hash); create entries with `python -m trainledger.app.serving.auth hash NAME --role lead`. Sign-in is then required.")] = None,
     allowed_host: Annotated[Optional[list[str]], typer.Option("--allowed-host", help="A host name browsers use to reach the dashboard, e.g. through a reverse proxy (repeatable; *.example.com for subdomains). Requests naming any other host are refused (DNS rebinding protection). Needs --auth-file.", show_default=False)] = None,
+    oidc_config: Annotated[Optional[Path], typer.Option("--oidc-config", envvar=OIDC_ENV, show_envvar=True, help="TOML file of OpenID Connect sign-in: issuer, client_id, client_secret_file or client_secret_env, and the [[map]] rules from groups to roles (docs/SECURITY.md). Alone or with --auth-file (the sign-in page then offers both). Needs `pip install 'trainledger[oidc]'`.", show_default=False)] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Open the demo's own ledger (what `trainledger demo` fills: demo.db in the user data dir) instead of yours.")] = False,
 ) -> None:
     """Serve the Streamlit dashboard (binds 127.0.0.1 unless --auth-file is given)."""
@@ -87,8 +110,9 @@ def dashboard_command(
         allowed = parse_allowed(allowed_host or [])
     except ValueError as exc:
         _fail(str(exc))
-    if allowed and auth_file is None:
-        _fail("--allowed-host needs --auth-file: without sign-in the dashboard answers only loopback names "
+    signin = auth_file is not None or oidc_config is not None
+    if allowed and not signin:
+        _fail("--allowed-host needs --auth-file or --oidc-config: without sign-in the dashboard answers only loopback names "
               "(localhost, 127.0.0.1), where everyone is a lead")
 
     if demo and db:
@@ -99,13 +123,16 @@ def dashboard_command(
         url = demo_ledger_url() if demo else resolve_url(db)
     except LedgerURLError as exc:
         _fail(str(exc))
+    users: dict = {}
     if auth_file is not None:
         try:
             users = load_auth_file(auth_file)
         except AuthFileError as exc:
             _fail(str(exc))
-    elif not is_loopback(host):
-        _fail(f"--host {host} is not a loopback address and no --auth-file is set: "
+    if oidc_config is not None:
+        _check_oidc(oidc_config)
+    if not signin and not is_loopback(host):
+        _fail(f"--host {host} is not a loopback address and no --auth-file is set (nor --oidc-config): "
               "pass --auth-file FILE (see `python -m trainledger.app.serving.auth hash --help`) or bind 127.0.0.1")
     try:  # upgrade an empty or older ledger now, and fail early if it cannot be reached
         make_engine(url).dispose()
@@ -116,9 +143,10 @@ def dashboard_command(
         _fail(f"cannot use the ledger at {redact_url(url)}: {reason}", code=1)
 
     shown = f"[{host}]" if ":" in host else host
-    who = f"sign-in required ({len(users)} users)" if auth_file is not None else "local use, no sign-in"
+    ways = ([f"{len(users)} users"] if auth_file is not None else []) + (["OpenID Connect"] if oidc_config else [])
+    who = f"sign-in required ({', '.join(ways)})" if signin else "local use, no sign-in"
     typer.echo(f"trainledger dashboard on http://{shown}:{port} ({who}); ledger {redact_url(url)}", err=True)
-    proc = subprocess.Popen(streamlit_argv(host, port), env=streamlit_env(url, auth_file, allowed))
+    proc = subprocess.Popen(streamlit_argv(host, port), env=streamlit_env(url, auth_file, allowed, oidc_config))
 
     def _forward(signum, _frame):  # stop Streamlit with us
         proc.send_signal(signum)

@@ -12,6 +12,11 @@
   ``next``: the page it asked for, deep link and query included. Every failure,
   refusal and success is logged (logger ``trainledger.auth``; passwords never).
 
+With ``--oidc-config`` (app/serving/oidc.py; routes in app/serving/oidc_routes.py) the page offers "Sign in with
+PROVIDER" as well (or only that, without an auth file), and ``GET /_trainledger/signout?t=CHECK`` ends a session
+over HTTP (the check, derived from the session token, keeps other sites from signing a browser out), then sends
+an OIDC user through the provider's ``end_session_endpoint``.
+
 :class:`SignInRequired` (middleware) sends a page load without a valid session
 to that form, so any page URL works as a deep link signed in or not. The
 Streamlit side checks the same session on every script run (app/views/access.py).
@@ -19,6 +24,7 @@ Streamlit side checks the same session on every script run (app/views/access.py)
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 import math
@@ -27,18 +33,21 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import parse_qs, quote
 
-from trainledger.app.serving import sessions
+from trainledger.app.serving import oidc, sessions
 from trainledger.app.serving.auth import AuthFileError, UserEntry, authenticate, users_file
 from trainledger.app.serving.throttle import Throttle, policies_from_env
 
 log = logging.getLogger("trainledger.auth")
 
 SIGNIN_PATH = "/_trainledger/signin"
+SIGNOUT_PATH = "/_trainledger/signout"
+SIGNED_OUT_PATH = "/_trainledger/signedout"
 AUTH_ENV = "TRAINLEDGER_AUTH_FILE"
 MAX_FORM_BYTES = 8192
 MAX_NEXT = 2000
 VERIFY_SLOTS = 2  # PBKDF2 checks at once: a burst of sign-ins cannot take every core
 #: paths that are not pages of the app (no redirect to the sign-in form for them)
+MEDIA = "/media/"  # files the app serves (downloads): a valid session is needed for them too
 NOT_PAGES = ("/_stcore", "/static", "/media", "/component", "/_trainledger", "/app/static", "/favicon", "/manifest",
              "/robots")
 
@@ -100,6 +109,11 @@ def auth_path() -> Optional[str]:
     return os.environ.get(AUTH_ENV) or None
 
 
+def signin_on() -> bool:
+    """Whether browsers must sign in: a users file, an OIDC configuration, or both."""
+    return auth_path() is not None or oidc.config_path() is not None
+
+
 def cookie_name() -> str:
     from streamlit import config
 
@@ -112,15 +126,27 @@ def ledger_url() -> str:
     return resolve_url(None)
 
 
-def session_user(token: Optional[str]) -> Optional[UserEntry]:
-    """The user signed in with ``token`` (None if none, or sign-in is unusable)."""
+def resolve_session(token: Optional[str]) -> Optional[sessions.SessionUser]:
+    """Who is signed in with ``token`` (users file or OIDC), or None; :class:`AuthFileError` if sign-in is unusable."""
     path = auth_path()
-    if path is None or not token:
+    if not token or not signin_on():
         return None
+    users = users_file(path).users() if path is not None else {}
+    settings = oidc.current_settings()
+    return sessions.resolve(ledger_url(), token, users, settings.fingerprint if settings is not None else None)
+
+
+def session_user(token: Optional[str]) -> Optional[sessions.SessionUser]:
+    """The user signed in with ``token`` (None if none, or sign-in is unusable)."""
     try:
-        return sessions.lookup(ledger_url(), token, users_file(path).users())
+        return resolve_session(token)
     except AuthFileError:
         return None
+
+
+def signout_check(token: str) -> str:
+    """The ``t`` parameter of the sign-out link: only a page that knows the session token can make it."""
+    return hashlib.sha256(f"trainledger-signout\0{token}".encode("utf-8")).hexdigest()[:32]
 
 
 # --- the page ---------------------------------------------------------------------------------
@@ -139,16 +165,13 @@ button {{ margin-top: 1.25rem; width: 100%; padding: .6rem; border: 0; border-ra
           font-size: 1rem; cursor: pointer; }}
 p.error {{ color: #b42318; background: #fef3f2; padding: .6rem; border-radius: .4rem; }}
 p.note {{ color: #5a6270; font-size: .8rem; margin-top: 1.25rem; }}
+a.sso {{ display: block; margin-top: 1.25rem; padding: .6rem; border-radius: .4rem; background: #1f2430; color: #fff;
+         text-align: center; text-decoration: none; }}
 </style></head>
 <body><main>
 <h1>Sign in to trainledger</h1>
 {message}
-<form method="post" action="{action}">
-<input type="hidden" name="next" value="{next}">
-<label for="user">User</label><input id="user" name="user" autocomplete="username" required autofocus value="{user}">
-<label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required>
-<button type="submit">Sign in</button>
-</form>
+{forms}
 <p class="note">Signing in keeps you signed in on this browser for {hours} hours, or until you sign out.</p>
 </main></body></html>
 """
@@ -158,10 +181,33 @@ HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inl
            "X-Frame-Options": "DENY", "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}
 
 
+FORM = """<form method="post" action="{action}">
+<input type="hidden" name="next" value="{next}">
+<label for="user">User</label><input id="user" name="user" autocomplete="username" required autofocus value="{user}">
+<label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required>
+<button type="submit">Sign in</button>
+</form>"""
+
+
+def _oidc_label() -> Optional[str]:
+    try:
+        settings = oidc.current_settings()
+    except AuthFileError:
+        return "your identity provider"
+    return settings.label if settings is not None else None
+
+
 def render_page(next_path: str, message: str = "", user: str = "") -> str:
     shown = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
-    return PAGE.format(message=shown, action=html.escape(f"{SIGNIN_PATH}?next={quote(next_path, safe='')}"),
-                       next=html.escape(next_path), user=html.escape(user[:100]), hours=sessions.SESSION_HOURS)
+    forms = ""
+    if auth_path() is not None:
+        forms = FORM.format(action=html.escape(f"{SIGNIN_PATH}?next={quote(next_path, safe='')}"),
+                            next=html.escape(next_path), user=html.escape(user[:100]))
+    label = _oidc_label() if oidc.config_path() is not None else None
+    if label is not None:
+        href = f"{oidc.LOGIN_PATH}?next={quote(next_path, safe='')}"
+        forms += f'\n<a class="sso" href="{html.escape(href)}">Sign in with {html.escape(label)}</a>'
+    return PAGE.format(message=shown, forms=forms, hours=sessions.SESSION_HOURS)
 
 
 async def _read_form(request) -> Optional[dict[str, str]]:
@@ -184,13 +230,15 @@ async def signin_endpoint(request):
     from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 
     path = auth_path()
-    if path is None:
+    if not signin_on():
         return PlainTextResponse("Sign-in is off: this dashboard serves loopback only, without sign-in.\n", 404)
     next_path = safe_next(request.query_params.get("next"))
     if request.method == "GET":
         if await run_in_threadpool(session_user, request.cookies.get(cookie_name())):
             return RedirectResponse(next_path, 303, headers=HEADERS)
         return HTMLResponse(render_page(next_path), headers=HEADERS)
+    if path is None:
+        return PlainTextResponse("Password sign-in is off: sign in with the identity provider.\n", 405)
     form = await _read_form(request)
     if form is None:
         return HTMLResponse(render_page(next_path, "The sign-in form was too large or malformed."), 400, headers=HEADERS)
@@ -212,19 +260,34 @@ async def signin_endpoint(request):
 
 
 def routes() -> list:
+    """The sign-in form's route (app/serving/asgi.py adds app/serving/oidc_routes.py's)."""
     from starlette.routing import Route
 
     return [Route(SIGNIN_PATH, signin_endpoint, methods=["GET", "POST"])]
 
 
 class SignInRequired:
-    """ASGI middleware: with sign-in on, a page load (GET of an HTML page) without a valid session goes to the form."""
+    """ASGI middleware: with sign-in on, a page load (GET of an HTML page) without a valid session goes to the form,
+    and a file the app serves (``/media/…``: downloads, images) needs a valid session too (403 without one: its
+    URL, a content hash, may have been seen by someone else)."""
 
     def __init__(self, app):
         self.app = app
 
+    async def _media(self, scope, receive, send):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.requests import HTTPConnection
+        from starlette.responses import PlainTextResponse
+
+        if await run_in_threadpool(session_user, HTTPConnection(scope).cookies.get(cookie_name())):
+            return await self.app(scope, receive, send)
+        await PlainTextResponse("Sign in to download this file.", 403, headers={"Cache-Control": "no-store"})(
+            scope, receive, send)
+
     async def __call__(self, scope, receive, send):
-        if (scope["type"] != "http" or scope.get("method") not in ("GET", "HEAD") or auth_path() is None
+        if scope["type"] == "http" and scope.get("path", "/").startswith(MEDIA) and signin_on():
+            return await self._media(scope, receive, send)
+        if (scope["type"] != "http" or scope.get("method") not in ("GET", "HEAD") or not signin_on()
                 or scope.get("path", "/").startswith(NOT_PAGES)):
             return await self.app(scope, receive, send)
         from starlette.concurrency import run_in_threadpool

@@ -26,9 +26,10 @@ def month_anomalies(url: str, month: str, currency: Optional[str] = None) -> dic
 
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
-def day_runs(url: str, day: date) -> list[dict[str, Any]]:
+def day_runs(url: str, day: date, scope: data.Scope = None) -> list[dict[str, Any]]:
+    """``runs_on_day``; ``scope``: only the runs of its projects."""
     with data.read_session(url) as s:
-        return runs_on_day(s, day, now=data.now())
+        return [r for r in runs_on_day(s, day, now=data.now()) if data.in_scope(r.get("project"), scope)]
 
 
 def overview_section(url: str, month: str, currency: Optional[str]) -> None:
@@ -56,7 +57,7 @@ def overview_section(url: str, month: str, currency: Optional[str]) -> None:
                        query_params={"month": month, DAY_PARAM: f["date"].isoformat()})
 
 
-def runs_section(url: str) -> None:
+def runs_section(url: str, scope: data.Scope = None) -> None:
     """With ``?day=YYYY-MM-DD`` (Overview's anomaly links): the runs that ran that day, node-hours within it."""
     raw = st.query_params.get(DAY_PARAM)
     if not raw:
@@ -66,10 +67,11 @@ def runs_section(url: str) -> None:
     except LedgerInputError as exc:
         st.error(ui.error_line(exc))
         return
-    rows = day_runs(url, day)
+    rows = day_runs(url, day, scope)
     st.subheader(f"Runs on {day}")
     if not rows:
-        ui.empty(f"No run ran on {day}: the day's spend was the fleets' fixed cost (idle).")
+        ui.empty(f"No run ran on {day}: the day's spend was the fleets' fixed cost (idle)." if scope is None else
+                 f"No run of your projects ran on {day}.")
         return
     st.dataframe(ui.frame(rows, ["id", "name", "project", "user", "status", "nodes", "started_at", "node_hours"],
                           {"started_at": "started", "node_hours": "node-hours that day"}),

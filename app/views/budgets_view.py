@@ -89,11 +89,11 @@ def _set_form(url: str, month: str, b: dict[str, Any], read_only: bool) -> None:
                                     help="1 to 100: the budget is at risk once spent to date reaches this share of it "
                                          "(100: only when the month-end forecast is above it).")
         saved = st.form_submit_button("Save budget", type="primary", disabled=read_only)
-    if saved and access.require_lead("change budgets"):
+    if saved and (actor := access.lead_writer("change budgets")):
         project = None if scope == TEAM_LABEL else scope
         one: Optional[str] = which if period == ONE_MONTH else None
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 row = set_budget(s, amount, project=project, month=one, currency=currency or None,
                                  threshold=threshold)
         except LedgerInputError as exc:
@@ -116,10 +116,10 @@ def _remove_form(url: str, rows: list[dict[str, Any]], read_only: bool) -> None:
         st.error("Budget: pick the budget to remove; nothing was removed.")
     elif removed and not sure:
         st.error("Remove: tick \"Yes, remove it\" to confirm; nothing was removed.")
-    elif removed and access.require_lead("change budgets", "Nothing was removed."):
+    elif removed and (actor := access.lead_writer("change budgets", "Nothing was removed.")):
         project, period = pick
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 remove_budget(s, project=project or None, month=None if period == MONTHLY else period)
         except LedgerInputError as exc:
             st.error(form_error(exc))

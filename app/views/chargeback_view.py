@@ -28,11 +28,63 @@ def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str
     return {"presented": p, "files": files(p)}
 
 
-def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
+@st.cache_data(ttl=data.TTL, show_spinner=False)
+def scoped_statements(url: str, month: str, scope: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
+    """:func:`statements` for a project-scoped user: the statements of the scope's projects only, as XLSX and HTML
+    (the HTML's note without the month's spend), and no summary CSV (it holds every project and the team's idle)."""
+    from trainledger.reports.chargeback import file_stem, to_html, to_xlsx
+
+    p = statements(url, month, currency)["presented"]
+    mine = [x for x in p["statements"] if data.in_scope(x["project"], scope)]
+    files, taken = {}, set()
+    for x in mine:
+        stem = file_stem(month, x["project"], taken)
+        files[f"{stem}.xlsx"] = to_xlsx(p["summary"], x)
+        files[f"{stem}.html"] = to_html(p["summary"], x, team=False).encode("utf-8")
+    summary = {k: p["summary"][k] for k in ("month", "currency", "timezone", "period") if k in p["summary"]}
+    return {"presented": {"summary": summary, "statements": mine}, "files": files}
+
+
+def scoped_section(url: str, month: str, currency: Optional[str], scope: tuple[str, ...]) -> None:
+    """The chargeback statements of a project-scoped user's projects: their lines (no idle, no spend) and downloads."""
+    from trainledger.errors import LedgerInputError
+    from trainledger.reports.chargeback import summary_rows
+
+    st.subheader("Chargeback statements")
+    try:
+        cb = scoped_statements(url, month, scope, currency)
+    except LedgerInputError as exc:
+        st.info(str(exc))
+        return
+    p = cb["presented"]
+    cur = p["summary"]["currency"]
+    st.caption(f"The statements of your projects: their runs and their share of idle. Same statements as `trainledger "
+               f"report chargeback --month {month} --currency {ui.md(cur)} -o DIR` writes for them; the month's idle "
+               "not charged back and its spend are team totals (team scope).")
+    if not p["statements"]:
+        st.caption("None of your projects has a statement this month.")
+        return
+    rows = [r for r in summary_rows({**p, "summary": {"idle_not_charged_back": None, "spend": None}})
+            if r["statement"] in {x["project"] for x in p["statements"]}]
+    keys = ["statement", "runs", "gpu_hours", "run_cost", "idle_share_cost", "total_cost", "lost_work_cost"]
+    labels = {"statement": "statement", "runs": "runs", "gpu_hours": "GPU-hours", "run_cost": f"runs ({cur})",
+              "idle_share_cost": f"share of idle ({cur})", "total_cost": f"total ({cur})",
+              "lost_work_cost": f"of which lost work ({cur})"}
+    rows = [{**r, "idle_share_cost": r["idle_share"], "total_cost": r["total"],
+             "gpu_hours": None if r["gpu_hours"] is None else f"{Decimal(str(r['gpu_hours'])):,.3f}"} for r in rows]
+    st.dataframe(ui.frame(rows, keys, labels, currency=cur), hide_index=True, key="chargeback_table",
+                 column_config={labels[k]: st.column_config.TextColumn(labels[k]) for k in keys})
+    _statement_downloads(cb["files"], month, [x["project"] for x in p["statements"]])
+
+
+def chargeback_section(url: str, month: str, currency: Optional[str], scope: data.Scope = None) -> None:
     from trainledger.errors import LedgerInputError
     from trainledger.money.allocation.idle_share import NO_PROJECT
     from trainledger.reports.chargeback import summary_rows
 
+    if scope is not None:
+        scoped_section(url, month, currency, scope)
+        return
     st.subheader("Chargeback statements")
     try:
         cb = statements(url, month, currency)
@@ -70,16 +122,22 @@ def chargeback_section(url: str, month: str, currency: Optional[str]) -> None:
     cols = st.columns(min(len(linked), 4)) if linked else []
     for i, name in enumerate(linked):  # each statement's runs, on Runs (the project filter, the month)
         ui.runs_link(f"Runs of {ui.md(name)}", where=cols[i % len(cols)], project=name, month=month)
-    project = st.selectbox("Statement of", names, key="chargeback_project")
-    stem = _stem(cb["files"], month, names, project)
-    c = st.columns(3)
-    c[0].download_button("Statement XLSX", cb["files"][f"{stem}.xlsx"], file_name=f"{stem}.xlsx", mime=XLSX,
-                         key="chargeback_xlsx", icon=":material/download:", on_click="ignore")
-    c[1].download_button("Statement HTML (printable)", cb["files"][f"{stem}.html"], file_name=f"{stem}.html",
-                         mime="text/html", key="chargeback_html", icon=":material/download:", on_click="ignore")
+    c = _statement_downloads(cb["files"], month, names)
     summary = f"{month}-chargeback-summary.csv"
     c[2].download_button("Summary CSV", cb["files"][summary], file_name=summary, mime="text/csv",
                          key="chargeback_csv", icon=":material/download:", on_click="ignore")
+
+
+def _statement_downloads(files: dict[str, bytes], month: str, names: list[str]) -> list:
+    """The statement picker and its XLSX and HTML downloads; returns the row of three columns (the third is free)."""
+    project = st.selectbox("Statement of", names, key="chargeback_project")
+    stem = _stem(files, month, names, project)
+    c = st.columns(3)
+    c[0].download_button("Statement XLSX", files[f"{stem}.xlsx"], file_name=f"{stem}.xlsx", mime=XLSX,
+                         key="chargeback_xlsx", icon=":material/download:", on_click="ignore")
+    c[1].download_button("Statement HTML (printable)", files[f"{stem}.html"], file_name=f"{stem}.html",
+                         mime="text/html", key="chargeback_html", icon=":material/download:", on_click="ignore")
+    return c
 
 
 def _stem(files: dict[str, bytes], month: str, names: list[str], project: str) -> str:

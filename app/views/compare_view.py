@@ -47,8 +47,9 @@ def _chart(rows: list[dict[str, Any]], name: str, y_title: str, title: str) -> a
             .interactive())
 
 
-def section(url: str, currency: str, candidates: list[str], names: dict[str, str]) -> None:
-    """The Compare section: a multiselect of the runs listed above (and any from ``?compare=``), kept in the URL."""
+def section(url: str, currency: str, candidates: list[str], names: dict[str, str], scope: data.Scope = None) -> None:
+    """The Compare section: a multiselect of the runs listed above (and any from ``?compare=``), kept in the URL;
+    a run outside ``scope`` (the user's projects) fails as an unknown run id does."""
     st.header("Compare runs")
     wanted = _param()
     options = list(dict.fromkeys([*wanted, *candidates]))
@@ -66,7 +67,7 @@ def section(url: str, currency: str, candidates: list[str], names: dict[str, str
         st.caption("Pick two or more runs to see their loss, throughput, utilization, step time and cost side by side.")
         return
     try:
-        d = data.compare_runs(url, tuple(check_ids(picked, "?compare=")), currency)
+        d = data.compare_runs(url, tuple(check_ids(picked, "?compare=")), currency, scope)
     except LedgerInputError as exc:
         st.error(ui.error_line(exc))
         return

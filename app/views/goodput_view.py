@@ -7,7 +7,7 @@ Every figure is the presented JSON of the ledger function ``trainledger goodput`
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, Optional
 
 import altair as alt
 import pandas as pd
@@ -65,10 +65,10 @@ def heat_chart(hours: list[dict[str, Any]], cur: str) -> alt.Chart:
             .properties(height=max(ui.MIN_CHART_HEIGHT, 14 * df["day"].nunique())))
 
 
-def phase_timeline(url: str, run_id: str) -> list[dict[str, Any]]:
+def phase_timeline(url: str, run_id: str, scope: Optional[tuple[str, ...]] = None) -> list[dict[str, Any]]:
     """A run's phases per node (``trainledger goodput --run ID``'s timeline): when each phase ran, from its
     first start to its last end, and how long it took in all; the table lists the figures."""
-    rows = goodput_data.timeline(url, run_id)
+    rows = goodput_data.timeline(url, run_id, scope)
     st.markdown("**Phases per node**")
     if not rows:
         st.caption("No phases recorded for this run (a run seen only by the wrapper or a Slurm import): its time is "
@@ -100,9 +100,11 @@ def _label(cat: Any) -> str:
 
 
 def month_account(url: str, month: str, currency: str) -> Any:
-    """The month's :class:`MonthAccount` (``trainledger goodput --month M``), or None when the month has none."""
-    acct = goodput_data.account(url, month, currency)
-    return next((m for m in acct.months if m.month == month), None)
+    """The month's :class:`MonthAccount` (``trainledger goodput --month M``'s totals): stored per ledger state once the
+    month is over (``data.month_totals``), so a trend of past months computes none of their run lines."""
+    from trainledger.app.queries.data import month_totals
+
+    return month_totals(url, month, currency).account
 
 
 def overview_figure(url: str, month: str, currency: str, summary: dict[str, Any]) -> None:

@@ -49,9 +49,9 @@ def section(url: str, node_types: list[str], offers: dict[str, tuple[Any, str]],
         by_node = st.checkbox("By node: jobs pay for every node they touch (exclusive nodes)", key="slurm_map_by_node", disabled=read_only)
         replace = st.checkbox("Replace the rule with the same partition / GPU type / nodes / cluster", key="slurm_map_replace", disabled=read_only)
         added = st.form_submit_button("Save rule", type="primary", disabled=read_only)
-    if added and access.require_lead("edit the Slurm mapping"):
+    if added and (actor := access.lead_writer("edit the Slurm mapping")):
         try:
-            with data.write_session(url) as s:
+            with data.write_session(url, actor) as s:
                 rule, result = add_rule(s, node_type=node_type, offer=None if offer == NO_OFFER else offer,
                                         partition=partition, gpu_type=gpu_type, node_pattern=nodes, cluster=cluster,
                                         by_node=by_node, replace=replace)
@@ -65,9 +65,9 @@ def section(url: str, node_types: list[str], offers: dict[str, tuple[Any, str]],
             rid = st.selectbox("Rule", [r["id"] for r in current], key="slurm_map_remove_id", disabled=read_only,
                                format_func=lambda i: f"{i}: " + next(_label(r) for r in current if r["id"] == i))
             removed = st.form_submit_button("Remove rule", disabled=read_only)
-        if removed and access.require_lead("edit the Slurm mapping"):
+        if removed and (actor := access.lead_writer("edit the Slurm mapping")):
             try:
-                with data.write_session(url) as s:
+                with data.write_session(url, actor) as s:
                     remove_rule(s, int(rid))
                 rules.clear()
             except LedgerInputError as exc:

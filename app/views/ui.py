@@ -210,7 +210,7 @@ def cell(key: str, value: Any, tz: Optional[ZoneInfo] = None) -> Any:
     ``YYYY-MM-DD HH:MM`` in the display time zone (never seconds or microseconds), other numbers as numbers
     (a column still sorts by value), nothing for no value (never "None")."""
     k = kind_of(key)
-    if k == "money":
+    if k in ("money", "unit_price"):
         return money(key, value)
     if k == "ratio":
         return pct(value) if value is not None else ""

@@ -30,9 +30,9 @@ def _chart(d: dict[str, Any], title: str) -> None:
     st.altair_chart(chart, use_container_width=True)
 
 
-def run_section(url: str, run_id: str) -> None:
+def run_section(url: str, run_id: str, scope: data.Scope = None) -> None:
     """Run detail: its nodes' utilization hour by hour."""
-    d = data.run_utilization(url, run_id)
+    d = data.run_utilization(url, run_id, scope)
     st.markdown("**Utilization per node over time**")
     if not d["points"]:
         st.caption("No utilization samples recorded for this run (the wrapper, the tracked trainer and the API record "

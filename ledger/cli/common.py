@@ -9,6 +9,7 @@ cannot be reached. Warnings go through :func:`warn` (hidden by ``-q``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -209,14 +210,18 @@ def clock(now: Optional[str]):
     return report_clock(now)
 
 
+@contextlib.contextmanager
 def session(db: Optional[str]):
     """A session on the ledger (``--db``, else the configured one) that commits on success; warns once per
-    command when the configured time zone is not the ledger's (:func:`check_timezone`)."""
+    command when the configured time zone is not the ledger's (:func:`check_timezone`). What it writes is
+    recorded in the audit log as the OS user's at this host (``trainledger.store.audit.cli_actor``)."""
+    from trainledger.store import audit
     from trainledger.store.db import get_engine, session_scope
 
     engine = get_engine(db)
     check_timezone(engine)
-    return session_scope(engine)
+    with session_scope(engine) as s:
+        yield audit.bind(s, audit.cli_actor())
 
 
 def sync_quietly(db: Optional[str]) -> None:

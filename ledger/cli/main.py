@@ -33,6 +33,7 @@ COMMANDS = {"demo": "setup.demo", "import": "capture.imports", "launch": "captur
             "sweep": "capture.runs", "run": "capture.track", "settings": "setup.settings", "train": "parts",
             "dashboard": "parts", "collect": "reports.metrics", "forecast": "prices.forecast",
             "exporter": "reports.exporter", "db": "setup.db", "runs": "capture.runs", "config": "setup.config",
+            "audit": "setup.audit", "users": "setup.users",
             "data": "parts", "cost": "prices.costs", "report": "reports.reports", "budget": "prices.budget",
             "pricing": "prices.pricing", "fx": "prices.fx", "carbon": "prices.carbon", "fleet": "prices.fleet",
             "plan": "prices.plan", "slurm": "capture.slurm", "goodput": "reports.goodput",

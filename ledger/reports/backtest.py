@@ -35,6 +35,7 @@ from trainledger.money.rates import costs
 from trainledger.money.rates.months import date_start, month_bounds, month_of, months_between, run_interval, time_share
 from trainledger.store.db import make_engine
 from trainledger.store.models import (
+    AuditLog,
     MetricSample,
     RollupMonth,
     RollupPeak,
@@ -50,7 +51,8 @@ from trainledger.store.types import utcnow
 
 DEFAULT_DAYS = (7, 14, 21)
 SKIPPED_TABLES = {MetricSample.__tablename__, RollupSlice.__tablename__, RollupMonth.__tablename__,
-                  RollupPeak.__tablename__, RunPhase.__tablename__}  # phases: the forecast does not read them
+                  RollupPeak.__tablename__, RunPhase.__tablename__,  # phases: the forecast does not read them
+                  AuditLog.__tablename__}  # nor the audit log
 
 
 def backtest(session: Session, *, days: Iterable[int] = DEFAULT_DAYS, window_days: int = DEFAULT_WINDOW_DAYS,

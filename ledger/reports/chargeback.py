@@ -255,8 +255,9 @@ def _table(columns: list[str], rows: list[dict[str, Any]], tz: Optional[tzinfo] 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
-    """A printable page: the totals, the runs, the share of idle, and how the month adds up."""
+def to_html(summary: dict[str, Any], st: dict[str, Any], team: bool = True) -> str:
+    """A printable page: the totals, the runs, the share of idle, and how the month adds up (``team`` False: a
+    statement for a project-scoped dashboard user, whose note names none of the team's totals)."""
     cur, t = summary["currency"], st["totals"]
     title = f"Chargeback statement: {st['project']}, {summary['month']}"
     period = f" ({summary['period']})" if summary.get("period") else ""
@@ -270,11 +271,13 @@ def to_html(summary: dict[str, Any], st: dict[str, Any]) -> str:
     runs = _table(RUN_COLUMNS, st["runs"], tz) if st["runs"] else "<p>No run of this project in the month.</p>"
     idle = (_table(IDLE_COLUMNS, st["idle"], tz) if st["idle"]
             else "<p>No idle is charged back to this project (its fleets' policy is none, or it drew on no shared fleet).</p>")
-    note = (f"Money in {html.escape(cur)}, each figure rounded half-up to the cent on its own; every statement of "
+    adds = ("every statement of "
             f"{html.escape(summary['month'])} plus idle not charged back ({html.escape(summary['idle_not_charged_back'])})"
             + (f" plus rounding ({html.escape(summary['rounding'])})" if summary.get("rounding") else "")
-            + f" adds up to the month's spend ({html.escape(summary['spend'])}). Lost work is part of the runs' cost. "
-            f"Made by trainledger "
+            + f" adds up to the month's spend ({html.escape(summary['spend'])})") if team else \
+        "the statements of the month's other projects and its idle not charged back make up the month's spend"
+    note = (f"Money in {html.escape(cur)}, each figure rounded half-up to the cent on its own; {adds}. "
+            "Lost work is part of the runs' cost. Made by trainledger "
             f"(`trainledger report chargeback --month {html.escape(summary['month'])}`).")
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}{html.escape(period)}</h1>\n"

@@ -25,7 +25,8 @@ from typing import Any, Optional
 
 from trainledger.money.account.monthly import MonthlyReport
 from trainledger.money.account.not_costed import COLUMNS as NOT_COSTED_COLUMNS
-from trainledger.money.goodput.goodput_core import ZERO, Category, GoodputReport
+from trainledger.money.goodput.goodput_core import ZERO, Category, GoodputReport, MonthAccount
+from trainledger.money.goodput.month_store import MonthTotals
 from trainledger.money.goodput.waste import project_waste, run_waste, waste_by_reason, waste_cost
 from trainledger.money.metrics.rounding import ROUNDING, cents, rounding_line
 from trainledger.reports.present import jsonable
@@ -82,16 +83,23 @@ def presented_report(rep: MonthlyReport, goodput: GoodputReport | None = None) -
     lines' cents do not add up to the summary, their ``rounding`` lines. ``goodput``: the month's goodput account
     (``trainledger.money.goodput.goodput_ledger.report_account`` of ``rep``): with it the summary's waste
     (``waste_cost`` = badput + idle and ``waste_by_reason``, ``trainledger.money.goodput.waste``), each project's
-    waste and each run line's goodput and badput, each rounded on its own."""
+    waste and each run line's goodput and badput, each rounded on its own. Without run lines the month's stored
+    totals (``trainledger.money.goodput.month_store.MonthTotals``: its account and each project's waste) give the
+    same figures without computing every run's account."""
+    if isinstance(goodput, MonthTotals) and rep.runs:
+        raise ValueError("presented_report: run lines need the month's whole goodput account (report_account)")
     s = rep.summary
     summary: dict[str, Any] = {}
     for k, v in jsonable(s).items():
         summary[k] = v
         if k == "lost_work_cost" and goodput is not None:  # the waste beside the lost work it includes
-            summary.update(_waste(goodput))
+            summary.update(_waste(goodput.account if isinstance(goodput, MonthTotals) else goodput.months[0]))
     summary = {"month": rep.month, "timezone": rep.timezone, "currency": rep.currency, **summary}
-    split = {a.run_id: (a.cost[Category.productive], run_waste(a)) for a in goodput.runs} if goodput else {}
-    by_project = project_waste(goodput.runs) if goodput else {}
+    if isinstance(goodput, MonthTotals):
+        split, by_project = {}, goodput.project_waste
+    else:
+        split = {a.run_id: (a.cost[Category.productive], run_waste(a)) for a in goodput.runs} if goodput else {}
+        by_project = project_waste(goodput.runs) if goodput else {}
     projects = []
     for p in rep.projects:
         row = jsonable(p)
@@ -118,10 +126,9 @@ def presented_report(rep: MonthlyReport, goodput: GoodputReport | None = None) -
     return out
 
 
-def _waste(goodput: GoodputReport) -> dict[str, Any]:
+def _waste(m: MonthAccount) -> dict[str, Any]:
     """The month's waste (badput + idle) and its reasons, each half-up to the cent on its own, and ``rounding``
     when their cents do not add up to the waste."""
-    m = goodput.months[0]
     total, by = waste_cost(m), waste_by_reason(m)
     out = {k: str(cents(v)) for k, v in by.items()}
     rest = rounding_line(list(by.values()), total)
@@ -154,7 +161,7 @@ def summary_label(key: str, currency: Optional[str]) -> str:
 
     head, _, sub = key.partition(".")
     text = f"{label(head)}: {sub.replace('_', ' ')}" if sub else label(head)
-    return f"{text} ({currency})" if currency and kind_of(head) == "money" else text
+    return f"{text} ({currency})" if currency and kind_of(head) in ("money", "unit_price") else text
 
 
 def summary_definition(key: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
-from trainledger.money.goodput.goodput_ledger import month_account
+from trainledger.money.goodput.month_store import month_totals
 from trainledger.money.goodput.waste import IDLE, waste_by_reason, waste_cost
 from trainledger.money.rates import costs
 from trainledger.money.rates.costs import ZERO
@@ -120,9 +120,10 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
     t = _Sums()
     tick = tick or (lambda: None)
     for month in parts.months:
-        rep = monthly_report(session, month, lines=month_goodput is None, projects=False, now=now, currency=currency)
-        # the month's goodput account (a caller that has it already passes month_goodput): waste = badput + idle
-        acct = month_goodput(month) if month_goodput else month_account(session, rep, now)[0]
+        rep = monthly_report(session, month, lines=False, projects=False, now=now, currency=currency)
+        # the month's goodput totals (a caller that has them already passes month_goodput; else stored per ledger
+        # state, trainledger.money.goodput.month_store): waste = badput + idle
+        acct = month_goodput(month) if month_goodput else month_totals(session, month, currency, now)
         waste, account_idle = waste_cost(acct), waste_by_reason(acct)[IDLE]
         t.currency = t.currency or rep.currency
         _add_month(t, {**rep.summary, "waste_cost": waste, "account_idle_cost": account_idle})

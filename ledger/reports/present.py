@@ -2,8 +2,8 @@
 
 A key that names a figure of the metrics layer (:mod:`trainledger.money.metrics`, docs/METRICS.md) is shown by
 its unit there; other keys (a figure's facets, lines of a table) by their suffix. Money is an exact string with
-2 decimals in JSON ("4800.00"), rounded half-up to cents only here. Ratios keep 4 decimals, percentages 1,
-hours 3.
+2 decimals in JSON ("4800.00"), rounded half-up to cents only here; a cost per unit of work (per 1M tokens) is
+money with 4 decimals ("0.0035"), often under a cent. Ratios keep 4 decimals, percentages 1, hours 3.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from trainledger.money.metrics.registry import lookup
 from trainledger.money.rates.costs import cents
 
 MONEY_KEYS = {"cost", "spend", "savings", "idle_cost", "waste_cost", "amount"}
-MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative", "cost_per_1m_tokens",
+MONEY_SUFFIXES = ("_cost", "_per_node_month", "_savings", "savings_vs_alternative",
                   "cost_if_elastic", "cost_if_own", "_price", "_rate", "cheapest_saves_vs_dearest")
 MONEY_PREFIXES = ("cost_", "price_", "capex", "residual", "electricity_price", "operations_", "waste_by_reason")
 PCT_SUFFIXES = ("_pct",)
@@ -32,13 +32,18 @@ QUANTITY_KEYS = {"energy_kwh", "energy_measured_kwh", "energy_estimated_kwh", "c
 
 #: a metric's unit → how it is shown here
 UNIT_KIND = {"money": "money", "ratio": "ratio", "pct": "pct", "hours": "hours", "seconds": "hours", "kwh": "hours",
-             "kg": "hours", "per_money": "hours", "count": "plain", "exact": "plain"}
+             "kg": "hours", "per_money": "hours", "count": "plain", "exact": "plain", "unit_price": "unit_price"}
+#: keys of a cost per unit of work that are not figures themselves (``best_cost_per_1m_tokens``, a strategy's
+#: ``cost_per_1m_OFFER`` column): shown as the figure, with 4 decimals
+UNIT_PRICE_MARK = "cost_per_1m"
 
 
 def kind_of(key: str) -> str:
     m = lookup(key)
     if m is not None:
         return UNIT_KIND[m.unit]
+    if UNIT_PRICE_MARK in key:
+        return "unit_price"
     if key in MONEY_KEYS or key.endswith(MONEY_SUFFIXES) or key.startswith(MONEY_PREFIXES):
         return "money"
     if key.endswith(PCT_SUFFIXES):
@@ -67,6 +72,9 @@ def present(key: str, value: Any) -> Any:
         if k == "money":
             c = cents(Decimal(str(value)) if isinstance(value, float) else value)
             return str(c if c else abs(c))  # a difference of -0.000001 is "0.00", never "-0.00"
+        if k == "unit_price":
+            c = _q(Decimal(str(value)) if isinstance(value, float) else value, "0.0001")
+            return str(c if c else abs(c))
         if k == "pct":
             return float(_q(Decimal(str(value)), "0.1"))
         if k == "ratio":
@@ -85,7 +93,7 @@ def jsonable(obj: Any, key: str = "") -> Any:
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         # a dict under a money or hours key (cost per offer, a forecast's range) holds money or hours too
-        inherit = kind_of(key) in ("money", "hours")
+        inherit = kind_of(key) in ("money", "hours", "unit_price")
         return {k: jsonable(v, key if inherit and not isinstance(v, (dict, list)) else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v, key) for v in obj]
@@ -102,6 +110,8 @@ def fmt_cell(key: str, value: Any) -> str:
     k = kind_of(key)
     if k == "money" and not (isinstance(v, str) and not _is_num(v)):  # "not costed" stays words
         return f"{Decimal(v):,.2f}"
+    if k == "unit_price" and not (isinstance(v, str) and not _is_num(v)):
+        return f"{Decimal(v):,.4f}"
     if k == "pct":
         return f"{v:.1f}%"
     if k == "ratio" and isinstance(v, float):
@@ -206,7 +216,7 @@ def labelled_rows(d: dict[str, Any], currency: str | None = None, tz: Optional[t
     """A summary as (figure, value) rows for a table: human labels (money ones with ``currency``), the table's
     rounding, instants in ``tz``; a list is joined, a dict (waste by reason) is one row per entry."""
     def row(key: str, name: str, value: Any) -> dict[str, str]:
-        unit = f" ({currency})" if currency and kind_of(key) == "money" else ""
+        unit = f" ({currency})" if currency and kind_of(key) in ("money", "unit_price") else ""
         text = "; ".join(str(x) for x in value) if isinstance(value, list) else human(key, value, tz)
         return {"figure": name + unit, "value": text}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import func, update
 from sqlmodel import Session, select
@@ -74,8 +74,12 @@ def _status(value: Optional[str]) -> Optional[RunStatus]:
 
 
 def _filters(session: Session, q, *, month: Optional[str], project: Optional[str], user: Optional[str],
-             status: Optional[str], strategy: Optional[str], sweep: Optional[str]):
-    """``q`` narrowed in SQL by the ``runs list`` filters (joins to Project/User only when filtered by them)."""
+             status: Optional[str], strategy: Optional[str], sweep: Optional[str],
+             projects: Optional[Sequence[str]] = None):
+    """``q`` narrowed in SQL by the ``runs list`` filters (joins to Project/User only when filtered by them);
+    ``projects``: only runs of these projects (a dashboard user's scope; None: every run)."""
+    if projects is not None:
+        q = q.where(Run.project_id.in_(select(Project.id).where(Project.name.in_(list(projects)))))
     if month:
         ms, me = month_bounds(month, display_timezone(session))
         q = q.where(Run.started_at < me, (Run.ended_at.is_(None)) | (Run.ended_at > ms))
@@ -94,9 +98,11 @@ def _filters(session: Session, q, *, month: Optional[str], project: Optional[str
 
 def list_runs(session: Session, *, month: Optional[str] = None, project: Optional[str] = None,
               user: Optional[str] = None, status: Optional[str] = None, strategy: Optional[str] = None,
-              sweep: Optional[str] = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+              sweep: Optional[str] = None, limit: int = 100, offset: int = 0,
+              projects: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
     """Runs, newest first, filtered in SQL; node-hours are the run's whole duration, lost GPU-hours its
-    lost work (failed/crashed/cancelled: since its last checkpoint, else since its start).
+    lost work (failed/crashed/cancelled: since its last checkpoint, else since its start). ``projects``: only
+    runs of these projects (the dashboard's project scope).
 
     Only the page (``limit`` rows from ``offset``) is read: the newest-first order
     walks the ``started_at`` index, so the cost does not grow with the ledger.
@@ -109,7 +115,8 @@ def list_runs(session: Session, *, month: Optional[str] = None, project: Optiona
          .outerjoin(NodeType, NodeType.id == Run.node_type_id)  # a run without a node type is listed too
          .outerjoin(Project, Project.id == Run.project_id)
          .outerjoin(User, User.id == Run.user_id))
-    q = _filters(session, q, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep)
+    q = _filters(session, q, month=month, project=project, user=user, status=status, strategy=strategy, sweep=sweep,
+                 projects=projects)
     q = q.order_by(Run.started_at.desc(), Run.id).offset(offset).limit(limit)
     now = utcnow()
     tz = display_timezone(session)
@@ -376,8 +383,19 @@ def run_month_span(session: Session) -> Optional[tuple[str, str]]:
     return month_of(first, tz), month_of(last, tz)
 
 
-def filter_values(session: Session) -> dict[str, list[str]]:
-    """Distinct projects, users and strategies for the Runs filters (SELECT DISTINCT, not a scan in Python)."""
+def filter_values(session: Session, projects: Optional[Sequence[str]] = None) -> dict[str, list[str]]:
+    """Distinct projects, users and strategies for the Runs filters (SELECT DISTINCT, not a scan in Python);
+    ``projects``: only those projects, and the users and strategies of their runs (the dashboard's project scope)."""
+    if projects is not None:
+        mine = select(Project.id).where(Project.name.in_(list(projects)))
+        return {
+            "project": list(session.exec(select(Project.name).where(Project.name.in_(list(projects)))
+                                         .order_by(Project.name)).all()),
+            "user": list(session.exec(select(User.name).where(User.id.in_(
+                select(Run.user_id).where(Run.project_id.in_(mine)))).order_by(User.name)).all()),
+            "strategy": [s for s in session.exec(select(Run.strategy).where(Run.project_id.in_(mine)).distinct()
+                                                 .order_by(Run.strategy)).all() if s],
+        }
     return {
         "project": list(session.exec(select(Project.name).order_by(Project.name)).all()),
         "user": list(session.exec(select(User.name).order_by(User.name)).all()),

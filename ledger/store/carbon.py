@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.fx import check_day, check_rate
 from trainledger.store.lookup import by_name
 from trainledger.store.models import CarbonIntensity, NodeType
@@ -50,13 +51,19 @@ def set_intensity(session: Session, g_per_kwh: Any, valid_from: Any, node_type: 
             raise LedgerInputError(f"{field}: at most {n} printable characters")
     row = session.exec(select(CarbonIntensity).where(CarbonIntensity.node_type_key == key,
                                                      CarbonIntensity.valid_from == d)).first()
+    before = _audited(row)
     if row is None:
         row = CarbonIntensity(node_type_key=key, valid_from=d, g_per_kwh=g, location=location, source=source)
         session.add(row)
     else:
         row.g_per_kwh, row.location, row.source = g, location, source
     session.flush()
+    record_change(session, "carbon.set", f"{node_type or 'all node types'} from {d}", before, _audited(row))
     return _row(row, {key: node_type} if node_type else {})
+
+
+def _audited(row: Optional[CarbonIntensity]) -> Optional[dict[str, Any]]:
+    return {"g_per_kwh": row.g_per_kwh, "location": row.location, "source": row.source} if row is not None else None
 
 
 def list_intensities(session: Session) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.models import Fleet, Offer, OfferKind
 
 
@@ -40,12 +41,23 @@ def save_fleet(session: Session, name: str, offer: str, node_count: int, valid_f
     if clash is not None and clash is not row:
         raise LedgerInputError(f"fleet name: a fleet named {name!r} already exists; pick it to edit it")
     if row is None:
-        session.add(Fleet(name=name, offer_id=o.id, node_count=node_count, valid_from=valid_from, valid_to=valid_to))
+        row = Fleet(name=name, offer_id=o.id, node_count=node_count, valid_from=valid_from, valid_to=valid_to)
+        session.add(row)
         session.flush()
+        record_change(session, "fleet.add", name, None, fleet_fields(session, row))
         return "added"
+    before = fleet_fields(session, row)
     row.name, row.offer_id, row.node_count, row.valid_from, row.valid_to = name, o.id, node_count, valid_from, valid_to
     session.flush()
+    record_change(session, "fleet.set", original, before, fleet_fields(session, row))
     return "updated"
+
+
+def fleet_fields(session: Session, row: Fleet) -> dict[str, Any]:
+    """A fleet as the audit log records it (its offer by name)."""
+    offer = session.get(Offer, row.offer_id)
+    return {"name": row.name, "offer": offer.name if offer else row.offer_id, "node_count": row.node_count,
+            "valid_from": row.valid_from, "valid_to": row.valid_to, "idle_share": row.idle_share or "none"}
 
 
 def remove_fleet(session: Session, name: str) -> None:
@@ -54,5 +66,7 @@ def remove_fleet(session: Session, name: str) -> None:
     if row is None:
         names = session.exec(select(Fleet.name).order_by(Fleet.name)).all()
         raise LedgerInputError(f"NAME: no fleet named {name!r}; fleets: {', '.join(names) or '(none)'}")
+    before = fleet_fields(session, row)
     session.delete(row)
     session.flush()
+    record_change(session, "fleet.remove", name, before, None)

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.files import read_text
 from trainledger.store.models import FxRate
 from trainledger.store.types import RATE_SCALE
@@ -89,13 +90,19 @@ def set_rate(session: Session, base: str, quote: str, rate: Any, valid_from: Any
     r = check_fx_rate(rate, b, q)
     d = check_day(valid_from)
     row = session.exec(select(FxRate).where(FxRate.base == b, FxRate.quote == q, FxRate.valid_from == d)).first()
+    before = _audited(row)
     if row is None:
         row = FxRate(base=b, quote=q, valid_from=d, rate=r, source=source[:200])
         session.add(row)
     else:
         row.rate, row.source = r, source[:200]
     session.flush()
+    record_change(session, "fx.set", f"{b}/{q} from {d}", before, _audited(row))
     return _row(row)
+
+
+def _audited(row: Optional[FxRate]) -> Optional[dict[str, Any]]:
+    return {"rate": row.rate, "source": row.source} if row is not None else None
 
 
 def import_rates(session: Session, path: Path) -> dict[str, int]:
@@ -108,12 +115,15 @@ def import_rates(session: Session, path: Path) -> dict[str, int]:
     added = replaced = 0
     for b, q, r, d, src in rows:
         existing = session.exec(select(FxRate).where(FxRate.base == b, FxRate.quote == q, FxRate.valid_from == d)).first()
+        before = _audited(existing)
         if existing is None:
-            session.add(FxRate(base=b, quote=q, valid_from=d, rate=r, source=src))
+            existing = FxRate(base=b, quote=q, valid_from=d, rate=r, source=src)
+            session.add(existing)
             added += 1
         else:
             existing.rate, existing.source = r, src
             replaced += 1
+        record_change(session, "fx.import", f"{b}/{q} from {d}", before, _audited(existing))
     session.flush()
     return {"rates": len(rows), "added": added, "replaced": replaced}
 

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.lookup import by_name
 from trainledger.store.models import InvoiceMap, Offer
 
@@ -79,12 +80,14 @@ def set_rule(session: Session, pattern: str, offer: str, *, provider: str = "", 
     off = by_name(session, Offer, offer, "--offer", "offer")
     row = session.exec(select(InvoiceMap).where(InvoiceMap.provider == provider,
                                                 InvoiceMap.pattern == pattern)).first()
+    before = _audited(session, row)
     if row is None:
         row = InvoiceMap(provider=provider, pattern=pattern, offer_id=off.id, node=node)
     else:
         row.offer_id, row.node = off.id, node
     session.add(row)
     session.flush()
+    record_change(session, "invoice_map.set", _target(provider, pattern), before, _audited(session, row))
     return MapRule(row.id, provider, pattern, off.name, off.id, node)
 
 
@@ -94,4 +97,18 @@ def remove_rule(session: Session, pattern: str, *, provider: str = "") -> None:
     if row is None:
         raise LedgerInputError(f"PATTERN: no mapping {pattern!r} for {provider or 'any provider'}; "
                                "see `trainledger invoice map`")
+    before = _audited(session, row)
     session.delete(row)
+    session.flush()
+    record_change(session, "invoice_map.remove", _target(provider, pattern), before, None)
+
+
+def _target(provider: str, pattern: str) -> str:
+    return f"{provider or '(any provider)'}: {pattern}"
+
+
+def _audited(session: Session, row: Optional[InvoiceMap]) -> Optional[dict[str, Any]]:
+    if row is None:
+        return None
+    off = session.get(Offer, row.offer_id)
+    return {"offer": off.name if off else row.offer_id, "node": row.node or ""}

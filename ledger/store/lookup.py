@@ -16,8 +16,13 @@ def get_run(session: Session, run_id: str) -> Run:
         matches = session.exec(select(Run).where(Run.id.startswith(run_id)).limit(2)).all() if len(run_id) >= 6 else []
         if len(matches) == 1:
             return matches[0]
-        raise LedgerInputError(f"RUN_ID: no run {run_id!r} in this ledger; see `trainledger runs list`")
+        raise unknown_run(run_id)
     return run
+
+
+def unknown_run(run_id: str) -> LedgerInputError:
+    """The one-line error for a run id that names no run (the dashboard gives it for a run outside a user's scope too)."""
+    return LedgerInputError(f"RUN_ID: no run {run_id!r} in this ledger; see `trainledger runs list`")
 
 
 def by_name(session: Session, model, name: str, flag: str, what: str):

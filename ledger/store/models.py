@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any, Optional
 
 import trainledger as _root
-from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 from trainledger.store.types import Money, Rate, UTCDateTime, utcnow
 
@@ -446,6 +446,22 @@ class RollupPeak(SQLModel, table=True):
     node_type_id: int
     offer_key: int
     peak: int = 0
+
+
+class GoodputMonth(SQLModel, table=True):
+    """A month's goodput totals as last computed (``trainledger.money.goodput.month_totals``, migration 0021): the
+    :class:`~trainledger.money.goodput.goodput_core.MonthAccount`'s exact figures and each project's waste, read
+    back only while ``fingerprint`` (a hash of everything the account depends on) still matches the ledger.
+    Only months that are over and touched by no live run are stored; a row is a cache, never a source."""
+
+    __tablename__ = "goodput_month"
+
+    month: str = Field(primary_key=True, max_length=7)
+    currency: str = Field(primary_key=True, max_length=3)  # the presentation currency asked for; "" = the default
+    fingerprint: str = Field(max_length=64)
+    digest: str = Field(max_length=64)  # sha256 of fingerprint + payload: a damaged row is recomputed
+    payload: str = Field(sa_type=Text)  # JSON: Decimals as exact strings, categories by name
+    computed_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 class Budget(SQLModel, table=True):

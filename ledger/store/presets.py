@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.store import prices
+from trainledger.store.audit import record_change
 from trainledger.store.files import read_text
 from trainledger.store.fx import check_currency
 from trainledger.store.models import NodeType, Offer, OfferKind, OfferPrice
@@ -198,8 +199,10 @@ def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: 
                 f"use one of {', '.join(sorted(known | dict.fromkeys(new_names)))} or add a [[node_type]]"
             )
     counts = {"node_types": 0, "offers": 0}
+    audit = source != "preset"  # the shipped presets a new ledger starts with are no one's change
     for nts in spec.node_type:
         row = known.get(nts.name)
+        before = _node_type_fields(row) if row is not None else None
         if row is None:
             row = NodeType(**nts.model_dump(), source=source)
             session.add(row)
@@ -209,6 +212,9 @@ def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: 
             row.source = source
         else:
             continue
+        if audit:
+            record_change(session, "node_type.set" if before else "node_type.add", nts.name, before,
+                          _node_type_fields(row))
         known[nts.name] = row
         counts["node_types"] += 1
     session.flush()
@@ -228,7 +234,9 @@ def apply_pricing(session: Session, spec: PricingFile, *, source: str, replace: 
             row = Offer(**first.to_row(known[first.node_type].id, source))
             session.add(row)
             session.flush()
-            prices.add_first_version(session, row, _instant(first.valid_from, tz))
+            version = prices.add_first_version(session, row, _instant(first.valid_from, tz))
+            if audit:
+                record_change(session, "offer.add", name, None, _offer_fields(row, first.node_type, version))
             counts["offers"] += 1
             fresh = True
         else:
@@ -258,7 +266,19 @@ def _offer_version(session: Session, row: Offer, ofs: OfferSpec, node_type_id: i
     prices.apply_version(session, plan, retroactive=retroactive, note=note)
     if plans is not None and not plan.noop:
         plans.append(plan)
+    if source != "preset":
+        record_change(session, "offer.notes", row.name, {"notes": row.notes}, {"notes": values["notes"]})
     row.notes, row.source = values["notes"], source
+
+
+def _node_type_fields(row: NodeType) -> dict[str, Any]:
+    return {k: getattr(row, k) for k in NodeTypeSpec.model_fields}
+
+
+def _offer_fields(row: Offer, node_type: str, version: OfferPrice) -> dict[str, Any]:
+    """A new offer as the audit log records it: kind, node type, currency, its prices and their start."""
+    return {"kind": row.kind, "node_type": node_type, "currency": row.currency, "valid_from": version.valid_from,
+            **{f: v for f, v in prices.price_values(row).items() if v is not None}, "notes": row.notes}
 
 
 def import_pricing_file(session: Session, path: Path, valid_from: Optional[datetime] = None,

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.lookup import by_name
 from trainledger.store.models import PRICE_FIELDS, Offer, OfferPrice, Run
 from trainledger.store.types import MONEY_SCALE, utcnow
@@ -140,12 +141,20 @@ def apply_version(session: Session, plan: VersionPlan, *, retroactive: bool = Fa
     same = next((v for v in history if v.valid_from == plan.valid_from), None)
     if same is not None:  # identical to the version at that instant: plan_version said noop
         return None
+    in_force = max((v for v in history if v.valid_from <= plan.valid_from), key=lambda v: v.valid_from)
     row = OfferPrice(offer_id=offer.id, version=max((v.version for v in history), default=0) + 1,
                      valid_from=plan.valid_from, note=note[:500], **plan.values)
     session.add(row)
     session.flush()
     mirror_newest(session, offer)
+    record_change(session, "offer.price", offer.name, audited_version(in_force), audited_version(row))
     return row
+
+
+def audited_version(v: OfferPrice) -> dict[str, Any]:
+    """A price version as the audit log records it: its number, start and the prices it sets."""
+    return {"version": v.version, "valid_from": v.valid_from,
+            **{f: val for f, val in price_values(v).items() if val is not None}, "note": v.note}
 
 
 def add_first_version(session: Session, offer: Offer, valid_from: Optional[datetime] = None, note: str = "") -> OfferPrice:

@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.models import Setting
 
 DEFAULTS = {
@@ -30,10 +31,12 @@ def set_setting(session: Session, key: str, value: str) -> None:
 
         check_currency(value, "currency")
     row = session.get(Setting, key)
+    before = {"value": row.value} if row is not None else None
     if row is None:
         session.add(Setting(key=key, value=value))
     else:
         row.value = value
+    record_change(session, "setting.set", key, before, {"value": value})
 
 
 def parse_timezone(name: str) -> ZoneInfo:

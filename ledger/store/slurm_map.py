@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.store.audit import record_change
 from trainledger.store.models import NodeType, Offer, SlurmMap
 
 #: printable text without spaces, commas or '|' (they separate values in sacct output)
@@ -119,6 +120,7 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
         raise LedgerInputError(f"slurm map: rule {row.id} already matches {_describe(key)}; "
                                "pass --replace to change it, or remove it first")
     result = "updated" if row is not None else "added"
+    before = _audited(session, row)
     if row is None:
         row = SlurmMap(**key, node_type_id=nt.id)
         session.add(row)
@@ -126,7 +128,20 @@ def add_rule(session: Session, *, node_type: str, offer: Optional[str] = None, p
     row.billing_weights, row.max_tres, row.node_tres = (billing_weights or None, bool(max_tres) if billing_weights else None,
                                                         node_tres or None)
     session.flush()
+    record_change(session, "slurm_map.add" if before is None else "slurm_map.set", f"rule {row.id}", before,
+                  _audited(session, row))
     return _rule(row, nt.name, o.name if o else None), result
+
+
+def _audited(session: Session, row: Optional[SlurmMap]) -> Optional[dict[str, Any]]:
+    """A rule as the audit log records it: its match fields and what it maps to (by name)."""
+    if row is None:
+        return None
+    nt, o = session.get(NodeType, row.node_type_id), session.get(Offer, row.offer_id) if row.offer_id else None
+    return {"cluster": row.cluster, "partition": row.partition, "gpu_type": row.gpu_type,
+            "node_pattern": row.node_pattern, "node_type": nt.name if nt else row.node_type_id,
+            "offer": o.name if o else None, "by_node": bool(row.by_node), "billing_weights": row.billing_weights or "",
+            "max_tres": bool(row.max_tres), "node_tres": row.node_tres or ""}
 
 
 def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType, max_tres: bool = False) -> tuple[str, str]:
@@ -185,6 +200,9 @@ def remove_rule(session: Session, rule_id: int) -> Rule:
     if rule_id not in rules:
         shown = ", ".join(str(i) for i in sorted(rules)) or "(none)"
         raise LedgerInputError(f"RULE_ID: no Slurm mapping rule {rule_id}; rules: {shown} (see `trainledger slurm map list`)")
-    session.delete(session.get(SlurmMap, rule_id))
+    row = session.get(SlurmMap, rule_id)
+    before = _audited(session, row)
+    session.delete(row)
     session.flush()
+    record_change(session, "slurm_map.remove", f"rule {rule_id}", before, None)
     return rules[rule_id]

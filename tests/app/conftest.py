@@ -16,18 +16,18 @@ def demo_url(tmp_path_factory) -> str:
 @pytest.fixture
 def app_env(monkeypatch):
     """Loopback, no auth file, fresh caches; returns a function pointing the app at a ledger."""
-    import streamlit as st
     from streamlit import config
+    from trainledger.app.queries.data import clear_caches
 
     monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
     config.set_option("server.address", "127.0.0.1")
-    st.cache_data.clear()
+    clear_caches()
 
     def use(url: str) -> None:
         monkeypatch.setenv("TRAINLEDGER_DB_URL", url)
 
     yield use
-    st.cache_data.clear()
+    clear_caches()
     config.set_option("server.address", "127.0.0.1")
 
 

@@ -88,11 +88,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, url: str, *args: str, env: Optional[dict[str, str]] = None) -> Iterator[Served]:
-    """`trainledger dashboard --port P --db URL ARGS` in ``tmp``; yields once it answers on 127.0.0.1:P."""
-    port = free_port()
+def serve(tmp: Path, url: str, *args: str, env: Optional[dict[str, str]] = None,
+          port: Optional[int] = None) -> Iterator[Served]:
+    """`trainledger dashboard --port P --db URL ARGS` in ``tmp`` (P: ``port``, else a free one); yields once it
+    answers on 127.0.0.1:P."""
+    port = port or free_port()
     log = tmp / f"dashboard-{port}.log"
-    child_env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL")}
+    child_env = {k: v for k, v in os.environ.items() if k not in ("TRAINLEDGER_AUTH_FILE", "TRAINLEDGER_DB_URL",
+                                                                   "TRAINLEDGER_OIDC_CONFIG")}
     child_env.update(env or {})
     with open(log, "wb") as out:
         proc = subprocess.Popen([*trainledger(), "dashboard", "--port", str(port), "--db", url, *args],
@@ -131,7 +134,7 @@ def settle(page) -> None:
 
 
 def open_expander(page, label: str):
-    """Open the expander titled ``label`` and wait until it stands still; returns the expander's locator.
+    """Open the expander titled ``label`` (if it is not open) and wait until it stands still; returns its locator.
 
     Streamlit animates an expander's height as it opens (Web Animations on its ``<details>``, with an inline height
     and ``overflow: hidden`` until the animation ends), and animates again whenever its content resizes, e.g. as a
@@ -142,9 +145,10 @@ def open_expander(page, label: str):
     from playwright.sync_api import expect
 
     box = page.get_by_test_id("stExpander").filter(has_text=label)
-    box.locator("summary").click()
-    settle(page)
     details = box.locator("details")
+    if details.get_attribute("open") is None:  # already open (kept across a rerun): a click would close it
+        box.locator("summary").click()
+    settle(page)
     expect(details).to_have_attribute("open", "")
     page.wait_for_function("d => d.getAnimations().length === 0 && d.style.height === ''",
                            arg=details.element_handle(), timeout=WAIT_MS)

@@ -107,7 +107,7 @@ def test_a_lead_sets_changes_and_removes_budgets_with_the_cli_validation(ledger)
     # the Overview shows them: November's llm cost 30 × 98.63 + 394.52 = 3,353.42 is over 3,000; the team's 5,000 holds
     table = _table(at, "state")
     llm = table[table["project"] == "llm"].iloc[0]
-    assert (llm["spent to date"], llm["budget"], llm["state"]) == ("3,353.42", "3,000.00", "over")
+    assert (llm["spent to date (CNY)"], llm["budget (CNY)"], llm["state"]) == ("3,353.42", "3,000.00", "over")
     assert any(plain(s.value).startswith("**Team budget: ok** · spent 3,353.42 of 5,000.00 CNY") for s in at.success)
     # an alert threshold of 60%: 3,353.42 spent is 67.1% of 5,000 (≥ 3,000.00), so the team's budget is at risk
     spent = 30 * Decimal("98.63") + Decimal("394.52")

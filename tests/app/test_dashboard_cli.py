@@ -91,7 +91,7 @@ def test_bad_auth_file_is_one_line_exit_2(sqlite_url, fake_popen, tmp_path):
     users.write_text('[users.bob]\nrole = "boss"\npassword_hash = "x"\n')
     r = _invoke("--auth-file", str(users), "--db", sqlite_url)
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
-    assert "role must be viewer or lead, got 'boss'" in r.stderr
+    assert "role must be viewer, lead or admin, got 'boss'" in r.stderr
     assert fake_popen == []
 
 

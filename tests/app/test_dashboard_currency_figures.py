@@ -61,14 +61,14 @@ def test_overview_forecast_and_budgets_in_usd(sqlite_url, app_env, monkeypatch):
     assert _money(team["amount"]) == "4,903.50"  # 35,000 CNY × 0.1401
     banner = [plain(x.value) for x in (*at.success, *at.warning, *at.error) if "Team budget" in x.value]
     assert len(banner) == 1 and f"spent {_money(fc['spend']['to_date'])} of 4,903.50 USD" in banner[0], banner
-    table = next(df.value for df in at.dataframe if "budget" in df.value.columns)
+    table = next(df.value for df in at.dataframe if "budget (USD)" in df.value.columns)
     hand = table[table["project"] == "hand"].iloc[0]
-    assert (hand["budget"], hand["spent to date"]) == ("20.00", _money(next(
+    assert (hand["budget (USD)"], hand["spent to date (USD)"]) == ("20.00", _money(next(
         x["cost"]["to_date"] for x in fc["projects"] if x["project"] == "hand")))
     # in CNY the same page shows the USD budget converted back, never a dollar figure under CNY
     cny = run_page(make_app(currency="CNY"), "overview")
-    table = next(df.value for df in cny.dataframe if "budget" in df.value.columns)
-    assert table[table["project"] == "hand"].iloc[0]["budget"] == _money(Decimal(20) / Decimal("0.1401"))
+    table = next(df.value for df in cny.dataframe if "budget (CNY)" in df.value.columns)
+    assert table[table["project"] == "hand"].iloc[0]["budget (CNY)"] == _money(Decimal(20) / Decimal("0.1401"))
     assert any("spent" in plain(x.value) and "of 35,000.00 CNY" in plain(x.value)
                for x in (*cny.success, *cny.warning, *cny.error))
 

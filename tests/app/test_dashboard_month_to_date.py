@@ -102,10 +102,10 @@ def test_overview_on_day_3(day3):
     want = {b["project"]: b for b in st["budgets"]}
     assert rows["demo-pretrain"]["state"] == "over" == want["demo-pretrain"]["state"]
     assert rows["demo-pretrain"]["over since / crosses on"] == str(want["demo-pretrain"]["crossed_on"])
-    assert rows["demo-pretrain"]["spent to date"] == fmt_cell("cost", want["demo-pretrain"]["cost"]["to_date"])
-    assert rows["demo-pretrain"]["budget"] == "2,000.00"
+    assert rows["demo-pretrain"]["spent to date (CNY)"] == fmt_cell("cost", want["demo-pretrain"]["cost"]["to_date"])
+    assert rows["demo-pretrain"]["budget (CNY)"] == "2,000.00"
     assert rows["demo-pretrain"]["used"] == fmt_cell("used_pct", want["demo-pretrain"]["used_pct"])
-    assert rows["demo-finetune"]["state"] == "ok" and rows["demo-finetune"]["month end (expected)"] == \
+    assert rows["demo-finetune"]["state"] == "ok" and rows["demo-finetune"]["month end, expected (CNY)"] == \
         fmt_cell("cost", want["demo-finetune"]["cost"]["expected"])
 
 

@@ -35,8 +35,9 @@ def test_planner_ranking_is_the_clis(demo_url, app_env):
     assert len(shown) == len(cli["plans"]) == 10
     for (_, row), p in zip(shown.iterrows(), cli["plans"]):
         assert (row["rank"], row["offer"], row["nodes"], row["plan"]) == (p["rank"], p["offer"], p["nodes"], p["plan"])
-        assert row["cost"] == fmt_cell("cost", p["cost"])
-        assert row["cost per 1M tokens"] == fmt_cell("cost_per_1m_tokens", p["cost_per_1m_tokens"])
+        cur = p["currency"]  # money headed with its currency
+        assert row[f"cost ({cur})"] == fmt_cell("cost", p["cost"])
+        assert row[f"cost per 1M tokens ({cur})"] == fmt_cell("cost_per_1m_tokens", p["cost_per_1m_tokens"])
         assert row["memory per GPU (GiB)"] == pytest.approx(p["total_gib"], abs=1e-3)
         assert row["memory per GPU (GiB)"] <= 24
     # the demo's measured runs calibrate the RTX 4090's compute efficiency; the page says so

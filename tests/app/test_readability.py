@@ -8,6 +8,7 @@ chart on these pages is at least 250 px high with thousands separators, and mone
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -165,3 +166,11 @@ def test_no_table_is_headed_by_a_figures_key(page, demo_url, app_env):
         str(c) for t in at.table for c in t.value.columns}
     assert headers, page
     assert sorted(h for h in headers if h in BY_KEY and "_" in h) == [], page
+    assert sorted(h for h in headers if re.search(r"[a-z]_[a-z]", h)) == [], page  # no other key either
+    money = re.compile(r"\b(cost|spend|spent|price|savings|budget|waste|billed|amount)\b", re.IGNORECASE)
+    not_money = re.compile(r"per 1,000 spent|^cost is$|reason|^why ")  # per money spent; finality; words
+    unlabelled = sorted(str(c) for t in [*(d.value for d in at.dataframe), *(t.value for t in at.table)]
+                        if "currency" not in [str(c) for c in t.columns]  # a table with a currency column says it
+                        for c in t.columns if money.search(str(c)) and not not_money.search(str(c))
+                        and not re.search(r"\b(CNY|USD)\b", str(c)))
+    assert unlabelled == [], page  # money headed with its currency

@@ -26,7 +26,7 @@ PAGES = [("overview", "Overview"), ("runs", "Runs"), ("runs?run=demo-0003", "Run
          ("roi", "Monthly ROI"), ("strategies", "Strategies"), ("planner", "Planner"), ("launch", "Launch"),
          ("export", "Export"), ("settings", "Settings")]
 #: the Planner ranking's columns that decide (app/pages/planner.py names them)
-PLANNER_KEY_COLUMNS = ["offer", "nodes", "days", "cost", "cost per 1M tokens"]
+PLANNER_KEY_COLUMNS = ["offer", "nodes", "days", "cost (CNY)", "cost per 1M tokens (CNY)"]
 #: text that must be read whole (code blocks scroll by design and are left out)
 TEXT = ", ".join(f'[data-testid="{t}"]' for t in ("stMetricValue", "stMetricLabel")) + ", " + ", ".join(
     f'[data-testid="stTable"] {c}' for c in ("td", "th")) + ", " + ", ".join(

@@ -73,7 +73,7 @@ def test_the_pages_agree_to_the_cent(demo_url, app_env):
     at.slider(key="plan_nodes").set_value((NODES, NODES)).run()
     assert not at.exception
     per_offer = next(df.value for df in at.dataframe if "months reserved" in df.value.columns).set_index("offer")
-    assert per_offer.loc[RESERVED, "cost"] == want
+    assert per_offer.loc[RESERVED, "cost (CNY)"] == want  # money headed with its currency
     assert per_offer.loc[RESERVED, "months reserved"] == "1"  # a column with gaps is shown as text (ui.frame)
     assert any(rule in plain(c.value) for c in at.caption)
 

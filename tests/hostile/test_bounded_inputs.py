@@ -124,3 +124,31 @@ def test_a_deepspeed_json_is_bounded_with_file_line_errors(tmp_path):
     with pytest.raises(PlanError, match="nested too deeply|not valid JSON"):
         load_deepspeed_json(deep)
 
+
+def test_the_dashboards_users_file_and_oidc_files_are_bounded_with_file_line_errors(sqlite_ledger, tmp_path):
+    """The users file (``dashboard --auth-file``, ``trainledger users``) and the OIDC configuration and secret file:
+    /dev/zero and oversized files refused unread, NUL and bad UTF-8 as FILE:LINE, one line each, nothing written."""
+    from trainledger.app.serving.auth import MAX_FILE_BYTES, AuthFileError, load_auth_file
+    from trainledger.app.serving.oidc import OidcConfigError, load_config
+
+    with pytest.raises(AuthFileError) as err:
+        load_auth_file("/dev/zero")
+    assert str(err.value) == "--auth-file: users file /dev/zero is larger than 1024 KiB; is it a users file?"
+    huge = _big(tmp_path / "huge.toml", MAX_FILE_BYTES)
+    before = snapshot(sqlite_ledger)
+    for name, data, said in [*BAD_BYTES, ("huge", huge.read_bytes(), None)]:
+        f = tmp_path / f"{name}.toml"
+        f.write_bytes(data)
+        message = (f"--auth-file: users file {f} is larger than 1024 KiB; is it a users file?" if said is None
+                   else f"--auth-file: {f}{said.format(what='users file')}")
+        with pytest.raises(AuthFileError) as err:
+            load_auth_file(f)
+        assert str(err.value) == message, name
+        for cmd in (["users", "list", "--auth-file", f], ["users", "remove", "bob", "--auth-file", f]):
+            assert_refused(invoke(cmd, sqlite_ledger), message, context=f"{name} {cmd[1]}")
+        conf = tmp_path / f"oidc-{name}.toml"
+        conf.write_bytes(data)
+        with pytest.raises(OidcConfigError) as err:
+            load_config(conf)
+        assert "\n" not in str(err.value) and str(conf) in str(err.value), (name, str(err.value))
+    unchanged(sqlite_ledger, before)

@@ -164,7 +164,7 @@ def test_a_postgresql_dump_cannot_bring_its_own_audit_guard_body(pg_databases, t
     eng = create_engine(source)
     with eng.begin() as c:
         c.exec_driver_sql("INSERT INTO audit_log (at, actor, origin, client, action, target) "
-                          "VALUES (now(), 'ops', 'cli', 'host', 'settings.set', 'currency')")
+                          "VALUES (now(), 'ops', 'cli', 'host', 'setting.set', 'currency')")
         c.exec_driver_sql("CREATE OR REPLACE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql "
                           "AS $$ BEGIN RETURN NEW; END $$")  # lets every change through
     eng.dispose()
@@ -179,7 +179,7 @@ def test_a_postgresql_dump_cannot_bring_its_own_audit_guard_body(pg_databases, t
     eng = create_engine(target)
     try:
         with eng.begin() as c:
-            assert c.exec_driver_sql("SELECT actor, action FROM audit_log").all() == [("ops", "settings.set")]
+            assert c.exec_driver_sql("SELECT actor, action FROM audit_log").all() == [("ops", "setting.set")]
         for statement in ("UPDATE audit_log SET actor = 'someone else'", "DELETE FROM audit_log",
                           "TRUNCATE audit_log"):
             with pytest.raises(DBAPIError, match="append-only"):

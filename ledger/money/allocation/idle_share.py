@@ -32,6 +32,7 @@ from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates.catalog import fleet_capacity
 from trainledger.money.rates.costs import ONE, ZERO, round_preserving_sum
+from trainledger.store.audit import record_change
 from trainledger.store.models import Fleet, Project
 
 NONE, PROPORTIONAL, EVEN, WEIGHTS = "none", "proportional", "even", "weights"
@@ -112,8 +113,10 @@ def set_fleet_policy(session: Session, fleet: str, text: Optional[str], flag: st
     row = session.exec(select(Fleet).where(Fleet.name == fleet)).first()
     if row is None:
         raise LedgerInputError(f"NAME: no fleet named {fleet!r}")
+    before = {"idle_share": row.idle_share or "none"}
     row.idle_share = None if policy.kind == NONE else policy.text()
     session.flush()
+    record_change(session, "fleet.idle_policy", fleet, before, {"idle_share": row.idle_share or "none"})
     return policy
 
 

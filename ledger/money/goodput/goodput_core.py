@@ -267,12 +267,64 @@ class MonthAccount:
 
 @dataclass
 class GoodputReport:
+    """Months, runs and totals; ``chains`` and ``projects`` (the runs summed per chain and per project:
+    :func:`group_accounts`) are computed on first use, since most pages read neither."""
+
     months: list[MonthAccount]
     runs: list[RunAccount]
-    chains: list[dict[str, Any]]
-    projects: list[dict[str, Any]]
     totals: dict[str, Any]
     currency: str
+
+    @property
+    def chains(self) -> list[dict[str, Any]]:
+        return self._grouped("chain")
+
+    @property
+    def projects(self) -> list[dict[str, Any]]:
+        return self._grouped("project")
+
+    def _grouped(self, key: str) -> list[dict[str, Any]]:
+        kept = self.__dict__.setdefault("_groups", {})
+        if key not in kept:
+            kept[key] = group_accounts(self.runs, key)
+        return kept[key]
+
+    def __getstate__(self) -> dict[str, Any]:  # the groups are computed again where they are read
+        return {k: v for k, v in self.__dict__.items() if k != "_groups"}
+
+
+def percent(part: Decimal, whole: Decimal) -> Optional[Decimal]:
+    """part ÷ whole × 100 (:func:`goodput_ratio`: None when whole is 0)."""
+    r = goodput_ratio(part, whole)
+    return None if r is None else r * 100
+
+
+def group_accounts(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
+    """Runs summed per ``key`` (``chain`` or ``project``): cost and node-seconds by category, goodput %, ETTR
+    (productive ÷ all node-time)."""
+    acc: dict[str, list] = {}
+    for r in runs:
+        g = acc.get(getattr(r, key))
+        if g is None:
+            g = acc[getattr(r, key)] = [set(), zero_account(), ZERO, ZERO, ZERO, zero_account()]
+        g[0].add(r.run_id)
+        cost, secs = g[1], g[5]
+        for c, v in r.cost.items():
+            cost[c] += v
+        g[2] += r.total_cost
+        g[3] += r.seconds[Category.productive]
+        g[4] += sum(r.seconds.values(), ZERO)
+        for c, v in r.seconds.items():
+            secs[c] += v
+    out = []
+    for name in sorted(acc):
+        ids, cost, total, productive, seconds, secs = acc[name]
+        out.append({key: name, "runs": len(ids), "total_cost": total,
+                    "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
+                    "goodput_pct": percent(cost[Category.productive], total),
+                    "ettr": _ratio(goodput_ratio(productive, seconds)),
+                    "cost": {name: cost[c] for c, name in NAMED}, "node_seconds": {name: secs[c] for c, name in NAMED}})
+    return out
 
 
 def report_to_dict(rep: GoodputReport) -> dict[str, Any]:

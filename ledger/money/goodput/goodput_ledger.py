@@ -378,8 +378,7 @@ def report_account(session: Session, rep: MonthlyReport, now: Optional[datetime]
     """``goodput_account(month=rep.month)`` (no project or run filter) from an already computed monthly report with
     its run lines: a command or page that has the report computes the month's account once, from it."""
     macc, accounts = month_account(session, rep, now)
-    return GoodputReport(months=[macc], runs=accounts, chains=_groups(accounts, "chain"),
-                         projects=_groups(accounts, "project"), totals=_totals([macc], accounts, None, None),
+    return GoodputReport(months=[macc], runs=accounts, totals=_totals([macc], accounts, None, None),
                          currency=rep.currency)
 
 
@@ -438,34 +437,8 @@ def _build(session: Session, month: Optional[str], project: Optional[str], run_i
         currency_used = rep.currency
     if run_id is not None and not runs:
         raise LedgerInputError(f"--run: run {run_id!r} has no cost in {', '.join(mc.month for mc in months)}")
-    return GoodputReport(months=months, runs=runs, chains=_groups(runs, "chain"), projects=_groups(runs, "project"),
-                         totals=_totals(months, runs, project, run_id), currency=currency_used)
-
-
-def _groups(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
-    """Runs summed per chain or project: cost and node-seconds by category, goodput %, ETTR (productive ÷ all
-    node-time)."""
-    acc: dict[str, list] = {}
-    for r in runs:
-        g = acc.get(getattr(r, key))
-        if g is None:
-            g = acc[getattr(r, key)] = [set(), zero_account(), ZERO, ZERO, ZERO, zero_account()]
-        g[0].add(r.run_id)
-        for c, v in r.cost.items():
-            g[1][c] += v
-        g[2] += r.total_cost
-        g[3] += r.seconds[Category.productive]
-        g[4] += sum(r.seconds.values(), ZERO)
-        for c, v in r.seconds.items():
-            g[5][c] += v
-    out = []
-    for name in sorted(acc):
-        ids, cost, total, productive, seconds, secs = acc[name]
-        out.append({key: name, "runs": len(ids), "total_cost": total,
-                    "goodput_cost": cost[Category.productive], "badput_cost": sum((cost[c] for c in BADPUT), ZERO),
-                    "goodput_pct": _pct(cost[Category.productive], total), "ettr": _ratio(goodput_ratio(productive, seconds)),
-                    "cost": {name: cost[c] for c, name in NAMED}, "node_seconds": {name: secs[c] for c, name in NAMED}})
-    return out
+    return GoodputReport(months=months, runs=runs, totals=_totals(months, runs, project, run_id),
+                         currency=currency_used)
 
 
 def _totals(months: list[MonthAccount], runs: list[RunAccount], project: Optional[str],

@@ -102,7 +102,7 @@ ALTERNATIVES = (
     Metric("cost_if_own", "Run cost if owned", "money",
            "the run's node-hours × the owned offer's full-use rate per node-hour (capex + energy + ops, 730 h month)",
            f"{ROLLUP}; {OFFERS}", finality="list", group="alternatives"),
-    Metric("cost_per_1m_tokens", "Cost per 1M tokens", "money", "spend ÷ tokens × 1,000,000 (runs with tokens)",
+    Metric("cost_per_1m_tokens", "Cost per 1M tokens", "unit_price", "spend ÷ tokens × 1,000,000 (runs with tokens)",
            f"{ROLLUP}; {OFFERS}"),
     Metric("tokens_per_1000", "Tokens per 1,000 spent", "per_money", "tokens ÷ spend × 1,000", ROLLUP),
     Metric("useful_gpu_hours_per_1000", "Useful GPU-hours per 1,000 spent", "per_money",

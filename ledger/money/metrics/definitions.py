@@ -34,6 +34,8 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
     Unit("kwh", Decimal("0.001"), "number", "kilowatt-hours (3 decimals)"),
     Unit("kg", Decimal("0.001"), "number", "kilograms CO2e (3 decimals)"),
     Unit("per_money", Decimal("0.001"), "number", "a quantity per 1,000 of the presentation currency (3 decimals)"),
+    Unit("unit_price", Decimal("0.0001"), "string", "money per unit of work in the presentation currency, 4 decimals "
+         "(an exact decimal string: a cost per 1M tokens is often less than a cent)"),
     Unit("count", None, "integer", "a count"),
     Unit("exact", None, "string", "an exact decimal, not rounded (a check figure)"),
 )}

@@ -45,7 +45,7 @@ def metric(key: str) -> Metric:
 def label(key: str, currency: Optional[str] = None) -> str:
     """The figure's label as every surface shows it: "Spend (USD)" with a currency, "CO2e (kg)" for a unit."""
     m = metric(key)
-    if m.unit == "money":
+    if m.unit in ("money", "unit_price"):  # money, and money per unit of work
         return f"{m.label} ({currency})" if currency else m.label
     suffix = UNIT_SUFFIX.get(m.unit)
     return f"{m.label} ({suffix})" if suffix else m.label

@@ -42,6 +42,7 @@ from trainledger.money.outlook.forecast import DEFAULT_WINDOW_DAYS, crossing_day
 from trainledger.money.rates import costs
 from trainledger.money.rates.fx import RateBook, load_rates
 from trainledger.money.rates.months import month_of, parse_month
+from trainledger.store.audit import record_change
 from trainledger.store.fx import check_currency
 from trainledger.store.models import Budget, FxRate, Offer, Project
 from trainledger.store.settings import display_timezone, get_setting
@@ -127,13 +128,27 @@ def set_budget(session: Session, amount: Any, *, project: Optional[str] = None, 
     key = _project_key(session, project)
     have = _budget_currency(session, currency)
     row = session.exec(select(Budget).where(Budget.project_key == key, Budget.period == period)).first()
+    before = _audited(row)
     if row is None:
         row = Budget(project_key=key, period=period, amount=value, currency=have, threshold_pct=pct)
         session.add(row)
     else:
         row.amount, row.currency, row.threshold_pct, row.updated_at = value, have, pct, utcnow()
     session.flush()
+    record_change(session, "budget.set", _target(project, period), before, _audited(row))
     return _row(row, project or TEAM)
+
+
+def _target(project: Optional[str], period: str) -> str:
+    """A budget as the audit log names it: ``team monthly``, ``project llm 2026-12``."""
+    return f"{'project ' + project if project and project != TEAM else 'team'} {period}"
+
+
+def _audited(row: Optional[Budget]) -> Optional[dict[str, Any]]:
+    if row is None:
+        return None
+    pct = FULL if row.threshold_pct is None else Decimal(row.threshold_pct)
+    return {"amount": Decimal(row.amount), "currency": row.currency, "threshold_pct": pct}
 
 
 def _budget_currency(session: Session, currency: Optional[str]) -> str:
@@ -159,8 +174,10 @@ def remove_budget(session: Session, *, project: Optional[str] = None, month: Opt
         scope = f"project {project}" if project else "the team"
         raise LedgerInputError(f"budget: {scope} has no {'every-month' if period == MONTHLY else period} budget; "
                                "see `trainledger budget list`")
+    before = _audited(row)
     session.delete(row)
     session.flush()
+    record_change(session, "budget.remove", _target(project, period), before, None)
 
 
 def list_budgets(session: Session) -> list[dict[str, Any]]:

@@ -1,0 +1,292 @@
+"""A month's goodput totals, stored with the fingerprint of the ledger state they were computed from (issue 39 item 6).
+
+Most surfaces show only a month's totals (:class:`~trainledger.money.goodput.goodput_core.MonthAccount`: spend,
+goodput, badput, idle, by category, ETTR …) and, in the monthly summary, each project's waste; computing them
+means the month's whole account, every run line (seconds at 100,000 runs). :func:`month_totals` and
+:func:`month_summary` read them from ``goodput_month`` (migration 0021) when the row's fingerprint still matches
+the ledger, else compute them with the account's own code (``monthly_report(..., lines=True)`` and
+:func:`~trainledger.money.goodput.goodput_ledger.month_account`) and store them. The figures are the computed ones
+to the last digit: Decimals are stored as their exact strings.
+
+**Stored** only for a month that is over at ``now`` (display time zone) and that no live run (status ``running``,
+started before the month's end) touches; a month to date is always computed. Storing never fails the caller: it runs
+in a savepoint, and a write that loses a race or a read-only engine skips it.
+
+**The fingerprint** (:func:`fingerprint`, sha256) hashes, in this order: :data:`FORMAT`, ``trainledger.__version__``,
+the month, the presentation currency (resolved: argument, environment, config file, setting), the display time zone,
+and the rows, every column but surrogate ids, in a fixed order, of
+
+1. ``rollup_month`` and ``rollup_peak`` of the month;
+2. ``rollup_slice`` of the month (each run's facts there: interval, status, node type, offer, project, nodes, share,
+   node-µs, billed hours, kWh, lost work …);
+3. ``run``, the columns the report and the account read (status, start, end, heartbeat, last checkpoint, nodes,
+   GPUs per node, node type, offer, project, share, lost interval, ``resume_of``) of: the runs with a slice in the
+   month, the runs they resume, and every resumed run whose recovery gap can touch the month (the account's own
+   query: started after the month's start, resuming a run started before its end) with the run it resumes;
+4. ``run_phase`` of the runs with a slice in the month (run, node, phase, seconds, count, checkpoint totals);
+5. every row of every other table of the schema (``SQLModel.metadata``) but :data:`NOT_HASHED`: offers, price
+   versions, node types, fleets (with their idle-share policy), projects, users, FX rates, carbon intensities,
+   settings (time zone, currency, the rollup's billing rules and charge-period cuts), Slurm mappings, budgets,
+   invoice mappings … so a configuration table added later is covered without a change here.
+
+Complete because the month's account reads nothing else: the report reads the rollup's rows of the month (1, 2;
+live runs are excluded above), the run rows of its lines, and the configuration (5) at read time; the account reads
+the run rows (3: its own and its chain neighbours for recovery gaps, including gaps of runs with no cost in the
+month) and their phases (4). Everything a run row, ``run_node`` (measured energy) or a price change contributes
+reaches the month through its slices (2), which the rollup keeps in step in the same transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any, Optional
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import aliased
+from sqlmodel import Session, SQLModel
+from trainledger.money.account.monthly import monthly_report
+from trainledger.money.facts import rollup
+from trainledger.money.goodput.goodput_core import CATEGORIES, Category, MonthAccount
+from trainledger.money.goodput.goodput_ledger import month_account
+from trainledger.money.goodput.waste import project_waste
+from trainledger.money.rates.months import check_month, month_bounds
+from trainledger.store.models import GoodputMonth, RollupMonth, RollupPeak, RollupSlice, Run, RunPhase, RunStatus
+from trainledger.store.settings import display_timezone, presentation_currency
+from trainledger.store.types import utcnow
+
+log = logging.getLogger(__name__)
+
+#: bumped when the stored payload or what the fingerprint covers changes: every stored row is then recomputed
+FORMAT = "goodput-month/1"
+#: tables the fingerprint does not hash whole: the month's own data (hashed by month above), and logs, sessions,
+#: caches and planner or invoice data that no month's account reads
+NOT_HASHED = frozenset({"run", "run_node", "metric_sample", "rollup_slice", "rollup_month", "rollup_peak", "run_phase",
+                        "goodput_month", "audit_log", "dashboard_session", "oidc_login", "invoice", "invoice_line",
+                        "plan_calibration", "run_prediction"})
+#: the run columns the monthly report and the account read (besides what the slices carry)
+RUN_COLUMNS = ("id", "status", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at", "nodes", "gpus_per_node",
+               "node_type_id", "offer_id", "project_id", "share", "lost_from", "lost_until", "resume_of")
+_PHASE_COLUMNS = ("run_id", "node", "phase", "seconds", "count", "ckpt_seconds", "ckpt_count")
+
+
+@dataclass
+class MonthTotals:
+    """A month's totals: its account and each project's waste (the summary's per-project ``waste_cost``)."""
+
+    account: MonthAccount
+    project_waste: dict[str, Decimal] = field(default_factory=dict)
+    stored: bool = False  # read back from goodput_month (False: computed by this call)
+
+
+def month_totals(session: Session, month: str, currency: Optional[str] = None,
+                 now: Optional[datetime] = None) -> MonthAccount:
+    """The month's :class:`MonthAccount`, equal to the one the whole account computes, field for field."""
+    return month_summary(session, month, currency=currency, now=now).account
+
+
+def month_summary(session: Session, month: str, *, currency: Optional[str] = None,
+                  now: Optional[datetime] = None) -> MonthTotals:
+    """The month's totals: the stored ones while their fingerprint matches, else computed (and stored when the month
+    is over and no live run touches it)."""
+    now = now or utcnow()
+    month = check_month(month)
+    key = presentation_currency(session, currency) or ""
+    fp = fingerprint(session, month, key, now)
+    if fp is not None:
+        got = _read(session, month, key, fp)
+        if got is not None:
+            return got
+        rollup.ensure(session)  # the rollup's upkeep the report would do (a first build, cuts written behind it) …
+        fp = fingerprint(session, month, key, now)  # … done first: this is the state computed from
+    totals = _compute(session, month, currency, now)
+    if fp is not None and fingerprint(session, month, key, now) == fp:  # nothing committed meanwhile (PostgreSQL)
+        _store(session, month, key, fp, totals)
+    return totals
+
+
+def _compute(session: Session, month: str, currency: Optional[str], now: datetime) -> MonthTotals:
+    rep = monthly_report(session, month, now=now, currency=currency, lines=True, projects=False)
+    macc, accounts = month_account(session, rep, now)
+    return MonthTotals(macc, project_waste(accounts))
+
+
+# --- the fingerprint ---------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _version() -> str:
+    import trainledger
+
+    return str(trainledger.__version__)
+
+
+def is_storable(session: Session, month: str, now: datetime) -> bool:
+    """The month is over at ``now`` and no live run (status running, started before its end) touches it."""
+    _, hi = month_bounds(month, display_timezone(session))
+    if hi > now:
+        return False
+    live = session.connection().execute(select(Run.id).where(Run.status == RunStatus.running, Run.started_at < hi)
+                                        .limit(1)).first()
+    return live is None
+
+
+def fingerprint(session: Session, month: str, currency_key: str, now: datetime) -> Optional[str]:
+    """The sha256 of everything the month's account depends on (the module's docstring lists it); None when the
+    month may not be stored (to date, or a live run touches it). This session's pending run changes are folded into
+    the rollup first (``rollup.sync``)."""
+    rollup.sync(session)
+    if not is_storable(session, month, now):
+        return None
+    conn = session.connection()
+    tz = display_timezone(session)
+    lo, hi = month_bounds(month, tz)
+    h = hashlib.sha256()
+    _feed(h, "head", [(FORMAT, _version(), month, currency_key, str(tz))])
+    for table, key in ((RollupMonth.__table__, ("charge_from", "node_type_id", "offer_key", "project_key", "status")),
+                       (RollupPeak.__table__, ("node_type_id", "offer_key")),
+                       (RollupSlice.__table__, ("run_id", "charge_from"))):
+        cols = [c for c in table.columns if c.name != "id"]
+        _feed(h, table.name, _raw(conn, select(*cols).where(table.c.month == month), [c.name for c in cols], key))
+    in_month = select(RollupSlice.run_id).where(RollupSlice.month == month)
+    _feed(h, "run", _run_rows(conn, in_month, lo, hi))
+    ph = RunPhase.__table__
+    _feed(h, "run_phase", _raw(conn, select(*(ph.c[k] for k in _PHASE_COLUMNS)).where(ph.c.run_id.in_(in_month)),
+                               _PHASE_COLUMNS, ("run_id", "node", "phase")))
+    for table in SQLModel.metadata.sorted_tables:
+        if table.name in NOT_HASHED:
+            continue
+        order = list(table.primary_key.columns) or list(table.columns)
+        _feed(h, table.name, _raw(conn, select(table).order_by(*order)))
+    return h.hexdigest()
+
+
+def _raw(conn: Any, stmt: Any, names: Any = (), key: tuple[str, ...] = ()) -> list[tuple]:
+    """The statement's rows as the driver returns them (no type conversion: the stored values themselves), sorted by
+    the ``key`` columns (unique) when given (sorting here is cheaper than in the database)."""
+    res = conn.execute(stmt)
+    try:
+        rows = res.cursor.fetchall() if res.cursor is not None else []
+    finally:
+        res.close()
+    if key:
+        rows.sort(key=itemgetter(*(list(names).index(k) for k in key)))
+    return rows
+
+
+def _run_rows(conn: Any, in_month: Any, lo: datetime, hi: datetime) -> list[tuple]:
+    """The :data:`RUN_COLUMNS` of the runs the month's account reads, by id: those with a slice in the month, the runs
+    they resume, and each resumed run whose recovery gap can reach into the month with the run it resumes (the
+    account's own gap query: started after the month's start, resuming a run started before its end)."""
+    cols = [Run.__table__.c[k] for k in RUN_COLUMNS]
+    rows = _raw(conn, select(*cols).where(Run.id.in_(in_month)))
+    have = {r[0] for r in rows}
+    prev = aliased(Run)
+    # coalesce(x, x): no index on the start times, so the database walks the (few) resumed runs by ``resume_of``
+    # (> "": the index's range; an empty ``resume_of`` resumes nothing, as in the account)
+    gaps = _raw(conn, select(Run.id, prev.id).join(prev, prev.id == Run.resume_of).where(
+        Run.resume_of > "", func.coalesce(Run.started_at, Run.started_at) > lo,
+        func.coalesce(prev.started_at, prev.started_at) < hi))
+    resumed = RUN_COLUMNS.index("resume_of")
+    more = sorted(({r[resumed] for r in rows if r[resumed]} | {i for g in gaps for i in g}) - have)
+    for i in range(0, len(more), 900):
+        rows += _raw(conn, select(*cols).where(Run.id.in_(more[i:i + 900])))
+    rows.sort(key=itemgetter(0))
+    return rows
+
+
+def _feed(h: Any, name: str, rows: Any) -> None:
+    """A named block of rows into the hash: its name, its row count and the rows' exact ``repr``."""
+    h.update(f"\x1e{name}\x1f{len(rows)}\x1f".encode())
+    h.update(repr(rows).encode())
+
+
+# --- stored rows -------------------------------------------------------------------------------------------------
+
+def _payload(month: str, key: str, t: MonthTotals) -> str:
+    m = t.account
+    return json.dumps({
+        "format": FORMAT, "month": month, "currency_key": key, "currency": m.currency,
+        "spend": str(m.spend), "goodput": str(m.goodput), "badput": str(m.badput), "idle": str(m.idle),
+        "by_category": {c.value: str(m.by_category[c]) for c in CATEGORIES},
+        "seconds": {c.value: str(m.seconds[c]) for c in CATEGORIES},
+        "goodput_pct": None if m.goodput_pct is None else str(m.goodput_pct),
+        "ettr": None if m.ettr is None else str(m.ettr), "period": m.period, "runs": m.runs,
+        "identity_residual": str(m.identity_residual),
+        "project_waste": sorted([p, str(v)] for p, v in t.project_waste.items())}, sort_keys=True)
+
+
+def _digest(fp: str, payload: str) -> str:
+    return hashlib.sha256(f"{FORMAT}\x1f{fp}\x1f{payload}".encode()).hexdigest()
+
+
+def _decimal(text: Any) -> Decimal:
+    if not isinstance(text, str):
+        raise ValueError(f"not a decimal string: {text!r}")
+    d = Decimal(text)
+    if not d.is_finite():
+        raise ValueError(f"not a finite decimal: {text!r}")
+    return d
+
+
+def _categories(d: Any) -> dict[Category, Decimal]:
+    if not isinstance(d, dict) or set(d) != {c.value for c in CATEGORIES}:
+        raise ValueError("categories differ")
+    return {c: _decimal(d[c.value]) for c in CATEGORIES}
+
+
+def _parse(month: str, key: str, payload: str) -> MonthTotals:
+    """The stored payload back as figures; ValueError for anything not written by :func:`_payload` for this month."""
+    p = json.loads(payload)
+    if not isinstance(p, dict) or (p.get("format"), p.get("month"), p.get("currency_key")) != (FORMAT, month, key):
+        raise ValueError("a payload of another format, month or currency")
+    if not isinstance(p["currency"], str) or not isinstance(p["period"], str) or type(p["runs"]) is not int:
+        raise ValueError("malformed payload")
+    opt = {k: None if p[k] is None else _decimal(p[k]) for k in ("goodput_pct", "ettr")}
+    acc = MonthAccount(month=month, currency=p["currency"], spend=_decimal(p["spend"]), goodput=_decimal(p["goodput"]),
+                       badput=_decimal(p["badput"]), idle=_decimal(p["idle"]), by_category=_categories(p["by_category"]),
+                       seconds=_categories(p["seconds"]), goodput_pct=opt["goodput_pct"], ettr=opt["ettr"],
+                       period=p["period"], runs=p["runs"], identity_residual=_decimal(p["identity_residual"]))
+    waste = {str(name): _decimal(v) for name, v in p["project_waste"]}
+    if acc.goodput + acc.badput + acc.idle != acc.spend:  # the account's identity, exact: else not ours
+        raise ValueError("goodput + badput + idle != spend")
+    return MonthTotals(acc, waste, stored=True)
+
+
+def _read(session: Session, month: str, key: str, fp: str) -> Optional[MonthTotals]:
+    t = GoodputMonth.__table__
+    row = session.connection().execute(select(t.c.fingerprint, t.c.digest, t.c.payload)
+                                       .where(t.c.month == month, t.c.currency == key)).first()
+    if row is None or row.fingerprint != fp:
+        return None
+    if row.digest != _digest(fp, row.payload):
+        log.warning("goodput_month %s %r: stored figures damaged; computed again", month, key)
+        return None
+    try:
+        return _parse(month, key, row.payload)
+    except (ValueError, TypeError, KeyError, InvalidOperation) as exc:
+        log.warning("goodput_month %s %r: stored figures unreadable (%s); computed again", month, key, exc)
+        return None
+
+
+def _store(session: Session, month: str, key: str, fp: str, totals: MonthTotals) -> None:
+    """Upsert the month's row in a savepoint; a lost race or a read-only ledger leaves it unstored (never raises)."""
+    t = GoodputMonth.__table__
+    payload = _payload(month, key, totals)
+    try:
+        with session.begin_nested():
+            conn = session.connection()
+            conn.execute(delete(t).where(t.c.month == month, t.c.currency == key))
+            conn.execute(insert(t).values(month=month, currency=key, fingerprint=fp, digest=_digest(fp, payload),
+                                          payload=payload, computed_at=utcnow()))
+    except SQLAlchemyError as exc:
+        log.info("goodput_month %s %r not stored: %s", month, key, str(exc).splitlines()[0])
+
+
+__all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "fingerprint", "is_storable", "month_summary", "month_totals"]

@@ -1,0 +1,49 @@
+"""The dashboard's shared caches (trainledger.app.queries.data.report and month_goodput, st.cache_resource): every
+session reads the same objects, so no page may change them, and a write forgets them."""
+
+from __future__ import annotations
+
+import pickle
+
+from trainledger.app.queries import data
+
+from tests.app.helpers import MONTH, make_app, run_page
+
+PAGES = ["overview", "runs", "goodput", "rent_vs_own", "roi", "strategies", "planner", "export", "settings",
+         "invoices"]
+PREVIOUS = data.add_months(MONTH, -1)
+
+
+def _shared(url: str) -> dict[str, bytes]:
+    """The shared objects of the month and the one before, as bytes (pickle: every field, every run line)."""
+    out = {}
+    for month in (MONTH, PREVIOUS):
+        out[f"report {month}"] = pickle.dumps(data.report(url, month, True))
+        out[f"report {month} totals"] = pickle.dumps(data.report(url, month))
+        out[f"goodput {month}"] = pickle.dumps(data.month_goodput(url, month))
+    return out
+
+
+def test_no_page_changes_the_shared_reports_and_accounts(demo_url, app_env):
+    app_env(demo_url)
+    before = _shared(demo_url)
+    first = data.month_goodput(demo_url, MONTH)
+    assert data.month_goodput(demo_url, MONTH) is first  # shared, not copied
+    assert first.runs and data.report(demo_url, MONTH, True).runs  # the demo month has run lines to change
+    for page, query in [(p, {}) for p in PAGES] + [("runs", {"scope": "all"})]:  # all months: every month's
+        at = run_page(make_app(**query), page)
+        assert not at.error, (page, [e.value for e in at.error])
+        assert data.month_goodput(demo_url, MONTH) is first, page  # the page read the shared object ...
+        after = _shared(demo_url)
+        assert {k for k in before if after[k] != before[k]} == set(), page  # ... and left it as it was
+
+
+def test_clear_caches_forgets_the_shared_objects(demo_url, app_env):
+    app_env(demo_url)
+    first = data.month_goodput(demo_url, MONTH)
+    rep = data.report(demo_url, MONTH, True)
+    data.clear_caches()
+    again = data.month_goodput(demo_url, MONTH)
+    assert again is not first and data.report(demo_url, MONTH, True) is not rep
+    assert pickle.dumps(again) == pickle.dumps(first)  # the same figures, computed again
+    assert again.projects == first.projects and again.chains == first.chains  # groups: computed where read
