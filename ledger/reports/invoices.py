@@ -11,7 +11,7 @@ import io
 from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Optional
 
 from trainledger.money.invoice.matching import Billed, Charge
 from trainledger.money.invoice.reconcile import CLASSES, Difference, Reconciliation, billed_cost, expected_cost
@@ -165,16 +165,23 @@ def _iso(v: Any) -> str:
 
 
 def with_billed(p: dict[str, Any], raw_summary: dict[str, Any], billed: Any, basis: str, month: str,
-                currency: str) -> dict[str, Any]:
+                currency: str, raw_node_types: Optional[list[Any]] = None) -> dict[str, Any]:
     """A presented report (or comparison) ``p`` with the month's invoices beside its figures and its cost basis
     (:func:`trainledger.money.invoice.billed.with_cost_basis` on the exact ``raw_summary``; only the keys it adds or
-    changes are presented, each rounded once). A month without invoices under the estimate: ``p`` as it was."""
-    from trainledger.money.invoice.billed import with_cost_basis
-    from trainledger.reports.present import jsonable
+    changes are presented, each rounded once); under ``billed`` each node type's line (``p["node_types"]``, from
+    the exact ``raw_node_types``) at its offers' billed cost. A month without invoices under the estimate: ``p`` as
+    it was."""
+    from trainledger.money.invoice.billed import billed_node_types, with_cost_basis
+    from trainledger.reports.present import jsonable, present
 
     raw = with_cost_basis(raw_summary, billed, basis, month, currency)
     changed = {k: v for k, v in raw.items() if k not in raw_summary or raw_summary[k] is not v}
     if not changed:
         return p
     key = "summary" if "summary" in p else "total"
-    return {**p, key: {**p[key], **jsonable(changed)}}
+    out = {**p, key: {**p[key], **jsonable(changed)}}
+    lines = billed_node_types(raw_node_types or [], billed, basis)
+    if lines and "node_types" in p:
+        out["node_types"] = [{**r, "actual_cost": present("actual_cost", lines[r["node_type"]])}
+                             if r.get("node_type") in lines else r for r in p["node_types"]]
+    return out

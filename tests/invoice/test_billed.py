@@ -5,6 +5,7 @@ the savings and ROI recomputed from it and labelled."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
@@ -77,3 +78,42 @@ def test_billed_cost_is_refused_until_the_month_is_reconciled(cli, engine, tmp_p
     res = cli("report", "monthly", "--month", "2026-11", "--currency", "CNY", "--format", "json", *NOW)
     assert json.loads(res.output)["summary"]["invoice_status"].endswith(
         "; the invoices are in USD: present the report in USD to compare")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_under_the_billed_basis_each_node_types_line_is_at_what_its_offers_billed(cli, engine, tmp_path):
+    """--cost-basis billed moves the rented lines too: each node type's line of the report by its offers' invoice
+    difference, and a line matched to no offer (within the tolerance: the month is still reconciled) is
+    ``invoice_unattributed``, so the lines and it add up to the billed spend exactly."""
+    from trainledger.money.invoice.billed import billed_node_types, month_billed
+
+    S.ledger(cli, engine, tmp_path)
+    path = tmp_path / "clean.csv"
+    path.write_text(S.focus_invoice([*CLEAN, ("zzz-storage", "1", "GB-months", "0.009", "0.009", None, None)]))
+    assert cli("invoice", "import", path).exit_code == 0
+    now = datetime(2026, 12, 5, tzinfo=timezone.utc)  # NOW
+    with Session(engine) as ses:
+        rep = monthly_report(ses, "2026-11", currency="USD", now=now)
+        b = month_billed(ses, "2026-11", now)
+    assert b.reconciled and b.by_node_type == {"rtx4090-8x": D("0.01")} and b.unattributed == D("0.009")
+    lines = billed_node_types(rep.node_types, b, "billed")
+    exact = {n.node_type: n.actual_cost for n in rep.node_types}
+    assert lines == {"rtx4090-8x": exact["rtx4090-8x"] + D("0.01")}
+    assert sum(({**exact, **lines}).values(), D(0)) + b.unattributed == rep.summary["actual_cost"] + D("0.019")
+
+    res = cli("report", "monthly", "--month", "2026-11", "--currency", "USD", "--format", "json", *NOW,
+              "--cost-basis", "billed")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    est = cli("report", "monthly", "--month", "2026-11", "--currency", "USD", "--format", "json", *NOW)
+    before = {r["node_type"]: r for r in json.loads(est.output)["node_types"]}
+    after = {r["node_type"]: r for r in out["node_types"]}
+    assert {n for n in after if after[n] != before[n]} == {"rtx4090-8x"}
+    assert after["rtx4090-8x"] == {**before["rtx4090-8x"], "actual_cost": str(cents(exact["rtx4090-8x"] + D("0.01")))}
+    assert (out["summary"]["actual_cost"], out["summary"]["invoice_unattributed"]) == (
+        str(cents(rep.summary["actual_cost"] + D("0.019"))), "0.01")
+    assert "invoice_unattributed" not in json.loads(est.output)["summary"]  # the estimate: nothing moved
+    res = cli("cost", "compare", "--month", "2026-11", "--currency", "USD", "--cost-basis", "billed", "--json", *NOW)
+    assert res.exit_code == 0, res.output
+    compared = {r["node_type"]: r["actual_cost"] for r in json.loads(res.output)["node_types"]}
+    assert compared["rtx4090-8x"] == str(cents(exact["rtx4090-8x"] + D("0.01")))  # the same line as the report's

@@ -63,10 +63,15 @@ def cost_compare(node_type: Annotated[Optional[str], typer.Option(help="Compare 
 
 def _with_billed(s, data: dict, basis: str, now) -> dict:
     """The month's comparison with its invoices beside its total (``--cost-basis``, docs/INVOICES.md)."""
-    from trainledger.money.invoice.billed import month_billed, with_cost_basis
+    from trainledger.money.invoice.billed import billed_node_types, month_billed, with_cost_basis
 
-    return {**data, "total": with_cost_basis(data["total"], month_billed(s, data["month"], now), basis, data["month"],
-                                             data["currency"])}
+    billed = month_billed(s, data["month"], now)
+    out = {**data, "total": with_cost_basis(data["total"], billed, basis, data["month"], data["currency"])}
+    lines = billed_node_types(data.get("node_types") or [], billed, basis)  # each node type's line, billed
+    if lines:
+        out["node_types"] = [{**r, "actual_cost": lines[r["node_type"]]} if r.get("node_type") in lines else r
+                             for r in data["node_types"]]
+    return out
 
 
 def register(root: typer.Typer) -> None:

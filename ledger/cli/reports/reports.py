@@ -52,7 +52,8 @@ def report_monthly(month: Annotated[str, typer.Option(help="YYYY-MM (calendar mo
     with session(db) as s:
         rep = monthly_report(s, month, own=own, rent=rent, now=clock(now), currency=currency)
         p = presented_report(rep, report_account(s, rep, clock(now)))  # the month's goodput account, once
-        p = with_billed(p, rep.summary, month_billed(s, month, clock(now)), cost_basis, month, rep.currency)
+        p = with_billed(p, rep.summary, month_billed(s, month, clock(now)), cost_basis, month, rep.currency,
+                        rep.node_types)
         warnings = capacity_warnings(s, month, now=clock(now))
     p = with_warnings(p, warnings)  # none: the report is byte for byte what it was
     data = render_report(p, "json" if as_json and output is None else fmt)  # --json: JSON, whatever --format

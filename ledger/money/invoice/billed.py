@@ -8,16 +8,19 @@ layer, and ``cost_basis`` says which the month's cost is:
 
 * ``estimate`` (the default): the ledger's own figures, unchanged;
 * ``billed``: only for a reconciled month: the rented lines at what was billed: ``actual_cost`` + the invoice
-  difference; the savings against the alternative and the ROI are recomputed from it (rent vs own and ROI say so
-  in ``cost_basis``). Runs, projects, idle and goodput stay at the ledger's estimate (the difference is within
-  the reconciliation's tolerance per line).
+  difference; each node type's line (the report's ``node_types``) + the difference of its offers' invoice lines,
+  and what no offer explains (lines matched to no offer: within the tolerance, or the month would not be
+  reconciled) as ``invoice_unattributed``, so the node types' lines and it add up to the billed total; the savings
+  against the alternative and the ROI are recomputed from it (rent vs own and ROI say so in ``cost_basis``). Runs,
+  projects, idle and goodput stay at the ledger's estimate: a reconciled month differs from it by at most the
+  tolerance per invoice line, and the goodput account splits each run's own cost.
 
 A month without invoices is reported exactly as before (no key added).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Optional
@@ -41,6 +44,9 @@ class MonthBilled:
     status_text: str
     expected_cost: Decimal
     billed_cost: Decimal
+    #: node type → Σ (billed − expected) of its offers' cells; what no offer explains (unmatched lines)
+    by_node_type: dict[str, Decimal] = field(default_factory=dict)
+    unattributed: Decimal = Decimal(0)
 
 
 def month_billed(session: Session, month: str, now: Optional[datetime] = None) -> Optional[MonthBilled]:
@@ -48,9 +54,22 @@ def month_billed(session: Session, month: str, now: Optional[datetime] = None) -
     found = session.exec(select(Invoice.id).where(Invoice.replaced_by.is_(None), Invoice.month == month).limit(1))
     if found.first() is None:
         return None
+    from trainledger.money.invoice.reconcile import billed_cost, expected_cost
+    from trainledger.store.models import NodeType, Offer
+
     rec = reconcile(session, month, now=now)
     expected, billed = rec.totals()
-    return MonthBilled(month, rec.currency, rec.reconciled, rec.status_text(), expected, billed)
+    node_type_of = dict(session.exec(select(Offer.name, NodeType.name)
+                                     .join(NodeType, NodeType.id == Offer.node_type_id)).all())
+    by_node_type: dict[str, Decimal] = {}
+    for cell in rec.cells:
+        nt = node_type_of.get(cell.offer)
+        by_node_type[nt] = by_node_type.get(nt, Decimal(0)) + billed_cost(cell) - expected_cost(cell)
+    unattributed = billed - expected - sum(by_node_type.values(), Decimal(0))
+    if None in by_node_type:  # an offer without a node type (not in this ledger): nothing to add it to
+        unattributed += by_node_type.pop(None)
+    return MonthBilled(month, rec.currency, rec.reconciled, rec.status_text(), expected, billed, by_node_type,
+                       unattributed)
 
 
 def _check_basis(basis: str, b: Optional[MonthBilled], month: str, currency: Optional[str]) -> None:
@@ -67,6 +86,21 @@ def _check_basis(basis: str, b: Optional[MonthBilled], month: str, currency: Opt
     if currency != b.currency:
         raise LedgerInputError(f"--cost-basis billed: the invoices of {month} are in {b.currency}; present the "
                                f"report in it (--currency {b.currency})")
+
+
+def billed_node_types(rows: list[Any], b: Optional[MonthBilled], basis: str) -> dict[str, Decimal]:
+    """Node type → its line's cost on ``basis`` (``rows``: the report's exact ``node_types``, with ``node_type`` and
+    ``actual_cost``, objects or dicts): the estimate + its offers' invoice difference under ``billed``; only the lines
+    that change."""
+    if basis != "billed" or b is None:
+        return {}
+    out = {}
+    for row in rows:
+        get = row.get if isinstance(row, dict) else (lambda k, r=row: getattr(r, k, None))
+        name, cost = get("node_type"), get("actual_cost")
+        if cost is not None and b.by_node_type.get(name):
+            out[name] = cost + b.by_node_type[name]
+    return out
 
 
 def with_cost_basis(figures: dict[str, Any], b: Optional[MonthBilled], basis: str, month: str,
@@ -88,6 +122,8 @@ def with_cost_basis(figures: dict[str, Any], b: Optional[MonthBilled], basis: st
     if basis == "billed":
         actual = figures["actual_cost"] + b.billed_cost - b.expected_cost
         out["actual_cost"] = actual
+        if b.unattributed:
+            out["invoice_unattributed"] = b.unattributed
         alt = figures.get("alternative_cost")
         if "savings_vs_alternative" in figures and alt is not None:
             out["savings_vs_alternative"], out["roi"] = alt - actual, costs.roi(actual, alt)

@@ -195,6 +195,10 @@ INVOICES = (
            "unmatched lines (docs/INVOICES.md); it counts when above the tolerance (0.01 per invoice line)",
            f"{INVOICE_LINES}; {ROLLUP}; {OFFERS}", aliases=("difference", "differences_total", "difference_by_class"),
            group="invoices"),
+    Metric("invoice_unattributed", "Billed, no offer", "money",
+           "under --cost-basis billed: what a reconciled month's invoices billed on lines matched to no offer (within "
+           "the tolerance), so the node types' billed lines and it add up to the billed spend",
+           INVOICE_LINES, finality="setting", group="invoices"),
     Metric("expected_node_hours", "Expected node-hours", "hours",
            "the billed node-hours the ledger expects: each elastic run's node-hours after the offer's granularity "
            "and minimum; a reserved term's capacity node-hours", ROLLUP, group="invoices"),
