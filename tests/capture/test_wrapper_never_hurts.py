@@ -267,6 +267,48 @@ def test_a_job_that_reads_the_terminal_gets_its_line_and_ctrl_c_cancels_it(ledge
     assert (run.status, run.exit_code) == (RunStatus.cancelled, 130)
 
 
+def _session_processes(sid: int) -> list[str]:
+    """``pid comm state`` of every live process in session ``sid`` (read from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        comm_end = stat.rindex(")")
+        fields = stat[comm_end + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat: the session id
+            out.append(f"{d.name} {stat[stat.index('(') + 1:comm_end]} {fields[0]}")
+    return out
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "wrapped"])
+def test_a_job_that_reads_its_terminal_and_ends_leaves_nothing_behind(ledger_url, capture_env, tmp_path, wrapped):
+    """The round-3 case: a job that reads a line from its terminal and finishes. Bare and wrapped alike it gets the
+    line, exits 0, and leaves no process of its session behind (stopped on SIGTTIN, or orphaned); wrapped, the run
+    is recorded succeeded."""
+    master, slave = os.openpty()
+    read = tmp_path / "line"
+    job = ["sh", "-c", 'read line; printf "%s\\n" "$line" > "$0"; "$@"', read, *hostile("--count", tmp_path / "ran")]
+    p = subprocess.Popen(wrap_cmd(ledger_url, command=job) if wrapped else job, env=capture_env, cwd=REPO,
+                         stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal)
+    STARTED.append(p)
+    os.close(slave)
+    try:
+        os.write(master, b"typed at the terminal\n")
+        output = _drain(master, p)
+    finally:
+        os.close(master)
+    assert p.returncode == 0, output
+    assert lines(read) == ["typed at the terminal"] and len(lines(tmp_path / "ran")) == 1
+    assert _session_processes(p.pid) == []  # the session (own_terminal: its id is p's pid) has no process left
+    if wrapped:
+        run = run_row(ledger_url, run_id_of(output.encode()))
+        assert (run.status, run.exit_code) == (RunStatus.succeeded, 0)
+
+
 def _drain(master: int, p: subprocess.Popen, bound_s: float = 600) -> str:
     """Everything the terminal showed until the wrapper exits (the pty must be read, or writers block); after
     ``bound_s`` (an upper bound a healthy wrapper never comes near: it exits within seconds) the test fails."""
