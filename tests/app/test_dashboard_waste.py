@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from trainledger.money.account.monthly import monthly_report
@@ -48,9 +48,11 @@ def test_most_expensive_runs_show_the_monthly_reports_figures(demo_url, app_env)
     for _, row in table.iterrows():
         line = lines[row["id"]]
         assert _cents(row["cost (CNY)"]) == D(line["cost"])
-        per_1m = costs.cost_per_million_tokens(D(line["cost"]), line["tokens"]) if line["tokens"] else None
-        assert (None if pd_na(row["cost per 1M tokens (CNY)"]) else _cents(row["cost per 1M tokens (CNY)"])) == (
-            None if per_1m is None else costs.cents(per_1m))
+        # from the run's exact cost, to 4 decimals (a cost per 1M tokens is often under a cent)
+        per_1m = costs.cost_per_million_tokens(exact[row["id"]], line["tokens"]) if line["tokens"] else None
+        shown = row["cost per 1M tokens (CNY)"]  # a number column, shown with 4 decimals
+        assert (None if pd_na(shown) else D(f"{shown:.4f}")) == (
+            None if per_1m is None else per_1m.quantize(D("0.0001"), ROUND_HALF_UP))
     assert "None" not in set(table["user"]) and "None" not in set(table["project"])
     # the hand-built elastic run: 2 nodes × 10 h × 3,600 ÷ 730
     assert _cents(table.set_index("id").loc["hand-elastic-1", "cost (CNY)"]) == costs.cents(D(2 * 10 * 3600) / 730)

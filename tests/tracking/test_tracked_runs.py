@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from sqlmodel import Session, func, select
@@ -215,7 +215,7 @@ def test_sweep_of_strategies_gives_one_row_each(sqlite_url, track_env):
         assert r["mfu"] is None and r["util_source"] == "cpu" and r["time_per_epoch_hours"] > 0
         # cost per 1M tokens under elastic rent = 1 node × 3600/730 per hour ÷ (tokens/s × 3600) × 1e6
         expected = Decimal(3600) / 730 / (Decimal(str(r["tokens_per_s"])) * 3600) * 1_000_000
-        assert Decimal(r["cost_per_1m_tokens"]["rtx4090-rent"]) == costs.cents(expected)
+        assert Decimal(r["cost_per_1m_tokens"]["rtx4090-rent"]) == expected.quantize(Decimal("0.0001"), ROUND_HALF_UP)
 
 
 def test_bad_plan_is_refused_before_anything_starts(sqlite_url, track_env, tmp_path):
