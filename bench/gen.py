@@ -194,8 +194,8 @@ def _ts_strings(us) -> list[str]:
 def _build(path: Path, n_runs: int, n_samples: int, months: int, end_month: str) -> dict[str, Any]:
     import numpy as np
     from sqlmodel import Session
+    from trainledger.store.catalog.presets import apply_pricing, parse_pricing
     from trainledger.store.db import make_engine
-    from trainledger.store.presets import apply_pricing, parse_pricing
 
     log(f"gen: building {n_runs:,} runs, {n_samples:,} samples over {months} months ending {end_month} → {path.name}")
     engine = make_engine(f"sqlite:///{path}")

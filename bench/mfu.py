@@ -42,7 +42,7 @@ def catalog_peak(device_name: str) -> tuple[Optional[float], Optional[str]]:
     ``h100`` of ``h100-8x``) appears in the device name; a PCIe part does not
     match an SXM catalog entry (its peak is lower).
     """
-    from trainledger.store.presets import parse_pricing, preset_text
+    from trainledger.store.catalog.presets import parse_pricing, preset_text
 
     dev = _norm(device_name)
     for nt in parse_pricing(preset_text()).node_type:

@@ -118,9 +118,9 @@ def _ledger(url: str) -> None:
     """A ledger with the mapping (and an a100 offer) whose rollup is built (a report has read it)."""
     from sqlmodel import Session
     from trainledger.money.facts import rollup
+    from trainledger.store.catalog.presets import apply_pricing, parse_pricing
     from trainledger.store.db import make_engine, session_scope
-    from trainledger.store.presets import apply_pricing, parse_pricing
-    from trainledger.store.slurm_map import add_rule
+    from trainledger.store.mappings.slurm_map import add_rule
 
     engine = make_engine(url)
     with session_scope(engine) as s:

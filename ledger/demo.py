@@ -28,6 +28,7 @@ from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates import costs
 from trainledger.money.rates.months import month_bounds, months_between
+from trainledger.store.catalog.prices import backdate_first_versions
 from trainledger.store.models import (
     Fleet,
     MetricSample,
@@ -40,7 +41,6 @@ from trainledger.store.models import (
     Setting,
     User,
 )
-from trainledger.store.prices import backdate_first_versions
 from trainledger.store.types import utcnow
 
 SEED = 20261202

@@ -56,7 +56,7 @@ def _ok(result):
 
 
 def _first_version(url: str, offer: str) -> dict:
-    from trainledger.store.prices import audited_version, offer_named, versions
+    from trainledger.store.catalog.prices import audited_version, offer_named, versions
 
     engine = make_engine(url)
     try:
@@ -169,7 +169,7 @@ def test_a_write_refused_after_it_was_made_leaves_no_row(cli, ledger_url, as_ope
     assert _rows(ledger_url) == []
     engine = make_engine(ledger_url)
     with Session(engine) as s:
-        from trainledger.store.prices import offer_named, versions
+        from trainledger.store.catalog.prices import offer_named, versions
 
         assert len(versions(s, offer_named(s, "rtx4090-reserved").id)) == 1
         assert s.exec(select(Budget)).all() == [] and s.exec(select(Fleet)).all() == []

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import yaml
 from sqlmodel import Session
-from trainledger.store.carbon import DEFAULT_G_PER_KWH
+from trainledger.store.catalog.carbon import DEFAULT_G_PER_KWH
 from trainledger.store.models import RunNode
 
 from tests.helpers import add_run

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainledger.money.rates import costs
-from trainledger.store.presets import parse_pricing, preset_text
+from trainledger.store.catalog.presets import parse_pricing, preset_text
 
 D = Decimal
 

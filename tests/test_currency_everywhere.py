@@ -15,7 +15,7 @@ from trainledger.errors import LedgerInputError
 from trainledger.money.outlook.budgets import budget_status, set_budget
 from trainledger.money.outlook.forecast import forecast
 from trainledger.money.rates.costs import cents
-from trainledger.store.fx import set_rate
+from trainledger.store.catalog.fx import set_rate
 
 from tests.month_helpers import MONTH, NOW, build_december
 

@@ -22,7 +22,7 @@ from trainledger.money.goodput.month_store import month_summary, month_totals
 from trainledger.money.goodput.waste import project_waste
 from trainledger.reports.export import presented_report
 from trainledger.reports.periods import period_report
-from trainledger.store import carbon, fx, prices
+from trainledger.store.catalog import carbon, fx, prices
 from trainledger.store.db import read_only_engine
 from trainledger.store.models import (
     Fleet,

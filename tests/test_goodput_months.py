@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 from trainledger.money.goodput.account import Category, goodput_account, phase_timeline
 from trainledger.money.rates import costs
 from trainledger.sources.record import phases as ph
+from trainledger.store.catalog.presets import import_pricing_file
 from trainledger.store.models import Run, RunStatus
-from trainledger.store.presets import import_pricing_file
 from trainledger.store.settings import set_setting
 
 from tests.helpers import add_fleet, add_run

@@ -14,7 +14,7 @@ from decimal import Decimal
 from trainledger.money.account.monthly import SLICE_QUANTUM, monthly_report
 from trainledger.money.goodput.occupancy import by_day, heat_map, month_occupancy
 from trainledger.money.rates.costs import ZERO, cents, round_preserving_sum
-from trainledger.store import prices
+from trainledger.store.catalog import prices
 from trainledger.store.models import Run, RunStatus
 
 from tests.helpers import add_fleet, add_run, offer

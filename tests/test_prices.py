@@ -226,10 +226,10 @@ def test_the_rollup_stays_exact_as_prices_rates_and_intensities_cut_months(engin
     """Random runs, price versions, exchange rates and intensities (added and removed), each committed: the rollup
     kept in step by the session events always equals one recomputed from the rows, and a month's node-hours and
     cost add up over its charge periods."""
-    from trainledger.store.carbon import set_intensity
-    from trainledger.store.fx import set_rate
+    from trainledger.store.catalog.carbon import set_intensity
+    from trainledger.store.catalog.fx import set_rate
+    from trainledger.store.catalog.prices import apply_version, plan_version, price_values
     from trainledger.store.models import CarbonIntensity, FxRate, RunStatus
-    from trainledger.store.prices import apply_version, plan_version, price_values
 
     base = datetime(2025, 10, 1, tzinfo=UTC)
     with Session(engine, expire_on_commit=False) as s:

@@ -166,7 +166,7 @@ def test_live_run_counts_up_to_now_and_raises_the_peak(session):
 def test_a_price_version_needs_no_rebuild_and_a_new_billing_rule_is_backfilled(session):
     """A price edit adds a version: from now it leaves November alone; from November 1 it re-costs November
     with no rebuild (the slices are price-free); a version with a new billing rule back-fills that rule."""
-    from trainledger.store import prices
+    from trainledger.store.catalog import prices
 
     add_run(session, "e", datetime(2026, 11, 3, tzinfo=UTC), 2.5, nodes=2, offer_name="rtx4090-rent")
     session.commit()

@@ -55,7 +55,7 @@ def test_runs_per_group_from_the_month_facts_where_no_cut(cli, engine, tmp_path)
     from sqlalchemy import func, select
     from trainledger.money.account.monthly import monthly_report
     from trainledger.money.facts import counts, rollup
-    from trainledger.store.carbon import set_intensity
+    from trainledger.store.catalog.carbon import set_intensity
     from trainledger.store.models import Project, RollupSlice, RunStatus
 
     from tests.helpers import node_type, offer

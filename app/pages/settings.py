@@ -2,13 +2,13 @@
 currency and time zone. Saving needs the lead role; every save is recorded in the audit log (shown at the
 bottom to admins and team-scope leads; docs/AUDIT.md).
 
-Offers go through ``trainledger.store.presets`` (``parse_pricing`` + ``apply_pricing``),
+Offers go through ``trainledger.store.catalog.presets`` (``parse_pricing`` + ``apply_pricing``),
 the validation of ``trainledger pricing import``: a price edit adds a version from
 a date (default now; a past date re-costs months and needs the "retroactive" box,
 naming them, as ``--retroactive`` does); settings through
-``trainledger.store.settings.set_setting``; fleets through :func:`trainledger.store.fleets.save_fleet`;
-rates through :func:`trainledger.store.fx.set_rate`; intensities through
-:func:`trainledger.store.carbon.set_intensity`. Every save checks the role on the
+``trainledger.store.settings.set_setting``; fleets through :func:`trainledger.store.catalog.fleets.save_fleet`;
+rates through :func:`trainledger.store.catalog.fx.set_rate`; intensities through
+:func:`trainledger.store.catalog.carbon.set_intensity`. Every save checks the role on the
 server (:func:`trainledger.app.views.access.require_lead`) right before it writes.
 """
 
@@ -24,11 +24,11 @@ from trainledger.errors import LedgerInputError
 from trainledger.money.allocation.idle_share import POLICY_HELP, check_policy, set_fleet_policy
 from trainledger.money.rates.pricing import confirm_versions
 from trainledger.store.audit import change_text as audit_change
-from trainledger.store.carbon import set_intensity
-from trainledger.store.fleets import save_fleet
-from trainledger.store.fx import set_rate
-from trainledger.store.presets import apply_pricing, parse_pricing
-from trainledger.store.prices import parse_valid_from
+from trainledger.store.catalog.carbon import set_intensity
+from trainledger.store.catalog.fleets import save_fleet
+from trainledger.store.catalog.fx import set_rate
+from trainledger.store.catalog.presets import apply_pricing, parse_pricing
+from trainledger.store.catalog.prices import parse_valid_from
 from trainledger.store.settings import display_timezone, set_setting
 
 NEW = ""  # the "add" choice of the offer and fleet pickers: no offer or fleet has an empty name

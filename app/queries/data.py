@@ -40,11 +40,12 @@ from trainledger.reports.export import RUN_COLUMNS, presented_report
 from trainledger.reports.present import jsonable, present
 from trainledger.runs import registry
 from trainledger.runs import sweep as ledger_sweep
-from trainledger.store import audit, prices
-from trainledger.store.carbon import list_intensities
+from trainledger.store import audit
+from trainledger.store.catalog import prices
+from trainledger.store.catalog.carbon import list_intensities
+from trainledger.store.catalog.fleets import list_fleets
+from trainledger.store.catalog.fx import list_rates
 from trainledger.store.db import get_engine, resolve_url, session_scope
-from trainledger.store.fleets import list_fleets
-from trainledger.store.fx import list_rates
 from trainledger.store.models import Offer
 from trainledger.store.settings import DEFAULTS, display_timezone, get_setting, presentation_currency
 from trainledger.store.types import report_clock

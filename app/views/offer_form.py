@@ -1,7 +1,7 @@
 """The Settings page's offer form: an offer's fields as text, and form text back to the pricing format.
 
 The form is turned into one ``[[offer]]`` TOML table and validated by the same
-code as ``trainledger pricing import`` (:func:`trainledger.store.presets.parse_pricing`).
+code as ``trainledger pricing import`` (:func:`trainledger.store.catalog.presets.parse_pricing`).
 """
 
 from __future__ import annotations

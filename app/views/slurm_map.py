@@ -1,6 +1,6 @@
 """The Settings page's "Slurm mapping" section: the rules of ``trainledger slurm map``, listed, added, removed.
 
-The rules go through :mod:`trainledger.store.slurm_map` (the same validation as the
+The rules go through :mod:`trainledger.store.mappings.slurm_map` (the same validation as the
 CLI); saving needs the lead role, checked on the server right before the write.
 """
 
@@ -12,7 +12,7 @@ import streamlit as st
 from trainledger.app.queries import data
 from trainledger.app.views import access, ui
 from trainledger.errors import LedgerInputError
-from trainledger.store.slurm_map import add_rule, list_rules, remove_rule
+from trainledger.store.mappings.slurm_map import add_rule, list_rules, remove_rule
 
 NO_OFFER = "(the fleet, else elastic rent)"
 

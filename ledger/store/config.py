@@ -14,7 +14,7 @@ Every key is resolved the same way (:func:`resolve`): the command's flag, else t
 (:data:`ENV`), else the file, else the default. The file is read once per process (again only if it changes),
 at most :data:`MAX_BYTES` of it; an unknown key, a value of the wrong type, invalid TOML, a bad currency or
 time zone is a one-line :class:`~trainledger.errors.LedgerInputError` naming ``FILE:LINE`` and the key.
-A file's values are all checked when it is read (a currency check imports ``trainledger.store.fx``, and so
+A file's values are all checked when it is read (a currency check imports ``trainledger.store.catalog.fx``, and so
 SQLAlchemy), but ``db``, which is checked where it is used (``trainledger.store.db.resolve_url``); an
 environment variable's value when it is used.
 """
@@ -195,12 +195,12 @@ def _file_values() -> dict[str, Value]:
 
 
 def _checked(key: str, found: Value) -> Value:
-    """``found`` after the check of its key's value: an ISO 4217 currency (``trainledger.store.fx.check_currency``),
+    """``found`` after the check of its key's value: an ISO 4217 currency (``trainledger.store.catalog.fx.check_currency``),
     an IANA time zone, a node type name. A ledger URL is checked where it is used (``resolve_url``)."""
     where = found.where if found.source != "file" else f"{found.where}: {key}"
     value = found.value or ""
     if key == "currency":
-        from trainledger.store.fx import check_currency
+        from trainledger.store.catalog.fx import check_currency
 
         check_currency(value, where)
     elif key == "timezone":

@@ -260,7 +260,7 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> str:
     if revision in ("head", HEAD_REVISION) and stored_revision(engine) == HEAD_REVISION:
         return HEAD_REVISION
     from alembic import command
-    from trainledger.store.presets import ensure_presets
+    from trainledger.store.catalog.presets import ensure_presets
 
     target = head_revision() if revision == "head" else revision
     with _migration_lock(engine):

@@ -27,7 +27,7 @@ def set_setting(session: Session, key: str, value: str) -> None:
     if key == "timezone":
         parse_timezone(value)
     if key == "currency":
-        from trainledger.store.fx import check_currency
+        from trainledger.store.catalog.fx import check_currency
 
         check_currency(value, "currency")
     row = session.get(Setting, key)
@@ -55,7 +55,7 @@ def presentation_currency(session: Session, requested: Optional[str] = None) -> 
     else the config file's ``currency`` (:mod:`trainledger.store.config`), else the ``currency`` setting
     once it has been set, else None (the offers' own currency, when they share one)."""
     if requested:
-        from trainledger.store.fx import check_currency
+        from trainledger.store.catalog.fx import check_currency
 
         return check_currency(requested, "--currency")
     from trainledger.store import config

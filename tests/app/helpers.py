@@ -54,8 +54,8 @@ def add_hand_runs(session) -> None:
 def build_ledger(url: str) -> str:
     """The demo ledger for 2026-06..2026-11 plus the hand-built runs, at ``url``."""
     from trainledger.demo import generate_demo
+    from trainledger.store.catalog.fx import set_rate
     from trainledger.store.db import make_engine, session_scope
-    from trainledger.store.fx import set_rate
 
     engine = make_engine(url)
     with session_scope(engine) as s:

@@ -17,10 +17,10 @@ from trainledger.money.rates import costs
 from trainledger.runs import registry
 from trainledger.runs.registry import cost_under_offers, show_run
 from trainledger.runs.sweep import list_sweeps
+from trainledger.store.catalog.fleets import save_fleet
+from trainledger.store.catalog.presets import apply_pricing, parse_pricing
 from trainledger.store.db import make_engine
-from trainledger.store.fleets import save_fleet
 from trainledger.store.models import Fleet, NodeType, Offer
-from trainledger.store.presets import apply_pricing, parse_pricing
 
 from tests.app.helpers import SWEEP
 

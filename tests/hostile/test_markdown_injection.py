@@ -25,9 +25,9 @@ from urllib.parse import quote
 
 import pytest
 from sqlmodel import Session
+from trainledger.store.catalog.presets import apply_pricing, parse_pricing
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode, RunStatus
-from trainledger.store.presets import apply_pricing, parse_pricing
 
 from tests.app.helpers import MONTH, build_ledger
 from tests.app.served import WAIT_MS, chromium, need_chromium, serve, settle

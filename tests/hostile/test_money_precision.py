@@ -21,9 +21,9 @@ from sqlmodel import Session
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.rates import costs
 from trainledger.reports.daily import daily_report
+from trainledger.store.catalog.prices import versions
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode
-from trainledger.store.prices import versions
 
 from tests.helpers import add_fleet, add_run, offer
 

@@ -113,7 +113,7 @@ def test_an_invoice_imported_twice_is_recognised_and_a_correction_replaces_it(cl
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_the_mapping_rules(cli, engine, tmp_path):
-    from trainledger.store.invoice_map import load_rules, resolve
+    from trainledger.store.mappings.invoice_map import load_rules, resolve
 
     assert cli("invoice", "map").output.strip().startswith("no invoice mapping")
     for args in (("node-*", "--offer", "rtx4090-rent"), ("node-7", "--offer", "rtx4090-reserved", "--node", "gpu07"),

@@ -50,7 +50,7 @@ def invoice_map(pattern: Annotated[Optional[str], typer.Argument(help="A resourc
     gpucloud`. Without PATTERN: list the rules."""
     from trainledger.errors import LedgerInputError
     from trainledger.reports.present import table
-    from trainledger.store.invoice_map import load_rules, remove_rule, set_rule
+    from trainledger.store.mappings.invoice_map import load_rules, remove_rule, set_rule
 
     with session(db) as s:
         if pattern is None:

@@ -48,7 +48,7 @@ def map_add(node_type: Annotated[str, typer.Option("--node-type", help="Node typ
 
     A job pays for its share of each node (share column of `slurm map list`): GPUs held ÷ GPUs of the node type
     by default, the whole node with --by-node, Slurm's billing ÷ a whole node's with --billing-weights."""
-    from trainledger.store.slurm_map import add_rule
+    from trainledger.store.mappings.slurm_map import add_rule
 
     with session(db) as s:
         rule, result = add_rule(s, node_type=node_type, offer=offer, partition=partition, gpu_type=gpu_type,
@@ -69,7 +69,7 @@ def _describe(d: dict[str, Any]) -> str:
 @command
 def map_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """The mapping rules, in the order they are tried (most specific first)."""
-    from trainledger.store.slurm_map import list_rules
+    from trainledger.store.mappings.slurm_map import list_rules
 
     with session(db) as s:
         rules = list_rules(s)
@@ -81,7 +81,7 @@ def map_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 def map_remove(rule_id: Annotated[int, typer.Argument(help="The rule's id (see `trainledger slurm map list`).")],
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Remove a mapping rule (runs already imported keep their node type)."""
-    from trainledger.store.slurm_map import remove_rule
+    from trainledger.store.mappings.slurm_map import remove_rule
 
     with session(db) as s:
         rule = remove_rule(s, rule_id)

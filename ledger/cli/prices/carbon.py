@@ -21,7 +21,7 @@ def carbon_set(g_per_kwh: Annotated[str, typer.Argument(help="Grams of CO2e per 
                source: Annotated[str, typer.Option(help="Where the figure comes from.")] = "",
                db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Set the grid carbon intensity from a day (replaces the one of that day and scope)."""
-    from trainledger.store.carbon import set_intensity
+    from trainledger.store.catalog.carbon import set_intensity
 
     with session(db) as s:
         data = set_intensity(s, g_per_kwh, valid_from, node_type, location, source)
@@ -34,7 +34,7 @@ def carbon_set(g_per_kwh: Annotated[str, typer.Argument(help="Grams of CO2e per 
 def carbon_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """The intensities set, and the default assumed where none is."""
     from trainledger.reports.present import table
-    from trainledger.store.carbon import list_intensities
+    from trainledger.store.catalog.carbon import list_intensities
 
     with session(db) as s:
         rows = list_intensities(s)

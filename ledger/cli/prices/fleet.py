@@ -28,7 +28,7 @@ def _date(value: Optional[str], flag: str) -> Optional[date]:
 def fleet_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Every fleet: its offer, nodes and the dates it is held (valid to is exclusive; empty = still held)."""
     from trainledger.reports.present import table
-    from trainledger.store.fleets import list_fleets
+    from trainledger.store.catalog.fleets import list_fleets
 
     with session(db) as s:
         rows = list_fleets(s)
@@ -46,7 +46,7 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add a fleet, or change one: options left out keep the fleet's current values (all but --to are needed to add one)."""
     from trainledger.money.allocation.idle_share import check_policy, set_fleet_policy
-    from trainledger.store.fleets import list_fleets, save_fleet
+    from trainledger.store.catalog.fleets import list_fleets, save_fleet
 
     with session(db) as s:
         current = next((f for f in list_fleets(s) if f["name"] == name), None)
@@ -75,7 +75,7 @@ def fleet_set(name: Annotated[str, typer.Argument(help="Fleet name (a new name a
 @command
 def fleet_remove(name: Annotated[str, typer.Argument(help="Fleet name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a fleet (every month it was held is reported without it; to stop holding one, use `fleet set NAME --to DATE`)."""
-    from trainledger.store.fleets import remove_fleet
+    from trainledger.store.catalog.fleets import remove_fleet
 
     with session(db) as s:
         remove_fleet(s, name)

@@ -22,7 +22,7 @@ def fx_set(base: Annotated[str, typer.Argument(help="ISO 4217 code of the curren
            source: Annotated[str, typer.Option(help="Where the rate comes from (kept with it).")] = "",
            db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Set 1 BASE = RATE QUOTE from a day (replaces the pair's rate of that day)."""
-    from trainledger.store.fx import set_rate
+    from trainledger.store.catalog.fx import set_rate
 
     with session(db) as s:
         data = set_rate(s, base, quote, rate, valid_from, source)
@@ -34,7 +34,7 @@ def fx_set(base: Annotated[str, typer.Argument(help="ISO 4217 code of the curren
 def fx_import(file: Annotated[Path, typer.Argument(help="CSV with a header base,quote,rate,valid_from[,source]; one rate per row.")],
               db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Import rates from a CSV: every row checked first, nothing written on error."""
-    from trainledger.store.fx import import_rates
+    from trainledger.store.catalog.fx import import_rates
 
     with session(db) as s:
         data = import_rates(s, file)
@@ -48,7 +48,7 @@ def fx_list(base: Annotated[Optional[str], typer.Option(help="Only this base cur
             db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Rates by pair and day (valid_to: the pair's next rate, exclusive)."""
     from trainledger.reports.present import table
-    from trainledger.store.fx import list_rates
+    from trainledger.store.catalog.fx import list_rates
 
     with session(db) as s:
         rows = list_rates(s, base, quote)

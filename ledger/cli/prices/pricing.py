@@ -48,7 +48,7 @@ def pricing_import(file: Annotated[Path, typer.Argument(help="TOML with [[node_t
                    db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Add node types and offers; an existing offer with other prices gets a new price version (from
     --from, else now; an entry's own valid_from wins). Validated first, nothing written on error."""
-    from trainledger.store.presets import import_pricing_file
+    from trainledger.store.catalog.presets import import_pricing_file
 
     with session(db) as s:
         plans: list = []
@@ -82,8 +82,8 @@ def pricing_set(name: Annotated[str, typer.Argument(help="Offer name.")],
 def pricing_history(name: Annotated[str, typer.Argument(help="Offer name.")], db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """An offer's price versions: each with the instant it took effect and the next one's (valid to)."""
     from trainledger.reports.present import table
+    from trainledger.store.catalog.prices import history
     from trainledger.store.models import PRICE_FIELDS
-    from trainledger.store.prices import history
 
     with session(db) as s:
         data = history(s, name)
@@ -92,7 +92,7 @@ def pricing_history(name: Annotated[str, typer.Argument(help="Offer name.")], db
 
 
 def _from(s, text: Optional[str]):
-    from trainledger.store.prices import parse_valid_from
+    from trainledger.store.catalog.prices import parse_valid_from
     from trainledger.store.settings import display_timezone
 
     return parse_valid_from(text, display_timezone(s))

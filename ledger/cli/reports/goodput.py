@@ -30,7 +30,7 @@ def goodput_data(db: Optional[str], month: Optional[str], project: Optional[str]
     if run is not None:
         validate_run_id(run, "--run")
     if currency is not None:
-        from trainledger.store.fx import check_currency
+        from trainledger.store.catalog.fx import check_currency
 
         currency = check_currency(currency, "--currency")
     with session(db) as s:

@@ -24,7 +24,7 @@ def audit(since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN"
     from trainledger.errors import LedgerInputError
     from trainledger.reports.present import table, when
     from trainledger.store.audit import change_text, entries
-    from trainledger.store.prices import parse_valid_from
+    from trainledger.store.catalog.prices import parse_valid_from
     from trainledger.store.settings import display_timezone
     from trainledger.store.types import utcnow
 

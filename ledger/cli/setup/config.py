@@ -48,8 +48,8 @@ def config_show(db: DbOpt = None,
     """The effective ledger URL (password hidden), currency, time zone and node type, and where each comes
     from: flag, env (the variable), file (FILE:LINE) or default. Opens no ledger."""
     from trainledger.store import config
+    from trainledger.store.catalog.fx import check_currency
     from trainledger.store.db import redact_url, resolve_url
-    from trainledger.store.fx import check_currency
 
     flags = {"db": db, "currency": check_currency(currency, "--currency") if currency else None,
              "node_type": node_type, "timezone": None}

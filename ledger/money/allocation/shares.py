@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Iterable, Optional
 
 from trainledger.errors import LedgerInputError
-from trainledger.store.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts  # noqa: F401
+from trainledger.store.mappings.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts  # noqa: F401
 
 #: node units of a peak: 720720 = lcm(1..16), so k/G for G ≤ 16 and every k/7/G with G | 8... are whole units
 UNITS = 720_720

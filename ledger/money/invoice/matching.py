@@ -31,7 +31,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 from trainledger.money.account.monthly import month_charges
 from trainledger.money.rates.costs import ONE, ZERO
-from trainledger.store.invoice_map import load_rules, resolve
+from trainledger.store.mappings.invoice_map import load_rules, resolve
 from trainledger.store.models import Invoice, InvoiceLine, Offer, OfferKind, RunNode
 
 RUN_PREFIX, COMMITMENT_PREFIX = "trainledger/runs/", "trainledger/commitments/"

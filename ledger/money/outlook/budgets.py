@@ -43,7 +43,7 @@ from trainledger.money.rates import costs
 from trainledger.money.rates.fx import RateBook, load_rates
 from trainledger.money.rates.months import month_of, parse_month
 from trainledger.store.audit import record_change
-from trainledger.store.fx import check_currency
+from trainledger.store.catalog.fx import check_currency
 from trainledger.store.models import Budget, FxRate, Offer, Project
 from trainledger.store.settings import display_timezone, get_setting
 from trainledger.store.types import utcnow

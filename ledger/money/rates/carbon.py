@@ -5,7 +5,7 @@ CO2e = energy (kWh) × grid carbon intensity (gCO2e/kWh) ÷ 1,000
 ``trainledger collect`` stored one for every node of a run (DCGM/NVML energy),
 else the node type's nominal power at load × node-hours, labelled *estimated*.
 The intensity is the one set for the node type (its site's grid), else the
-ledger-wide one, else the documented default (:data:`trainledger.store.carbon.DEFAULT_G_PER_KWH`),
+ledger-wide one, else the documented default (:data:`trainledger.store.catalog.carbon.DEFAULT_G_PER_KWH`),
 labelled *assumed*. Intensities are effective-dated: a charge period is cut
 where one takes effect, so each part of a run gets the intensity in force then.
 """
@@ -23,7 +23,7 @@ from sqlmodel import Session, select
 from trainledger.money.rates import costs
 from trainledger.money.rates.costs import ZERO
 from trainledger.money.rates.months import date_start
-from trainledger.store.carbon import DEFAULT_G_PER_KWH, DEFAULT_LOCATION, DEFAULT_SOURCE
+from trainledger.store.catalog.carbon import DEFAULT_G_PER_KWH, DEFAULT_LOCATION, DEFAULT_SOURCE
 from trainledger.store.models import CarbonIntensity, OfferKind
 
 

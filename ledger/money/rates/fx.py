@@ -1,6 +1,6 @@
 """Presenting money in another currency: the exchange rate in force for each charge period.
 
-Rates live in ``fx_rate`` (:mod:`trainledger.store.fx`): 1 base = rate quote, from the
+Rates live in ``fx_rate`` (:mod:`trainledger.store.catalog.fx`): 1 base = rate quote, from the
 start of a day in the display time zone until the pair's next rate. A charge
 period (a month cut where a rate takes effect, :mod:`trainledger.money.facts.rollup`) has
 one rate in force for the whole period; the report converts each period's

@@ -1,6 +1,6 @@
 """Views of the catalog for ``trainledger pricing list|show|history``, and price edits (``pricing set``).
 
-A price edit adds a version (:mod:`trainledger.store.prices`); one that starts in the
+A price edit adds a version (:mod:`trainledger.store.catalog.prices`); one that starts in the
 past rewrites months already reported: :func:`confirm_versions` names them and
 refuses unless the caller confirmed (``--retroactive``).
 """
@@ -14,9 +14,9 @@ from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates import costs
 from trainledger.money.rates.months import month_of, months_between
-from trainledger.store import prices
+from trainledger.store.catalog import prices
+from trainledger.store.catalog.presets import OfferSpec, PricingFile, _one_line, apply_pricing
 from trainledger.store.models import PRICE_FIELDS, NodeType, Offer, OfferKind
-from trainledger.store.presets import OfferSpec, PricingFile, _one_line, apply_pricing
 from trainledger.store.settings import display_timezone
 from trainledger.store.types import utcnow
 

@@ -44,9 +44,9 @@ from trainledger.money.facts import rollup
 from trainledger.sources.imports.admission import admit
 from trainledger.sources.imports.localtime import localize, readings, system_timezone  # noqa: F401  (imported from here too)
 from trainledger.store.db import session_scope
+from trainledger.store.mappings.slurm_map import Rule, load_rules
 from trainledger.store.models import NodeType, Offer, Project, Run, RunStatus, User
 from trainledger.store.settings import display_timezone
-from trainledger.store.slurm_map import Rule, load_rules
 from trainledger.store.types import utcnow
 
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")

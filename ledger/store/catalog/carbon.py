@@ -15,7 +15,7 @@ from typing import Any, Optional
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.store.audit import record_change
-from trainledger.store.fx import check_day, check_rate
+from trainledger.store.catalog.fx import check_day, check_rate
 from trainledger.store.lookup import by_name
 from trainledger.store.models import CarbonIntensity, NodeType
 

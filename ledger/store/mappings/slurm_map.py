@@ -146,7 +146,7 @@ def _audited(session: Session, row: Optional[SlurmMap]) -> Optional[dict[str, An
 
 def _billing(weights: str, node_tres: str, by_node: bool, nt: NodeType, max_tres: bool = False) -> tuple[str, str]:
     """The billing weights and whole-node TRES of a rule, checked (Slurm's own spelling kept)."""
-    from trainledger.store.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts
+    from trainledger.store.mappings.slurm_billing import parse_weights, slurm_billing, slurm_billing_units, tres_counts
 
     weights, node_tres = (weights or "").strip(), (node_tres or "").strip()
     if not weights:

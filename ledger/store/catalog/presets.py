@@ -4,7 +4,7 @@ Files are TOML with ``[[node_type]]`` and ``[[offer]]`` tables (see
 ``data/pricing.toml``). Everything is validated before anything is written;
 a bad value is a one-line :class:`LedgerInputError` naming the entry and field.
 
-Prices have a history (:mod:`trainledger.store.prices`): importing an existing offer
+Prices have a history (:mod:`trainledger.store.catalog.prices`): importing an existing offer
 with other prices adds a version valid from its ``valid_from`` key (a TOML date
 or date-time; default: the command's ``--from``, else now) instead of
 overwriting it. Several ``[[offer]]`` tables with one name and distinct
@@ -25,10 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.store import prices
 from trainledger.store.audit import record_change
+from trainledger.store.catalog import prices
+from trainledger.store.catalog.fx import check_currency
 from trainledger.store.files import read_text
-from trainledger.store.fx import check_currency
 from trainledger.store.models import NodeType, Offer, OfferKind, OfferPrice
 from trainledger.store.settings import display_timezone
 
