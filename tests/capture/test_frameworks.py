@@ -16,6 +16,11 @@ from trainledger.store.models import RunStatus
 from tests.capture.conftest import BIN, HERE, REPO, all_runs, nodes_of, run_wrapped, samples_of
 
 pytestmark = pytest.mark.slow
+#: Each framework run is a real process (torch, and transformers or Lightning: 6-7 CPU-seconds; a torchrun or DDP
+#: run two or three of them), so each test runs on one backend, the two alternating across the file and
+#: tests/capture/test_goodput_capture.py: what these tests check (the callbacks' tokens, loss, checkpoints and
+#: phases) does not depend on the backend, and the writer each callback records through is tested on both
+#: (tests/capture/test_api.py, test_capture_promise.py). Issue 38: fewer multi-process runs per backend.
 
 from tests.capture.tiny_tokens import BATCH, SEQ  # noqa: E402  (the scripts' batches)
 
@@ -25,6 +30,7 @@ def _python(script: str, *args, env: dict, timeout: float = 240) -> subprocess.C
                           text=True, timeout=timeout, cwd=REPO)
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_hf_trainer_run_records_tokens_loss_and_checkpoints(ledger_url, capture_env, tmp_path):
     out = _python("hf_train.py", tmp_path / "out", 6, 4, env={**capture_env, "TRAINLEDGER_DB_URL": ledger_url})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -41,6 +47,7 @@ def test_hf_trainer_run_records_tokens_loss_and_checkpoints(ledger_url, capture_
     assert run.util_source == "cpu" and run.mfu is None and run.tokens_per_s > 0
 
 
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
 def test_hf_trainer_failing_after_a_checkpoint_is_failed_with_lost_work(ledger_url, capture_env, tmp_path):
     out = _python("hf_train.py", tmp_path / "out", 8, 2, 5, env={**capture_env, "TRAINLEDGER_DB_URL": ledger_url})
     assert out.returncode == 1 and "injected failure at step 5" in out.stderr
@@ -49,6 +56,7 @@ def test_hf_trainer_failing_after_a_checkpoint_is_failed_with_lost_work(ledger_u
     assert run.last_checkpoint_step == 4 and (run.lost_from, run.lost_until) == (run.last_checkpoint_at, run.ended_at)
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_hf_trainer_under_torchrun_and_the_wrapper_is_one_run_with_global_tokens(ledger_url, capture_env, tmp_path):
     cmd = [BIN / "torchrun", "--standalone", "--nproc-per-node", 2, HERE / "hf_train.py", tmp_path / "out", 6, 3]
     out = run_wrapped(ledger_url, capture_env, "--project", "hf", command=cmd, timeout=240)
@@ -60,6 +68,7 @@ def test_hf_trainer_under_torchrun_and_the_wrapper_is_one_run_with_global_tokens
     assert nodes_of(ledger_url, run.id)[0].processes == 2
 
 
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
 def test_lightning_ddp_run_from_plain_python_records_tokens_and_loss(ledger_url, capture_env, tmp_path):
     out = _python("lightning_train.py", tmp_path / "out", 6,
                   env={**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "DEVICES": "2"})

@@ -25,6 +25,7 @@ from tests.capture.conftest import HERE, REPO, all_runs
 from tests.helpers import add_fleet
 
 pytestmark = pytest.mark.slow
+#: One backend per framework run, alternating (see tests/capture/test_frameworks.py: issue 38).
 
 
 def _python(script: str, *args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -67,6 +68,7 @@ def _spans(stamps, ends: str, starts: tuple[str, ...]) -> list[float]:
     return out
 
 
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
 def test_hf_run_with_a_save_and_an_eval_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
     stamps = tmp_path / "stamps.jsonl"
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_EVAL_STEPS": "3", "TL_STAMPS": str(stamps)}
@@ -87,6 +89,7 @@ def test_hf_run_with_a_save_and_an_eval_records_both_at_the_callbacks_times(ledg
     assert {r["phase"] for r in timeline} >= {"startup", "step", "eval", "checkpoint_save"}
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_times(ledger_url, capture_env, tmp_path):
     stamps = tmp_path / "stamps.jsonl"
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3", "TL_STAMPS": str(stamps)}
@@ -111,6 +114,7 @@ def test_lightning_run_with_a_save_and_validation_records_both_at_the_callbacks_
     assert sum(acct.cost.values()) == acct.total_cost
 
 
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
 def test_lightning_resumed_from_a_checkpoint_records_its_restore(ledger_url, capture_env, tmp_path):
     env = {**capture_env, "TRAINLEDGER_DB_URL": ledger_url, "TL_VAL_STEPS": "3"}
     assert _python("lightning_train.py", tmp_path / "out", 3, env=env).returncode == 0
