@@ -6,7 +6,10 @@ library into every command again. Timings live in ``python -m bench --only cli_s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sqlite3
 import subprocess
 import sys
 
@@ -43,3 +46,36 @@ def test_the_api_loads_on_first_use_and_stays_light():
             "assert trainledger.track is t.track and trainledger.current_run is t.current_run\n"
             "assert trainledger.__version__ == __import__('importlib.metadata').metadata.version('trainledger')")
     assert _loaded(code) == []
+
+
+#: what ``trainledger run`` must not load before its command starts: the ledger's ORM and every heavy library.
+#: psutil (the keeper's end) and NVML (the GPUs the job owns) are loaded before the keeper forks, on purpose.
+NOT_BEFORE_THE_JOB = tuple(m for m in HEAVY if m not in ("psutil", "pynvml"))
+
+
+def test_run_starts_its_command_before_loading_the_orm(sqlite_url, tmp_path):
+    """On a SQLite ledger at the current schema the checks before the start read it with ``sqlite3``
+    (``trainledger.sources.capture.precheck``): SQLAlchemy, SQLModel and the tables load while the command runs,
+    in the writer, and the run is recorded all the same when the wrapper returns (issue #35)."""
+    seen = tmp_path / "loaded-at-start.json"
+    probe = (
+        "import json, sys\n"
+        "from trainledger.sources.capture import keeper\n"
+        "go = keeper.Kept.go\n"
+        "def seen(self):\n"
+        f"    with open({str(seen)!r}, 'w') as fh:\n"
+        f"        json.dump(sorted(m for m in {NOT_BEFORE_THE_JOB!r} if m in sys.modules), fh)\n"
+        "    return go(self)\n"
+        "keeper.Kept.go = seen\n"
+        f"sys.argv = ['trainledger', 'run', '--quiet', '--db', {sqlite_url!r}, '--node-type', 'rtx4090-8x', '--', "
+        "'true']\n"
+        "from trainledger.cli.main import main\n"
+        "main()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+    env.update(TRAINLEDGER_JOURNAL_DIR=str(tmp_path / "journal"), XDG_DATA_HOME=str(tmp_path / "xdg"))
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(seen.read_text()) == []
+    with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as conn:
+        assert conn.execute("SELECT status, exit_code, node_type_id IS NOT NULL FROM run").fetchall() == \
+            [("succeeded", 0, 1)]

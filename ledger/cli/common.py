@@ -29,9 +29,52 @@ except ImportError:  # pragma: no cover - older typer on plain click
 
 from trainledger.errors import LedgerInputError
 
+try:  # typer ≥ 0.2x coerces each parameter with a pydantic TypeAdapter built on first use
+    from typer._coercion import RuntimeParam as _RuntimeParam
+    from typer._coercion import build_runtime_param as _build_runtime_param
+except ImportError:  # pragma: no cover - older typer (click's own types): nothing to defer
+    _RuntimeParam = None
+
+
+if _RuntimeParam is not None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class _OnFirstValue(_RuntimeParam):
+        """A parameter's coercion, built when it first gets a value: typer's ``RuntimeParam.coerce`` answers
+        None (and ``()`` for a repeatable option) itself, so an option left out needs no TypeAdapter."""
+
+        descriptor: Any = None
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            built = _build_runtime_param(self.descriptor)
+            param._runtime_param = built  # the next value uses it directly
+            return built._coerce_value(value, param=param, ctx=ctx)
+
+
+def defer_coercion(cmd: Any) -> Any:
+    """Build each parameter's coercion of ``cmd`` (and of its subcommands already loaded) only when the parameter
+    gets a value. Typer builds a pydantic TypeAdapter for every parameter of a command that runs, given or not
+    (``trainledger run`` has ~25: 50–70 ms of its start, issue #35); a value that is given is coerced, and its
+    errors worded, by typer's own adapter as before. Returns ``cmd``."""
+    if _RuntimeParam is None:
+        return cmd
+    for param in getattr(cmd, "params", ()):
+        desc = getattr(param, "type_descriptor", None)
+        if desc is not None and getattr(param, "_runtime_param", False) is None:
+            param._runtime_param = _OnFirstValue(parameter_info=desc.parameter_info, annotation=desc.annotation,
+                                                 descriptor=desc)
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        defer_coercion(sub)
+    return cmd
+
 
 class OneLineUsageErrors(TyperGroup):
     """Click's usage errors (bad option value, missing argument, unknown option) as one line + exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        defer_coercion(self)  # a group's own options (the root's global ones) and its commands
+        return super().make_context(info_name, args, parent=parent, **extra)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -127,8 +170,7 @@ def command(fn: Optional[Callable] = None, *, job: bool = False) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from contextlib import nullcontext
 
-        from sqlalchemy.exc import DatabaseError, DataError, IntegrityError, OperationalError
-        from trainledger.store.db import LedgerURLError, redact_url, resolve_url
+        from trainledger.errors import LedgerURLError
         from trainledger.store.envsettings import strict_for
 
         try:
@@ -145,21 +187,35 @@ def command(fn: Optional[Callable] = None, *, job: bool = False) -> Callable:
             if not exc.filename:  # standard output: what is still buffered goes nowhere, so exit stays quiet
                 _drop_stdout()
             fail(write_error(exc))
-        except DataError as exc:  # a value the database refuses; the session rolled back, nothing was written
-            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-            fail(f"the ledger refused a value: {reason}")
-        except IntegrityError as exc:  # a unique row another writer created first; the transaction rolled back
-            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-            fail(f"another writer changed the ledger at the same time ({reason}); nothing was written: run the "
-                 "command again", code=1)
-        except DatabaseError as exc:  # unreachable, or not a ledger at all (e.g. "file is not a database")
-            if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
+        except Exception as exc:
+            message = _database_failure(exc, kwargs.get("db"))
+            if message is None:
                 raise
-            url = redact_url(resolve_url(kwargs.get("db")))
-            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-            fail(f"cannot use the ledger at {url}: {reason}", code=1)
+            fail(*message)
 
     return wrapper
+
+
+def _database_failure(exc: Exception, db: Optional[str]) -> Optional[tuple[str, int]]:
+    """The one line (and exit status) for a database error of a command, None for any other exception.
+
+    SQLAlchemy's errors are looked up, never imported: a command that has not loaded SQLAlchemy (``trainledger
+    run`` before its command starts, every ``--help``) cannot have raised one."""
+    sa = sys.modules.get("sqlalchemy.exc")
+    if sa is None or not isinstance(exc, sa.DatabaseError):
+        return None
+    reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    if isinstance(exc, sa.DataError):  # a value the database refuses; the session rolled back, nothing was written
+        return f"the ledger refused a value: {reason}", 2
+    if isinstance(exc, sa.IntegrityError):  # a unique row another writer created first; the transaction rolled back
+        return (f"another writer changed the ledger at the same time ({reason}); nothing was written: run the "
+                "command again", 1)
+    if not isinstance(exc, sa.OperationalError) and type(exc) is not sa.DatabaseError:
+        return None
+    from trainledger.store.db import redact_url, resolve_url
+
+    # unreachable, or not a ledger at all (e.g. "file is not a database")
+    return f"cannot use the ledger at {redact_url(resolve_url(db))}: {reason}", 1
 
 
 #: the errors of a write that the user can fix (disk full, quota, read-only file system, permissions, file too large)
@@ -185,14 +241,14 @@ def _drop_stdout() -> None:
 
 def _check_arguments(kwargs: dict[str, Any]) -> None:
     """Refuse what no command can use before any work: NUL characters, months outside ``months.MONTH_YEARS``."""
-    from trainledger.money.rates.months import MONTH_YEARS, check_month
-
     for name, value in kwargs.items():
         if isinstance(value, (str, Path)) and "\0" in str(value):
             raise LedgerInputError(f"{name}: contains a NUL character")
     for name in ("month", "end_month", "date_"):
         value = kwargs.get(name)
         if isinstance(value, str) and value:
+            from trainledger.money.rates.months import MONTH_YEARS, check_month  # the ledger's tables: only here
+
             flag = f"--{name.strip('_').replace('_', '-')}"
             if name != "date_":
                 check_month(value, flag)

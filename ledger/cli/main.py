@@ -22,7 +22,7 @@ from typing import Annotated, Optional
 import typer
 import typer.main
 from trainledger.cli import progress
-from trainledger.cli.common import OneLineUsageErrors, fail, start_invocation
+from trainledger.cli.common import OneLineUsageErrors, defer_coercion, fail, start_invocation
 
 #: each top-level command → the module of :mod:`trainledger.cli` that registers it, by its sub-room (``setup``: the
 #: ledger itself; ``capture``: how jobs and bills get in; ``prices``: what things cost; ``reports``: what the ledger
@@ -69,7 +69,7 @@ def _click_commands(module: str) -> dict:
         holder = typer.Typer(add_completion=False)
         holder.callback()(lambda: None)  # a group, even for a module with one command
         _register(module, holder)
-        _LOADED[module] = dict(typer.main.get_command(holder).commands)
+        _LOADED[module] = {name: defer_coercion(cmd) for name, cmd in typer.main.get_command(holder).commands.items()}
     return _LOADED[module]
 
 

@@ -31,6 +31,7 @@ from typing import Any, Optional
 from trainledger.errors import LedgerInputError
 
 ENV_CONFIG = "TRAINLEDGER_CONFIG"
+ENV_URL = "TRAINLEDGER_DB_URL"
 #: each key and the environment variable that overrides the file's value
 ENV = {"db": "TRAINLEDGER_DB_URL", "currency": "TRAINLEDGER_CURRENCY", "timezone": "TRAINLEDGER_TIMEZONE",
        "node_type": "TRAINLEDGER_NODE_TYPE"}
@@ -59,6 +60,32 @@ def set_path(path: Optional[os.PathLike | str]) -> None:
     """``--config PATH`` (None: no flag): the file every later lookup in this process reads."""
     global _flag_path
     _flag_path = Path(path) if path else None
+
+
+def default_sqlite_path() -> Path:
+    """The embedded ledger file: ``<user data dir>/trainledger/ledger.db``."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("trainledger", appauthor=False)) / "ledger.db"
+
+
+def configured_url() -> tuple[str, str]:
+    """The ledger URL without ``--db``: ``$TRAINLEDGER_DB_URL``, else the config file's ``db``, else the
+    embedded SQLite file; and the name an error gives it. (:func:`trainledger.store.db.resolve_url` checks it.)"""
+    if os.environ.get(ENV_URL):
+        return os.environ[ENV_URL], "--db"
+    found = configured("db")
+    if found.value:
+        return found.value, f"{found.where}: db"
+    return f"sqlite:///{default_sqlite_path()}", "--db"
+
+
+def with_driver(url: str) -> str:
+    """A PostgreSQL URL with the driver the ledger uses (``postgresql://`` → ``postgresql+psycopg://``); any other
+    URL as it is."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
 
 
 def default_path() -> Path:

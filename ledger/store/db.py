@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Iterator
@@ -22,41 +21,21 @@ from sqlalchemy import event, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlmodel import Session, create_engine
+from trainledger.errors import LedgerURLError  # noqa: F401  (raised here; its home is errors, import it from either)
+from trainledger.store.config import ENV_URL, configured_url, default_sqlite_path, with_driver  # noqa: F401
+from trainledger.store.migrations import HEAD_REVISION  # the newest migration (a test keeps it Alembic's head)
 
-ENV_URL = "TRAINLEDGER_DB_URL"
+# which ledger (``configured_url``, ``default_sqlite_path``) is the configuration's to say, without SQLAlchemy: the
+# run wrapper reads it before its command starts (issue #35); the names stay importable from here
+
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 ENV_SQLITE_BUSY_S = "TRAINLEDGER_SQLITE_BUSY_S"
-
-
-class LedgerURLError(ValueError):
-    """A ledger URL that cannot be used."""
-
-
-def default_sqlite_path() -> Path:
-    """The embedded ledger file: ``<user data dir>/trainledger/ledger.db``."""
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("trainledger", appauthor=False)) / "ledger.db"
-
-
-def configured_url() -> tuple[str, str]:
-    """The ledger URL without ``--db``: ``$TRAINLEDGER_DB_URL``, else the config file's ``db``
-    (:mod:`trainledger.store.config`), else the embedded SQLite file; and the name an error gives it."""
-    if os.environ.get(ENV_URL):
-        return os.environ[ENV_URL], "--db"
-    from trainledger.store import config
-
-    found = config.configured("db")
-    if found.value:
-        return found.value, f"{found.where}: db"
-    return f"sqlite:///{default_sqlite_path()}", "--db"
 
 
 def resolve_url(url: str | None = None) -> str:
     """``--db`` value, else ``$TRAINLEDGER_DB_URL``, else the config file's ``db``, else the embedded SQLite file."""
     url, flag = (url, "--db") if url else configured_url()
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    url = with_driver(url)
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -227,11 +206,6 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
             finally:
                 conn.execute(text("SELECT pg_advisory_unlock(7261001)"))
                 conn.commit()
-
-
-#: the newest migration; a test keeps it equal to Alembic's head. Every CLI command checks the
-#: ledger against it with one plain query, so Alembic is imported only when there is work to do.
-HEAD_REVISION = "0021"
 
 
 def stored_revision(engine: Engine) -> str | None:

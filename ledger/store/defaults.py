@@ -90,7 +90,7 @@ def warn_not_costed(run_id: Optional[str], node_type: Optional[str],
 def demo_ledger_url() -> str:
     """The demo's own ledger: ``demo.db`` next to the default ledger in the user data dir, so that
     ``trainledger demo`` never mixes demo rows into the user's ledger (``--db`` puts them elsewhere)."""
-    from trainledger.store.db import default_sqlite_path
+    from trainledger.store.config import default_sqlite_path
 
     return f"sqlite:///{default_sqlite_path().with_name('demo.db')}"
 

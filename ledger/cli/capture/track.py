@@ -88,8 +88,8 @@ def run_command(
     if not argv:
         raise LedgerInputError(f"COMMAND: nothing after `--`; {USAGE}")
     safe_stdio()
+    from trainledger.errors import LedgerURLError
     from trainledger.store import config
-    from trainledger.store.db import LedgerURLError
 
     config.never_refuse()  # a broken config file is said once and ignored: the job runs
 
@@ -109,7 +109,7 @@ def run_command(
 def _request(argv: list[str], o: dict):
     """The :class:`WrapRequest` of the command line (``o``: the command's options), or one-line errors."""
     from trainledger.sources.capture.wrapper import WrapRequest, find_command, run_passive
-    from trainledger.sources.record.journal import default_journal_dir
+    from trainledger.sources.record.journal_file import default_journal_dir
     from trainledger.sources.telemetry.sampling import nvml_gpu_count
     from trainledger.sources.telemetry.topology import Flags, resolve, slurm_part
     from trainledger.store.defaults import default_node_type
@@ -142,14 +142,12 @@ def _request(argv: list[str], o: dict):
 
 
 def _ledger_url(db: Optional[str]) -> str:
-    """The ledger URL; a malformed one never refuses the job (issue 37): the run's events wait in the journal
-    (the wrapper's check of the ledger says why, once) for `trainledger sync --db URL`."""
-    from trainledger.store.db import LedgerURLError, configured_url, resolve_url
+    """The ledger URL (with its driver), read without SQLAlchemy; a malformed one never refuses the job (issue 37):
+    the wrapper's check of the ledger says why, once, and the run's events wait in the journal for `trainledger
+    sync --db URL`."""
+    from trainledger.store.config import configured_url, with_driver
 
-    try:
-        return resolve_url(db)
-    except LedgerURLError:
-        return db or configured_url()[0]
+    return with_driver(db or configured_url()[0])
 
 
 def _wrap(req) -> int:

@@ -41,6 +41,7 @@ from typing import Any, Optional
 
 from trainledger.errors import LedgerInputError
 from trainledger.sources.capture import keeper
+from trainledger.sources.capture.precheck import check_ledger
 from trainledger.sources.capture.redact import redact_argv, redact_text
 from trainledger.sources.capture.signals import (
     FORWARDED,
@@ -59,8 +60,6 @@ ENV_JOURNAL_DIR = "TRAINLEDGER_JOURNAL_DIR"
 ENV_NODE_TYPE = "TRAINLEDGER_NODE_TYPE"
 ENV_NODE_RANK = "TRAINLEDGER_NODE_RANK"
 STDERR_TAIL_LINES = 20
-#: how long the checks before the start may wait for a locked SQLite ledger (the command waits for them)
-CHECK_BUSY_MS = 200
 #: exit status of ``--require-ledger`` when the run cannot be recorded (EX_TEMPFAIL: try again later)
 EXIT_NOT_RECORDED = 75
 
@@ -79,7 +78,7 @@ def say(text: str) -> None:
 
 @dataclass
 class WrapRequest:
-    """What ``trainledger run`` was asked to do (validated by the CLI and :func:`check_ledger`)."""
+    """What ``trainledger run`` was asked to do (validated by the CLI and :func:`~trainledger.sources.capture.precheck.check_ledger`)."""
 
     command: list[str]
     topology: Topology
@@ -129,97 +128,6 @@ def default_name(command: list[str]) -> str:
         if arg.endswith(".py") and not arg.startswith("-"):
             return os.path.basename(arg)[:200]
     return os.path.basename(command[0])[:200]
-
-
-# --- before anything starts: what the ledger must agree to -------------------------------
-
-def check_ledger(req: WrapRequest) -> Optional[str]:
-    """Refuse an unknown node type or offer, or an unknown ``--resume-of``; never wait on a lock.
-
-    Returns a warning when the ledger cannot be reached, is locked by another writer or cannot be
-    created (the run then starts anyway and its events wait in the journal); raises
-    :class:`LedgerInputError` otherwise. A run id that already ended makes a later wrapped part of
-    a Slurm job a part of its run (``topology.part``); elsewhere it is refused.
-    """
-    from sqlmodel import Session
-    from trainledger.store.db import redact_url, upgrade_schema
-    from trainledger.store.models import LIVE_STATUSES, Run
-
-    engine = None
-    try:
-        engine = _engine_without_waiting(req.db_url)
-        upgrade_schema(engine)
-        with Session(engine) as s:
-            _check_node_type_and_offer(s, req)
-            if req.topology.resume_of and s.get(Run, req.topology.resume_of) is None \
-                    and req.topology.run_id_from != "slurm":
-                raise LedgerInputError(f"--resume-of: no run {req.topology.resume_of!r} in the ledger")
-            existing = s.get(Run, req.topology.run_id)
-            if existing is not None and req.topology.owns_run and existing.status not in LIVE_STATUSES:
-                if req.topology.run_id_from == "slurm":
-                    req.topology.make_part(f"part-{os.getpid()}")
-                    return None
-                raise LedgerInputError(f"--run-id: run {existing.id} already ended ({existing.status.value}); "
-                                       f"a restart is a new run: --resume-of {existing.id}")
-    except LedgerInputError:
-        raise
-    except Exception as exc:  # unreachable, locked, uncreatable: never a reason not to run the job
-        return f"ledger {redact_url(req.db_url)} not usable now ({_reason(exc)}); the run starts and its events wait in the journal"
-    finally:
-        if engine is not None:
-            engine.dispose()
-    return None
-
-
-def _check_node_type_and_offer(s: Any, req: WrapRequest) -> None:
-    """Refuse an unknown node type or an offer of another one; an offer alone names its node type.
-    Sets the run's share of its node and whether an offer can cost it (``req.costed``)."""
-    from sqlmodel import select
-    from trainledger.store.models import NodeType, Offer
-
-    off = s.exec(select(Offer).where(Offer.name == req.offer)).first() if req.offer else None
-    if req.offer and off is None and req.node_type is None:
-        raise LedgerInputError(f"--offer: no offer {req.offer!r} (see `trainledger pricing list`)")
-    if req.node_type is None and off is not None:  # the offer says which node type it pays for
-        req.node_type = s.get(NodeType, off.node_type_id).name
-    if req.node_type is None:
-        return
-    nt = s.exec(select(NodeType).where(NodeType.name == req.node_type)).first()
-    if nt is None:
-        names = ", ".join(s.exec(select(NodeType.name).order_by(NodeType.name)).all())
-        raise LedgerInputError(f"--node-type: unknown node type {req.node_type!r}; known: {names} "
-                               "(add one with `trainledger pricing import`)")
-    from trainledger.money.allocation.shares import alloc_share
-
-    try:
-        req.share = alloc_share(req.topology.alloc, nt.name, nt.gpu_model, nt.gpus_per_node)
-    except LedgerInputError as exc:  # a wrong site-wide MIG or GPU setting never refuses the job (issue 37)
-        req.share, req.share_note = None, f"{exc}; the run is costed as the whole node"
-    if req.offer and (off is None or off.node_type_id != nt.id):
-        raise LedgerInputError(f"--offer: {req.offer!r} is not an offer for node type {req.node_type} "
-                               "(see `trainledger pricing list`)")
-    req.costed = off is not None or s.exec(select(Offer.id).where(Offer.node_type_id == nt.id)).first() is not None
-
-
-def _engine_without_waiting(url: str):
-    """The ledger's engine for the checks before the start: a locked SQLite file answers "database is locked"
-    after :data:`CHECK_BUSY_MS` instead of the writers' busy timeout; PostgreSQL gives up on a lock as soon."""
-    from sqlalchemy import event
-    from trainledger.store.db import make_engine
-
-    engine = make_engine(url, upgrade=False)
-
-    def short_waits(dbapi_conn, _record) -> None:
-        cur = dbapi_conn.cursor()
-        if engine.dialect.name == "sqlite":
-            cur.execute(f"PRAGMA busy_timeout={CHECK_BUSY_MS}")
-        else:
-            cur.execute(f"SET lock_timeout = {CHECK_BUSY_MS}")
-            dbapi_conn.commit()
-        cur.close()
-
-    event.listen(engine, "connect", short_waits)
-    return engine
 
 
 def _reason(exc: BaseException) -> str:
@@ -315,7 +223,7 @@ class Wrapper:
             warn_not_costed(self.topo.run_id, self.req.node_type, write=say)
         self._queue_registration()
         if self.req.require_ledger:
-            from trainledger.sources.record.journal import JournalWriteError
+            from trainledger.sources.record.journal_file import JournalWriteError
 
             note, self.writer.failure_note = self.writer.failure_note, None  # the refusal is the one line
             try:

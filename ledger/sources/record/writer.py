@@ -50,7 +50,7 @@ class LedgerWriter(threading.Thread):
     def __init__(self, db_url: Optional[str], journal_dir: Path, run_id: str, flush_s: float, heartbeat_s: float,
                  beats: Optional[Callable[[str], list[dict]]] = run_heartbeat, journal_name: Optional[str] = None):
         super().__init__(name="trainledger-writer", daemon=True)
-        from trainledger.sources.record.journal import Journal
+        from trainledger.sources.record.journal_file import Journal
 
         self.journal = Journal(journal_dir, run_id, name=journal_name)
         self.db_url = db_url
@@ -115,7 +115,7 @@ class LedgerWriter(threading.Thread):
         A journal write failure (disk full, ...) raises :class:`~trainledger.sources.record.journal.JournalWriteError`
         and is fatal for the run; the events of the failed write are kept for :meth:`close`.
         """
-        from trainledger.sources.record.journal import JournalWriteError
+        from trainledger.sources.record.journal_file import JournalWriteError
 
         with self._lock:
             events = self._drain()
@@ -180,7 +180,7 @@ class LedgerWriter(threading.Thread):
         except RunNotRegistered:  # the ledger is there; the run's owner has not registered it yet
             self.ledger_ok, self.waiting_for_run = True, True
         except Exception as exc:  # unreachable ledger: keep journaling, retry next flush
-            from trainledger.store.db import LedgerURLError
+            from trainledger.errors import LedgerURLError
 
             self.url_unusable = isinstance(exc, LedgerURLError)  # never reachable: the end does not wait for it
             if self.ledger_ok is not False:
@@ -208,7 +208,7 @@ class LedgerWriter(threading.Thread):
         ``on_durable`` is called once every event is safe (fsync'd in the journal, or, after a journal
         failure, written to the ledger): from then on the process may be interrupted without loss.
         """
-        from trainledger.sources.record.journal import JournalWriteError
+        from trainledger.sources.record.journal_file import JournalWriteError
 
         self._halt.set()
         if self.is_alive():
@@ -264,7 +264,7 @@ class LedgerWriter(threading.Thread):
                 if self._engine is not None:
                     self._engine.dispose()
                     self._engine = None
-                from trainledger.store.db import LedgerURLError
+                from trainledger.errors import LedgerURLError
 
                 if time.monotonic() >= deadline or isinstance(exc, LedgerURLError):
                     reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200]
