@@ -18,6 +18,9 @@ import pytest
 from tests.tmpfs import mounted
 
 REPO = Path(__file__).resolve().parents[1]
+#: real `trainledger` processes writing into small mounted file systems: the full suite's, not the day-to-day
+#: tier's (issue 38: the fast tier within 3 minutes)
+pytestmark = pytest.mark.slow
 MONTH = "2026-11"
 
 

@@ -23,6 +23,10 @@ from pathlib import Path
 
 import pytest
 
+#: real `trainledger` processes on a pseudo-terminal, each doing the long work it draws (the demo, imports, a
+#: chargeback): the full suite's, not the day-to-day tier's (issue 38: the fast tier within 3 minutes)
+pytestmark = pytest.mark.slow
+
 HEADER = "id,name,project,user,node_type,nodes,start,end,status\n"
 ROWS = 3000
 #: the pieces of cursor control and styling that a terminal interprets (CSI ... letter), and SGR among them
