@@ -6,6 +6,8 @@ exactly what ``trainledger report monthly --month M --format FMT`` writes.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 import streamlit as st
 from trainledger.app.queries import data
@@ -41,7 +43,9 @@ ui.to_date_note(month, p["summary"])
 c = st.columns(len(FORMATS))
 for col, (fmt, (title, mime)) in zip(c, FORMATS.items()):
     name = f"trainledger-{month}{'-to-date' if p['summary'].get('is_partial') else ''}.{fmt}"
-    col.download_button(f"Download {title}", data.export_bytes(url, month, fmt, currency, scope), file_name=name,
+    # the bytes are made when the button is clicked (Streamlit's deferred download: the XLSX of a busy month takes
+    # seconds), by the same cached function, for this session's scope; served, like every file, to a session only
+    col.download_button(f"Download {title}", partial(data.export_bytes, url, month, fmt, currency, scope), file_name=name,
                         mime=mime, key=f"export_{fmt}", type="primary" if fmt == "csv" else "secondary",
                         icon=":material/download:", on_click="ignore")
 if scope is None:

@@ -2,13 +2,15 @@
 
 One table (a line per project: runs, GPU-hours, runs' cost, share of idle, total; then idle not charged back
 and the month's spend, which the lines add up to) and, for the project picked, its statement as XLSX and as a
-printable HTML page, plus the summary CSV. The bytes are ``trainledger.reports.chargeback.files``: the CLI's.
+printable HTML page, plus the summary CSV. The bytes are ``trainledger.reports.chargeback.files``: the CLI's,
+made when a download is clicked (the page reads only the presented statements).
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Optional
+from functools import partial
+from typing import Any, Callable, Optional
 
 import streamlit as st
 from trainledger.app.queries import data
@@ -19,30 +21,60 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``{"presented": presented(chargeback(month)), "files": {name: bytes}}``, as the CLI writes them."""
+    """``{"presented": presented(chargeback(month))}``, as the CLI presents it; the files are made when a download
+    is clicked (:func:`statement_files`)."""
     from trainledger.money.account.chargeback import chargeback
-    from trainledger.reports.chargeback import files, presented
+    from trainledger.reports.chargeback import presented
 
     with data.read_session(url) as s:
-        p = presented(chargeback(s, month, currency=currency, now=data.now()))
-    return {"presented": p, "files": files(p)}
+        return {"presented": presented(chargeback(s, month, currency=currency, now=data.now()))}
+
+
+@st.cache_data(ttl=data.TTL, show_spinner=False)
+def statement_files(url: str, month: str, project: str, currency: Optional[str] = None) -> dict[str, bytes]:
+    """``project``'s statement as XLSX and HTML and the month's summary CSV: ``trainledger.reports.chargeback.files``
+    for that project, the bytes ``trainledger report chargeback --month M -o DIR`` writes."""
+    from trainledger.reports.chargeback import files
+
+    return files(statements(url, month, currency)["presented"], project)
+
+
+def summary_file(url: str, month: str, currency: Optional[str] = None) -> bytes:
+    """The month's summary CSV, as :func:`trainledger.reports.chargeback.files` writes it (team scope)."""
+    from trainledger.reports.chargeback import summary_csv
+
+    return summary_csv(statements(url, month, currency)["presented"]).encode("utf-8")
 
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def scoped_statements(url: str, month: str, scope: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
-    """:func:`statements` for a project-scoped user: the statements of the scope's projects only, as XLSX and HTML
-    (the HTML's note without the month's spend), and no summary CSV (it holds every project and the team's idle)."""
-    from trainledger.reports.chargeback import file_stem, to_html, to_xlsx
-
+    """:func:`statements` for a project-scoped user: the statements of the scope's projects only (the summary
+    without the month's spend and idle); their files: :func:`scoped_statement_files`."""
     p = statements(url, month, currency)["presented"]
     mine = [x for x in p["statements"] if data.in_scope(x["project"], scope)]
-    files, taken = {}, set()
-    for x in mine:
-        stem = file_stem(month, x["project"], taken)
-        files[f"{stem}.xlsx"] = to_xlsx(p["summary"], x)
-        files[f"{stem}.html"] = to_html(p["summary"], x, team=False).encode("utf-8")
     summary = {k: p["summary"][k] for k in ("month", "currency", "timezone", "period") if k in p["summary"]}
-    return {"presented": {"summary": summary, "statements": mine}, "files": files}
+    return {"presented": {"summary": summary, "statements": mine}}
+
+
+@st.cache_data(ttl=data.TTL, show_spinner=False)
+def scoped_statement_files(url: str, month: str, scope: tuple[str, ...], project: str,
+                           currency: Optional[str] = None) -> dict[str, bytes]:
+    """A scoped user's statement of ``project`` (one of the scope's) as XLSX and HTML (the HTML's note without the
+    month's spend), no summary CSV (it holds every project and the team's idle)."""
+    from trainledger.reports.chargeback import file_stem, to_html, to_xlsx
+
+    if not data.in_scope(project, scope):
+        raise KeyError(project)
+    p = statements(url, month, currency)["presented"]
+    files, taken = {}, set()
+    for x in p["statements"]:
+        if not data.in_scope(x["project"], scope):
+            continue
+        stem = file_stem(month, x["project"], taken)
+        if x["project"] == project:
+            files[f"{stem}.xlsx"] = to_xlsx(p["summary"], x)
+            files[f"{stem}.html"] = to_html(p["summary"], x, team=False).encode("utf-8")
+    return files
 
 
 def scoped_section(url: str, month: str, currency: Optional[str], scope: tuple[str, ...]) -> None:
@@ -74,7 +106,8 @@ def scoped_section(url: str, month: str, currency: Optional[str], scope: tuple[s
              "gpu_hours": None if r["gpu_hours"] is None else f"{Decimal(str(r['gpu_hours'])):,.3f}"} for r in rows]
     st.dataframe(ui.frame(rows, keys, labels, currency=cur), hide_index=True, key="chargeback_table",
                  column_config={labels[k]: st.column_config.TextColumn(labels[k]) for k in keys})
-    _statement_downloads(cb["files"], month, [x["project"] for x in p["statements"]])
+    _statement_downloads(partial(scoped_statement_files, url, month, scope, currency=currency), month,
+                         [x["project"] for x in p["statements"]])
 
 
 def chargeback_section(url: str, month: str, currency: Optional[str], scope: data.Scope = None) -> None:
@@ -122,25 +155,34 @@ def chargeback_section(url: str, month: str, currency: Optional[str], scope: dat
     cols = st.columns(min(len(linked), 4)) if linked else []
     for i, name in enumerate(linked):  # each statement's runs, on Runs (the project filter, the month)
         ui.runs_link(f"Runs of {ui.md(name)}", where=cols[i % len(cols)], project=name, month=month)
-    c = _statement_downloads(cb["files"], month, names)
+    files_of = partial(statement_files, url, month, currency=currency)
+    c = _statement_downloads(files_of, month, names)
     summary = f"{month}-chargeback-summary.csv"
-    c[2].download_button("Summary CSV", cb["files"][summary], file_name=summary, mime="text/csv",
-                         key="chargeback_csv", icon=":material/download:", on_click="ignore")
+    c[2].download_button("Summary CSV", partial(summary_file, url, month, currency), file_name=summary,
+                         mime="text/csv", key="chargeback_csv", icon=":material/download:", on_click="ignore")
 
 
-def _statement_downloads(files: dict[str, bytes], month: str, names: list[str]) -> list:
-    """The statement picker and its XLSX and HTML downloads; returns the row of three columns (the third is free)."""
+def _statement_downloads(files_of: Callable[[str], dict[str, bytes]], month: str, names: list[str]) -> list:
+    """The statement picker and its XLSX and HTML downloads; returns the row of three columns (the third is free).
+    ``files_of(project)``: the project's files by name; called when a download is clicked (Streamlit's deferred
+    download), in the session that drew the button: a statement takes seconds to render on a busy month."""
     project = st.selectbox("Statement of", names, key="chargeback_project")
-    stem = _stem(files, month, names, project)
+    stem = _stem(month, names, project)
     c = st.columns(3)
-    c[0].download_button("Statement XLSX", files[f"{stem}.xlsx"], file_name=f"{stem}.xlsx", mime=XLSX,
-                         key="chargeback_xlsx", icon=":material/download:", on_click="ignore")
-    c[1].download_button("Statement HTML (printable)", files[f"{stem}.html"], file_name=f"{stem}.html",
-                         mime="text/html", key="chargeback_html", icon=":material/download:", on_click="ignore")
+    c[0].download_button("Statement XLSX", partial(_file, files_of, project, f"{stem}.xlsx"), file_name=f"{stem}.xlsx",
+                         mime=XLSX, key="chargeback_xlsx", icon=":material/download:", on_click="ignore")
+    c[1].download_button("Statement HTML (printable)", partial(_file, files_of, project, f"{stem}.html"),
+                         file_name=f"{stem}.html", mime="text/html", key="chargeback_html",
+                         icon=":material/download:", on_click="ignore")
     return c
 
 
-def _stem(files: dict[str, bytes], month: str, names: list[str], project: str) -> str:
+def _file(files_of: Callable[[str], dict[str, bytes]], project: str, name: str) -> bytes:
+    """One file of ``project``'s (a deferred download's bytes)."""
+    return files_of(project)[name]
+
+
+def _stem(month: str, names: list[str], project: str) -> str:
     """The file stem of ``project``'s statement, as :func:`trainledger.reports.chargeback.files` named it."""
     from trainledger.reports.chargeback import file_stem
 

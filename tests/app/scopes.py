@@ -92,28 +92,41 @@ def rendered(at, *, ids: bool = True) -> str:
     return text
 
 
-def download_capture(monkeypatch) -> dict[str, bytes]:
-    """Record every file a page hands to Streamlit's media storage: file id → bytes (see :func:`downloads`)."""
+def download_capture(monkeypatch) -> dict[str, Any]:
+    """Record every file a page hands to Streamlit's media storage: file id → bytes, and each deferred download
+    (made when clicked: ``st.download_button(data=callable)``) as its media file manager, to be made the way a click
+    makes it (see :func:`downloads`)."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
     from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
-    files: dict[str, bytes] = {}
+    files: dict[str, Any] = {}
     original = MemoryMediaFileStorage.load_and_get_id
+    original_deferred = MediaFileManager.add_deferred
 
     def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
         file_id = original(self, path_or_data, mimetype, kind, filename)
         files[file_id] = path_or_data if isinstance(path_or_data, bytes) else Path(path_or_data).read_bytes()
         return file_id
 
+    def add_deferred(self, *args, **kwargs):
+        file_id = original_deferred(self, *args, **kwargs)
+        files[file_id] = self
+        return file_id
+
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", load_and_get_id)
+    monkeypatch.setattr(MediaFileManager, "add_deferred", add_deferred)
     return files
 
 
-def downloads(at, files: dict[str, bytes]) -> dict[str, bytes]:
-    """The page's download buttons: label → the bytes a click downloads."""
+def downloads(at, files: dict[str, Any]) -> dict[str, bytes]:
+    """The page's download buttons: label → the bytes a click downloads (a deferred one made as the click makes
+    it: Streamlit's ``execute_deferred``, whose file URL is then read)."""
     out = {}
     for b in at.get("download_button"):
-        file_id = b.proto.url.rsplit("/", 1)[1].split(".")[0]
-        out[b.proto.label] = files[file_id]
+        url = b.proto.url
+        if b.proto.deferred_file_id:
+            url = files[b.proto.deferred_file_id].execute_deferred(b.proto.deferred_file_id)
+        out[b.proto.label] = files[url.rsplit("/", 1)[1].split(".")[0]]
     return out
 
 
