@@ -17,6 +17,7 @@ from sqlalchemy import delete, update
 from sqlmodel import Session, select
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.goodput import month_store
+from trainledger.money.goodput.goodput_core import ranked_by_badput
 from trainledger.money.goodput.goodput_ledger import month_account, report_account
 from trainledger.money.goodput.month_store import month_summary, month_totals
 from trainledger.money.goodput.waste import project_waste
@@ -74,10 +75,34 @@ def _text(m) -> dict:
     return out
 
 
+def _exact(v):
+    """A project line's or run line's values as text, to the last digit: Decimals with their exponent, floats as
+    their repr, datetimes with their offset, dataclasses field by field."""
+    if isinstance(v, Decimal):
+        return f"D{v}"
+    if isinstance(v, float):
+        return f"F{v!r}"
+    if isinstance(v, datetime):
+        return f"T{v.isoformat()}"
+    if isinstance(v, dict):
+        return {str(getattr(k, "value", k)): _exact(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_exact(x) for x in v]
+    if hasattr(v, "__dataclass_fields__"):
+        return {f.name: _exact(getattr(v, f.name)) for f in fields(v)}
+    return repr(v)
+
+
 def _fresh(s: Session, month: str = NOV, currency=None, now=NOW):
     rep = monthly_report(s, month, now=now, currency=currency, lines=True)
     macc, accounts = month_account(s, rep, now)
     return _text(macc), {k: str(v) for k, v in project_waste(accounts).items()}
+
+
+def _fresh_sections(s: Session, month: str = NOV, currency=None, now=NOW):
+    """The Goodput page's per-project lines and runs of most badput, from the whole account."""
+    acct = report_account(s, monthly_report(s, month, now=now, currency=currency, lines=True), now)
+    return _exact(acct.projects), _exact(ranked_by_badput(acct.runs))
 
 
 def _row(s: Session, month: str = NOV, key: str = ""):
@@ -90,6 +115,7 @@ def _check(s: Session, month: str = NOV, currency=None, now=NOW, stored: bool = 
     t = month_summary(s, month, currency=currency, now=now)
     assert t.stored is stored
     assert (_text(t.account), {k: str(v) for k, v in t.project_waste.items()}) == _fresh(s, month, currency, now)
+    assert (_exact(t.projects), _exact(t.ranked)) == _fresh_sections(s, month, currency, now)
     s.commit()
     return t
 
@@ -100,6 +126,7 @@ def test_stored_totals_equal_a_fresh_computation_field_for_field(s):
     assert row is not None and len(row.fingerprint) == 64
     again = _check(s)  # read back
     assert _text(again.account) == _text(first.account) and again.project_waste == first.project_waste
+    assert again.projects == first.projects and again.ranked == first.ranked and len(again.ranked) == 5
     assert month_totals(s, NOV, now=NOW) == again.account
     assert again.account.by_category[month_store.Category.recovery] > 0  # the chain's gap is in it
     assert _row(s).fingerprint == month_store.fingerprint(s, NOV, "", NOW)

@@ -31,9 +31,9 @@ if m is None:
 else:
     goodput_view.month_metrics(m, s)
     goodput_view.category_links(m, month)
-    acct = goodput_data.account(url, month, currency)
-    goodput_view.badput_by_project(acct, cur)
-    goodput_view.ranked_runs(acct, cur)
+    projects, ranked = goodput_data.sections(url, month, currency)  # stored with the month's totals once it is over
+    goodput_view.badput_by_project(projects, cur)
+    goodput_view.ranked_runs(ranked, cur)
 goodput_view.idle_heat_map(url, month, currency, s)
 util_view.fleet_section(url, month)  # issue 39 item 3: the fleet's nodes hour by hour
 goodput_view.badput_trend(url, data.trend_months(url, month, n=6), currency, cur)

@@ -36,6 +36,20 @@ def account(url: str, month: str, currency: Optional[str] = None, project: Optio
         return goodput_account(s, month=month, project=project, currency=currency, now=now())
 
 
+def sections(url: str, month: str, currency: Optional[str] = None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The month's runs summed per project (``GoodputReport.projects``) and its runs of most badput
+    (``trainledger.money.goodput.goodput_core.ranked_by_badput``): stored with the month's totals once the month is
+    over (:func:`trainledger.app.queries.data.month_totals`), else from the month's whole account (:func:`account`)."""
+    from trainledger.app.queries.data import month_totals
+    from trainledger.money.goodput.goodput_core import ranked_by_badput
+
+    t = month_totals(url, month, currency)
+    if t.projects is not None and t.ranked is not None:
+        return t.projects, t.ranked
+    acct = account(url, month, currency)
+    return acct.projects, ranked_by_badput(acct.runs)
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
 def timeline(url: str, run_id: str, scope: Optional[tuple[str, ...]] = None) -> list[dict[str, Any]]:
     """``trainledger.money.goodput.account.phase_timeline``: per node and phase of a run, seconds, count, first and last

@@ -154,15 +154,16 @@ def month_metrics(m: Any, summary: dict[str, Any]) -> None:
     c[5].metric(ui.card("ettr", summary=summary), ui.pct(m.ettr), border=True, help=ui.help_of("ettr"))
 
 
-def badput_by_project(acct: Any, cur: str) -> list[dict[str, Any]]:
-    """Per project: goodput and each badput category (the account's project lines), table and stacked bars."""
+def badput_by_project(projects: list[dict[str, Any]], cur: str) -> list[dict[str, Any]]:
+    """Per project: goodput and each badput category (the account's project lines, ``GoodputReport.projects``),
+    table and stacked bars."""
     rows = [{"project": p["project"] or "(no project)", "goodput_pct": p["goodput_pct"], "total_cost": p["total_cost"],
-             **{f"{k}_cost": v for k, v in p["cost"].items()}} for p in acct.projects]
+             **{f"{k}_cost": v for k, v in p["cost"].items()}} for p in projects]
     st.subheader("Badput by category, per project")
     if not rows:
         st.caption("No run this month.")
         return rows
-    cats = [k for k in acct.projects[0]["cost"]]
+    cats = [k for k in projects[0]["cost"]]
     st.dataframe(ui.frame(rows, ["project", "total_cost", *[f"{k}_cost" for k in cats], "goodput_pct"],
                           {"total_cost": f"cost ({cur})", **{f"{k}_cost": _label(k) for k in cats},
                            "goodput_pct": "goodput %"}), hide_index=True)
@@ -177,22 +178,24 @@ def badput_by_project(acct: Any, cur: str) -> list[dict[str, Any]]:
     return rows
 
 
-def ranked_runs(acct: Any, cur: str, limit: int = 50) -> list[dict[str, Any]]:
-    """The month's runs ranked by badput cost: what each cost, bought and lost, and its largest badput."""
+def ranked_runs(runs: list[Any], cur: str) -> list[dict[str, Any]]:
+    """The month's runs ranked by badput cost (``ranked_by_badput``: the first ``RANKED``): what each cost, bought
+    and lost, and its largest badput."""
+    from trainledger.money.goodput.goodput_core import ranked_by_badput
+
     st.subheader("Runs ranked by badput")
     rows = []
-    for r in acct.runs:
+    for r in ranked_by_badput(runs):
         bad = {c: v for c, v in r.cost.items() if _label(c) != "productive"}
         worst = max(bad, key=lambda c: bad[c]) if any(bad.values()) else None
         rows.append({"run": r.run_id, "project": r.project or "", "status": r.status, "total_cost": r.total_cost,
                      "goodput_cost": sum((v for c, v in r.cost.items() if _label(c) == "productive"), Decimal(0)),
                      "badput_cost": r.badput_cost, "largest": _label(worst) if worst is not None else "",
                      "goodput_pct": r.goodput_pct})
-    rows.sort(key=lambda x: (-x["badput_cost"], x["run"]))
     if not rows:
         st.caption("No run this month.")
         return rows
-    st.dataframe(ui.frame(rows[:limit], ["run", "project", "status", "total_cost", "goodput_cost", "badput_cost",
+    st.dataframe(ui.frame(rows, ["run", "project", "status", "total_cost", "goodput_cost", "badput_cost",
                                          "largest", "goodput_pct"],
                           {"total_cost": f"cost ({cur})", "goodput_cost": f"goodput ({cur})",
                            "badput_cost": f"badput ({cur})", "largest": "largest badput", "goodput_pct": "goodput %"}),

@@ -88,5 +88,5 @@ def goodput(url: str, month: str, currency: Optional[str], ident: access.Identit
     """The Goodput page of a project-scoped user: badput per project and the runs ranked, of their projects."""
     access.team_note(ident)
     acct = scoped_account(goodput_data.account(url, month, currency), access.scope_of(ident))
-    goodput_view.badput_by_project(acct, cur)
-    goodput_view.ranked_runs(acct, cur)
+    goodput_view.badput_by_project(acct.projects, cur)
+    goodput_view.ranked_runs(acct.runs, cur)

@@ -327,6 +327,17 @@ def group_accounts(runs: list[RunAccount], key: str) -> list[dict[str, Any]]:
     return out
 
 
+#: how many runs the month's ranking by badput lists (the Goodput page's "Runs ranked by badput")
+RANKED = 50
+
+
+def ranked_by_badput(runs: Iterable[RunAccount], limit: Optional[int] = RANKED) -> list[RunAccount]:
+    """Runs ranked by badput cost (:attr:`RunAccount.badput_cost`), the most first, ties by run id; the first
+    ``limit`` (None: all)."""
+    out = sorted(runs, key=lambda r: (-r.badput_cost, r.run_id))
+    return out if limit is None else out[:limit]
+
+
 def report_to_dict(rep: GoodputReport) -> dict[str, Any]:
     """The report as JSON-ready dicts (keys named so that ``trainledger.reports.present`` rounds money to cents,
     percentages to 0.1 and node-hours to 0.001; ``ettr`` to 4 decimals; ``node_seconds`` stay exact, µs)."""

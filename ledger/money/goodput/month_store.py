@@ -1,7 +1,9 @@
 """A month's goodput totals, stored with the fingerprint of the ledger state they were computed from (issue 39 item 6).
 
 Most surfaces show only a month's totals (:class:`~trainledger.money.goodput.goodput_core.MonthAccount`: spend,
-goodput, badput, idle, by category, ETTR …) and, in the monthly summary, each project's waste; computing them
+goodput, badput, idle, by category, ETTR …) and, in the monthly summary, each project's waste; the Goodput page also
+the runs summed per project and the runs of most badput (:class:`MonthTotals`' ``projects`` and ``ranked``, stored
+with the totals since format 2); computing them
 means the month's whole account, every run line (seconds at 100,000 runs). :func:`month_totals` and
 :func:`month_summary` read them from ``goodput_month`` (migration 0021) when the row's fingerprint still matches
 the ledger, else compute them with the account's own code (``monthly_report(..., lines=True)`` and
@@ -41,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -54,7 +56,15 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, SQLModel
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.facts import rollup
-from trainledger.money.goodput.goodput_core import CATEGORIES, Category, MonthAccount
+from trainledger.money.goodput.goodput_core import (
+    CATEGORIES,
+    RANKED,
+    Category,
+    MonthAccount,
+    RunAccount,
+    group_accounts,
+    ranked_by_badput,
+)
 from trainledger.money.goodput.goodput_ledger import month_account
 from trainledger.money.goodput.waste import project_waste
 from trainledger.money.rates.months import check_month, month_bounds
@@ -65,7 +75,7 @@ from trainledger.store.types import utcnow
 log = logging.getLogger(__name__)
 
 #: bumped when the stored payload or what the fingerprint covers changes: every stored row is then recomputed
-FORMAT = "goodput-month/1"
+FORMAT = "goodput-month/2"
 #: tables the fingerprint does not hash whole: the month's own data (hashed by month above), and logs, sessions,
 #: caches and planner or invoice data that no month's account reads
 NOT_HASHED = frozenset({"run", "run_node", "metric_sample", "rollup_slice", "rollup_month", "rollup_peak", "run_phase",
@@ -79,11 +89,15 @@ _PHASE_COLUMNS = ("run_id", "node", "phase", "seconds", "count", "ckpt_seconds",
 
 @dataclass
 class MonthTotals:
-    """A month's totals: its account and each project's waste (the summary's per-project ``waste_cost``)."""
+    """A month's totals: its account, each project's waste (the summary's per-project ``waste_cost``), its runs
+    summed per project (``GoodputReport.projects``: :func:`~trainledger.money.goodput.goodput_core.group_accounts`)
+    and its :data:`~trainledger.money.goodput.goodput_core.RANKED` runs of most badput (``ranked_by_badput``)."""
 
     account: MonthAccount
     project_waste: dict[str, Decimal] = field(default_factory=dict)
     stored: bool = False  # read back from goodput_month (False: computed by this call)
+    projects: Optional[list[dict[str, Any]]] = None  # None: not computed (a month to date read from its account)
+    ranked: Optional[list[RunAccount]] = None
 
 
 def month_totals(session: Session, month: str, currency: Optional[str] = None,
@@ -115,7 +129,8 @@ def month_summary(session: Session, month: str, *, currency: Optional[str] = Non
 def _compute(session: Session, month: str, currency: Optional[str], now: datetime) -> MonthTotals:
     rep = monthly_report(session, month, now=now, currency=currency, lines=True, projects=False)
     macc, accounts = month_account(session, rep, now)
-    return MonthTotals(macc, project_waste(accounts))
+    return MonthTotals(macc, project_waste(accounts), projects=group_accounts(accounts, "project"),
+                       ranked=ranked_by_badput(accounts, RANKED))
 
 
 # --- the fingerprint ---------------------------------------------------------------------------------------------
@@ -219,7 +234,49 @@ def _payload(month: str, key: str, t: MonthTotals) -> str:
         "goodput_pct": None if m.goodput_pct is None else str(m.goodput_pct),
         "ettr": None if m.ettr is None else str(m.ettr), "period": m.period, "runs": m.runs,
         "identity_residual": str(m.identity_residual),
-        "project_waste": sorted([p, str(v)] for p, v in t.project_waste.items())}, sort_keys=True)
+        "project_waste": sorted([p, str(v)] for p, v in t.project_waste.items()),
+        "projects": [_tagged(p) for p in t.projects or []], "ranked": [_run_to(r) for r in t.ranked or []]},
+        sort_keys=True)
+
+
+# a project line's and a run line's values as JSON: Decimals as their exact strings, datetimes as ISO text, floats
+# (a line's ETTR) as JSON numbers (Python writes the shortest text that reads back to the same float)
+def _tagged(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return {"$d": str(v)}
+    if isinstance(v, datetime):
+        return {"$t": v.isoformat()}
+    if isinstance(v, dict):
+        return {str(getattr(k, "value", k)): _tagged(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_tagged(x) for x in v]
+    if v is None or isinstance(v, (str, int, float)):
+        return v
+    raise TypeError(f"not storable: {type(v).__name__}")
+
+
+def _untagged(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"$d"}:
+            return _decimal(v["$d"])
+        if set(v) == {"$t"}:
+            return datetime.fromisoformat(v["$t"])
+        return {k: _untagged(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_untagged(x) for x in v]
+    return v
+
+
+def _run_to(r: RunAccount) -> dict[str, Any]:
+    return {f.name: _tagged(getattr(r, f.name)) for f in fields(RunAccount)}
+
+
+def _run_from(d: Any) -> RunAccount:
+    if not isinstance(d, dict) or set(d) != {f.name for f in fields(RunAccount)}:
+        raise ValueError("a run line of another shape")
+    v = {k: _untagged(x) for k, x in d.items()}
+    v["seconds"], v["cost"] = _categories(d["seconds"], tagged=True), _categories(d["cost"], tagged=True)
+    return RunAccount(**v)
 
 
 def _digest(fp: str, payload: str) -> str:
@@ -235,10 +292,10 @@ def _decimal(text: Any) -> Decimal:
     return d
 
 
-def _categories(d: Any) -> dict[Category, Decimal]:
+def _categories(d: Any, tagged: bool = False) -> dict[Category, Decimal]:
     if not isinstance(d, dict) or set(d) != {c.value for c in CATEGORIES}:
         raise ValueError("categories differ")
-    return {c: _decimal(d[c.value]) for c in CATEGORIES}
+    return {c: _decimal(d[c.value]["$d"] if tagged else d[c.value]) for c in CATEGORIES}
 
 
 def _parse(month: str, key: str, payload: str) -> MonthTotals:
@@ -254,9 +311,10 @@ def _parse(month: str, key: str, payload: str) -> MonthTotals:
                        seconds=_categories(p["seconds"]), goodput_pct=opt["goodput_pct"], ettr=opt["ettr"],
                        period=p["period"], runs=p["runs"], identity_residual=_decimal(p["identity_residual"]))
     waste = {str(name): _decimal(v) for name, v in p["project_waste"]}
+    projects, ranked = [_untagged(x) for x in p["projects"]], [_run_from(x) for x in p["ranked"]]
     if acc.goodput + acc.badput + acc.idle != acc.spend:  # the account's identity, exact: else not ours
         raise ValueError("goodput + badput + idle != spend")
-    return MonthTotals(acc, waste, stored=True)
+    return MonthTotals(acc, waste, stored=True, projects=projects, ranked=ranked)
 
 
 def _read(session: Session, month: str, key: str, fp: str) -> Optional[MonthTotals]:
