@@ -69,10 +69,15 @@ class ParallelPlan:
     world_size: int
 
     def __post_init__(self) -> None:
-        self.validate()
+        self._check_identities()
 
     def validate(self, shape: Optional[ModelShape] = None) -> "ParallelPlan":
         """Check the plan (and its fit to ``shape`` when given); raise :class:`PlanError`."""
+        self._check_identities()
+        return self.check_shape(shape) if shape is not None else self
+
+    def _check_identities(self) -> None:
+        """The plan's own checks (what construction runs): known strategy, positive integers, the identities."""
         if self.strategy not in STRATEGIES:
             raise PlanError(f"unknown strategy {self.strategy!r}: use one of {', '.join(STRATEGIES)}")
         for name in ("dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "nodes",
@@ -98,13 +103,16 @@ class ParallelPlan:
                 f"{self.grad_accum} × dp {self.dp} = {self.micro_batch * self.grad_accum * self.dp}: "
                 f"set global_batch to {self.micro_batch * self.grad_accum * self.dp} or change grad_accum"
             )
-        if shape is not None:
-            if shape.n_layers % self.pp:
-                raise PlanError(
-                    f"pp {self.pp} does not divide n_layers {shape.n_layers} (stages would hold unequal "
-                    f"layer counts and leave GPUs idle): set parallel.pp to one of {_divisors(shape.n_layers)}"
-                )
-            _check_tp_divides(self.tp, shape)
+
+    def check_shape(self, shape: ModelShape) -> "ParallelPlan":
+        """The plan's fit to ``shape`` (a constructed plan has passed its own checks: ``validate(shape)`` without
+        repeating them); raise :class:`PlanError`."""
+        if shape.n_layers % self.pp:
+            raise PlanError(
+                f"pp {self.pp} does not divide n_layers {shape.n_layers} (stages would hold unequal "
+                f"layer counts and leave GPUs idle): set parallel.pp to one of {_divisors(shape.n_layers)}"
+            )
+        _check_tp_divides(self.tp, shape)
         return self
 
     def to_dict(self) -> dict:

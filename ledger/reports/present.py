@@ -13,6 +13,7 @@ import enum
 import re
 from datetime import date, datetime, timezone, tzinfo
 from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
 from typing import Any, Optional
 
 from trainledger.money.metrics.registry import lookup
@@ -38,7 +39,11 @@ UNIT_KIND = {"money": "money", "ratio": "ratio", "pct": "pct", "hours": "hours",
 UNIT_PRICE_MARK = "cost_per_1m"
 
 
+@lru_cache(maxsize=4096)
 def kind_of(key: str) -> str:
+    """How a value under ``key`` is presented (money, unit price, pct, ratio, hours, plain): the metrics layer's unit
+    of the figure, else the key's naming rules; a function of the key alone (the glossary is fixed at import), so it
+    is remembered per key (a month's export asks it ~350,000 times for a few dozen keys)."""
     m = lookup(key)
     if m is not None:
         return UNIT_KIND[m.unit]
@@ -89,7 +94,10 @@ def present(key: str, value: Any) -> Any:
 
 def jsonable(obj: Any, key: str = "") -> Any:
     """Recursively convert a report/dict/dataclass into JSON-ready values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:  # what present() returns as it is (an export's most cells)
+        return obj
+    if hasattr(t, "__dataclass_fields__"):  # dataclasses.is_dataclass of an instance, without its generic checks
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         # a dict under a money or hours key (cost per offer, a forecast's range) holds money or hours too

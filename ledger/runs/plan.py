@@ -272,14 +272,14 @@ def _plan_row(shape: ModelShape, tokens: float, nt: NodeType, hw: Hardware, o: O
 
 
 def _search_node_type(shape: ModelShape, req: RecommendRequest, nt: NodeType, hw: Hardware, offers: list[Offer],
-                      tally: _Tally, kept: list[tuple], counts: dict[str, int]) -> None:
+                      tally: _Tally, kept: list[tuple], counts: dict[str, int], memo: Optional[dict] = None) -> None:
     """Evaluate every candidate on this node type; price the ones that fit under every offer."""
     deadline_h = req.deadline_days * 24 if req.deadline_days is not None else None
     factors = calibration_factors(hw)
     for nodes in req.nodes:
         for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), req.strategies,
                             req.micro_batches, req.recompute):
-            ev = evaluate(shape, c, hw, factors=factors)
+            ev = evaluate(shape, c, hw, factors=factors, memo=memo)
             counts["plans_evaluated"] += 1
             counts["candidates"] += len(offers)
             if not ev.kept:
@@ -309,11 +309,11 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
     shape = req.shape()
     tally, kept = _Tally(), []
     counts = {"candidates": 0, "plans_evaluated": 0}
-    hw_rows = []
+    hw_rows, memo = [], {}  # memo: each layout's memory, sized once for every node type
     for nt, offers in _select_offers(session, req):
         hw, links = planning_hardware(session, nt)
         hw_rows.append(hardware_summary(hw, links, [o.name for o in offers]))
-        _search_node_type(shape, req, nt, hw, offers, tally, kept, counts)
+        _search_node_type(shape, req, nt, hw, offers, tally, kept, counts, memo)
     kept.sort(key=lambda k: (k[0], k[1]))
     plans = [{"rank": i, **_plan_row(shape, req.tokens, nt, hw, o, ev, hours, cost)}
              for i, (_, _, nt, hw, o, ev, hours, cost) in enumerate(kept[: req.top], 1)]

@@ -128,22 +128,30 @@ def candidates(shape: ModelShape, nodes: int, gpus_per_node: int, global_batch: 
 
 
 def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf16",
-             time_if_too_big: bool = False, factors: Optional[Factors] = None) -> Evaluated:
+             time_if_too_big: bool = False, factors: Optional[Factors] = None,
+             memo: Optional[dict[tuple, MemoryEstimate]] = None) -> Evaluated:
     """Validate, size and time one candidate on ``hw`` (scaled by a calibration's ``factors`` when given).
 
     A plan that does not fit is discarded with its memory; with
     ``time_if_too_big`` its step time is estimated anyway (what it would take
-    on cards large enough), still with the out-of-memory reason.
+    on cards large enough), still with the out-of-memory reason. ``memo``: memory estimates by layout, shared by the
+    calls of one search for ``shape`` (a layout's memory does not depend on the hardware: a plan on several node
+    types or offers is sized once).
     """
     tokens = c.global_batch * shape.seq_len
     try:
         ParallelPlan(strategy=c.strategy, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage,
                      micro_batch=c.micro_batch, grad_accum=c.grad_accum, global_batch=c.global_batch,
-                     nodes=c.nodes, gpus_per_node=c.gpus_per_node, world_size=c.world_size).validate(shape)
+                     nodes=c.nodes, gpus_per_node=c.gpus_per_node, world_size=c.world_size).check_shape(shape)
     except PlanError as exc:
         return Evaluated(c, None, None, f"invalid plan: {exc}", tokens)
-    mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
-                         micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
+    layout = (c.dp, c.tp, c.pp, c.zero_stage, c.micro_batch, c.grad_accum, c.recompute, precision)
+    mem = memo.get(layout) if memo is not None else None
+    if mem is None:
+        mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
+                             micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
+        if memo is not None:
+            memo[layout] = mem
     if factors is not None:
         mem = calibrated_memory(mem, factors)
     too_big = mem.total > hw.gpu_memory_bytes
