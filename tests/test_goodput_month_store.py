@@ -102,7 +102,8 @@ def _fresh(s: Session, month: str = NOV, currency=None, now=NOW):
 def _fresh_sections(s: Session, month: str = NOV, currency=None, now=NOW):
     """The Goodput page's per-project lines and runs of most badput, from the whole account."""
     acct = report_account(s, monthly_report(s, month, now=now, currency=currency, lines=True), now)
-    return _exact(acct.projects), _exact(ranked_by_badput(acct.runs))
+    charged = [a for a in acct.runs if a.month == month and a.resume_of and a.cost[month_store.Category.recovery] > 0]
+    return _exact(acct.projects), _exact(ranked_by_badput(acct.runs)), _exact(charged)
 
 
 def _row(s: Session, month: str = NOV, key: str = ""):
@@ -115,7 +116,7 @@ def _check(s: Session, month: str = NOV, currency=None, now=NOW, stored: bool = 
     t = month_summary(s, month, currency=currency, now=now)
     assert t.stored is stored
     assert (_text(t.account), {k: str(v) for k, v in t.project_waste.items()}) == _fresh(s, month, currency, now)
-    assert (_exact(t.projects), _exact(t.ranked)) == _fresh_sections(s, month, currency, now)
+    assert (_exact(t.projects), _exact(t.ranked), _exact(t.recovered)) == _fresh_sections(s, month, currency, now)
     s.commit()
     return t
 
@@ -127,6 +128,7 @@ def test_stored_totals_equal_a_fresh_computation_field_for_field(s):
     again = _check(s)  # read back
     assert _text(again.account) == _text(first.account) and again.project_waste == first.project_waste
     assert again.projects == first.projects and again.ranked == first.ranked and len(again.ranked) == 5
+    assert [r.run_id for r in again.recovered] == ["b"]  # b resumes the failed a: the gap between them
     assert month_totals(s, NOV, now=NOW) == again.account
     assert again.account.by_category[month_store.Category.recovery] > 0  # the chain's gap is in it
     assert _row(s).fingerprint == month_store.fingerprint(s, NOV, "", NOW)

@@ -2,8 +2,8 @@
 
 Most surfaces show only a month's totals (:class:`~trainledger.money.goodput.goodput_core.MonthAccount`: spend,
 goodput, badput, idle, by category, ETTR …) and, in the monthly summary, each project's waste; the Goodput page also
-the runs summed per project and the runs of most badput (:class:`MonthTotals`' ``projects`` and ``ranked``, stored
-with the totals since format 2); computing them
+the runs summed per project and the runs of most badput, and the idle heat map the runs charged recovery
+(:class:`MonthTotals`' ``projects``, ``ranked`` and ``recovered``, stored with the totals since format 2); computing them
 means the month's whole account, every run line (seconds at 100,000 runs). :func:`month_totals` and
 :func:`month_summary` read them from ``goodput_month`` (migration 0021) when the row's fingerprint still matches
 the ledger, else compute them with the account's own code (``monthly_report(..., lines=True)`` and
@@ -98,6 +98,7 @@ class MonthTotals:
     stored: bool = False  # read back from goodput_month (False: computed by this call)
     projects: Optional[list[dict[str, Any]]] = None  # None: not computed (a month to date read from its account)
     ranked: Optional[list[RunAccount]] = None
+    recovered: Optional[list[RunAccount]] = None  # :func:`recovered_runs`: the runs charged recovery in the month
 
 
 def month_totals(session: Session, month: str, currency: Optional[str] = None,
@@ -130,7 +131,13 @@ def _compute(session: Session, month: str, currency: Optional[str], now: datetim
     rep = monthly_report(session, month, now=now, currency=currency, lines=True, projects=False)
     macc, accounts = month_account(session, rep, now)
     return MonthTotals(macc, project_waste(accounts), projects=group_accounts(accounts, "project"),
-                       ranked=ranked_by_badput(accounts, RANKED))
+                       ranked=ranked_by_badput(accounts, RANKED), recovered=recovered_runs(accounts, month))
+
+
+def recovered_runs(accounts: list[RunAccount], month: str) -> list[RunAccount]:
+    """The month's runs that resume an interrupted one and were charged recovery (where idle with an owner sits:
+    ``trainledger.money.goodput.occupancy.recovery_spans``), in the account's order."""
+    return [a for a in accounts if a.month == month and a.resume_of and a.cost[Category.recovery] > 0]
 
 
 # --- the fingerprint ---------------------------------------------------------------------------------------------
@@ -235,7 +242,8 @@ def _payload(month: str, key: str, t: MonthTotals) -> str:
         "ettr": None if m.ettr is None else str(m.ettr), "period": m.period, "runs": m.runs,
         "identity_residual": str(m.identity_residual),
         "project_waste": sorted([p, str(v)] for p, v in t.project_waste.items()),
-        "projects": [_tagged(p) for p in t.projects or []], "ranked": [_run_to(r) for r in t.ranked or []]},
+        "projects": [_tagged(p) for p in t.projects or []], "ranked": [_run_to(r) for r in t.ranked or []],
+        "recovered": [_run_to(r) for r in t.recovered or []]},
         sort_keys=True)
 
 
@@ -312,9 +320,10 @@ def _parse(month: str, key: str, payload: str) -> MonthTotals:
                        period=p["period"], runs=p["runs"], identity_residual=_decimal(p["identity_residual"]))
     waste = {str(name): _decimal(v) for name, v in p["project_waste"]}
     projects, ranked = [_untagged(x) for x in p["projects"]], [_run_from(x) for x in p["ranked"]]
+    recovered = [_run_from(x) for x in p["recovered"]]
     if acc.goodput + acc.badput + acc.idle != acc.spend:  # the account's identity, exact: else not ours
         raise ValueError("goodput + badput + idle != spend")
-    return MonthTotals(acc, waste, stored=True, projects=projects, ranked=ranked)
+    return MonthTotals(acc, waste, stored=True, projects=projects, ranked=ranked, recovered=recovered)
 
 
 def _read(session: Session, month: str, key: str, fp: str) -> Optional[MonthTotals]:
@@ -347,4 +356,5 @@ def _store(session: Session, month: str, key: str, fp: str, totals: MonthTotals)
         log.info("goodput_month %s %r not stored: %s", month, key, str(exc).splitlines()[0])
 
 
-__all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "fingerprint", "is_storable", "month_summary", "month_totals"]
+__all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "fingerprint", "is_storable", "month_summary", "month_totals",
+           "recovered_runs"]

@@ -314,10 +314,13 @@ def recovery_spans(session: Session, month: str, *, currency: Optional[str] = No
     run that resumes an interrupted one and was charged recovery, [the interrupted run's end, its start] inside
     the month."""
     from trainledger.money.goodput.account import Category, goodput_account
+    from trainledger.money.goodput.month_store import is_storable, month_summary, recovered_runs
 
     now = now or utcnow()
-    acct = goodput_account(session, month=month, currency=currency, now=now)
-    charged = [a for a in acct.runs if a.month == month and a.resume_of and a.cost[Category.recovery] > 0]
+    if is_storable(session, month, now):  # a month that is over: its runs charged recovery, stored with its totals
+        charged = month_summary(session, month, currency=currency, now=now).recovered or []
+    else:
+        charged = recovered_runs(goodput_account(session, month=month, currency=currency, now=now).runs, month)
     if not charged:
         return []
     ms, me = month_bounds(month, display_timezone(session))
