@@ -92,14 +92,22 @@ def rendered(at, *, ids: bool = True) -> str:
     return text
 
 
-def download_capture(monkeypatch) -> dict[str, Any]:
-    """Record every file a page hands to Streamlit's media storage: file id → bytes, and each deferred download
-    (made when clicked: ``st.download_button(data=callable)``) as its media file manager, to be made the way a click
-    makes it (see :func:`downloads`)."""
+class Captured(dict):
+    """File id → the bytes handed to Streamlit's media storage; ``deferred``: each deferred download's id (made when
+    clicked: ``st.download_button(data=callable)``) → the media file manager that makes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deferred: dict[str, Any] = {}
+
+
+def download_capture(monkeypatch) -> Captured:
+    """Record every file a page hands to Streamlit's media storage, and each deferred download, to be made the way a
+    click makes it (see :func:`downloads`)."""
     from streamlit.runtime.media_file_manager import MediaFileManager
     from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
-    files: dict[str, Any] = {}
+    files = Captured()
     original = MemoryMediaFileStorage.load_and_get_id
     original_deferred = MediaFileManager.add_deferred
 
@@ -110,7 +118,7 @@ def download_capture(monkeypatch) -> dict[str, Any]:
 
     def add_deferred(self, *args, **kwargs):
         file_id = original_deferred(self, *args, **kwargs)
-        files[file_id] = self
+        files.deferred[file_id] = self
         return file_id
 
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", load_and_get_id)
@@ -118,14 +126,14 @@ def download_capture(monkeypatch) -> dict[str, Any]:
     return files
 
 
-def downloads(at, files: dict[str, Any]) -> dict[str, bytes]:
+def downloads(at, files: Captured) -> dict[str, bytes]:
     """The page's download buttons: label → the bytes a click downloads (a deferred one made as the click makes
     it: Streamlit's ``execute_deferred``, whose file URL is then read)."""
     out = {}
     for b in at.get("download_button"):
         url = b.proto.url
         if b.proto.deferred_file_id:
-            url = files[b.proto.deferred_file_id].execute_deferred(b.proto.deferred_file_id)
+            url = files.deferred[b.proto.deferred_file_id].execute_deferred(b.proto.deferred_file_id)
         out[b.proto.label] = files[url.rsplit("/", 1)[1].split(".")[0]]
     return out
 
