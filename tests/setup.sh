@@ -18,6 +18,12 @@ if [ "${TRAINLEDGER_NO_PIP:-}" != "1" ]; then
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
   "$VENV/bin/python" -m pip install -q -e ".[train,test,hf,lightning]"  # hf, lightning: tests/capture's real tiny runs
 fi
+# The repository's own modules compiled once, as a wheel install has them (pip compiles what it installs; an
+# editable install's sources are compiled by the first process that imports them, and not even then where
+# PYTHONDONTWRITEBYTECODE is set, as on these machines): else every `trainledger`, wrapper and trainer process of
+# the suite compiles the modules it imports, ~0.13 CPU-seconds each (issue 38). A source changed later is compiled
+# again by Python as usual (its .pyc records the source's time and size).
+"$VENV/bin/python" -m compileall -q -j 0 ledger app trainer bench tests >/dev/null
 
 # --- PostgreSQL at 127.0.0.1:5432 (tests create and drop their own databases) --
 apt_updated=""
