@@ -66,7 +66,11 @@ class FakeCluster:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        t = time.time() - self.t0
+        # every sample carries the time its value was computed for: Prometheus records a sample at the time it
+        # sent the scrape, which a loaded machine can answer a few hundred ms later, and a counter read then
+        # would bend rate() over a 5 s step by several per cent (seen: 1.86e9 for 2e9 B/s at load 14)
+        now = time.time()
+        t = now - self.t0
         dcgm = ["gpu", "UUID", "device", "modelName", "Hostname"]
         util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=dcgm)
         fb = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=dcgm)
@@ -77,12 +81,12 @@ class FakeCluster:
         for host in HOSTS:
             for gpu in (0, 1):
                 lv = [str(gpu), f"GPU-{host}-{gpu}", f"nvidia{gpu}", "NVIDIA H100 80GB HBM3", host]
-                util.add_metric(lv, UTIL[host])
-                fb.add_metric(lv, FB[host][gpu])
-                power.add_metric(lv, POWER_W)
-                energy.add_metric(lv, 5e9 + POWER_W * 1000.0 * t)  # mJ
+                util.add_metric(lv, UTIL[host], timestamp=now)
+                fb.add_metric(lv, FB[host][gpu], timestamp=now)
+                power.add_metric(lv, POWER_W, timestamp=now)
+                energy.add_metric(lv, 5e9 + POWER_W * 1000.0 * t, timestamp=now)  # mJ
                 if host in GR:
-                    gr.add_metric(lv, GR[host])
+                    gr.add_metric(lv, GR[host], timestamp=now)
         yield from (util, fb, power, energy, gr)
         net = ["instance", "device"]
         rx = GaugeMetricFamily("node_network_receive_bytes_total", "Network device statistic receive_bytes.", labels=net)
@@ -93,12 +97,12 @@ class FakeCluster:
         for host in HOSTS:
             inst = f"{host}:9100"
             for fam in (rx, tx):
-                fam.add_metric([inst, "eth0"], 1e12 + ETH_BPS * t)
-                fam.add_metric([inst, "lo"], 1e10 * t)
+                fam.add_metric([inst, "eth0"], 1e12 + ETH_BPS * t, timestamp=now)
+                fam.add_metric([inst, "lo"], 1e10 * t, timestamp=now)
                 if host == "node-a":
-                    fam.add_metric([inst, "ib0"], 3e9 * t)
+                    fam.add_metric([inst, "ib0"], 3e9 * t, timestamp=now)
             for fam in (ib_rx, ib_tx):
-                fam.add_metric([inst, "mlx5_0", "1"], 1e13 + IB_BPS[host] * t)
+                fam.add_metric([inst, "mlx5_0", "1"], 1e13 + IB_BPS[host] * t, timestamp=now)
         yield from (rx, tx, ib_rx, ib_tx)
 
 
