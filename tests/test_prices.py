@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
-from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.monthly import month_charges, monthly_report, report_to_dict
 from trainledger.money.facts import rollup
 from trainledger.store.db import make_engine, upgrade_schema
 from trainledger.store.models import Offer, OfferPrice, RollupSlice, Run
@@ -270,6 +270,11 @@ def test_the_rollup_stays_exact_as_prices_rates_and_intensities_cut_months(engin
             rep = monthly_report(s, month)
             assert abs(sum((r.node_hours for r in rep.runs), D(0)) - rep.summary["node_hours"]) < D("1e-18")
             assert abs(sum((r.cost for r in rep.runs), D(0)) + rep.summary["idle_cost"] - rep.summary["actual_cost"]) < D("1e-15")
+            # the chargeback's costing (lines per charge period, added per run): the same report, to the last digit
+            mc = month_charges(s, month)
+            assert [repr(r) for r in mc.report.runs] == [repr(r) for r in rep.runs]
+            assert [r.intensities for r in mc.report.runs] == [r.intensities for r in rep.runs]
+            assert repr(report_to_dict(mc.report)) == repr(report_to_dict(rep))
 
 
 def _reset_cuts(s: Session) -> None:

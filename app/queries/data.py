@@ -105,6 +105,7 @@ def clear_caches() -> None:
     """Forget every cached read (after a write): st.cache_data's and the shared reports and accounts."""
     st.cache_data.clear()
     report.clear()
+    charges.clear()
     month_goodput.clear()
 
 
@@ -178,13 +179,27 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 # The two largest objects a page reads, a month's report with its run lines and its goodput account (thousands of
 # lines on a busy ledger), are kept as they are (st.cache_resource), not pickled on every store and read as
 # st.cache_data does (1.9 s of the Overview's 5 s at 100,000 runs): they are shared by every session, so nothing
-# may change them (tests/app/test_dashboard_cache.py checks that no page does). clear_caches() empties both.
+# may change them (tests/app/test_dashboard_cache.py checks that no page does). clear_caches() empties them (and
+# :func:`charges`, the costing the report with lines comes from).
 @st.cache_resource(ttl=TTL, show_spinner=False)
 def report(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> MonthlyReport:
-    """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup).
-    Shared, read-only."""
+    """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup;
+    with lines, the report of :func:`charges`: the chargeback reads the same costing). Shared, read-only."""
+    if lines:
+        return charges(url, month, currency).report
     with read_session(url) as s:
         return monthly_report(s, month, lines=lines, now=now(), currency=currency)
+
+
+@st.cache_resource(ttl=TTL, show_spinner=False)
+def charges(url: str, month: str, currency: Optional[str] = None) -> Any:
+    """``trainledger.money.account.monthly.month_charges``: the month's report with its run lines (:func:`report`'s)
+    and its lines per charge period, costed once for the pages that show run lines and the chargeback (its
+    statements: ``chargeback_view.statements``). Shared, read-only."""
+    from trainledger.money.account.monthly import month_charges
+
+    with read_session(url) as s:
+        return month_charges(s, month, currency=currency, now=now())
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

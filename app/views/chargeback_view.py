@@ -21,13 +21,15 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``{"presented": presented(chargeback(month))}``, as the CLI presents it; the files are made when a download
-    is clicked (:func:`statement_files`)."""
-    from trainledger.money.account.chargeback import chargeback
+    """``{"presented": presented(chargeback(month))}``, as the CLI presents it, from the month's costing the page
+    already holds (``data.charges``: ``chargeback`` is ``from_charges`` of the same ``month_charges``); the files
+    are made when a download is clicked (:func:`statement_files`)."""
+    from trainledger.money.account.chargeback import from_charges
     from trainledger.reports.chargeback import presented
 
+    charges = data.charges(url, month, currency)  # outside the session below: a session inside another waits on it
     with data.read_session(url) as s:
-        return {"presented": presented(chargeback(s, month, currency=currency, now=data.now()))}
+        return {"presented": presented(from_charges(s, charges))}
 
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)

@@ -1,4 +1,4 @@
-"""The dashboard's shared caches (trainledger.app.queries.data.report and month_goodput, st.cache_resource): every
+"""The dashboard's shared caches (trainledger.app.queries.data.report, charges and month_goodput, st.cache_resource): every
 session reads the same objects, so no page may change them, and a write forgets them."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def _shared(url: str) -> dict[str, bytes]:
     for month in (MONTH, PREVIOUS):
         out[f"report {month}"] = pickle.dumps(data.report(url, month, True))
         out[f"report {month} totals"] = pickle.dumps(data.report(url, month))
+        out[f"charges {month}"] = pickle.dumps(data.charges(url, month, None))  # lines per charge period: the chargeback's
         out[f"goodput {month}"] = pickle.dumps(data.month_goodput(url, month))
     return out
 
@@ -29,7 +30,7 @@ def _no_expiry(monkeypatch) -> None:
     the test's eleven page renders on a loaded machine (seen: a fresh account after the Settings page at load 14).
     Streamlit makes a new cache for a function whose ttl changed, so this test's objects live in one without an
     expiry, and the next test's in a 30 s one again."""
-    for cached in (data.report, data.month_goodput):
+    for cached in (data.report, data.charges, data.month_goodput):
         monkeypatch.setattr(cached._info, "ttl", None)
 
 
@@ -52,8 +53,10 @@ def test_clear_caches_forgets_the_shared_objects(demo_url, app_env):
     app_env(demo_url)
     first = data.month_goodput(demo_url, MONTH)
     rep = data.report(demo_url, MONTH, True)
+    mc = data.charges(demo_url, MONTH, None)  # as data.report calls it (an argument left out is another key)
+    assert mc.report is rep  # the report with lines is the chargeback's costing, computed once
     data.clear_caches()
     again = data.month_goodput(demo_url, MONTH)
-    assert again is not first and data.report(demo_url, MONTH, True) is not rep
+    assert again is not first and data.report(demo_url, MONTH, True) is not rep and data.charges(demo_url, MONTH, None) is not mc
     assert pickle.dumps(again) == pickle.dumps(first)  # the same figures, computed again
     assert again.projects == first.projects and again.chains == first.chains  # groups: computed where read

@@ -260,10 +260,26 @@ def _lines(session: Session, m: Any, run_ids: Optional[set[str]], costings: dict
                                      None if offer.kind == OfferKind.rent_elastic else
                                      sorted(f.name for f in m.fleets.get(offer.id, [])))
             out.append(line)
-        elif out and out[-1].run_id == line.run_id:  # the run's next charge period in this month
-            _extend_line(out[-1], line)
         else:
-            out.append(line)
+            _add_slice(out, line)
+    return out
+
+
+def _add_slice(out: list[RunSlice], line: RunSlice) -> None:
+    """One line per run and month: ``line`` (a charge period's slice, in the month's line order) appended, or added
+    to the run's line when it is the run's next charge period in this month."""
+    if out and out[-1].run_id == line.run_id:
+        _extend_line(out[-1], line)
+    else:
+        out.append(line)
+
+
+def merged_lines(per_period: list[RunSlice]) -> list[RunSlice]:
+    """The month's lines, one per run (``_lines(...)``), from its lines per charge period (``_lines(...,
+    per_period=True)``, left as they are): the same slices added up the same way, without costing them again."""
+    out: list[RunSlice] = []
+    for line in per_period:
+        _add_slice(out, replace(line, charge=None, intensities=list(line.intensities)))
     return out
 
 

@@ -63,6 +63,7 @@ from trainledger.money.account.month_lines import (  # noqa: F401  (RunSlice, Ch
     _fleet_energy_kwh,
     _lines,
     _total,
+    merged_lines,
 )
 from trainledger.money.facts import counts, rollup
 from trainledger.money.facts.rollup_facts import NO_NODE_TYPE_ID
@@ -219,8 +220,10 @@ def _cost_month(session: Session, month: str, flags: tuple[Optional[str], Option
 
 
 def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, nt_months: list[NodeTypeMonth],
-              currencies: set[str], lines: bool | Iterable[str], projects: bool) -> MonthlyReport:
-    """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines."""
+              currencies: set[str], lines: bool | Iterable[str], projects: bool,
+              run_lines: Optional[list[RunSlice]] = None) -> MonthlyReport:
+    """Steps 4-5: summary (with the part elapsed, carbon and the rates used), projects and lines (``run_lines``:
+    every run's, already made)."""
     month = m.name
     currency = m.fx.target or _one_currency(month, currencies) or m.currency_setting
     runs = counts.runs_per_group(session, m.facts)
@@ -237,7 +240,8 @@ def _assemble(session: Session, m: "_Month", offers: "_Offers", costings: dict, 
     if fx_rates:  # money was converted: say at which rates
         summary["fx_rates"] = [_rate_text(r) for r in fx_rates]
     project_rows = _projects(session, offers.detail, costings, m.facts.periods, runs) if projects else []
-    runs = [] if lines is False else _lines(session, m, None if lines is True else set(lines), costings)
+    runs = [] if lines is False else run_lines if run_lines is not None else _lines(
+        session, m, None if lines is True else set(lines), costings)
     unpriced = [] if lines is False or not offers.unpriced else not_costed.month_not_costed(
         session, month, m.facts.live, offers.unpriced)
     if lines is not False and lines is not True:
@@ -752,8 +756,8 @@ def month_charges(session: Session, month: str, *, currency: Optional[str] = Non
     """The monthly report and the month's charges per charge period: each run's slices with the unit price and
     quantity they were costed at, and each fixed-cost fleet's cost, allocation and idle (the FOCUS export)."""
     m, offers, costings, nt_months, currencies = _cost_month(session, month, (None, None, None), now, currency)
-    rep = _assemble(session, m, offers, costings, nt_months, currencies, True, True)
-    lines = _lines(session, m, None, costings, per_period=True)
+    lines = _lines(session, m, None, costings, per_period=True)  # the report's run lines are these, added per run
+    rep = _assemble(session, m, offers, costings, nt_months, currencies, True, True, merged_lines(lines))
     fleets = []
     for ps, c in costings.items():
         for off_id, fm in sorted(c.fleet_months.items(), key=lambda kv: c.cat.offers[kv[0]].name):
