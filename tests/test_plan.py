@@ -192,3 +192,29 @@ def test_trial_shrinks_the_best_plans_to_two_nodes(cli):
         assert cfg.shape.n_layers // plan.pp == 80 // src["pp"]  # each stage holds what it would at scale
         assert cfg.model.activation_checkpointing == (src["recompute"] == "full")
         assert e["predicted_memory_gib"] <= 24 and e["predicted_step_time_s"] > 0
+
+
+def test_the_search_memo_changes_no_evaluation():
+    """``evaluate``'s memo (each candidate's validation and memory, each layout's memory: shared by every node type of
+    one search) gives what evaluating each candidate alone gives, on two GPUs of different memory, calibrated or
+    not, every reason kind included."""
+    from dataclasses import replace
+
+    from trainledger.trainer.plan.factors import Factors
+    from trainledger.trainer.plan.search import candidates, evaluate
+    from trainledger.trainer.plan.timing import Hardware, Link
+
+    shape = SHAPES["llama2-70b"]
+    small = Hardware(name="24g", gpus_per_node=8, gpu_memory_bytes=24 * GIB, peak_tflops=165.0, efficiency=0.3,
+                     efficiency_source="default", intra=Link(16e9, 10e-6), inter=Link(25e9 / 8, 30e-6))
+    big = replace(small, name="141g", gpu_memory_bytes=141 * GIB, peak_tflops=989.0)
+    memo: dict = {}
+    reasons = set()
+    for hw, factors in ((small, None), (big, None), (big, Factors(compute=1.2, intra_comm=2.0, bubble=1.1,
+                                                                 memory=1.1, memory_fixed=1.3))):
+        for nodes in (1, 3, 8):
+            for c in candidates(shape, nodes, 8, 512):
+                shared = evaluate(shape, c, hw, factors=factors, memo=memo)
+                assert shared == evaluate(shape, c, hw, factors=factors), c
+                reasons.add((shared.reason or "kept").split(":")[0])
+    assert reasons == {"kept", "invalid plan", "out of memory"}

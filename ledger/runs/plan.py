@@ -276,9 +276,13 @@ def _search_node_type(shape: ModelShape, req: RecommendRequest, nt: NodeType, hw
     """Evaluate every candidate on this node type; price the ones that fit under every offer."""
     deadline_h = req.deadline_days * 24 if req.deadline_days is not None else None
     factors = calibration_factors(hw)
+    memo = {} if memo is None else memo
     for nodes in req.nodes:
-        for c in candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), req.strategies,
-                            req.micro_batches, req.recompute):
+        key = ("candidates", nodes, nt.gpus_per_node)  # the same on every node type of as many GPUs per node
+        if key not in memo:
+            memo[key] = list(candidates(shape, nodes, nt.gpus_per_node, req.global_batch(shape), req.strategies,
+                                        req.micro_batches, req.recompute))
+        for c in memo[key]:
             ev = evaluate(shape, c, hw, factors=factors, memo=memo)
             counts["plans_evaluated"] += 1
             counts["candidates"] += len(offers)
@@ -309,7 +313,7 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
     shape = req.shape()
     tally, kept = _Tally(), []
     counts = {"candidates": 0, "plans_evaluated": 0}
-    hw_rows, memo = [], {}  # memo: each layout's memory, sized once for every node type
+    hw_rows, memo = [], {}  # memo: candidates, their validation and each layout's memory, once for every node type
     for nt, offers in _select_offers(session, req):
         hw, links = planning_hardware(session, nt)
         hw_rows.append(hardware_summary(hw, links, [o.name for o in offers]))

@@ -134,24 +134,20 @@ def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf
 
     A plan that does not fit is discarded with its memory; with
     ``time_if_too_big`` its step time is estimated anyway (what it would take
-    on cards large enough), still with the out-of-memory reason. ``memo``: memory estimates by layout, shared by the
-    calls of one search for ``shape`` (a layout's memory does not depend on the hardware: a plan on several node
-    types or offers is sized once).
+    on cards large enough), still with the out-of-memory reason. ``memo``: what does not depend on the hardware,
+    shared by the calls of one search for ``shape``: each candidate's validation and each layout's memory (a plan on
+    several node types or offers is checked and sized once).
     """
     tokens = c.global_batch * shape.seq_len
-    try:
-        ParallelPlan(strategy=c.strategy, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage,
-                     micro_batch=c.micro_batch, grad_accum=c.grad_accum, global_batch=c.global_batch,
-                     nodes=c.nodes, gpus_per_node=c.gpus_per_node, world_size=c.world_size).check_shape(shape)
-    except PlanError as exc:
-        return Evaluated(c, None, None, f"invalid plan: {exc}", tokens)
-    layout = (c.dp, c.tp, c.pp, c.zero_stage, c.micro_batch, c.grad_accum, c.recompute, precision)
-    mem = memo.get(layout) if memo is not None else None
-    if mem is None:
-        mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
-                             micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
+    key = (c, precision)
+    known = memo.get(key) if memo is not None else None  # (reason it is invalid or None, its memory) of a candidate
+    if known is None:
+        known = _checked(shape, c, precision, memo)
         if memo is not None:
-            memo[layout] = mem
+            memo[key] = known
+    invalid, mem = known
+    if invalid is not None:
+        return Evaluated(c, None, None, invalid, tokens)
     if factors is not None:
         mem = calibrated_memory(mem, factors)
     too_big = mem.total > hw.gpu_memory_bytes
@@ -166,6 +162,26 @@ def evaluate(shape: ModelShape, c: Candidate, hw: Hardware, precision: str = "bf
     if t is None:
         return Evaluated(c, mem, None, f"no peak TFLOPs known for {hw.name}: time cannot be estimated", tokens)
     return Evaluated(c, mem, t, None, tokens)
+
+
+def _checked(shape: ModelShape, c: Candidate, precision: str,
+             memo: Optional[dict]) -> tuple[Optional[str], Optional[MemoryEstimate]]:
+    """The trainer's plan validation of ``c`` for ``shape`` (its message: the reason it is discarded) and, when
+    valid, its memory per GPU before any calibration (by layout in ``memo``: the same for every cluster size)."""
+    try:
+        ParallelPlan(strategy=c.strategy, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage,
+                     micro_batch=c.micro_batch, grad_accum=c.grad_accum, global_batch=c.global_batch,
+                     nodes=c.nodes, gpus_per_node=c.gpus_per_node, world_size=c.world_size).check_shape(shape)
+    except PlanError as exc:
+        return f"invalid plan: {exc}", None
+    layout = (c.dp, c.tp, c.pp, c.zero_stage, c.micro_batch, c.grad_accum, c.recompute, precision)
+    mem = memo.get(layout) if memo is not None else None
+    if mem is None:
+        mem = memory_per_gpu(shape, dp=c.dp, tp=c.tp, pp=c.pp, zero_stage=c.zero_stage, micro_batch=c.micro_batch,
+                             micro_batches=c.grad_accum, recompute=c.recompute, precision=precision)
+        if memo is not None:
+            memo[layout] = mem
+    return None, mem
 
 
 def _oom(mem: MemoryEstimate, hw: Hardware) -> str:
