@@ -58,6 +58,23 @@ def _private_user_dirs(tmp_path_factory):
             os.environ[k] = v
 
 
+@pytest.fixture(autouse=True)
+def _config_per_test():
+    """Each test starts with no ``--config`` and the config file's strict rule. Both are per process, as in the
+    console script: an in-process ``--config PATH`` names the file for every later lookup, and ``trainledger run``
+    and ``trainledger.track`` relax the rule (``config.never_refuse``: the job's side says a broken file once and
+    ignores it). Neither may reach a later test on the same worker (CI's failure at 5ec6dcd: a ``report`` after an
+    in-process ``trainledger.track`` warned instead of refusing)."""
+    import sys
+
+    yield
+    config = sys.modules.get("trainledger.store.config")
+    if config is not None:
+        config.set_path(None)
+        config._lenient = False
+        config._said.clear()
+
+
 def _new_ledger_wanted(request) -> bool:
     return request.node.get_closest_marker("new_ledger") is not None
 
