@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
+from tests.conftest import BACKENDS, PG_ADMIN, _pg_admin
 from tests.tmpfs import mounted
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +43,50 @@ def _cli(url: str, *args, stdout=subprocess.PIPE, env_extra=None) -> subprocess.
                           stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, timeout=300)
 
 
-@pytest.fixture
-def demo_ledger(ledger_url, tmp_path):
-    """The demo history (no sweep) up to ``MONTH``."""
-    r = _cli(ledger_url, "demo", "--no-sweep", "--end-month", MONTH, env_extra={"XDG_DATA_HOME": str(tmp_path / "xdg")})
-    assert r.returncode == 0, r.stderr
-    return ledger_url
+@pytest.fixture(scope="module")
+def _demo_made(tmp_path_factory, request):
+    """The demo history (no sweep) up to ``MONTH``, made once per backend for this file: {backend: url}. Tests read
+    copies of it (:func:`demo_ledger`): `trainledger demo` is the same real process each time, 1.5 CPU-s."""
+    made: dict[str, str] = {}
+    yield made
+    if "postgresql" in made:
+        admin = _pg_admin()
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{made["postgresql"].rsplit("/", 1)[1]}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def demo_ledger(request, _demo_made, tmp_path, tmp_path_factory):
+    """A copy of the demo ledger of this file (:func:`_demo_made`): a SQLite file copied, a PostgreSQL database made
+    from it with ``CREATE DATABASE ... TEMPLATE``; the copy is the test's to write to."""
+    backend = request.param
+    if backend == "postgresql" and os.environ.get("TRAINLEDGER_SKIP_PG") == "1" and not os.environ.get("CI"):
+        pytest.skip("TRAINLEDGER_SKIP_PG=1")
+    if backend not in _demo_made:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('demo-ledger') / 'ledger.db'}"
+        else:
+            name = f"tl_demo_{uuid.uuid4().hex[:12]}"
+            with _pg_admin().connect() as c:
+                c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{request.getfixturevalue("_pg_template")}"'))
+            url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+        r = _cli(url, "demo", "--no-sweep", "--end-month", MONTH, env_extra={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+        assert r.returncode == 0, r.stderr
+        _demo_made[backend] = url
+    source = _demo_made[backend]
+    if backend == "sqlite":
+        shutil.copyfile(source.removeprefix("sqlite:///"), tmp_path / "ledger.db")
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    name = f"tl_test_{uuid.uuid4().hex[:12]}"
+    admin = _pg_admin()
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{source.rsplit("/", 1)[1]}"'))
+    yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
 
 
 def _one_line_error(r: subprocess.CompletedProcess, *expected: str) -> str:

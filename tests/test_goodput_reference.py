@@ -37,11 +37,21 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
-from ml_goodput_measurement.src import goodput  # a test dependency: a hard import, never a skip (issue 38)
 from trainledger.money.goodput.account import Category, PhaseTotal, account_seconds, seconds_decimal, sum_categories
 from trainledger.sources.record import phases as ph
 
-BadputType = goodput.BadputType
+#: ml_goodput_measurement's ``goodput`` module and its ``BadputType``, bound by :func:`_reference` before each test:
+#: the library imports SciPy and Google Cloud Logging (2 CPU-seconds), which every pytest worker would otherwise
+#: pay at collection. A test dependency: a hard import, never a skip (issue 38).
+goodput = BadputType = None
+
+
+@pytest.fixture(autouse=True)
+def _reference():
+    global goodput, BadputType
+    from ml_goodput_measurement.src import goodput
+
+    BadputType = goodput.BadputType
 T0 = 1_780_000_000.0
 TOLERANCE = Decimal("0.001")
 D = Decimal

@@ -22,7 +22,13 @@ pytestmark = pytest.mark.slow
 #: phases) does not depend on the backend, and the writer each callback records through is tested on both
 #: (tests/capture/test_api.py, test_capture_promise.py). Issue 38: fewer multi-process runs per backend.
 
-from tests.capture.tiny_tokens import BATCH, SEQ  # noqa: E402  (the scripts' batches)
+
+def tiny_batch() -> tuple[int, int]:
+    """(BATCH, SEQ) of the scripts' batches, from tests/capture/tiny_tokens.py: imported by the tests that run, not at
+    collection (it imports torch: 2 CPU-seconds in every pytest worker, most of which never run these tests)."""
+    from tests.capture.tiny_tokens import BATCH, SEQ
+
+    return BATCH, SEQ
 
 
 def _python(script: str, *args, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -37,6 +43,7 @@ def test_hf_trainer_run_records_tokens_loss_and_checkpoints(ledger_url, capture_
     (run,) = all_runs(ledger_url)
     assert (run.name, run.status, run.launcher, run.nodes, run.world_size) == ("hf-tiny-gpt2", RunStatus.succeeded,
                                                                              "api", 1, 1)
+    BATCH, SEQ = tiny_batch()
     assert (run.steps, run.tokens) == (6, 6 * BATCH * SEQ)  # the Trainer's own num_input_tokens_seen
     losses = samples_of(ledger_url, run.id, "loss")
     assert len(losses) == 6 and run.final_loss == pytest.approx(losses[-1][2])
@@ -63,6 +70,7 @@ def test_hf_trainer_under_torchrun_and_the_wrapper_is_one_run_with_global_tokens
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     (run,) = all_runs(ledger_url)  # the callback attached to the wrapper's run on rank 0; rank 1 recorded nothing
     assert (run.status, run.launcher, run.world_size, run.gpus_per_node) == (RunStatus.succeeded, "torchrun", 2, 2)
+    BATCH, SEQ = tiny_batch()
     assert (run.steps, run.tokens) == (6, 6 * BATCH * SEQ * 2)  # the global count, as both ranks see it
     assert len(samples_of(ledger_url, run.id, "loss")) == 6 and run.last_checkpoint_step == 6
     assert nodes_of(ledger_url, run.id)[0].processes == 2
@@ -75,6 +83,7 @@ def test_lightning_ddp_run_from_plain_python_records_tokens_and_loss(ledger_url,
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = all_runs(ledger_url)  # both ranks ran the callback; global rank 0 recorded
     assert (run.name, run.status, run.world_size, run.gpus_per_node) == ("lightning-tiny-llama", RunStatus.succeeded, 2, 2)
+    BATCH, SEQ = tiny_batch()
     assert (run.steps, run.tokens) == (6, 6 * BATCH * SEQ * 2)
     losses = samples_of(ledger_url, run.id, "loss")
     assert len(losses) == 6 and run.final_loss == pytest.approx(losses[-1][2])
