@@ -218,3 +218,56 @@ def test_the_search_memo_changes_no_evaluation():
                 assert shared == evaluate(shape, c, hw, factors=factors), c
                 reasons.add((shared.reason or "kept").split(":")[0])
     assert reasons == {"kept", "invalid plan", "out of memory"}
+
+
+def _median_in_python(session, nt_id: int):
+    """The definition as it read before the database computed it: every measured run's ratio, statistics.median."""
+    import statistics
+
+    from trainledger.store.models import Run, RunStatus
+
+    rows = session.exec(select(Run.mfu, Run.comm_share).where(
+        Run.node_type_id == nt_id, Run.status == RunStatus.succeeded, Run.mfu.is_not(None))).all()
+    samples = [mfu / (1 - (cs or 0.0)) for mfu, cs in rows if mfu and mfu > 0 and (cs or 0.0) < 1]
+    return (min(1.0, statistics.median(samples)), len(samples)) if samples else (None, 0)
+
+
+def test_calibrated_efficiency_is_the_median_of_every_measured_run_to_the_last_bit(session):
+    """The median the database orders for (hardware.calibrated_efficiency) is statistics.median over every measured
+    run's MFU ÷ (1 − comm share), bit for bit, odd and even counts; runs that are not measured (failed, no or zero
+    MFU, comm share 1 or more) count for neither; another node type's runs neither."""
+    import random
+
+    from trainledger.runs.hardware import calibrated_efficiencies, calibrated_efficiency
+    from trainledger.store.models import NodeType, RunStatus
+
+    rng = random.Random(39)
+    nt = session.exec(select(NodeType).where(NodeType.name == "rtx4090-8x")).one()
+    assert calibrated_efficiency(session, nt)[1].startswith("default for")
+    shapes = [(lambda: (rng.uniform(0.05, 0.6), rng.choice([None, 0.0, rng.uniform(0, 0.7)])), RunStatus.succeeded),
+              (lambda: (rng.uniform(0.05, 0.6), 0.2), RunStatus.failed),
+              (lambda: (rng.choice([None, 0.0]), 0.1), RunStatus.succeeded),
+              (lambda: (0.4, rng.choice([1.0, 1.5])), RunStatus.succeeded)]
+    for i in range(41):
+        make, status = shapes[0] if i < 25 else rng.choice(shapes)
+        r = add_run(session, f"cal{i}", datetime(2026, 10, 1 + i % 28, tzinfo=UTC), 1, offer_name="rtx4090-rent",
+                    status=status)
+        r.mfu, r.comm_share = make()
+        if i % 4 == 3:  # a few (an even count, then odd) are checked on the way
+            session.flush()
+            want, n = _median_in_python(session, nt.id)
+            assert calibrated_efficiency(session, nt) == (want, f"calibrated: median of {n} measured run(s) on {nt.name}")
+    session.flush()
+    want, n = _median_in_python(session, nt.id)
+    assert n >= 25 and calibrated_efficiency(session, nt)[0] == want
+    other = add_run(session, "cal-other", datetime(2026, 10, 2, tzinfo=UTC), 1, offer_name=None,
+                    node_type_name="h100-8x")
+    other.mfu = 0.99
+    session.flush()
+    assert calibrated_efficiency(session, nt)[0] == want
+    h100 = session.exec(select(NodeType).where(NodeType.name == "h100-8x")).one()
+    a100 = session.exec(select(NodeType).where(NodeType.name == "a100-8x")).one()
+    both = calibrated_efficiencies(session, [nt, h100, a100])  # one read for several node types: the same figures
+    assert both == {nt.id: calibrated_efficiency(session, nt), h100.id: (0.99, "calibrated: median of 1 measured "
+                    "run(s) on h100-8x"), a100.id: calibrated_efficiency(session, a100)}
+    assert both[a100.id][1].startswith("default for") and both[nt.id][0] == want

@@ -40,7 +40,13 @@ from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates import costs
 from trainledger.money.rates.fx import at_list_prices
-from trainledger.runs.hardware import ASSUMED_LINKS, calibrated_efficiency, hardware, hardware_summary  # noqa: F401
+from trainledger.runs.hardware import (  # noqa: F401
+    ASSUMED_LINKS,
+    calibrated_efficiencies,
+    calibrated_efficiency,
+    hardware,
+    hardware_summary,
+)
 from trainledger.store.models import NodeType, Offer, Run
 from trainledger.trainer.parallel import STRATEGY_ZERO_STAGE
 from trainledger.trainer.plan.memory import GIB, RECOMPUTE
@@ -155,17 +161,19 @@ class RecommendRequest:
 # --------------------------------------------------------------------------- hardware
 
 
-def planning_hardware(session: Session, nt: NodeType) -> tuple[Hardware, str]:
+def planning_hardware(session: Session, nt: NodeType,
+                      efficiency: Optional[tuple[float, str]] = None) -> tuple[Hardware, str]:
     """The node type as ``plan recommend`` plans on it: with its newest GPU calibration (``trainledger.runs.calibrate``;
-    factors on the default efficiency, its residual ranges) when there is one, else :func:`hardware` as is."""
+    factors on the default efficiency, its residual ranges) when there is one, else :func:`hardware` as is
+    (``efficiency``: its ``calibrated_efficiency`` when the caller has read it)."""
     from trainledger.runs.calibrate import latest, model_hardware, summary
 
     cal = latest(session, nt.id, "gpu")
     if cal is None:
-        return hardware(session, nt)
+        return hardware(session, nt, efficiency)
     hw = model_hardware(session, nt, "gpu", nt.gpus_per_node)
     info = {k: v for k, v in summary(session, cal).items() if k != "runs"}
-    _, links = hardware(session, nt)
+    _, links = hardware(session, nt, efficiency)
     return replace(hw, efficiency_source=info["label"], calibration=info), links
 
 
@@ -314,8 +322,10 @@ def recommend(session: Session, req: RecommendRequest) -> dict[str, Any]:
     tally, kept = _Tally(), []
     counts = {"candidates": 0, "plans_evaluated": 0}
     hw_rows, memo = [], {}  # memo: candidates, their validation and each layout's memory, once for every node type
-    for nt, offers in _select_offers(session, req):
-        hw, links = planning_hardware(session, nt)
+    chosen = _select_offers(session, req)
+    efficiency = calibrated_efficiencies(session, [nt for nt, _ in chosen])  # every node type's in one read
+    for nt, offers in chosen:
+        hw, links = planning_hardware(session, nt, efficiency[nt.id])
         hw_rows.append(hardware_summary(hw, links, [o.name for o in offers]))
         _search_node_type(shape, req, nt, hw, offers, tally, kept, counts, memo)
     kept.sort(key=lambda k: (k[0], k[1]))
