@@ -93,3 +93,24 @@ def test_exports_are_byte_for_byte_repeatable(cli, session, tmp_path):
     assert a.read_bytes() == b.read_bytes()
     c1 = cli("report", "monthly", "--month", "2026-11", "--format", "csv").output
     assert c1 == cli("report", "monthly", "--month", "2026-11", "--format", "csv").output
+
+
+def test_run_lines_present_only_their_columns_as_the_whole_line_would(session):
+    """``presented_report`` presents a run line's export columns one by one (``_run_values``): each as ``jsonable`` of
+    the whole line gives it."""
+    from trainledger.money.account.monthly import monthly_report
+    from trainledger.reports.export import _RUN_OWN, RUN_COLUMNS, _run_values
+    from trainledger.reports.present import jsonable
+
+    add_fleet(session, 4)
+    for i in range(4):
+        r = add_run(session, f"e{i}", datetime(2026, 11, 2 + 5 * i, tzinfo=timezone.utc), 40, nodes=1 + i % 2,
+                    offer_name=("rtx4090-own", "rtx4090-rent")[i % 2], tokens=10**9 * (i + 1), gpu_util=0.5 + i / 10)
+        r.mfu = 0.3 if i else None
+    session.commit()
+    rep = monthly_report(session, "2026-11", lines=True, now=datetime(2027, 1, 1, tzinfo=timezone.utc))
+    assert len(rep.runs) == 4
+    for line in rep.runs:
+        whole = jsonable(line)
+        assert json.dumps(_run_values(line)) == json.dumps({k: whole[k] for k in RUN_COLUMNS
+                                                            if k in whole and k not in _RUN_OWN})

@@ -272,3 +272,20 @@ def test_the_sql_peak_equals_the_sweep(session):
     # 0-1h: 2+7; 1-2h: 2+3+7 = 12; 2-3h: 2+4+7 = 13; at 5h the first ends as the 6-node run starts: 6+7 = 13
     assert rollup.scope_peak_sql(conn, ("2026-11", nt, rollup.ALL)) == 13
     assert rollup.scope_peak_sql(conn, ("2026-12", nt, rollup.ALL)) == 0
+
+
+def test_a_month_s_slices_read_in_one_go_are_the_row_by_row_ones(session):
+    """``month_slices`` parses its rows' facts in one call (``_slices_of_rows``): the same slices as one row at a time
+    (``_slice_from_row``), every fact and text."""
+    add_fleet(session, 4)
+    for i in range(6):
+        add_run(session, f"s{i}", datetime(2026, 11, 1 + 3 * i, tzinfo=timezone.utc), 30 + 7 * i, nodes=1 + i % 3,
+                offer_name=("rtx4090-own", "rtx4090-rent")[i % 2], project=f"p{i % 2}")
+    session.commit()
+    rollup.ensure(session)
+    st_ = RollupSlice.__table__
+    rows = session.connection().execute(select(*rollup.SLICE_COLUMNS).where(st_.c.month == "2026-11")).all()
+    assert len(rows) == 6
+    assert repr(rollup._slices_of_rows(rows)) == repr([rollup._slice_from_row(r) for r in rows])
+    assert [f.facts.values() for f in rollup._slices_of_rows(rows)] == \
+        [rollup._slice_from_row(r).facts.values() for r in rows]

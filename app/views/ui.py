@@ -249,6 +249,30 @@ def column(key: str, currency: Optional[str] = None) -> str:
     return text if text[1:2].isupper() or text[1:2].isdigit() else text[:1].lower() + text[1:]
 
 
+#: the values :func:`cells` shows once per column (and floats): (type, value) decides the cell (1, 1.0 and True do
+#: not share one)
+_SAME_CELL = (str, int, bool, type(None))
+
+
+def cells(rows: list[dict[str, Any]], columns: list[str], tz: Optional[ZoneInfo] = None) -> list[dict[str, Any]]:
+    """:func:`cell` of each row's ``columns``: a column's text, count or empty value that recurs (a status, a project,
+    an offer, "0.00") is shown once and reused; a table of thousands of runs has a few distinct values per column."""
+    seen: dict[tuple, Any] = {}
+    out = []
+    for r in rows:
+        d = {}
+        for c in columns:
+            v = r.get(c)
+            t = type(v)
+            if t in _SAME_CELL or t is float:  # a float zero keeps its sign apart (0.0 == -0.0)
+                key = (c, t, v) if t is not float or v else (c, t, v, str(v))
+                d[c] = seen[key] if key in seen else seen.setdefault(key, cell(c, v, tz))
+            else:
+                d[c] = cell(c, v, tz)
+        out.append(d)
+    return out
+
+
 def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[str, str]] = None,
           currency: Optional[str] = None) -> pd.DataFrame:
     """A table for st.dataframe: every cell as :func:`cell` shows it (text, so "None" never appears). A column
@@ -256,7 +280,7 @@ def frame(rows: list[dict[str, Any]], columns: list[str], labels: Optional[dict[
     with ``currency``), never by its key."""
     labels = {c: column(c, currency) for c in columns} | (labels or {})
     tz = display_tz() if rows else None
-    data = [{c: cell(c, r.get(c), tz) for c in columns} for r in rows]
+    data = cells(rows, columns, tz)
     for c in columns:  # numbers with a gap: the column as text (Arrow takes no "" among numbers)
         values = [d[c] for d in data]
         if "" in values and any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):

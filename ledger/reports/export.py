@@ -107,7 +107,7 @@ def presented_report(rep: MonthlyReport, goodput: GoodputReport | None = None) -
         projects.append({k: row.get(k) for k in PROJECT_COLUMNS})
     runs = []
     for r in rep.runs:
-        row = jsonable(r)
+        row = _run_values(r)
         g = split.get(r.run_id)
         row.update(cost=str(cents(r.cost)), cost_if_elastic=_own([r.cost_elastic])[0], cost_if_own=_own([r.cost_own])[0],
                    lost_work_cost=str(cents(r.lost_work_cost)), goodput_cost=None if g is None else str(cents(g[0])),
@@ -124,6 +124,18 @@ def presented_report(rep: MonthlyReport, goodput: GoodputReport | None = None) -
     if rep.not_costed:  # a month with none: the export is byte for byte what it was
         out["not_costed"] = [jsonable(r.row()) for r in rep.not_costed]
     return out
+
+
+#: a run line's columns whose value :func:`presented_report` writes itself (money rounded on its own, goodput, badput)
+_RUN_OWN = frozenset({"cost", "cost_if_elastic", "cost_if_own", "lost_work_cost", "goodput_cost", "badput_cost"})
+
+
+def _run_values(r: Any) -> dict[str, Any]:
+    """``jsonable(r)`` of a run line, only its :data:`RUN_COLUMNS` that :func:`presented_report` does not write itself
+    (each field as ``jsonable`` presents it, under its own key): the export's thousands of lines skip the fields it
+    drops (the charge periods' carbon intensities, the charge period)."""
+    have = type(r).__dataclass_fields__
+    return {k: jsonable(getattr(r, k), k) for k in RUN_COLUMNS if k in have and k not in _RUN_OWN}
 
 
 def _waste(m: MonthAccount) -> dict[str, Any]:
