@@ -179,7 +179,7 @@ def test_db_flag_beats_env_beats_file_beats_default(tmp_path, monkeypatch):
 def test_config_flag_names_the_file(tmp_path):
     cfg = write_config(tmp_path, f'db = "sqlite:///{tmp_path / "via-flag.db"}"\n', "other.toml")
     r = run("--config", cfg, "db", "upgrade")
-    assert (r.exit_code, r.stdout) == (0, f"ledger sqlite:///{tmp_path / 'via-flag.db'} at revision 0021\n")
+    assert (r.exit_code, r.stdout) == (0, f"ledger sqlite:///{tmp_path / 'via-flag.db'} at revision 0022\n")
 
 
 def test_currency_flag_beats_env_beats_file_beats_the_ledger(ledger, tmp_path):
@@ -315,7 +315,7 @@ def test_library_logging_is_silent_by_default_and_v_shows_info(tmp_path):
 def test_a_real_first_upgrade_prints_no_library_logging(tmp_path):
     p = real("db", "upgrade", "--db", f"sqlite:///{tmp_path / 'new.db'}")
     assert (p.returncode, p.stderr) == (0, b"")
-    assert p.stdout.decode() == f"ledger sqlite:///{tmp_path / 'new.db'} at revision 0021\n"
+    assert p.stdout.decode() == f"ledger sqlite:///{tmp_path / 'new.db'} at revision 0022\n"
 
 
 def test_vv_shows_debug_of_trainledgers_loggers(tmp_path):

@@ -212,17 +212,23 @@ WRITES = [_status, _end, _checkpoint, _add_run, _delete_run, _phase_written, _ph
           _price_version, _carbon, _fleet_size, _idle_share, _timezone, _share, _project_name, _node_type]
 
 
-@pytest.mark.parametrize("write", WRITES, ids=[w.__name__.strip("_") for w in WRITES])
-def test_each_write_that_can_change_a_past_month_is_seen(s, write):
-    _check(s, stored=False)
-    _check(s)
-    before = _row(s).fingerprint
+def write_is_seen(s: Session, write, check, row, fingerprint) -> None:
+    """Stored, then ``write``: the fingerprint changes, so the next read (``check``) computes the month again, equal
+    to a fresh computation, and stores it under the new fingerprint."""
+    check(s, stored=False)
+    check(s)
+    before = row(s).fingerprint
     write(s)
     s.commit()
-    assert month_store.fingerprint(s, NOV, "", NOW) != before  # the change is in the fingerprint ...
-    _check(s, stored=False)  # ... so the next read computes the month again, equal to a fresh computation
-    assert _row(s).fingerprint != before
-    _check(s)
+    assert fingerprint(s, NOV, "", NOW) != before  # the change is in the fingerprint ...
+    check(s, stored=False)  # ... so the next read computes the month again, equal to a fresh computation
+    assert row(s).fingerprint != before
+    check(s)
+
+
+@pytest.mark.parametrize("write", WRITES, ids=[w.__name__.strip("_") for w in WRITES])
+def test_each_write_that_can_change_a_past_month_is_seen(s, write):
+    write_is_seen(s, write, _check, _row, month_store.fingerprint)
 
 
 def test_a_run_of_a_later_month_resuming_one_of_this_month_is_seen(s):
@@ -266,18 +272,25 @@ def test_an_exchange_rate_and_the_currency_setting_are_seen(s):
     assert t.account.currency == "USD" and _row(s, key="USD") is not None
 
 
-def test_a_month_to_date_or_with_a_live_run_is_never_stored(s):
+def never_stored(s: Session, check, row, fingerprint) -> Run:
+    """A month to date (December at the 15th), then November with a live run in it: computed on every read, never
+    stored; returns the live run."""
     mid_dec = datetime(2026, 12, 15, tzinfo=UTC)
-    _check(s, "2026-12", now=mid_dec, stored=False)
-    _check(s, "2026-12", now=mid_dec, stored=False)
-    assert _row(s, "2026-12") is None
+    check(s, "2026-12", now=mid_dec, stored=False)
+    check(s, "2026-12", now=mid_dec, stored=False)
+    assert row(s, "2026-12") is None
     live = add_run(s, "live", datetime(2026, 11, 25, tzinfo=UTC), 1, nodes=1)
     live.status, live.ended_at = RunStatus.running, None
     s.commit()
-    assert month_store.fingerprint(s, NOV, "", NOW) is None
-    _check(s, stored=False)
-    _check(s, stored=False)
-    assert _row(s) is None
+    assert fingerprint(s, NOV, "", NOW) is None
+    check(s, stored=False)
+    check(s, stored=False)
+    assert row(s) is None
+    return live
+
+
+def test_a_month_to_date_or_with_a_live_run_is_never_stored(s):
+    live = never_stored(s, _check, _row, month_store.fingerprint)
     live.status, live.ended_at = RunStatus.succeeded, datetime(2026, 11, 26, tzinfo=UTC)
     s.commit()
     _check(s, stored=False)

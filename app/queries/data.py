@@ -37,7 +37,7 @@ from trainledger.money.rates.pricing import list_pricing, offers_with_node_types
 from trainledger.money.rates.pricing import node_types as pricing_node_types
 from trainledger.reports import weekly as ledger_strategies
 from trainledger.reports.export import RUN_COLUMNS, presented_report
-from trainledger.reports.present import jsonable, present
+from trainledger.reports.present import jsonable
 from trainledger.runs import registry
 from trainledger.runs import sweep as ledger_sweep
 from trainledger.store import audit
@@ -107,6 +107,7 @@ def clear_caches() -> None:
     report.clear()
     charges.clear()
     month_goodput.clear()
+    month_lines.clear()
 
 
 def audit_log(url: str, limit: int = 200) -> list[dict[str, Any]]:
@@ -210,7 +211,25 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
     totals: :func:`month_totals`, stored per ledger state once the month is over)."""
     if not lines:
         return presented_report(report(url, month, lines, currency), month_totals(url, month, currency))
-    return presented_report(report(url, month, lines, currency), month_goodput(url, month, currency))
+    return month_lines(url, month, currency).presented
+
+
+@st.cache_resource(ttl=TTL, show_spinner=False)
+def month_lines(url: str, month: str, currency: Optional[str] = None) -> Any:
+    """The month's presented lines (``trainledger.reports.month_lines_store.PresentedLines``): :func:`presented`
+    with its lines, the chargeback's presented statements and each run line's cost per 1M tokens and badput reason.
+    A month that is over, touched by no live run, is read from ``month_lines`` while the ledger is as it was computed
+    (``month_lines_store.month_lines``, computed and stored otherwise); a month to date from the pages' shared
+    costing (:func:`charges`) and account (:func:`month_goodput`). Shared, read-only."""
+    from trainledger.money.goodput.month_store import is_storable
+    from trainledger.reports import month_lines_store
+
+    with read_session(url) as s:
+        if is_storable(s, month, now()):
+            return month_lines_store.month_lines(s, month, currency=currency, now=now())
+    ch, acct = charges(url, month, currency), month_goodput(url, month, currency)  # outside the session above
+    with read_session(url) as s:
+        return month_lines_store.presented_lines(s, ch, acct)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -531,32 +550,17 @@ def intensities(url: str) -> list[dict[str, Any]]:
 def month_run_lines(url: str, month: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's waste: ``waste_cost``,
     its badput in the month's goodput account (``trainledger.money.goodput.waste.run_waste``, the export's
-    ``badput_cost``) and ``waste_reason``, its largest badput category (None when it has none). Money outside an
-    export is each figure half-up to the cent on its own (docs/MONEY.md, "Rounding"): two runs of the same cost read
-    the same."""
-    from trainledger.money.goodput.waste import run_reason, run_waste
-    from trainledger.money.rates.costs import cents
-
-    exact = {r.run_id: r for r in report(url, month, True, currency).runs}
-    accounts = {a.run_id: a for a in month_goodput(url, month, currency).runs}
+    ``badput_cost``) and ``waste_reason``, its largest badput category (None when it has none), and its cost per 1M
+    tokens: :func:`month_lines`. Money outside an export is each figure half-up to the cent on its own (docs/MONEY.md,
+    "Rounding"): two runs of the same cost read the same."""
+    ml = month_lines(url, month, currency)
     out = []
-    for r in presented(url, month, lines=True, currency=currency)["runs"]:
+    for r in ml.presented["runs"]:
         if not in_scope(r["project"], scope):
             continue
-        a = accounts.get(r["run_id"])
-        out.append({**r, "cost": str(cents(exact[r["run_id"]].cost)),
-                    "lost_work_cost": str(cents(exact[r["run_id"]].lost_work_cost)),
-                    "cost_per_1m_tokens": _per_1m(exact[r["run_id"]]),
-                    "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
+        per_1m, reason = ml.runs[r["run_id"]]
+        out.append({**r, "cost_per_1m_tokens": per_1m, "waste_cost": r["badput_cost"], "waste_reason": reason})
     return out
-
-
-def _per_1m(line: Any) -> Optional[str]:
-    """A run line's cost per 1M tokens from its exact cost, presented once (4 decimals: the metrics layer's)."""
-    from trainledger.money.rates.costs import cost_per_million_tokens
-
-    per = cost_per_million_tokens(line.cost, line.tokens) if line.tokens else None
-    return None if per is None else present("cost_per_1m_tokens", per)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -578,6 +582,7 @@ def all_months_run_lines(url: str, currency: Optional[str] = None, scope: Scope 
     from trainledger.money.account.month_lines import over_months as lines_over_months
     from trainledger.money.goodput.waste import run_reason, run_waste
     from trainledger.money.rates.costs import cents
+    from trainledger.reports.month_lines_store import per_1m
 
     months = month_options(url)
     lines = lines_over_months(r for m in reversed(months) for r in report(url, m, True, currency).runs
@@ -588,7 +593,7 @@ def all_months_run_lines(url: str, currency: Optional[str] = None, scope: Scope 
         a = accounts.get(run_id)
         row = jsonable(r)
         out.append({**{k: row.get(k) for k in RUN_COLUMNS}, "cost": str(cents(r.cost)),
-                    "lost_work_cost": str(cents(r.lost_work_cost)), "cost_per_1m_tokens": _per_1m(r),
+                    "lost_work_cost": str(cents(r.lost_work_cost)), "cost_per_1m_tokens": per_1m(r),
                     "waste_cost": str(cents(run_waste(a))) if a else None, "waste_reason": run_reason(a) if a else None})
     return out
 

@@ -21,15 +21,16 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``{"presented": presented(chargeback(month))}``, as the CLI presents it, from the month's costing the page
-    already holds (``data.charges``: ``chargeback`` is ``from_charges`` of the same ``month_charges``); the files
-    are made when a download is clicked (:func:`statement_files`)."""
-    from trainledger.money.account.chargeback import from_charges
-    from trainledger.reports.chargeback import presented
+    """``{"presented": presented(chargeback(month))}``, as the CLI presents it: the month's presented lines
+    (``data.month_lines``: ``chargeback`` is ``from_charges`` of the month's ``month_charges``, stored with the
+    export's lines once the month is over); its error, when it cannot be made, raised again. The files are made when
+    a download is clicked (:func:`statement_files`)."""
+    from trainledger.errors import LedgerInputError
 
-    charges = data.charges(url, month, currency)  # outside the session below: a session inside another waits on it
-    with data.read_session(url) as s:
-        return {"presented": presented(from_charges(s, charges))}
+    lines = data.month_lines(url, month, currency)
+    if lines.chargeback is None:
+        raise LedgerInputError(lines.chargeback_error)
+    return {"presented": lines.chargeback}
 
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)

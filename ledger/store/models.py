@@ -464,6 +464,22 @@ class GoodputMonth(SQLModel, table=True):
     computed_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class MonthLines(SQLModel, table=True):
+    """A month's presented lines as last computed (``trainledger.reports.month_lines_store``, migration 0022): the
+    monthly report with every run line and the chargeback statements, as the export and the dashboard present them,
+    read back only while ``fingerprint`` (a hash of everything they depend on) still matches the ledger. Only months
+    that are over and touched by no live run are stored; a row is a cache, never a source."""
+
+    __tablename__ = "month_lines"
+
+    month: str = Field(primary_key=True, max_length=7)
+    currency: str = Field(primary_key=True, max_length=3)  # the presentation currency asked for; "" = the default
+    fingerprint: str = Field(max_length=64)
+    digest: str = Field(max_length=64)  # sha256 of fingerprint + payload: a damaged row is recomputed
+    payload: str = Field(sa_type=Text)  # JSON: the presented values themselves (cent strings, floats, text)
+    computed_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 class Budget(SQLModel, table=True):
     """A spending limit: the whole team's or one project's, for one month or for every month.
 

@@ -1,5 +1,5 @@
-"""The dashboard's shared caches (trainledger.app.queries.data.report, charges and month_goodput, st.cache_resource): every
-session reads the same objects, so no page may change them, and a write forgets them."""
+"""The dashboard's shared caches (trainledger.app.queries.data.report, charges, month_goodput and month_lines,
+st.cache_resource): every session reads the same objects, so no page may change them, and a write forgets them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def _shared(url: str) -> dict[str, bytes]:
         out[f"report {month} totals"] = pickle.dumps(data.report(url, month))
         out[f"charges {month}"] = pickle.dumps(data.charges(url, month, None))  # lines per charge period: the chargeback's
         out[f"goodput {month}"] = pickle.dumps(data.month_goodput(url, month))
+        out[f"lines {month}"] = pickle.dumps(data.month_lines(url, month))  # the presented lines and statements
     return out
 
 
@@ -30,7 +31,7 @@ def _no_expiry(monkeypatch) -> None:
     the test's eleven page renders on a loaded machine (seen: a fresh account after the Settings page at load 14).
     Streamlit makes a new cache for a function whose ttl changed, so this test's objects live in one without an
     expiry, and the next test's in a 30 s one again."""
-    for cached in (data.report, data.charges, data.month_goodput):
+    for cached in (data.report, data.charges, data.month_goodput, data.month_lines):
         monkeypatch.setattr(cached._info, "ttl", None)
 
 
@@ -55,7 +56,10 @@ def test_clear_caches_forgets_the_shared_objects(demo_url, app_env):
     rep = data.report(demo_url, MONTH, True)
     mc = data.charges(demo_url, MONTH, None)  # as data.report calls it (an argument left out is another key)
     assert mc.report is rep  # the report with lines is the chargeback's costing, computed once
+    lines = data.month_lines(demo_url, MONTH)
+    assert data.month_lines(demo_url, MONTH) is lines
     data.clear_caches()
+    assert data.month_lines(demo_url, MONTH) is not lines
     again = data.month_goodput(demo_url, MONTH)
     assert again is not first and data.report(demo_url, MONTH, True) is not rep and data.charges(demo_url, MONTH, None) is not mc
     assert pickle.dumps(again) == pickle.dumps(first)  # the same figures, computed again

@@ -48,7 +48,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from operator import itemgetter
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -73,13 +73,14 @@ from trainledger.store.settings import display_timezone, presentation_currency
 from trainledger.store.types import utcnow
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: bumped when the stored payload or what the fingerprint covers changes: every stored row is then recomputed
 FORMAT = "goodput-month/2"
 #: tables the fingerprint does not hash whole: the month's own data (hashed by month above), and logs, sessions,
 #: caches and planner or invoice data that no month's account reads
 NOT_HASHED = frozenset({"run", "run_node", "metric_sample", "rollup_slice", "rollup_month", "rollup_peak", "run_phase",
-                        "goodput_month", "audit_log", "dashboard_session", "oidc_login", "invoice", "invoice_line",
+                        "goodput_month", "month_lines", "audit_log", "dashboard_session", "oidc_login", "invoice", "invoice_line",
                         "plan_calibration", "run_prediction"})
 #: the run columns the monthly report and the account read (besides what the slices carry)
 RUN_COLUMNS = ("id", "status", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at", "nodes", "gpus_per_node",
@@ -114,17 +115,28 @@ def month_summary(session: Session, month: str, *, currency: Optional[str] = Non
     now = now or utcnow()
     month = check_month(month)
     key = presentation_currency(session, currency) or ""
-    fp = fingerprint(session, month, key, now)
+    return read_or_compute(session, lambda: fingerprint(session, month, key, now),
+                           lambda fp: _read(session, month, key, fp),
+                           lambda: _compute(session, month, currency, now),
+                           lambda fp, totals: _store(session, month, key, fp, totals))
+
+
+def read_or_compute(session: Session, fingerprint_of: Callable[[], Optional[str]],
+                    read: Callable[[str], Optional[T]], compute: Callable[[], T],
+                    store: Callable[[str, T], None]) -> T:
+    """A stored figure while its fingerprint matches (``read`` of the fingerprint), else computed and, when the month
+    may be stored and nothing was committed meanwhile (PostgreSQL: each statement reads the latest state), stored."""
+    fp = fingerprint_of()
     if fp is not None:
-        got = _read(session, month, key, fp)
+        got = read(fp)
         if got is not None:
             return got
         rollup.ensure(session)  # the rollup's upkeep the report would do (a first build, cuts written behind it) …
-        fp = fingerprint(session, month, key, now)  # … done first: this is the state computed from
-    totals = _compute(session, month, currency, now)
-    if fp is not None and fingerprint(session, month, key, now) == fp:  # nothing committed meanwhile (PostgreSQL)
-        _store(session, month, key, fp, totals)
-    return totals
+        fp = fingerprint_of()  # … done first: this is the state computed from
+    value = compute()
+    if fp is not None and fingerprint_of() == fp:
+        store(fp, value)
+    return value
 
 
 def _compute(session: Session, month: str, currency: Optional[str], now: datetime) -> MonthTotals:
@@ -159,10 +171,12 @@ def is_storable(session: Session, month: str, now: datetime) -> bool:
     return live is None
 
 
-def fingerprint(session: Session, month: str, currency_key: str, now: datetime) -> Optional[str]:
+def fingerprint(session: Session, month: str, currency_key: str, now: datetime, *, head: str = FORMAT,
+                run_columns: tuple[str, ...] = RUN_COLUMNS) -> Optional[str]:
     """The sha256 of everything the month's account depends on (the module's docstring lists it); None when the
     month may not be stored (to date, or a live run touches it). This session's pending run changes are folded into
-    the rollup first (``rollup.sync``)."""
+    the rollup first (``rollup.sync``). ``head`` and ``run_columns``: another stored figure's format and the run
+    columns it reads (``trainledger.reports.month_lines_store``: every column of the runs, for their lines)."""
     rollup.sync(session)
     if not is_storable(session, month, now):
         return None
@@ -170,14 +184,14 @@ def fingerprint(session: Session, month: str, currency_key: str, now: datetime) 
     tz = display_timezone(session)
     lo, hi = month_bounds(month, tz)
     h = hashlib.sha256()
-    _feed(h, "head", [(FORMAT, _version(), month, currency_key, str(tz))])
+    _feed(h, "head", [(head, _version(), month, currency_key, str(tz))])
     for table, key in ((RollupMonth.__table__, ("charge_from", "node_type_id", "offer_key", "project_key", "status")),
                        (RollupPeak.__table__, ("node_type_id", "offer_key")),
                        (RollupSlice.__table__, ("run_id", "charge_from"))):
         cols = [c for c in table.columns if c.name != "id"]
         _feed(h, table.name, _raw(conn, select(*cols).where(table.c.month == month), [c.name for c in cols], key))
     in_month = select(RollupSlice.run_id).where(RollupSlice.month == month)
-    _feed(h, "run", _run_rows(conn, in_month, lo, hi))
+    _feed(h, "run", _run_rows(conn, in_month, lo, hi, run_columns))
     ph = RunPhase.__table__
     _feed(h, "run_phase", _raw(conn, select(*(ph.c[k] for k in _PHASE_COLUMNS)).where(ph.c.run_id.in_(in_month)),
                                _PHASE_COLUMNS, ("run_id", "node", "phase")))
@@ -202,11 +216,13 @@ def _raw(conn: Any, stmt: Any, names: Any = (), key: tuple[str, ...] = ()) -> li
     return rows
 
 
-def _run_rows(conn: Any, in_month: Any, lo: datetime, hi: datetime) -> list[tuple]:
-    """The :data:`RUN_COLUMNS` of the runs the month's account reads, by id: those with a slice in the month, the runs
-    they resume, and each resumed run whose recovery gap can reach into the month with the run it resumes (the
-    account's own gap query: started after the month's start, resuming a run started before its end)."""
-    cols = [Run.__table__.c[k] for k in RUN_COLUMNS]
+def _run_rows(conn: Any, in_month: Any, lo: datetime, hi: datetime,
+              run_columns: tuple[str, ...] = RUN_COLUMNS) -> list[tuple]:
+    """The ``run_columns`` (``id`` first, ``resume_of`` among them) of the runs the month's account reads, by id: those
+    with a slice in the month, the runs they resume, and each resumed run whose recovery gap can reach into the month
+    with the run it resumes (the account's own gap query: started after the month's start, resuming a run started
+    before its end)."""
+    cols = [Run.__table__.c[k] for k in run_columns]
     rows = _raw(conn, select(*cols).where(Run.id.in_(in_month)))
     have = {r[0] for r in rows}
     prev = aliased(Run)
@@ -215,7 +231,7 @@ def _run_rows(conn: Any, in_month: Any, lo: datetime, hi: datetime) -> list[tupl
     gaps = _raw(conn, select(Run.id, prev.id).join(prev, prev.id == Run.resume_of).where(
         Run.resume_of > "", func.coalesce(Run.started_at, Run.started_at) > lo,
         func.coalesce(prev.started_at, prev.started_at) < hi))
-    resumed = RUN_COLUMNS.index("resume_of")
+    resumed = run_columns.index("resume_of")
     more = sorted(({r[resumed] for r in rows if r[resumed]} | {i for g in gaps for i in g}) - have)
     for i in range(0, len(more), 900):
         rows += _raw(conn, select(*cols).where(Run.id.in_(more[i:i + 900])))
@@ -287,8 +303,8 @@ def _run_from(d: Any) -> RunAccount:
     return RunAccount(**v)
 
 
-def _digest(fp: str, payload: str) -> str:
-    return hashlib.sha256(f"{FORMAT}\x1f{fp}\x1f{payload}".encode()).hexdigest()
+def _digest(fp: str, payload: str, head: str = FORMAT) -> str:
+    return hashlib.sha256(f"{head}\x1f{fp}\x1f{payload}".encode()).hexdigest()
 
 
 def _decimal(text: Any) -> Decimal:
@@ -327,34 +343,45 @@ def _parse(month: str, key: str, payload: str) -> MonthTotals:
 
 
 def _read(session: Session, month: str, key: str, fp: str) -> Optional[MonthTotals]:
-    t = GoodputMonth.__table__
-    row = session.connection().execute(select(t.c.fingerprint, t.c.digest, t.c.payload)
-                                       .where(t.c.month == month, t.c.currency == key)).first()
-    if row is None or row.fingerprint != fp:
-        return None
-    if row.digest != _digest(fp, row.payload):
-        log.warning("goodput_month %s %r: stored figures damaged; computed again", month, key)
+    payload = stored_payload(session, GoodputMonth.__table__, month, key, fp)
+    if payload is None:
         return None
     try:
-        return _parse(month, key, row.payload)
+        return _parse(month, key, payload)
     except (ValueError, TypeError, KeyError, InvalidOperation) as exc:
         log.warning("goodput_month %s %r: stored figures unreadable (%s); computed again", month, key, exc)
         return None
 
 
 def _store(session: Session, month: str, key: str, fp: str, totals: MonthTotals) -> None:
-    """Upsert the month's row in a savepoint; a lost race or a read-only ledger leaves it unstored (never raises)."""
-    t = GoodputMonth.__table__
-    payload = _payload(month, key, totals)
+    store_payload(session, GoodputMonth.__table__, month, key, fp, _payload(month, key, totals))
+
+
+def stored_payload(session: Session, t: Any, month: str, key: str, fp: str, head: str = FORMAT) -> Optional[str]:
+    """The payload of table ``t``'s row for (month, currency key) when its fingerprint is ``fp`` and its digest (of
+    ``head``, the fingerprint and the payload) holds; None otherwise (a damaged row is logged, then recomputed)."""
+    row = session.connection().execute(select(t.c.fingerprint, t.c.digest, t.c.payload)
+                                       .where(t.c.month == month, t.c.currency == key)).first()
+    if row is None or row.fingerprint != fp:
+        return None
+    if row.digest != _digest(fp, row.payload, head):
+        log.warning("%s %s %r: stored figures damaged; computed again", t.name, month, key)
+        return None
+    return row.payload
+
+
+def store_payload(session: Session, t: Any, month: str, key: str, fp: str, payload: str, head: str = FORMAT) -> None:
+    """Upsert table ``t``'s row for (month, currency key) in a savepoint; a lost race or a read-only ledger leaves it
+    unstored (never raises)."""
     try:
         with session.begin_nested():
             conn = session.connection()
             conn.execute(delete(t).where(t.c.month == month, t.c.currency == key))
-            conn.execute(insert(t).values(month=month, currency=key, fingerprint=fp, digest=_digest(fp, payload),
+            conn.execute(insert(t).values(month=month, currency=key, fingerprint=fp, digest=_digest(fp, payload, head),
                                           payload=payload, computed_at=utcnow()))
     except SQLAlchemyError as exc:
-        log.info("goodput_month %s %r not stored: %s", month, key, str(exc).splitlines()[0])
+        log.info("%s %s %r not stored: %s", t.name, month, key, str(exc).splitlines()[0])
 
 
 __all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "fingerprint", "is_storable", "month_summary", "month_totals",
-           "recovered_runs"]
+           "read_or_compute", "recovered_runs", "store_payload", "stored_payload"]
