@@ -308,9 +308,11 @@ def scoped_presented(url: str, month: str, scope: tuple[str, ...], currency: Opt
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
-    """``trainledger.money.outlook.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints."""
+    """``trainledger.money.outlook.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints.
+    A month that has ended is its actual figures: the month's report the pages read (:func:`report`) is its to date."""
+    rep = report(url, month, currency=currency)  # outside the session below: a session inside another waits on it
     with read_session(url) as s:
-        return ledger_forecast(s, month, now=now(), currency=currency)
+        return ledger_forecast(s, month, now=now(), currency=currency, report=None if rep.is_partial else rep)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

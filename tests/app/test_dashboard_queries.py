@@ -152,3 +152,24 @@ def test_offer_form_goes_through_pricing_validation_exactly(session):
         parse_pricing(offer_form.offer_toml({"name": "y", "node_type": "rtx4090-8x", "kind": "own",
                                           "depreciation_months": "3.5"}), where="offer form")
 
+
+
+def test_the_forecast_of_an_ended_month_is_the_ledger_s(demo_url, app_env, monkeypatch):
+    """``data.forecast`` of a month that has ended passes the page's report of it: the same forecast, every figure and
+    day, as ``trainledger forecast`` computes by itself; a month to date computes its own."""
+    from trainledger.app.queries import data
+    from trainledger.money.outlook.forecast import forecast
+
+    from tests.app.helpers import MONTH
+
+    app_env(demo_url)
+    for now, month in (("2027-01-10T00:00:00+00:00", MONTH), ("2026-11-20T08:00:00+00:00", MONTH)):
+        monkeypatch.setenv("TRAINLEDGER_NOW", now)
+        data.clear_caches()
+        got = data.forecast(demo_url, month)
+        engine = make_engine(demo_url)
+        with Session(engine) as s:
+            want = forecast(s, month, now=data.now())
+        engine.dispose()
+        assert repr(got) == repr(want)
+        assert data.report(demo_url, month).is_partial is (now < "2026-12")
