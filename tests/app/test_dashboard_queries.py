@@ -173,3 +173,42 @@ def test_the_forecast_of_an_ended_month_is_the_ledger_s(demo_url, app_env, monke
         engine.dispose()
         assert repr(got) == repr(want)
         assert data.report(demo_url, month).is_partial is (now < "2026-12")
+
+
+def test_month_run_lines_are_the_report_s_lines_with_their_account(demo_url, app_env, monkeypatch):
+    """``data.month_run_lines`` (from the month's presented lines, stored once the month is over) is each presented
+    run line with its exact cost and lost work in cents, its cost per 1M tokens, its badput and its largest reason,
+    as computed from the month's report with lines and its goodput account: computed, stored, and to date."""
+    import json
+
+    from trainledger.app.queries import data
+    from trainledger.money.goodput.waste import run_reason, run_waste
+    from trainledger.money.rates.costs import cents, cost_per_million_tokens
+    from trainledger.reports.export import presented_report
+    from trainledger.reports.present import present
+
+    from tests.app.helpers import MONTH
+
+    def want(month):
+        rep, acct = data.report(demo_url, month, True), data.month_goodput(demo_url, month)
+        accounts, exact = {a.run_id: a for a in acct.runs}, {r.run_id: r for r in rep.runs}
+        out = []
+        for r in presented_report(rep, acct)["runs"]:
+            a, e = accounts.get(r["run_id"]), exact[r["run_id"]]
+            per = cost_per_million_tokens(e.cost, e.tokens) if e.tokens else None
+            out.append({**r, "cost": str(cents(e.cost)), "lost_work_cost": str(cents(e.lost_work_cost)),
+                        "cost_per_1m_tokens": None if per is None else present("cost_per_1m_tokens", per),
+                        "waste_cost": str(cents(run_waste(a))) if a else None,
+                        "waste_reason": run_reason(a) if a else None})
+        return out
+
+    app_env(demo_url)
+    stored = []
+    for now in ("2027-01-10T00:00:00+00:00", "2027-01-10T00:00:00+00:00", "2026-11-20T08:00:00+00:00"):
+        monkeypatch.setenv("TRAINLEDGER_NOW", now)
+        data.clear_caches()  # the first: computed and stored (unless an earlier test did); the second: read back
+        stored.append(data.month_lines(demo_url, MONTH).stored)
+        got = data.month_run_lines(demo_url, MONTH)
+        assert got and json.dumps(got) == json.dumps(want(MONTH)), now
+        assert any(r["cost_per_1m_tokens"] for r in got) and any(r["waste_reason"] for r in got)
+    assert stored[1:] == [True, False]  # read back once over; November to date: never stored
