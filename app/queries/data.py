@@ -209,8 +209,8 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
     (with the month's waste = badput + idle and each run line's goodput and badput, as ``report monthly`` writes
     them; the account is :func:`month_goodput`, computed once per month and refresh; without lines, the month's
     totals: :func:`month_totals`, stored per ledger state once the month is over)."""
-    if not lines:
-        return presented_report(report(url, month, lines, currency), month_totals(url, month, currency))
+    if not lines:  # report's arguments as the pages pass them: one cache entry
+        return presented_report(report(url, month, currency=currency), month_totals(url, month, currency))
     return month_lines(url, month, currency).presented
 
 
@@ -311,8 +311,30 @@ def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, 
     """``trainledger.money.outlook.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints.
     A month that has ended is its actual figures: the month's report the pages read (:func:`report`) is its to date."""
     rep = report(url, month, currency=currency)  # outside the session below: a session inside another waits on it
+    fps = None if rep.is_partial else known_fingerprints(url, (month,), currency)
     with read_session(url) as s:
-        return ledger_forecast(s, month, now=now(), currency=currency, report=None if rep.is_partial else rep)
+        return ledger_forecast(s, month, now=now(), currency=currency, report=None if rep.is_partial else rep,
+                               fingerprints=fps)
+
+
+def known_fingerprints(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> dict[str, str]:
+    """The ledger-state fingerprints of those of ``months`` whose goodput totals are stored (:func:`month_totals`,
+    cached: the Overview reads them before its forecast and anomalies), for what else is stored per ledger state of
+    those months (``trainledger.money.outlook.outlook_store``) to be read without hashing them again."""
+    from trainledger.money.goodput.month_store import is_storable
+
+    out = {}
+    for m in months:
+        with read_session(url) as s:
+            if not is_storable(s, m, now()):
+                continue
+        try:
+            fp = month_totals(url, m, currency).fingerprint
+        except LedgerInputError:
+            continue
+        if fp:
+            out[m] = fp
+    return out
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -21,8 +21,11 @@ DAY_PARAM = "day"
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)
 def month_anomalies(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
+    """``anomalies`` of the month; the fingerprints of the month and the one before (its baseline's) as the page's
+    goodput totals read them (``data.known_fingerprints``)."""
+    fps = data.known_fingerprints(url, (data.add_months(month, -1), month), currency)
     with data.read_session(url) as s:
-        return anomalies(s, month, now=data.now(), currency=currency)
+        return anomalies(s, month, now=data.now(), currency=currency, fingerprints=fps)
 
 
 @st.cache_data(ttl=data.TTL, show_spinner=False)

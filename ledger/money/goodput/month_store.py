@@ -100,6 +100,9 @@ class MonthTotals:
     projects: Optional[list[dict[str, Any]]] = None  # None: not computed (a month to date read from its account)
     ranked: Optional[list[RunAccount]] = None
     recovered: Optional[list[RunAccount]] = None  # :func:`recovered_runs`: the runs charged recovery in the month
+    #: the ledger state's fingerprint they were read back or stored under (None: not stored); what else is stored per
+    #: ledger state reads it to skip hashing the month again (``trainledger.money.outlook.outlook_store``)
+    fingerprint: Optional[str] = field(default=None, compare=False)
 
 
 def month_totals(session: Session, month: str, currency: Optional[str] = None,
@@ -115,10 +118,18 @@ def month_summary(session: Session, month: str, *, currency: Optional[str] = Non
     now = now or utcnow()
     month = check_month(month)
     key = presentation_currency(session, currency) or ""
-    return read_or_compute(session, lambda: fingerprint(session, month, key, now),
-                           lambda fp: _read(session, month, key, fp),
-                           lambda: _compute(session, month, currency, now),
-                           lambda fp, totals: _store(session, month, key, fp, totals))
+    def read(fp: str) -> Optional[MonthTotals]:
+        got = _read(session, month, key, fp)
+        if got is not None:
+            got.fingerprint = fp
+        return got
+
+    def store(fp: str, totals: MonthTotals) -> None:
+        _store(session, month, key, fp, totals)
+        totals.fingerprint = fp
+
+    return read_or_compute(session, lambda: fingerprint(session, month, key, now), read,
+                           lambda: _compute(session, month, currency, now), store)
 
 
 def read_or_compute(session: Session, fingerprint_of: Callable[[], Optional[str]],
@@ -282,7 +293,7 @@ def _tagged(v: Any) -> Any:
 def _untagged(v: Any) -> Any:
     if isinstance(v, dict):
         if set(v) == {"$d"}:
-            return _decimal(v["$d"])
+            return exact_decimal(v["$d"])
         if set(v) == {"$t"}:
             return datetime.fromisoformat(v["$t"])
         return {k: _untagged(x) for k, x in v.items()}
@@ -307,7 +318,7 @@ def _digest(fp: str, payload: str, head: str = FORMAT) -> str:
     return hashlib.sha256(f"{head}\x1f{fp}\x1f{payload}".encode()).hexdigest()
 
 
-def _decimal(text: Any) -> Decimal:
+def exact_decimal(text: Any) -> Decimal:
     if not isinstance(text, str):
         raise ValueError(f"not a decimal string: {text!r}")
     d = Decimal(text)
@@ -319,7 +330,7 @@ def _decimal(text: Any) -> Decimal:
 def _categories(d: Any, tagged: bool = False) -> dict[Category, Decimal]:
     if not isinstance(d, dict) or set(d) != {c.value for c in CATEGORIES}:
         raise ValueError("categories differ")
-    return {c: _decimal(d[c.value]["$d"] if tagged else d[c.value]) for c in CATEGORIES}
+    return {c: exact_decimal(d[c.value]["$d"] if tagged else d[c.value]) for c in CATEGORIES}
 
 
 def _parse(month: str, key: str, payload: str) -> MonthTotals:
@@ -329,12 +340,12 @@ def _parse(month: str, key: str, payload: str) -> MonthTotals:
         raise ValueError("a payload of another format, month or currency")
     if not isinstance(p["currency"], str) or not isinstance(p["period"], str) or type(p["runs"]) is not int:
         raise ValueError("malformed payload")
-    opt = {k: None if p[k] is None else _decimal(p[k]) for k in ("goodput_pct", "ettr")}
-    acc = MonthAccount(month=month, currency=p["currency"], spend=_decimal(p["spend"]), goodput=_decimal(p["goodput"]),
-                       badput=_decimal(p["badput"]), idle=_decimal(p["idle"]), by_category=_categories(p["by_category"]),
+    opt = {k: None if p[k] is None else exact_decimal(p[k]) for k in ("goodput_pct", "ettr")}
+    acc = MonthAccount(month=month, currency=p["currency"], spend=exact_decimal(p["spend"]), goodput=exact_decimal(p["goodput"]),
+                       badput=exact_decimal(p["badput"]), idle=exact_decimal(p["idle"]), by_category=_categories(p["by_category"]),
                        seconds=_categories(p["seconds"]), goodput_pct=opt["goodput_pct"], ettr=opt["ettr"],
-                       period=p["period"], runs=p["runs"], identity_residual=_decimal(p["identity_residual"]))
-    waste = {str(name): _decimal(v) for name, v in p["project_waste"]}
+                       period=p["period"], runs=p["runs"], identity_residual=exact_decimal(p["identity_residual"]))
+    waste = {str(name): exact_decimal(v) for name, v in p["project_waste"]}
     projects, ranked = [_untagged(x) for x in p["projects"]], [_run_from(x) for x in p["ranked"]]
     recovered = [_run_from(x) for x in p["recovered"]]
     if acc.goodput + acc.badput + acc.idle != acc.spend:  # the account's identity, exact: else not ours
@@ -383,5 +394,5 @@ def store_payload(session: Session, t: Any, month: str, key: str, fp: str, paylo
         log.info("%s %s %r not stored: %s", t.name, month, key, str(exc).splitlines()[0])
 
 
-__all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "fingerprint", "is_storable", "month_summary", "month_totals",
+__all__ = ["FORMAT", "NOT_HASHED", "MonthTotals", "exact_decimal", "fingerprint", "is_storable", "month_summary", "month_totals",
            "read_or_compute", "recovered_runs", "store_payload", "stored_payload"]

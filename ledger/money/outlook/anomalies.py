@@ -24,16 +24,20 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from statistics import median
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from sqlalchemy import or_
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
+from trainledger.money.outlook import outlook_store
 from trainledger.money.outlook.budgets import ledger_currency
 from trainledger.money.outlook.forecast import (  # the forecast's day costing, reused
+    _exact,
     _read_ledger,
+    _setup,
     _usage_in,
     cost_interval,
+    setup_key,
 )
 from trainledger.money.rates import costs
 from trainledger.money.rates.months import date_start, month_bounds, month_of, month_period, parse_month, run_interval
@@ -67,17 +71,16 @@ def threshold(values: list[Decimal], spend: list[Decimal]) -> dict[str, Decimal]
 
 
 def daily_costs(session: Session, first: date, last: date, *, now: datetime,
-                currency: Optional[str] = None) -> list[dict[str, Any]]:
+                currency: Optional[str] = None, setup: Optional[tuple[Any, Any]] = None) -> list[dict[str, Any]]:
     """Spend, idle cost and GPU-hours of every whole day from ``first`` to ``last`` (inclusive, display time zone)
-    that has ended by ``now``, costed as the forecast costs an interval."""
+    that has ended by ``now``, costed as the forecast costs an interval. ``setup``: ``forecast._setup`` of the days'
+    span, when the caller has it."""
     tz = display_timezone(session)
-    spans, day = [], first
-    while day <= last and (b := date_start(day + timedelta(days=1), tz)) <= now:
-        spans.append((day, date_start(day, tz), b))
-        day += timedelta(days=1)
+    spans = _spans(first, last, tz, now)
     if not spans:
         return []
-    led = _read_ledger(session, tz, now, spans[0][1], spans[-1][2], presentation_currency(session, currency))
+    led = _read_ledger(session, tz, now, spans[0][1], spans[-1][2], presentation_currency(session, currency),
+                       setup=setup)
     hours = {}
     out = []
     for (d, a, b), usage in zip(spans, _usage_in(led, [(a, b) for _, a, b in spans])):
@@ -90,12 +93,23 @@ def daily_costs(session: Session, first: date, last: date, *, now: datetime,
     return out
 
 
+def _spans(first: date, last: date, tz: Any, now: datetime) -> list[tuple[date, datetime, datetime]]:
+    """Each whole day from ``first`` to ``last`` that has ended by ``now``: (day, its start, its end)."""
+    spans, day = [], first
+    while day <= last and (b := date_start(day + timedelta(days=1), tz)) <= now:
+        spans.append((day, date_start(day, tz), b))
+        day += timedelta(days=1)
+    return spans
+
+
 def anomalies(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
-              currency: Optional[str] = None) -> dict[str, Any]:
+              currency: Optional[str] = None, fingerprints: Optional[Mapping[str, Optional[str]]] = None
+              ) -> dict[str, Any]:
     """The days of ``month`` (default: the current one) whose spend or idle cost breaks :data:`RULE`.
 
     ``days``: each whole day of the month so far with its figures, baseline and flags; ``flagged``: one row
-    per (day, measure) above its threshold, in date order.
+    per (day, measure) above its threshold, in date order. The days' figures of a month that is over are stored per
+    ledger state (:func:`month_series`; ``fingerprints``: the month's and the month before's, when the caller has them).
     """
     now = now or utcnow()
     tz = display_timezone(session)
@@ -103,7 +117,8 @@ def anomalies(session: Session, month: Optional[str] = None, *, now: Optional[da
     parse_month(month)
     start, end = month_bounds(month, tz)
     first, last = start.astimezone(tz).date(), (end - timedelta(microseconds=1)).astimezone(tz).date()
-    series = daily_costs(session, first - timedelta(days=WINDOW_DAYS), last, now=now, currency=currency)
+    series = month_series(session, month, first - timedelta(days=WINDOW_DAYS), last, now=now, currency=currency,
+                          fingerprints=fingerprints)
     began = next((i for i, d in enumerate(series) if d["spend"] > 0), len(series))
     days, flagged = [], []
     for i, d in enumerate(series):
@@ -125,6 +140,45 @@ def anomalies(session: Session, month: Optional[str] = None, *, now: Optional[da
     return {"month": month, "timezone": str(tz), "now": now,
             "currency": presentation_currency(session, currency) or ledger_currency(session),
             "rule": RULE, "days": days, "flagged": flagged}
+
+
+def month_series(session: Session, month: str, first: date, last: date, *, now: datetime,
+                 currency: Optional[str] = None, fingerprints: Optional[Mapping[str, Optional[str]]] = None
+                 ) -> list[dict[str, Any]]:
+    """:func:`daily_costs` of ``first`` to ``last`` (``month``'s days and its baseline's), stored in the month's
+    ``goodput_month`` row (``trainledger.money.outlook.outlook_store``) when every day has ended, the days lie in
+    the month and the month before, and both are over and touched by no live run; read back while the ledger (both
+    months' fingerprints) and what depends on ``now`` (the rates in force, the fleets read) are as they were."""
+    tz = display_timezone(session)
+    spans = _spans(first, last, tz, now)
+    if not spans:
+        return []
+    target = presentation_currency(session, currency)
+    setup = _setup(session, tz, now, spans[0][1], spans[-1][2], target)
+
+    def compute() -> list[dict[str, Any]]:
+        return daily_costs(session, first, last, now=now, currency=currency, setup=setup)
+
+    y, m = parse_month(month)
+    before = f"{y - (m == 1):04d}-{(m - 2) % 12 + 1:02d}"
+    whole = spans[-1][0] == last and len(spans) == (last - first).days + 1
+    if not whole or not {f"{d.year:04d}-{d.month:02d}" for d, _, _ in spans} <= {before, month}:
+        return compute()
+    return outlook_store.read_or_compute(session, "anomaly_days", month, (before, month), target or "", now,
+                                         spans[-1][2], setup_key(setup), compute, _series_to_json, _series_from_json,
+                                         fingerprints)
+
+
+def _series_to_json(series: list[dict[str, Any]]) -> list[list[str]]:
+    return [[d["date"].isoformat(), str(d["spend"]), str(d["idle_cost"]), str(d["gpu_hours"])] for d in series]
+
+
+def _series_from_json(rows: list[list[str]]) -> list[dict[str, Any]]:
+    out = []
+    for day, spend, idle, gpu in rows:
+        out.append({"date": date.fromisoformat(day), "spend": _exact(spend), "idle_cost": _exact(idle),
+                    "gpu_hours": _exact(gpu)})
+    return out
 
 
 def parse_day(text: str, flag: str = "--day") -> date:

@@ -33,9 +33,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, or_
@@ -43,6 +43,7 @@ from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import MonthlyReport, monthly_report
 from trainledger.money.facts.rollup import sweep_peak
+from trainledger.money.goodput.month_store import exact_decimal as _exact
 from trainledger.money.rates import costs
 from trainledger.money.rates.catalog import Catalog, default_offer, fleet_capacity, fleets_by_offer, load_catalog
 from trainledger.money.rates.costs import ZERO
@@ -111,14 +112,16 @@ class _Ledger:
 
 def forecast(session: Session, month: Optional[str] = None, *, now: Optional[datetime] = None,
              window_days: int = DEFAULT_WINDOW_DAYS, project: Optional[str] = None,
-             report: Optional[MonthlyReport] = None, currency: Optional[str] = None) -> dict[str, Any]:
+             report: Optional[MonthlyReport] = None, currency: Optional[str] = None,
+             fingerprints: Optional[Mapping[str, Optional[str]]] = None) -> dict[str, Any]:
     """Month-end spend, idle, GPU-hours and each project's cost of ``month`` (default: the current
     month) as expected at ``now``, with a p10-p90 range; the method in ``method``.
 
     ``report``: the month's ``monthly_report(..., now=now, lines=False, currency=currency)`` when the caller
     has it. ``currency``: money in it (default: the Settings currency once set, else the offers'): to date as
     the monthly report converts it (each charge period at its rate), the rest of the month at the rate in
-    force at ``now``.
+    force at ``now``. The daily path of a month that has ended is stored per ledger state
+    (:mod:`trainledger.money.outlook.outlook_store`; ``fingerprints``: the month's, when the caller has it).
     """
     now = now or utcnow()
     tz = display_timezone(session)
@@ -127,13 +130,75 @@ def forecast(session: Session, month: Optional[str] = None, *, now: Optional[dat
     period = month_period(month, tz, now)
     rep = report if report is not None else monthly_report(session, month, now=now, lines=False, currency=currency)
     to_date = _to_date(rep)
-    led = _read_ledger(session, tz, now, min(period.start, now - window_days * DAY), period.month_end,
-                       presentation_currency(session, currency))
+    since, target = min(period.start, now - window_days * DAY), presentation_currency(session, currency)
     if period.is_partial:
+        led = _read_ledger(session, tz, now, since, period.month_end, target)
         proj = _project(led, period, window_days, to_date)
+        days, running = _days(led, period), led.running
     else:  # ended: the actual month
-        proj = _Projection(to_date, to_date, to_date, None, [], led.running)
-    return _result(rep, period, now, to_date, proj, project, _path(led, period, to_date))
+        days, running = _ended_days(session, period, now, since, target, fingerprints)
+        proj = _Projection(to_date, to_date, to_date, None, [], running)
+    return _result(rep, period, now, to_date, proj, project, _scaled_path(days, to_date))
+
+
+def _ended_days(session: Session, period: Period, now: datetime, since: datetime, target: Optional[str],
+                fingerprints: Optional[Mapping[str, Optional[str]]]) -> tuple[list[tuple[datetime, Figures]], int]:
+    """:func:`_days` of a month that has ended and the runs still running, stored per ledger state when the read
+    starts at the month's start (a longer window reads runs before it, which can size a fleet-less offer's peak)."""
+    from trainledger.money.outlook import outlook_store
+
+    tz = display_timezone(session)
+
+    def compute() -> tuple[list[tuple[datetime, Figures]], int]:
+        led = _read_ledger(session, tz, now, since, period.month_end, target, setup=setup)
+        return _days(led, period), led.running
+
+    setup = _setup(session, tz, now, since, period.month_end, target)
+    if since != period.start:
+        return compute()
+    return outlook_store.read_or_compute(
+        session, "forecast_days", period.month, (period.month,), target or "", now, period.month_end,
+        setup_key(setup), compute, _days_to_json, _days_from_json, fingerprints)
+
+
+def setup_key(setup: tuple[Catalog, dict[int, list[Fleet]]]) -> str:
+    """What :func:`_read_ledger` reads that depends on ``now`` besides the runs (``outlook_store.setup_key``): the
+    offers at the rate in force then, and which fleets are held up to then."""
+    from trainledger.money.outlook import outlook_store
+
+    cat, fleets = setup
+    return outlook_store.setup_key(sorted((oid, repr(o)) for oid, o in cat.offers.items()),
+                                   sorted((oid, sorted(f.id for f in fl)) for oid, fl in fleets.items()))
+
+
+def _figures_to_json(f: Figures) -> list[Any]:
+    return [str(f.spend), str(f.idle_cost), str(f.gpu_hours), str(f.node_hours),
+            [[p, str(v)] for p, v in f.projects.items()]]
+
+
+def _figures_from_json(v: list[Any]) -> Figures:
+    spend, idle, gpu, node, projects = v
+    out = Figures(_exact(spend), _exact(idle), _exact(gpu), _exact(node))
+    for p, x in projects:
+        out.projects[str(p)] = _exact(x)
+    return out
+
+
+def _days_to_json(value: tuple[list[tuple[datetime, Figures]], int]) -> dict[str, Any]:
+    days, running = value
+    return {"running": running, "days": [[t.isoformat(), _figures_to_json(f)] for t, f in days]}
+
+
+def _days_from_json(v: dict[str, Any]) -> tuple[list[tuple[datetime, Figures]], int]:
+    if type(v["running"]) is not int:
+        raise ValueError("malformed running count")
+    days = []
+    for t, f in v["days"]:
+        at = datetime.fromisoformat(t)
+        if at.utcoffset() != timedelta(0):
+            raise ValueError(f"not a UTC instant: {t!r}")
+        days.append((at.replace(tzinfo=timezone.utc), _figures_from_json(f)))
+    return days, v["running"]
 
 
 def _check(session: Session, window_days: int, project: Optional[str]) -> None:
@@ -152,15 +217,24 @@ def _to_date(rep: MonthlyReport) -> Figures:
     return out
 
 
-def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime,
-                 target: Optional[str] = None) -> _Ledger:
-    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and
-    bills; the offers' money in ``target`` at the rate in force at ``now`` (None: their own currency)."""
+def _setup(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime,
+           target: Optional[str] = None) -> tuple[Catalog, dict[int, list[Fleet]]]:
+    """The catalog with the offers' money in ``target`` at the rate in force at ``now`` (None: their own currency),
+    and the fleets held in ``[since, until)`` and up to ``now``, by offer."""
     cat = load_catalog(session)
     if target:
         book = load_rates(session, tz)
         cat = Catalog(cat.node_types, {oid: convert_offer(o, book, target, now) for oid, o in cat.offers.items()})
-    fleets = fleets_by_offer(session, min(since, now), max(until, now), tz)
+    return cat, fleets_by_offer(session, min(since, now), max(until, now), tz)
+
+
+def _read_ledger(session: Session, tz: ZoneInfo, now: datetime, since: datetime, until: datetime,
+                 target: Optional[str] = None, *,
+                 setup: Optional[tuple[Catalog, dict[int, list[Fleet]]]] = None) -> _Ledger:
+    """Runs whose costed interval (clipped at ``now``) touches ``[since, min(now, until))``, with their offers and
+    bills; the offers' money in ``target`` at the rate in force at ``now`` (None: their own currency). ``setup``:
+    :func:`_setup` of the same arguments, when the caller has it."""
+    cat, fleets = setup if setup is not None else _setup(session, tz, now, since, until, target)
     names = dict(session.exec(select(Project.id, Project.name)).all())
     rows = session.exec(
         select(Run.project_id, Run.node_type_id, Run.offer_id, Run.nodes, Run.gpus_per_node, Run.status,
@@ -302,10 +376,9 @@ def _unestimated_range(expected: Figures, zero: Figures) -> tuple[Figures, Figur
     return low, high
 
 
-def _path(led: _Ledger, period: Period, to_date: Figures) -> list[tuple[datetime, Figures]]:
-    """Spend and project costs to the end of each day of the month so far (display time zone): each
-    day costed as the rest of the month is (nominal power), then scaled so that the last day ends on
-    the to-date figures of the monthly report (which use measured energy where it was collected)."""
+def _days(led: _Ledger, period: Period) -> list[tuple[datetime, Figures]]:
+    """Spend and project costs to the end of each day of the month so far (display time zone), each day costed as
+    the rest of the month is (nominal power); :func:`_scaled_path` makes them the path."""
     spans = []
     day = period.start.astimezone(led.tz).date()
     while (a := date_start(day, led.tz)) < period.end:
@@ -315,9 +388,14 @@ def _path(led: _Ledger, period: Period, to_date: Figures) -> list[tuple[datetime
     for (a, b), usage in zip(spans, _usage_in(led, spans)):
         total = _plus(total, cost_interval(led, a, b, usage, period.month_hours))
         out.append((b, total))
-    for i, (t, f) in enumerate(out):
-        out[i] = (t, _scaled_to(f, total, to_date))
     return out
+
+
+def _scaled_path(days: list[tuple[datetime, Figures]], to_date: Figures) -> list[tuple[datetime, Figures]]:
+    """The daily path: :func:`_days` scaled so that the last day ends on the to-date figures of the monthly report
+    (which use measured energy where it was collected)."""
+    total = days[-1][1] if days else Figures()
+    return [(t, _scaled_to(f, total, to_date)) for t, f in days]
 
 
 def _scaled_to(f: Figures, last: Figures, target: Figures) -> Figures:
