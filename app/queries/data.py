@@ -318,16 +318,17 @@ def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, 
 
 
 def known_fingerprints(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> dict[str, str]:
-    """The ledger-state fingerprints of those of ``months`` whose goodput totals are stored (:func:`month_totals`,
-    cached: the Overview reads them before its forecast and anomalies), for what else is stored per ledger state of
-    those months (``trainledger.money.outlook.outlook_store``) to be read without hashing them again."""
+    """The ledger-state fingerprints of ``months``' stored goodput totals (:func:`month_totals`, cached: the Overview
+    reads them before its forecast and anomalies), for what else is stored per ledger state of those months
+    (``trainledger.money.outlook.outlook_store``) to be read without hashing them again; none unless every one of
+    ``months`` is over and touched by no live run (nothing is stored then: no month's totals are computed for it)."""
     from trainledger.money.goodput.month_store import is_storable
 
+    with read_session(url) as s:
+        if not all(is_storable(s, m, now()) for m in months):
+            return {}
     out = {}
     for m in months:
-        with read_session(url) as s:
-            if not is_storable(s, m, now()):
-                continue
         try:
             fp = month_totals(url, m, currency).fingerprint
         except LedgerInputError:

@@ -20,7 +20,7 @@ from trainledger.runs.sweep import list_sweeps
 from trainledger.store.catalog.fleets import save_fleet
 from trainledger.store.catalog.presets import apply_pricing, parse_pricing
 from trainledger.store.db import make_engine
-from trainledger.store.models import Fleet, NodeType, Offer
+from trainledger.store.models import Fleet, GoodputMonth, NodeType, Offer
 
 from tests.app.helpers import SWEEP
 
@@ -173,6 +173,46 @@ def test_the_forecast_of_an_ended_month_is_the_ledger_s(demo_url, app_env, monke
         engine.dispose()
         assert repr(got) == repr(want)
         assert data.report(demo_url, month).is_partial is (now < "2026-12")
+
+
+def test_the_overview_s_stored_outlook_is_the_ledger_s(demo_url, app_env, monkeypatch):
+    """The Overview's forecast and anomalies of a month that has ended, read under the fingerprints its goodput totals
+    were read with (``data.known_fingerprints``), computed, then stored and read back: every figure and day as
+    ``trainledger forecast`` and ``report anomalies`` compute them; a month to date asks for no month's totals."""
+    import json
+
+    from trainledger.app.queries import data
+    from trainledger.app.views.anomalies_view import month_anomalies
+    from trainledger.money.goodput.month_store import fingerprint
+    from trainledger.money.outlook.anomalies import anomalies
+    from trainledger.money.outlook.forecast import forecast
+    from trainledger.store.settings import presentation_currency
+
+    from tests.app.helpers import MONTH
+
+    app_env(demo_url)
+    monkeypatch.setenv("TRAINLEDGER_NOW", "2027-01-10T00:00:00+00:00")
+    before = data.add_months(MONTH, -1)
+    for _ in range(3):  # the totals and the outlook computed and stored, then read back twice
+        data.clear_caches()
+        fps = data.known_fingerprints(demo_url, (before, MONTH))
+        assert set(fps) == {before, MONTH}
+        got_fc, got_an = data.forecast(demo_url, MONTH), month_anomalies(demo_url, MONTH)
+        engine = make_engine(demo_url)
+        with Session(engine) as s, monkeypatch.context() as m:
+            m.setattr("trainledger.money.outlook.outlook_store.read_or_compute", lambda *a, **k: a[8]())
+            want_fc, want_an = forecast(s, MONTH, now=data.now()), anomalies(s, MONTH, now=data.now())
+            key = presentation_currency(s, None) or ""
+            assert fps == {m: fingerprint(s, m, key, data.now()) for m in (before, MONTH)}
+            row = s.get(GoodputMonth, (MONTH, key))
+            assert set(json.loads(row.payload)["outlook"]) == {"forecast_days", "anomaly_days"}
+        engine.dispose()
+        assert repr(got_fc) == repr(want_fc) and repr(got_an) == repr(want_an)
+    monkeypatch.setenv("TRAINLEDGER_NOW", "2026-11-20T08:00:00+00:00")
+    data.clear_caches()
+    asked = []
+    monkeypatch.setattr(data, "month_totals", lambda *a, **k: asked.append(a))
+    assert data.known_fingerprints(demo_url, (before, MONTH)) == {} and asked == []
 
 
 def test_month_run_lines_are_the_report_s_lines_with_their_account(demo_url, app_env, monkeypatch):
