@@ -188,6 +188,9 @@ def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_th
         page.get_by_role("option", name="demo-cluster", exact=True).click()
         expect(fleet).to_have_value("demo-cluster")
         settle(page)  # the form redrawn for the fleet picked (with its policy) before it is filled
+        # the fleet's own form, not the new-fleet form still shown until the rerun for the pick has drawn: both
+        # show the policy "none", but only the fleet's has its name (a fill into the new-fleet form is lost)
+        expect(page.get_by_role("textbox", name="Name")).to_have_value("demo-cluster")
         share = page.get_by_role("textbox", name="Idle charged back")
         expect(share).to_have_value(before or "none")
         share.fill(policy)
