@@ -67,12 +67,16 @@ def _config_per_test():
     in-process ``trainledger.track`` warned instead of refusing)."""
     import sys
 
+    def reset() -> None:
+        config = sys.modules.get("trainledger.store.config")
+        if config is not None:
+            config.set_path(None)
+            config._lenient = False
+            config._said.clear()
+
+    reset()  # a session fixture's in-process run may have relaxed it before this test
     yield
-    config = sys.modules.get("trainledger.store.config")
-    if config is not None:
-        config.set_path(None)
-        config._lenient = False
-        config._said.clear()
+    reset()
 
 
 def _new_ledger_wanted(request) -> bool:

@@ -44,7 +44,7 @@ def _cli(url: str, *args, stdout=subprocess.PIPE, env_extra=None) -> subprocess.
 
 
 @pytest.fixture(scope="module")
-def _demo_made(tmp_path_factory, request):
+def _demo_made():
     """The demo history (no sweep) up to ``MONTH``, made once per backend for this file: {backend: url}. Tests read
     copies of it (:func:`demo_ledger`): `trainledger demo` is the same real process each time, 1.5 CPU-s."""
     made: dict[str, str] = {}

@@ -87,18 +87,7 @@ def test_hostfiles_through_launch_are_bounded_with_file_line_errors(sqlite_ledge
     unchanged(sqlite_ledger, before)
 
 
-@pytest.fixture
-def config_flag_reset(monkeypatch):
-    """``--config`` sets the config module's path for the process (as in the console script): unset it after;
-    and the strict rule of commands that wrap no job (``trainledger.track`` earlier in this process relaxed it)."""
-    from trainledger.store import config
-
-    monkeypatch.setattr(config, "_lenient", False)
-    yield
-    config.set_path(None)
-
-
-def test_the_cli_config_file_is_bounded_with_file_line_errors(tmp_path, config_flag_reset):
+def test_the_cli_config_file_is_bounded_with_file_line_errors(tmp_path):
     for name, data, said in BAD_BYTES[:1] + BAD_BYTES[2:]:
         f = tmp_path / f"{name}.toml"
         f.write_bytes(data)
