@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from trainledger.errors import LedgerInputError
-from trainledger.sources.capture.wrapper import default_name, redact_command
+from trainledger.sources.capture.wrapper import default_name, local_processes, redact_command
 from trainledger.sources.telemetry.sampling import owned_gpus
 from trainledger.sources.telemetry.topology import Flags, parse_command, resolve
 from trainledger.store.ids import slurm_attempt_id, slurm_run_id
@@ -94,3 +94,15 @@ def test_what_is_recorded_of_the_command():
     assert default_name(["torchrun", "--nproc-per-node", "2", "/src/train.py", "--x"]) == "train.py"
     assert default_name(["python", "-m", "pkg.train"]) == "pkg.train"
     assert default_name(["/opt/bin/megatron"]) == "megatron"
+
+
+def test_a_nodes_processes_are_the_ranks_seen_or_the_count_the_launcher_announced():
+    """A short job's second rank may end between two looks of the wrapper's discovery (it polls the command's
+    processes): the node records the ``LOCAL_WORLD_SIZE`` its ranks were given when it says more than were seen."""
+    two = resolve(Flags(), {}, ["torchrun", "--standalone", "--nproc-per-node", "2", "t.py"])
+    assert local_processes({"local_ranks": ["0"], "world_size": "2", "local_world_size": 2}, two) == 2
+    assert local_processes({"local_ranks": ["0", "1", "2"], "local_world_size": 2}, two) == 3  # more seen: all count
+    assert local_processes({"local_ranks": ["1"], "local_world_size": None}, two) == 1
+    assert local_processes({}, two) == 2  # none seen: the launcher's --nproc-per-node
+    assert local_processes({}, resolve(Flags(), {}, ["python", "x.py"])) == 1
+    assert local_processes({}, resolve(Flags(), {}, ["bash", "x.sh"])) is None

@@ -120,6 +120,24 @@ def find_command(command: list[str], env: dict) -> str:
     return found
 
 
+def _count(text: Optional[str]) -> Optional[int]:
+    """A positive process count from an environment value (``LOCAL_WORLD_SIZE``), else None."""
+    try:
+        n = int(text) if text is not None else 0
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def local_processes(workers: dict[str, Any], topo: Topology) -> Optional[int]:
+    """The training processes of this node: the ranks discovered (``workers``: ``local_ranks`` seen,
+    ``local_world_size`` announced by the launcher), the more of the two (a short job's ranks may end before every
+    one is seen; the launcher started as many as it announced); none discovered: the topology's count (a
+    launcher's ``--nproc-per-node``), 1 for a plain ``python`` command, else unknown."""
+    found = max(len(workers.get("local_ranks", ())), workers.get("local_world_size") or 0)
+    return found or topo.processes_per_node or (1 if topo.launcher == "python" else None)
+
+
 def default_name(command: list[str]) -> str:
     """A run name from the command: the script (``train.py``) or module (``-m pkg``), else the program."""
     for i, arg in enumerate(command[1:], 1):
@@ -320,7 +338,9 @@ class Wrapper:
 
     def _discover(self) -> None:
         """Find the training processes (they carry ``LOCAL_RANK``) among the command's descendants: how
-        many run on this node and the world size they were given."""
+        many run on this node (the ranks seen, or ``LOCAL_WORLD_SIZE``, the count the launcher started, when it
+        says more: a short job's ranks may end before all of them are seen) and the world size they were given.
+        Polled every 0.25 s until a rank and every rank its ``LOCAL_WORLD_SIZE`` announces are seen, then every 5 s."""
         import psutil
 
         deadline = time.monotonic() + 600
@@ -329,7 +349,7 @@ class Wrapper:
                 procs = psutil.Process(self.kept.keeper_pid).children(recursive=True)
             except psutil.Error:
                 return
-            ranks, world = set(), None
+            ranks, world, local_world = set(), None, None
             for p in procs:
                 try:
                     env = p.environ()
@@ -338,9 +358,12 @@ class Wrapper:
                 if "LOCAL_RANK" in env:
                     ranks.add(env["LOCAL_RANK"])
                     world = env.get("WORLD_SIZE", world)
+                    local_world = _count(env.get("LOCAL_WORLD_SIZE")) or local_world
             if ranks and len(ranks) >= len(self.workers.get("local_ranks", ())):
-                self.workers = {"local_ranks": sorted(ranks), "world_size": world}
-            time.sleep(1.0 if not ranks else 5.0)
+                self.workers = {"local_ranks": sorted(ranks), "world_size": world,
+                                "local_world_size": local_world or self.workers.get("local_world_size")}
+            seen_all = ranks and len(ranks) >= (self.workers.get("local_world_size") or 0)
+            time.sleep(5.0 if seen_all else 0.25)
 
     # -- signals --
     def _install_signals(self, ignored: frozenset) -> None:
@@ -461,8 +484,7 @@ class Wrapper:
         status, exit_status, text = self._outcome(code, error)
         summary = self.sampler.summary()
         self.writer.put({"type": "samples", "rows": sample_rows(summary, self.topo.node_key)})
-        processes = (len(self.workers.get("local_ranks", ())) or self.topo.processes_per_node
-                     or (1 if self.topo.launcher == "python" else None))
+        processes = local_processes(self.workers, self.topo)
         self.writer.put({"type": "nodes", "rows": [{
             "hostname": self.topo.node_key, "node_rank": self.topo.node_rank, "status": status,
             "heartbeat_at": ended.isoformat(), "exit_code": exit_status, "processes": processes,
