@@ -206,33 +206,41 @@ ONE_WORKER_FOLDERS = ("trainer", "collect", "slurm", "faults", "multihost")
 SLOW_FOLDERS = ("faults", "tracking", "slurm", "collect", "multihost")
 
 
-#: The groups that take longest: seconds of test time on one of 3 workers on 2 idle cores (``--durations=0``,
-#: 2026-12-04; only their order matters). xdist hands groups out by how many tests they hold, so the few-but-long
-#: groups (multihost above all) started last and ran on while the other workers had nothing left: the suite took
-#: 21 min. Longest first, it took 19 (3,330 s of test time on 3 workers in 1,150 s). Every other group follows,
-#: most tests first, as xdist orders them.
+#: Folders that share one worker, one after the other: their tests mostly wait (gloo timeouts after a cut link,
+#: Slurm's daemons starting and jobs ending: ~440 s of test time for ~70 CPU-s, measured 2026-12-06), so while
+#: they wait the other two workers' CPU-bound tests fill both cores. Each on a worker of its own, both started at
+#: once and left one worker of three busy for the first three minutes.
+SHARED_WORKER = {"multihost": "hosts", "slurm": "hosts"}
+
+
+#: The groups that take longest: seconds of test time on one of 3 workers on 2 idle cores (``--durations=0`` and
+#: each test's start and end per worker, 2026-12-06; only their order matters). xdist hands groups out by how many
+#: tests they hold, so the few-but-long groups (the hosts above all) started last and ran on while the other
+#: workers had nothing left. Longest first, the workers end within a minute of each other. Every other group
+#: follows, most tests first, as xdist orders them.
 LONG_GROUPS = {
-    "multihost": 326,
-    "tracking/test_tracked_runs.py": 213,
-    "slurm": 155,
-    "faults": 120,
-    "trainer": 116,
-    "capture/test_wrapper.py": 115,
-    "capture/test_goodput_capture.py": 109,
-    "capture/test_frameworks.py": 96,
-    "test_bench_quick.py": 94,
-    "app/test_runs_periods_browser.py": 84,
-    "capture/test_wrapper_never_hurts.py": 74,
-    "test_cli_full_disk.py": 72,
+    "hosts": 441,
+    "tracking/test_tracked_runs.py": 91,
+    "faults": 91,
+    "capture/test_wrapper_never_hurts.py": 87,
+    "capture/test_wrapper.py": 79,
+    "app/test_runs_periods_browser.py": 77,
+    "capture/test_goodput_capture.py": 77,
+    "trainer": 69,
     "app/test_readability_browser.py": 65,
-    "hostile/test_concurrent_writers.py": 59,
-    "collect": 55,
+    "app/test_budgets_browser.py": 61,
+    "test_bench_quick.py": 59,
+    "app/test_signin_browser.py": 55,
+    "collect": 51,
+    "app/test_dashboard_browser.py": 48,
 }
 
 
 def _group(item) -> str:
     rel = Path(str(item.fspath)).relative_to(Path(__file__).parent)
-    return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in ONE_WORKER_FOLDERS else rel.as_posix()
+    if len(rel.parts) > 1 and rel.parts[0] in ONE_WORKER_FOLDERS:
+        return SHARED_WORKER.get(rel.parts[0], rel.parts[0])
+    return rel.as_posix()
 
 
 def pytest_configure(config):

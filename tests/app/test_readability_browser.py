@@ -1,11 +1,11 @@
 """Issue #18's "done when": every page, opened by its deep link at 1280 and 1920 px, shows no value cut off.
 
-`trainledger dashboard` serves the dashboard tests' demo ledger; headless Chromium (one browser session per width)
-opens each page's URL and looks, in the DOM, for text wider than its box (scrollWidth > clientWidth) among metric
-values and labels, table cells and Markdown text. Streamlit's dataframes are drawn on a canvas: for those, the
-columns a page is about (Strategies' cost per 1M tokens, the Planner's offer, size, time and cost) must be among the columns the grid shows without
-scrolling (its accessibility table lists only those). A screenshot of every page at both widths goes to
-test-artifacts/screenshots/.
+`trainledger dashboard` serves the dashboard tests' demo ledger; headless Chromium opens each page's URL once and
+reads it at each width in turn (the window resized), looking in the DOM for text wider than its box (scrollWidth >
+clientWidth) among metric values and labels, table cells and Markdown text. Streamlit's dataframes are drawn on a
+canvas: for those, the columns a page is about (Strategies' cost per 1M tokens, the Planner's offer, size, time and
+cost) must be among the columns the grid shows without scrolling (its accessibility table lists only those). A
+screenshot of every page at both widths goes to test-artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -75,46 +75,60 @@ def _key_columns(url: str) -> list[str]:
                            for o in sorted({o for r in c["rows"] for o in r["cost_per_1m_tokens"]})]
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_no_value_is_cut_off(served, width):
+@pytest.fixture(scope="module")
+def walked(served) -> dict[int, dict]:
+    """Every page opened once by its deep link and read at each width in turn (the window resized, the page
+    redrawn: a page load costs ~2 CPU-s, the suite's budget): per width, the text found cut off per page and the
+    key columns' grid per page; a screenshot of every page at each width."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     key_columns = {"strategies": _key_columns(served.url), "planner": PLANNER_KEY_COLUMNS}
-    cut: dict[str, list] = {}
+    out: dict[int, dict] = {w: {"cut": {}, "grids": {}, "keys": key_columns} for w in WIDTHS}
     with sync_playwright() as p:
         browser = chromium(p)
         try:
-            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            page = browser.new_page(viewport={"width": WIDTHS[0], "height": HEIGHT})
             page.set_default_timeout(WAIT_MS)
             for link, heading in PAGES:
                 sep = "&" if "?" in link else "?"
                 page.goto(f"{served.base}/{link}{sep}month={MONTH}")
-                expect(page.get_by_role("heading", name=heading, exact=True).first).to_be_visible()
-                settle(page)
-                expect(page.get_by_test_id("stSpinner")).to_have_count(0)  # a cached read still computing (Planner)
-                settle(page)
-                if link == "planner":  # its last section is drawn when the script has run to the end
-                    expect(page.get_by_role("heading", name="The seven strategies on one cluster (predicted)")).to_be_visible()
-                expect(page.get_by_test_id("stException")).to_have_count(0)
-                found = page.evaluate(CUT_OFF_JS, TEXT)
-                if found:
-                    cut[link] = found
-                if link in key_columns:  # the page's first table: its key columns in view without scrolling
-                    # the first grid drawn with its key columns; a page still rerunning may swap the grid for a
-                    # fresh one, whose headers come a frame later, so poll that grid (not any grid) for them
-                    try:
-                        page.wait_for_function(KEY_COLUMNS_SHOWN_JS, arg=key_columns[link])
-                    except PlaywrightTimeout:
-                        pass  # the assertion below says which columns were shown
-                    grid = page.evaluate(GRID_COLUMNS_JS, 0)
-                    shown = grid["heads"][:-1] if grid["scrolls"] else grid["heads"]  # the last may be cut by the edge
-                    assert set(key_columns[link]) <= set(shown), (width, link, grid)
-                _screenshot(page, SHOTS / f"{link.replace('?', '-').replace('=', '-')}-{width}.png", width)
+                for width in WIDTHS:
+                    page.set_viewport_size({"width": width, "height": HEIGHT})
+                    expect(page.get_by_role("heading", name=heading, exact=True).first).to_be_visible()
+                    settle(page)
+                    expect(page.get_by_test_id("stSpinner")).to_have_count(0)  # a cached read still computing (Planner)
+                    settle(page)
+                    if link == "planner":  # its last section is drawn when the script has run to the end
+                        expect(page.get_by_role("heading", name="The seven strategies on one cluster (predicted)")).to_be_visible()
+                    expect(page.get_by_test_id("stException")).to_have_count(0)
+                    found = page.evaluate(CUT_OFF_JS, TEXT)
+                    if found:
+                        out[width]["cut"][link] = found
+                    if link in key_columns:  # the page's first table: its key columns in view without scrolling
+                        # the first grid drawn with its key columns; a page still rerunning (or redrawn at the new
+                        # width) may swap the grid for a fresh one, whose headers come a frame later, so poll that
+                        # grid (not any grid) for them
+                        try:
+                            page.wait_for_function(KEY_COLUMNS_SHOWN_JS, arg=key_columns[link])
+                        except PlaywrightTimeout:
+                            pass  # the test's assertion says which columns were shown
+                        out[width]["grids"][link] = page.evaluate(GRID_COLUMNS_JS, 0)
+                    _screenshot(page, SHOTS / f"{link.replace('?', '-').replace('=', '-')}-{width}.png", width)
         finally:
             browser.close()
-    assert not cut, cut
+    return out
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_value_is_cut_off(walked, width):
+    seen = walked[width]
+    for link, grid in seen["grids"].items():
+        shown = grid["heads"][:-1] if grid["scrolls"] else grid["heads"]  # the last may be cut by the edge
+        assert set(seen["keys"][link]) <= set(shown), (width, link, grid)
+    assert set(seen["grids"]) == set(seen["keys"])  # every page with key columns was read
+    assert not seen["cut"], seen["cut"]
 
 
 def _screenshot(page, path, width: int) -> None:
