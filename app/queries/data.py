@@ -264,12 +264,17 @@ def month_goodput(url: str, month: str, currency: Optional[str] = None) -> Any:
 def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own: Optional[str] = None) -> list[dict[str, Any]]:
     """For trend charts, per month: the presented summary, and the report without its run lines
     (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which);
-    ``own``: the own offer its "if owned" figures are costed with (``report monthly --own``)."""
+    ``own``: the own offer its "if owned" figures are costed with (``report monthly --own``). The months' reports
+    read the configuration and their rollup facts once for all of them (``month_load.Months``): the same reports."""
+    from trainledger.money.account.month_load import Months
+
     out = []
+    at = now()
     with read_session(url) as s:
+        read = Months(s, months, now=at, currency=currency)
         for m in months:
             try:
-                rep = monthly_report(s, m, lines=False, projects=False, now=now(), currency=currency, own=own)
+                rep = monthly_report(s, m, lines=False, projects=False, now=at, currency=currency, own=own, months=read)
             except LedgerInputError as exc:
                 out.append({"month": m, "summary": None, "report": None, "missing": str(exc).splitlines()[0]})
                 continue

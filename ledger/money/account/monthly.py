@@ -12,7 +12,8 @@ duration, so that the slices of a run always add up to the run's total
 (telescoping shares). The facts come from the pre-aggregated rollup
 (:mod:`trainledger.money.facts.rollup`); the report takes them in five steps:
 
-1. :func:`_load_month`: the month's bounds, the part elapsed, catalog, fleets and rollup facts;
+1. :func:`~trainledger.money.account.month_load.load_month`: the month's bounds, the part elapsed, catalog,
+   fleets and rollup facts (:class:`~trainledger.money.account.month_load.Months`: several months' at once);
 2. :func:`_resolve_offers`: the offer each group of runs is costed under;
 3. :func:`_node_type_month`: per node type, the actual cost (fleets allocated,
    elastic runs billed) and the alternatives (own, elastic, reserved);
@@ -46,7 +47,6 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterable, Optional
-from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
@@ -65,32 +65,26 @@ from trainledger.money.account.month_lines import (  # noqa: F401  (RunSlice, Ch
     _total,
     merged_lines,
 )
+from trainledger.money.account.month_load import Months, _Month, load_month  # noqa: F401  (_Month: imported from here)
 from trainledger.money.facts import counts, rollup
 from trainledger.money.facts.rollup_facts import NO_NODE_TYPE_ID
 from trainledger.money.rates import carbon, costs
 from trainledger.money.rates.catalog import (
     Catalog,
-    Versions,
     combine_bases,
     default_offer,
     fleet_capacity,
-    fleets_by_offer,
-    load_catalog,
-    load_versions,
     pick_offer,
     priced_catalog,
 )
 from trainledger.money.rates.costs import ZERO
-from trainledger.money.rates.fx import Conversion, load_rates
-from trainledger.money.rates.months import Period, month_period
+from trainledger.money.rates.months import Period
 from trainledger.store.models import (
     WASTE_STATUSES,
-    Fleet,
     Offer,
     OfferKind,
     Project,
 )
-from trainledger.store.settings import display_timezone, get_setting, presentation_currency
 from trainledger.store.types import utcnow
 
 
@@ -190,7 +184,7 @@ class MonthlyReport:
 def monthly_report(session: Session, month: str, *, own: Optional[str] = None, rent: Optional[str] = None,
                    reserved: Optional[str] = None, now: Optional[datetime] = None,
                    lines: bool | Iterable[str] = True, projects: bool = True,
-                   currency: Optional[str] = None) -> MonthlyReport:
+                   currency: Optional[str] = None, months: Optional[Months] = None) -> MonthlyReport:
     """Cost the ledger's usage of ``month`` under its actual offers and every alternative.
 
     Per node type: actual cost (fleets allocated, elastic runs billed), cost if
@@ -204,16 +198,20 @@ def monthly_report(session: Session, month: str, *, own: Optional[str] = None, r
     per-run lines (``runs``) for every run (True), none (False) or only the given
     run ids; ``projects=False`` leaves out the per-project table (trend charts).
     ``currency``: present money in it (each charge period at its exchange rate);
-    default: the Settings currency once set, else the offers' own.
+    default: the Settings currency once set, else the offers' own. ``months``: what several months' reports read,
+    read once for all of them (:class:`~trainledger.money.account.month_load.Months`, ``now`` and ``currency`` the
+    same): the same report.
     """
-    m, offers, costings, nt_months, currencies = _cost_month(session, month, (own, rent, reserved), now, currency)
+    m, offers, costings, nt_months, currencies = _cost_month(session, month, (own, rent, reserved), now, currency, months)
     return _assemble(session, m, offers, costings, nt_months, currencies, lines, projects)
 
 
 def _cost_month(session: Session, month: str, flags: tuple[Optional[str], Optional[str], Optional[str]],
-                now: Optional[datetime], currency: Optional[str]) -> tuple:
-    """Steps 1-3: the month loaded, its offers resolved, each node type costed per charge period."""
-    m = _load_month(session, month, now or utcnow(), currency)
+                now: Optional[datetime], currency: Optional[str], months: Optional[Months] = None) -> tuple:
+    """Steps 1-3: the month loaded (:mod:`~trainledger.money.account.month_load`), its offers resolved, each node
+    type costed per charge period."""
+    now = now or utcnow()
+    m = months.load(month, now, currency) if months is not None else load_month(session, month, now, currency)
     offers = _resolve_offers(m)
     costings, nt_months, currencies = _cost_node_types(m, offers, flags)
     return m, offers, costings, nt_months, currencies
@@ -269,58 +267,6 @@ def period_summary(period: Period) -> dict[str, Any]:
     return {"period": period.label, "is_partial": True, "period_start": period.start, "period_end": period.end,
             "elapsed_hours": period.hours, "month_hours": period.month_hours,
             "days_elapsed": period.days_elapsed, "days_in_month": period.days_in_month}
-
-
-@dataclass
-class _Month:
-    """What one month's report reads: its bounds, the part elapsed, the catalog, the fleets held and the rollup's facts.
-
-    ``hours`` is the whole month's (fixed costs per node-hour are a month's ÷ its hours);
-    capacity is counted to ``period.end``: the month's end, or ``now`` while it runs.
-    """
-
-    name: str
-    tz: ZoneInfo
-    start: datetime  # of the month (of the charge period, in a period's view)
-    end: datetime
-    hours: Decimal  # in the month: fixed costs per node-month are spread over them
-    period: Period  # the part of the month elapsed (all of it once it has ended): capacity is counted to its end
-    cat: Catalog  # priced at the month's start (at the period's start, in a period's view)
-    facts: rollup.MonthFacts
-    fleets: dict[int, list[Fleet]]  # by offer id
-    currency_setting: str  # the ledger's currency, for a month with no offer in use
-    base_cat: Optional[Catalog] = None  # the offers' own fields (priced_catalog starts from them)
-    versions: Optional[Versions] = None
-    fx: Conversion = field(default_factory=lambda: Conversion(None, None))
-    intensities: Optional[carbon.IntensityBook] = None
-    span_hours: Optional[Decimal] = None  # of the month (of the charge period): capacity implied by peak use
-
-    def __post_init__(self) -> None:
-        if self.span_hours is None:
-            self.span_hours = costs.hours_between(self.start, self.capacity_end)
-
-    @property
-    def capacity_end(self) -> datetime:
-        """Where capacity is counted to: the end of the month (of the charge period), or ``now`` while it runs."""
-        return max(self.start, min(self.end, self.period.end))
-
-    def fleets_of(self, node_type_id: int, kind: OfferKind) -> list[Fleet]:
-        """The fleets held under offers of one node type and kind, in id order."""
-        return sorted((f for off_id, fs in self.fleets.items() for f in fs
-                       if self.cat.offers[off_id].node_type_id == node_type_id and self.cat.offers[off_id].kind == kind),
-                      key=lambda f: f.id)
-
-
-def _load_month(session: Session, month: str, now: datetime, currency: Optional[str] = None) -> _Month:
-    tz = display_timezone(session)
-    period = month_period(month, tz, now)
-    ms, me = period.start, period.month_end
-    target = presentation_currency(session, currency)
-    fx = Conversion(target, load_rates(session, tz) if target else None)
-    base, versions = load_catalog(session), load_versions(session)
-    return _Month(month, tz, ms, me, period.month_hours, period, priced_catalog(base, versions, ms, fx.book, target),
-                  rollup.month_facts(session, month, tz, now), fleets_by_offer(session, ms, me, tz),
-                  get_setting(session, "currency"), base, versions, fx, carbon.load_intensities(session, tz))
 
 
 @dataclass

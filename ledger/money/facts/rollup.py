@@ -588,31 +588,60 @@ class MonthFacts:
 
 
 def live_slices(conn: Connection, month: str, tz: ZoneInfo, now: datetime, me: datetime) -> list[SliceFact]:
+    """The month's slices of the runs still running (up to ``now``): not stored, sliced at read time."""
+    return _live_of(conn, [(month, me)], tz, now)[month]
+
+
+def _live_of(conn: Connection, months: list[tuple[str, datetime]], tz: ZoneInfo, now: datetime
+             ) -> dict[str, list[SliceFact]]:
+    """:func:`live_slices` of each (month, its end): the running runs read once, each sliced into every month it
+    started before the end of."""
     rules = elastic_rules(conn)
     cuts = _cuts_marker(conn)
-    out = []
+    out: dict[str, list[SliceFact]] = {m: [] for m, _ in months}
+    last = max(me for _, me in months)
     for row in conn.execute(select(*RAW_RUN_COLUMNS).where(Run.status == RunStatus.running, Run.ended_at.is_(None),
-                                                       Run.started_at.is_not(None), Run.started_at < me)):
-        out.extend(slices_of_run(_run_row(row), tz, rules.get(row[2], ()), None, now=now, only_month=month,
-                                 cuts=cuts.get(row[2], ())))
+                                                       Run.started_at.is_not(None), Run.started_at < last)):
+        run = _run_row(row)
+        for month, me in months:
+            if run[7] < me:
+                out[month].extend(slices_of_run(run, tz, rules.get(row[2], ()), None, now=now, only_month=month,
+                                                cuts=cuts.get(row[2], ())))
     return out
 
 
 def month_facts(session: SASession, month: str, tz: ZoneInfo, now: datetime) -> MonthFacts:
+    """The month's facts: its ``rollup_month`` rows per charge period, the live runs' slices, peaks and cuts."""
+    return months_facts(session, [month], tz, now)[month]
+
+
+def months_facts(session: SASession, months: Iterable[str], tz: ZoneInfo, now: datetime) -> dict[str, MonthFacts]:
+    """:func:`month_facts` of several months (a trend), each read in one query for all of them: the same facts."""
     ensure(session)
     conn = session.connection()
-    ms, me = month_bounds(month, tz)
+    bounds = {m: month_bounds(m, tz) for m in dict.fromkeys(months)}
     mt, pt = RollupMonth.__table__, RollupPeak.__table__
-    periods: dict[datetime, dict[tuple, Facts]] = defaultdict(dict)
-    # charge_from read raw and parsed once per charge period; the facts of all rows parsed in one go
+    periods: dict[str, dict[datetime, dict[tuple, Facts]]] = {m: defaultdict(dict) for m in bounds}
+    # charge_from read raw and parsed once per charge period; the facts of all rows parsed in one go; in the order of
+    # the table's unique key (the index the query reads)
     cols = (type_coerce(mt.c.charge_from, String), mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status,
-            *(mt.c[k] for k in INTS), *(mt.c[k] for k in TEXTS))
-    rows = conn.execute(select(*cols).where(mt.c.month == month)).all()
+            *(mt.c[k] for k in INTS), *(mt.c[k] for k in TEXTS), mt.c.month)
+    rows = conn.execute(select(*cols).where(mt.c.month.in_(list(bounds))).order_by(
+        mt.c.month, mt.c.charge_from, mt.c.node_type_id, mt.c.offer_key, mt.c.project_key, mt.c.status)).all()
     starts: dict[Any, datetime] = {}
     for r, f in zip(rows, facts_of_rows(rows, 5)):
         ps = starts.get(r[0]) or starts.setdefault(r[0], _utc(r[0]))
-        periods[ps][(r[1], r[2] or None, r[3] or None, r[4])] = f
-    live = live_slices(conn, month, tz, now, me)
+        periods[r[-1]][ps][(r[1], r[2] or None, r[3] or None, r[4])] = f
+    live = _live_of(conn, [(m, me) for m, (_, me) in bounds.items()], tz, now)
+    peaks: dict[str, dict[tuple[int, int], int]] = {m: {} for m in bounds}
+    for r in conn.execute(select(pt).where(pt.c.month.in_(list(bounds)))):
+        peaks[r.month][(r.node_type_id, r.offer_key)] = r.peak
+    cuts = _cuts_marker(conn)
+    return {m: _month_facts(m, ms, me, periods[m], live[m], peaks[m], cuts, conn) for m, (ms, me) in bounds.items()}
+
+
+def _month_facts(month: str, ms: datetime, me: datetime, periods: dict[datetime, dict[tuple, Facts]],
+                 live: list[SliceFact], peaks: dict[tuple[int, int], int], all_cuts: Any, conn: Connection) -> MonthFacts:
     for s in live:
         k = (s.node_type_id, s.offer_id, s.project_id, s.status)
         periods[s.charge_from].setdefault(k, Facts()).add(s.facts)
@@ -624,8 +653,7 @@ def month_facts(session: SASession, month: str, tz: ZoneInfo, now: datetime) -> 
             for k, f in periods[p].items():
                 groups[k].add(f)
         groups = dict(groups)
-    peaks = {(r.node_type_id, r.offer_key): r.peak for r in conn.execute(select(pt).where(pt.c.month == month))}
-    cuts = {nt: inside for nt, ts in _cuts_marker(conn).items() if (inside := tuple(t for t in ts if ms < t < me))}
+    cuts = {nt: inside for nt, ts in all_cuts.items() if (inside := tuple(t for t in ts if ms < t < me))}
     return MonthFacts(month, groups, live, peaks, conn, dict(periods), cuts)
 
 

@@ -23,7 +23,6 @@ from types import SimpleNamespace
 from typing import Optional
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import or_
 from sqlmodel import Session, select
 from trainledger.errors import LedgerInputError
 from trainledger.money.rates import costs
@@ -117,15 +116,21 @@ def default_offer(cat: Catalog, nt_id: int, fleets_by_offer: dict[int, list[Flee
     return None
 
 
-def fleets_by_offer(session: Session, start: datetime, end: datetime, tz: ZoneInfo) -> dict[int, list[Fleet]]:
-    """Fleets held at some time in [start, end) (a day of slack on both sides), by offer id."""
-    first, last = start.astimezone(tz).date(), end.astimezone(tz).date()
-    rows = session.exec(select(Fleet).where(Fleet.valid_from < last + timedelta(days=1),
-                                            or_(Fleet.valid_to.is_(None), Fleet.valid_to > first - timedelta(days=1)))).all()
+def fleets_by_offer(session: Session, start: datetime, end: datetime, tz: ZoneInfo,
+                    fleets: Optional[list[Fleet]] = None) -> dict[int, list[Fleet]]:
+    """Fleets held at some time in [start, end) (a day of slack on both sides), by offer id. ``fleets``: every fleet,
+    read once for several periods (:func:`all_fleets`; the fleets are configuration, a few rows)."""
+    first, last = start.astimezone(tz).date() - timedelta(days=1), end.astimezone(tz).date() + timedelta(days=1)
     out: dict[int, list[Fleet]] = defaultdict(list)
-    for f in rows:
-        out[f.offer_id].append(f)
+    for f in all_fleets(session) if fleets is None else fleets:
+        if f.valid_from < last and (f.valid_to is None or f.valid_to > first):
+            out[f.offer_id].append(f)
     return out
+
+
+def all_fleets(session: Session) -> list[Fleet]:
+    """Every fleet row, in id order."""
+    return list(session.exec(select(Fleet).order_by(Fleet.id)).all())
 
 
 def fleet_capacity(fleets: list[Fleet], start: datetime, end: datetime, tz: ZoneInfo) -> Decimal:
