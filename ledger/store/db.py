@@ -24,6 +24,7 @@ from sqlmodel import Session, create_engine
 from trainledger.errors import LedgerURLError  # noqa: F401  (raised here; its home is errors, import it from either)
 from trainledger.store.config import ENV_URL, configured_url, default_sqlite_path, with_driver  # noqa: F401
 from trainledger.store.migrations import HEAD_REVISION  # the newest migration (a test keeps it Alembic's head)
+from trainledger.store.unchanged import note_begin
 
 # which ledger (``configured_url``, ``default_sqlite_path``) is the configuration's to say, without SQLAlchemy: the
 # run wrapper reads it before its command starts (issue #35); the names stay importable from here
@@ -80,6 +81,7 @@ def _sqlite_pragmas(dbapi_conn, _record, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) 
 
 def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
+    note_begin(conn)  # whether this transaction writes: trainledger.store.unchanged
 
 
 def make_engine(url: str | None = None, *, upgrade: bool = True) -> Engine:

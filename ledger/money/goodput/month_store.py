@@ -71,6 +71,7 @@ from trainledger.money.rates.months import check_month, month_bounds
 from trainledger.store.models import GoodputMonth, RollupMonth, RollupPeak, RollupSlice, Run, RunPhase, RunStatus
 from trainledger.store.settings import display_timezone, presentation_currency
 from trainledger.store.types import utcnow
+from trainledger.store.unchanged import remembered
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -187,10 +188,17 @@ def fingerprint(session: Session, month: str, currency_key: str, now: datetime, 
     """The sha256 of everything the month's account depends on (the module's docstring lists it); None when the
     month may not be stored (to date, or a live run touches it). This session's pending run changes are folded into
     the rollup first (``rollup.sync``). ``head`` and ``run_columns``: another stored figure's format and the run
-    columns it reads (``trainledger.reports.month_lines_store``: every column of the runs, for their lines)."""
+    columns it reads (``trainledger.reports.month_lines_store``: every column of the runs, for their lines).
+    Remembered per database connection while the database proves nothing was committed since it was hashed
+    (``trainledger.store.unchanged``): the same hash, without reading the month's rows again."""
     rollup.sync(session)
     if not is_storable(session, month, now):
         return None
+    return remembered(session.connection(), ("fingerprint", month, currency_key, head, run_columns),
+                      lambda: _hash(session, month, currency_key, head, run_columns))
+
+
+def _hash(session: Session, month: str, currency_key: str, head: str, run_columns: tuple[str, ...]) -> str:
     conn = session.connection()
     tz = display_timezone(session)
     lo, hi = month_bounds(month, tz)
