@@ -1,7 +1,8 @@
 """Issue #28 in a real browser: Runs money first, views you can share and drill into, periods equal to the CLI's.
 
 One `trainledger dashboard` (the dashboard tests' demo ledger, its clock at :data:`NOW` as the CLI's ``--now``)
-and one headless Chromium; each width (1280 and 1920 px) visits the pages once and checks on each:
+and one headless Chromium, which opens each page once and reads it at 1280 and 1920 px in turn (the window
+resized); each width's test checks on each page:
 
 * Runs, "Most expensive": the cost column is among the columns the grid draws without scrolling, not cut by its
   edge, and the grid lies inside the window (so does the column's box); the rows are the monthly report's run
@@ -110,12 +111,13 @@ def grid(page, i: int = 0) -> dict:
     return page.evaluate(GRID_JS, i)
 
 
-def read_clean(page, where: str) -> None:
-    """No table cell reads "None"; no time anywhere shows seconds, microseconds or an ISO "T"."""
+def unclean(page) -> list[str]:
+    """What a page shows that it must not: a table cell reading "None"; a time with seconds, microseconds or an ISO
+    "T" anywhere."""
     cells = page.evaluate(CELLS_JS)
-    assert "None" not in cells, where
     text = page.inner_text('[data-testid="stMain"]') + "\n" + "\n".join(cells)
-    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", text), where
+    return (["a cell reads None"] if "None" in cells else []) + re.findall(
+        r"\d{2}:\d{2}:\d{2}\.\d|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", text)
 
 
 def shot(page, name: str, width: int) -> None:
@@ -138,23 +140,22 @@ def metric_values(page) -> dict[str, tuple[str, str]]:
     return out
 
 
-def shared_url_reopens_the_same_rows(browser, page, served, filters: dict, same: list[str]) -> None:
-    """Runs with every filter, the order and the month in the URL; that URL in a fresh context: the same rows."""
+def shared_url_rows(browser, page, served, filters: dict) -> dict:
+    """Runs with every filter, the order and the month in the URL; that URL in a fresh context: the rows of both."""
     from playwright.sync_api import expect
 
     query = "&".join(f"{k}={v}" for k, v in filters.items())
     open_page(page, served, f"/runs?month={MONTH}&{query}&order=expensive", "Runs")
     first = [r[0] for r in grid(page)["rows"]]
-    assert first == same[:len(first)] and first, (first, same)
     shared = page.url
-    assert all(f"{k}={v}" in shared for k, v in {**filters, "order": "expensive", "month": MONTH}.items()), shared
     other = browser.new_context(viewport={"width": 1280, "height": HEIGHT}).new_page()
     other.set_default_timeout(WAIT_MS)
     other.goto(shared)
     expect(other.get_by_role("heading", name="Runs", exact=True).first).to_be_visible()
     settle(other)
-    assert [r[0] for r in grid(other)["rows"]] == first
+    again = [r[0] for r in grid(other)["rows"]]
     other.context.close()
+    return {"first": first, "url": shared, "again": again}
 
 
 @pytest.fixture(scope="module")
@@ -164,104 +165,151 @@ def expected(served) -> dict:
             "span": cli_period(served, "2026-10-15", "2026-11-20")}
 
 
-@pytest.mark.parametrize("width", (1280, 1920))
-def test_runs_money_first_shared_links_and_periods(served, expected, width):
+WIDTHS = (1280, 1920)
+PERIODS = (("/overview?period=quarter&quarter=2026-Q4", "quarter", "overview-quarter"),
+           ("/overview?period=range&from=2026-10-15&to=2026-11-20", "span", "overview-range"))
+OTHER_PAGES = (("/roi?period=quarter&quarter=2026-Q4", "Monthly ROI", "roi-quarter"),
+               ("/export?period=quarter&quarter=2026-Q4", "Export", "export-quarter"),
+               (f"/goodput?month={MONTH}", "Goodput", "goodput"))
+
+
+def at_each_width(page, read) -> dict:
+    """``read(page, width)`` at each width in turn on the page as loaded (the window resized, the page redrawn: a
+    page load costs ~2 CPU-s of the suite's budget); the window is left at the first width."""
+    out = {}
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": HEIGHT})
+        settle(page)
+        out[width] = read(page, width)
+    page.set_viewport_size({"width": WIDTHS[0], "height": HEIGHT})
+    return out
+
+
+@pytest.fixture(scope="module")
+def walked(served, expected) -> dict:
+    """Every page once, read at 1280 and 1920 px (what each width's test checks), and the checks that do not depend
+    on the width at 1280 px: a shared URL, a project's link, Compare."""
     from playwright.sync_api import expect, sync_playwright
 
-    lines, quarter, span = expected["lines"], expected["quarter"], expected["span"]
+    lines = expected["lines"]
+    seen: dict = {w: {} for w in WIDTHS}
+
+    def keep(name: str, values: dict) -> None:
+        for w, v in values.items():
+            seen[w][name] = v
+
+    def read_shot(name: str, more=None):
+        def read(page, width):
+            got = {"unclean": unclean(page), **(more(page) if more else {})}
+            shot(page, name, width)
+            return got
+        return read
+
     top = max((x for x in lines if x["project"] == "demo-pretrain"), key=lambda x: x["cost"])
     filters = {k: top[k] for k in ("project", "user", "status", "strategy")}
-    same = by_cost([x for x in lines if all(x[k] == v for k, v in filters.items())])
+    once: dict = {"filters": filters}
     with sync_playwright() as p:
         browser = chromium(p)
         try:
-            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            page = browser.new_page(viewport={"width": WIDTHS[0], "height": HEIGHT})
             page.set_default_timeout(WAIT_MS)
 
-            # Runs, most expensive: money first, in view, ranked by the visible cost column
             open_page(page, served, f"/runs?month={MONTH}&order=expensive", "Runs")
-            g = grid(page)
-            assert g["heads"][:7] == ["id", "name", "cost (CNY)", "waste (CNY)", "waste reason", "GPU-hours",
-                                      "cost per 1M tokens (CNY)"], g["heads"]
-            shown = g["heads"][:-1] if g["scrolls"] else g["heads"]  # the last drawn may be cut by the grid's edge
-            assert "cost (CNY)" in shown and g["scrollLeft"] == 0 and not g["pageScrolls"], g
-            assert 0 <= g["left"] and g["right"] <= width, g  # the column's box lies within the grid's, in the window
-            ids = [r[0] for r in g["rows"]]
-            assert ids and ids == by_cost(lines)[:len(ids)]
-            assert [D(r[2]) for r in g["rows"]] == [next(x["cost"] for x in lines if x["id"] == i) for i in ids]
-            read_clean(page, "runs")
-            shot(page, "runs-most-expensive", width)
+            keep("runs", at_each_width(page, read_shot("runs-most-expensive", lambda pg: {"grid": grid(pg)})))
+            once["shared"] = shared_url_rows(browser, page, served, filters)
 
-            # a URL with every filter, the order and the month reopens the same rows (a fresh browser context);
-            # these checks do not depend on the width: 1280 px only
-            if width == 1280:
-                shared_url_reopens_the_same_rows(browser, page, served, filters, same)
-
-            # Run detail (most expensive run): no number broken across lines
             open_page(page, served, f"/runs?month={MONTH}&run={by_cost(lines)[0]}", "Run detail")
             expect(page.get_by_test_id("stMetricValue").first).to_be_visible()
-            assert page.evaluate(BROKEN_JS) == []
-            read_clean(page, "run detail")
-            shot(page, "run-detail", width)
+            keep("run detail", at_each_width(page, read_shot("run-detail", lambda pg: {"broken": pg.evaluate(BROKEN_JS)})))
 
-            # Overview: a project opens its runs
             open_page(page, served, f"/overview?month={MONTH}", "Overview")
-            read_clean(page, "overview")
-            shot(page, "overview-month", width)
-            if width == 1280:
-                page.get_by_role("link", name="Runs of demo-pretrain").click()
-                page.wait_for_url(re.compile(r"/runs\?.*project=demo-pretrain"))
-                expect(page.get_by_role("heading", name="Runs", exact=True).first).to_be_visible()
-                settle(page)
-                expect(page.get_by_role("combobox", name="Project")).to_have_value("demo-pretrain")
-                rows = grid(page)["rows"]
-                assert rows and {r[0] for r in rows} <= {x["id"] for x in lines if x["project"] == "demo-pretrain"}
+            keep("overview", at_each_width(page, read_shot("overview-month")))
+            page.get_by_role("link", name="Runs of demo-pretrain").click()
+            page.wait_for_url(re.compile(r"/runs\?.*project=demo-pretrain"))
+            expect(page.get_by_role("heading", name="Runs", exact=True).first).to_be_visible()
+            settle(page)
+            expect(page.get_by_role("combobox", name="Project")).to_have_value("demo-pretrain")
+            once["project_rows"] = grid(page)["rows"]
 
-            # periods: the quarter and a custom range, figures and changes as `trainledger report period`
-            for path, cli, name in (("/overview?period=quarter&quarter=2026-Q4", quarter, "overview-quarter"),
-                                    ("/overview?period=range&from=2026-10-15&to=2026-11-20", span, "overview-range")):
+            for path, key, name in PERIODS:
                 open_page(page, served, path, "Overview")
-                shown_ = metric_values(page)
-                s, ch = cli["summary"], cli["change"]
-                before = cli["previous"]["period"]
-                assert shown_["Spend (CNY)"] == (fmt_cell("actual_cost", s["actual_cost"]),
-                                                 f"{ch['actual_cost_pct']:+.1f}% vs {before}"), shown_
-                assert shown_["GPU-hours"][0] == fmt_cell("gpu_hours", s["gpu_hours"])
-                assert shown_["Time utilization"][0] == f"{s['time_utilization'] * 100:.2f}%"
-                assert shown_["Idle cost (CNY)"][0] == (fmt_cell("idle_cost", s["idle_cost"]) if s["idle_cost"] else "—")
-                read_clean(page, name)
-                shot(page, name, width)
-            assert quarter["summary"]["actual_cost"] == "71598.87" and quarter["change"]["actual_cost_pct"] == 5.5
-            assert span["summary"]["idle_cost"] is None and span["days"] and not span["whole_months"]
+                keep(name, at_each_width(page, read_shot(name, lambda pg: {"metrics": metric_values(pg)})))
 
-            for path, heading, name in (("/roi?period=quarter&quarter=2026-Q4", "Monthly ROI", "roi-quarter"),
-                                        ("/export?period=quarter&quarter=2026-Q4", "Export", "export-quarter"),
-                                        (f"/goodput?month={MONTH}", "Goodput", "goodput")):
+            for path, heading, name in OTHER_PAGES:
                 open_page(page, served, path, heading)
-                read_clean(page, name)
-                shot(page, name, width)
-            expect(page.get_by_role("link", name=re.compile(r"^lost work: "))).to_have_attribute(
-                "href", re.compile(r"goodput=lost_work"))
+                keep(name, at_each_width(page, read_shot(name, lambda pg: {
+                    "lost_work_href": pg.get_by_role("link", name=re.compile(r"^lost work: ")).get_attribute("href")
+                    if name == "goodput" else None})))
 
             # Compare (issue 39 item 2): three runs from the URL, their figures as `trainledger runs compare`
-            if width == 1280:
-                ids = by_cost(lines)[:3]
-                out = subprocess.run([*trainledger(), "runs", "compare", *ids, "--db", served.url, "--now", NOW,
-                                      "--json"], capture_output=True, text=True, timeout=600)
-                assert out.returncode == 0, out.stderr
-                want = json.loads(out.stdout)
-                open_page(page, served, f"/runs?month={MONTH}&compare={','.join(ids)}", "Compare runs")
-                page.get_by_role("heading", name="Figures", exact=True).scroll_into_view_if_needed()
-                page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].some("
-                                       "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
-                index = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].findIndex("
-                                      "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
-                g = grid(page, index)
-                assert g["heads"] == ["figure", *ids], g["heads"]
-                cost = next(r for r in g["rows"] if r[0] == "cost (CNY)")
-                assert cost[1:] == [fmt_cell("cost", r["figures"]["cost_actual"]) for r in want["runs"]], cost
-                assert all(D(c.replace(",", "")) > 0 for c in cost[1:])
-                read_clean(page, "compare")
-                shot(page, "runs-compare", width)
+            ids = by_cost(lines)[:3]
+            open_page(page, served, f"/runs?month={MONTH}&compare={','.join(ids)}", "Compare runs")
+            page.get_by_role("heading", name="Figures", exact=True).scroll_into_view_if_needed()
+            page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].some("
+                                   "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
+            index = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].findIndex("
+                                  "g => g.querySelector('[role=\"columnheader\"]')?.textContent === 'figure')")
+            once["compare"] = {"ids": ids, "grid": grid(page, index), "unclean": unclean(page)}
+            shot(page, "runs-compare", WIDTHS[0])
         finally:
             browser.close()
+    return {"seen": seen, "once": once}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_runs_money_first_shared_links_and_periods(served, expected, walked, width):
+    lines, seen = expected["lines"], walked["seen"][width]
+
+    # Runs, most expensive: money first, in view, ranked by the visible cost column
+    g = seen["runs"]["grid"]
+    assert g["heads"][:7] == ["id", "name", "cost (CNY)", "waste (CNY)", "waste reason", "GPU-hours",
+                              "cost per 1M tokens (CNY)"], g["heads"]
+    shown = g["heads"][:-1] if g["scrolls"] else g["heads"]  # the last drawn may be cut by the grid's edge
+    assert "cost (CNY)" in shown and g["scrollLeft"] == 0 and not g["pageScrolls"], g
+    assert 0 <= g["left"] and g["right"] <= width, g  # the column's box lies within the grid's, in the window
+    ids = [r[0] for r in g["rows"]]
+    assert ids and ids == by_cost(lines)[:len(ids)]
+    assert [D(r[2]) for r in g["rows"]] == [next(x["cost"] for x in lines if x["id"] == i) for i in ids]
+
+    # every page: no "None" cell, no time with seconds; Run detail: no number broken across lines
+    assert {name: v["unclean"] for name, v in seen.items() if v["unclean"]} == {}
+    assert seen["run detail"]["broken"] == []
+
+    # periods: the quarter and a custom range, figures and changes as `trainledger report period`
+    for _, key, name in PERIODS:
+        shown_, cli = seen[name]["metrics"], expected[key]
+        s, ch = cli["summary"], cli["change"]
+        before = cli["previous"]["period"]
+        assert shown_["Spend (CNY)"] == (fmt_cell("actual_cost", s["actual_cost"]),
+                                         f"{ch['actual_cost_pct']:+.1f}% vs {before}"), shown_
+        assert shown_["GPU-hours"][0] == fmt_cell("gpu_hours", s["gpu_hours"])
+        assert shown_["Time utilization"][0] == f"{s['time_utilization'] * 100:.2f}%"
+        assert shown_["Idle cost (CNY)"][0] == (fmt_cell("idle_cost", s["idle_cost"]) if s["idle_cost"] else "—")
+    quarter, span = expected["quarter"], expected["span"]
+    assert quarter["summary"]["actual_cost"] == "71598.87" and quarter["change"]["actual_cost_pct"] == 5.5
+    assert span["summary"]["idle_cost"] is None and span["days"] and not span["whole_months"]
+    assert re.search(r"goodput=lost_work", seen["goodput"]["lost_work_href"] or "")
+
+    if width != WIDTHS[0]:  # what follows does not depend on the width: checked at 1280 px
+        return
+    once = walked["once"]
+    # a URL with every filter, the order and the month reopens the same rows (a fresh browser context)
+    same = by_cost([x for x in lines if all(x[k] == v for k, v in once["filters"].items())])
+    sh = once["shared"]
+    assert sh["first"] == same[:len(sh["first"])] and sh["first"], (sh, same)
+    assert all(f"{k}={v}" in sh["url"] for k, v in {**once["filters"], "order": "expensive", "month": MONTH}.items())
+    assert sh["again"] == sh["first"]
+    # Overview: a project's link opens Runs filtered to it
+    rows = once["project_rows"]
+    assert rows and {r[0] for r in rows} <= {x["id"] for x in lines if x["project"] == "demo-pretrain"}
+    # Compare: the figures grid's cost row is `trainledger runs compare --json`'s
+    cmp_ = once["compare"]
+    out = subprocess.run([*trainledger(), "runs", "compare", *cmp_["ids"], "--db", served.url, "--now", NOW, "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    want = json.loads(out.stdout)
+    assert cmp_["grid"]["heads"] == ["figure", *cmp_["ids"]], cmp_["grid"]["heads"]
+    cost = next(r for r in cmp_["grid"]["rows"] if r[0] == "cost (CNY)")
+    assert cost[1:] == [fmt_cell("cost", r["figures"]["cost_actual"]) for r in want["runs"]], cost
+    assert all(D(c.replace(",", "")) > 0 for c in cost[1:])
+    assert cmp_["unclean"] == []
