@@ -28,7 +28,8 @@ from sqlmodel import Session, select
 from trainledger.demo import is_demo
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.compare import compare_node_type
-from trainledger.money.account.monthly import MonthlyReport, monthly_report
+from trainledger.money.account.ended import month_report
+from trainledger.money.account.monthly import MonthlyReport
 from trainledger.money.outlook.budgets import budget_status as ledger_budget_status
 from trainledger.money.outlook.forecast import forecast as ledger_forecast
 from trainledger.money.rates.fx import at_list_prices
@@ -185,11 +186,12 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 @st.cache_resource(ttl=TTL, show_spinner=False)
 def report(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> MonthlyReport:
     """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup;
-    with lines, the report of :func:`charges`: the chargeback reads the same costing). Shared, read-only."""
+    with lines, the report of :func:`charges`: the chargeback reads the same costing; without, a month that has ended
+    is remembered while the ledger is unchanged: ``trainledger.money.account.ended``). Shared, read-only."""
     if lines:
         return charges(url, month, currency).report
-    with read_session(url) as s:
-        return monthly_report(s, month, lines=lines, now=now(), currency=currency)
+    with read_session(url) as s:  # a month that has ended: remembered while the ledger is unchanged
+        return month_report(s, month, now=now(), currency=currency, projects=True)
 
 
 @st.cache_resource(ttl=TTL, show_spinner=False)
@@ -265,7 +267,9 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own
     """For trend charts, per month: the presented summary, and the report without its run lines
     (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which);
     ``own``: the own offer its "if owned" figures are costed with (``report monthly --own``). The months' reports
-    read the configuration and their rollup facts once for all of them (``month_load.Months``): the same reports."""
+    read the configuration and their rollup facts once for all of them (``month_load.Months``): the same reports;
+    a month that has ended is remembered while the ledger is unchanged (``trainledger.money.account.ended``) and
+    read nothing."""
     from trainledger.money.account.month_load import Months
 
     out = []
@@ -274,7 +278,7 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own
         read = Months(s, months, now=at, currency=currency)
         for m in months:
             try:
-                rep = monthly_report(s, m, lines=False, projects=False, now=at, currency=currency, own=own, months=read)
+                rep = month_report(s, m, now=at, currency=currency, own=own, months=read)
             except LedgerInputError as exc:
                 out.append({"month": m, "summary": None, "report": None, "missing": str(exc).splitlines()[0]})
                 continue

@@ -1,7 +1,8 @@
 """A period's totals and their change against the period before: ``trainledger report period --from --to``.
 
 A period (``trainledger.money.rates.periods``) is its whole months plus the days left over at either end. Its totals are
-the monthly reports of those months (``monthly_report``, to date for a month that has not ended) plus the daily
+the monthly reports of those months (``monthly_report``, to date for a month that has not ended; one that has ended
+remembered while the ledger is unchanged: ``trainledger.money.account.ended``) plus the daily
 reports of those days (``daily_report``), summed exactly and rounded only when presented, so:
 
 * spend, GPU-hours, time utilization and GPU-Util (weighted by measured GPU-hours) exist for every period.
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from sqlmodel import Session
 from trainledger.errors import LedgerInputError
-from trainledger.money.account.monthly import monthly_report
+from trainledger.money.account.ended import month_report
 from trainledger.money.goodput.month_store import month_totals
 from trainledger.money.goodput.waste import IDLE, waste_by_reason, waste_cost
 from trainledger.money.rates import costs
@@ -120,7 +121,7 @@ def _totals(session: Session, p: ReportPeriod, today: date, now: datetime, curre
     t = _Sums()
     tick = tick or (lambda: None)
     for month in parts.months:
-        rep = monthly_report(session, month, lines=False, projects=False, now=now, currency=currency)
+        rep = month_report(session, month, now=now, currency=currency)  # an ended month: remembered per ledger state
         # the month's goodput totals (a caller that has them already passes month_goodput; else stored per ledger
         # state, trainledger.money.goodput.month_store): waste = badput + idle
         acct = month_goodput(month) if month_goodput else month_totals(session, month, currency, now)

@@ -54,6 +54,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, SQLModel
+from trainledger.money.account.ended import is_storable  # the rule lives beside the remembered reports
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.facts import rollup
 from trainledger.money.goodput.goodput_core import (
@@ -68,7 +69,7 @@ from trainledger.money.goodput.goodput_core import (
 from trainledger.money.goodput.goodput_ledger import month_account
 from trainledger.money.goodput.waste import project_waste
 from trainledger.money.rates.months import check_month, month_bounds
-from trainledger.store.models import GoodputMonth, RollupMonth, RollupPeak, RollupSlice, Run, RunPhase, RunStatus
+from trainledger.store.models import GoodputMonth, RollupMonth, RollupPeak, RollupSlice, Run, RunPhase
 from trainledger.store.settings import display_timezone, presentation_currency
 from trainledger.store.types import utcnow
 from trainledger.store.unchanged import remembered
@@ -171,16 +172,6 @@ def _version() -> str:
     import trainledger
 
     return str(trainledger.__version__)
-
-
-def is_storable(session: Session, month: str, now: datetime) -> bool:
-    """The month is over at ``now`` and no live run (status running, started before its end) touches it."""
-    _, hi = month_bounds(month, display_timezone(session))
-    if hi > now:
-        return False
-    live = session.connection().execute(select(Run.id).where(Run.status == RunStatus.running, Run.started_at < hi)
-                                        .limit(1)).first()
-    return live is None
 
 
 def fingerprint(session: Session, month: str, currency_key: str, now: datetime, *, head: str = FORMAT,
