@@ -92,6 +92,22 @@ def test_each_key_has_its_own_report(s, computed):
         assert len(computed) == len(VARIANTS)
 
 
+def test_the_currency_from_the_environment_or_the_config_file_is_the_key_s(s, computed, monkeypatch, tmp_path):
+    """Without ``--currency`` the report is presented in ``$TRAINLEDGER_CURRENCY`` or the config file's currency
+    (neither is in the database): a change of either is a report of its own, never the one read before."""
+    plain = read(s)
+    monkeypatch.setenv("TRAINLEDGER_CURRENCY", "USD")
+    assert read(s) == fresh(s) == fresh(s, currency="USD") != plain
+    monkeypatch.delenv("TRAINLEDGER_CURRENCY")
+    assert read(s) == plain
+    conf = tmp_path / "trainledger.toml"
+    conf.write_text('currency = "USD"\n', encoding="utf-8")
+    monkeypatch.setenv("TRAINLEDGER_CONFIG", str(conf))
+    assert read(s) == fresh(s) != plain
+    if _sqlite(s):
+        assert len(computed) == 2  # the ledger's own currency once, USD once (the environment's and the file's)
+
+
 def _fx_rate(s):
     fx.set_rate(s, "CNY", "USD", "0.15", date(2026, 11, 15))  # a new rate mid-November
 

@@ -8,8 +8,9 @@ the rule of the stored goodput totals, ``trainledger.money.goodput.month_store``
 the database's contents alone: its period is the whole month whatever ``now`` is, and its rollup facts hold no live
 slice. :func:`month_report` remembers such a report per database connection while the database proves nothing was
 committed since it was computed (``trainledger.store.unchanged.remembered``, the mechanism the month fingerprints use);
-the key names everything else it depends on (the month, the currency argument, the own offer, whether projects are
-costed). A month to date, or one a live run touches, is computed every time.
+the key names everything else it depends on: the month, the currency argument and the currency it resolves to (the
+environment's and the config file's are not in the database), the own offer, whether projects are costed. A month to
+date, or one a live run touches, is computed every time.
 
 What is remembered is the report's pickle: each read returns a new object (``pickle.loads``), so no caller can change
 what another reads (tests/test_ended_report.py). Pickling keeps every Decimal with its exponent, every instant and time
@@ -29,7 +30,7 @@ from trainledger.money.account.monthly import MonthlyReport, monthly_report
 from trainledger.money.facts import rollup
 from trainledger.money.rates.months import month_bounds
 from trainledger.store.models import Run, RunStatus
-from trainledger.store.settings import display_timezone
+from trainledger.store.settings import display_timezone, presentation_currency
 from trainledger.store.unchanged import remembered
 
 
@@ -55,7 +56,10 @@ def month_report(session: Session, month: str, *, now: datetime, currency: Optio
     rollup.sync(session)
     if not is_storable(session, month, now):
         return compute()
-    blob = remembered(session.connection(), ("month_report", month, currency, own, projects),
+    # the key: what the report depends on besides the database; the currency as the report resolves it, for
+    # ``$TRAINLEDGER_CURRENCY`` and the config file's are not in the database
+    key = ("month_report", month, currency, presentation_currency(session, currency), own, projects)
+    blob = remembered(session.connection(), key,
                       lambda: pickle.dumps(compute(), pickle.HIGHEST_PROTOCOL))
     return pickle.loads(blob)
 
