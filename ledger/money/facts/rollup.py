@@ -69,6 +69,7 @@ from trainledger.money.facts.rollup_facts import (  # noqa: F401  (re-exported: 
     GRID,
     INTS,
     RAW_RUN_COLUMNS,
+    RUN_COLUMN_INDEX,
     RUN_COLUMNS,
     TEXTS,
     US_PER_HOUR,
@@ -603,8 +604,9 @@ def _live_of(conn: Connection, months: list[tuple[str, datetime]], tz: ZoneInfo,
     for row in conn.execute(select(*RAW_RUN_COLUMNS).where(Run.status == RunStatus.running, Run.ended_at.is_(None),
                                                        Run.started_at.is_not(None), Run.started_at < last)):
         run = _run_row(row)
+        started = run[RUN_COLUMN_INDEX["started_at"]]
         for month, me in months:
-            if run[7] < me:
+            if started < me:
                 out[month].extend(slices_of_run(run, tz, rules.get(row[2], ()), None, now=now, only_month=month,
                                                 cuts=cuts.get(row[2], ())))
     return out

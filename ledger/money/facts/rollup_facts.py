@@ -289,6 +289,9 @@ RUN_COLUMNS = (Run.id, Run.status, func.coalesce(Run.node_type_id, NO_NODE_TYPE_
                select(NodeType.gpus_per_node).where(NodeType.id == Run.node_type_id).scalar_subquery().label("nt_gpus"))
 
 
+#: a column's place in a row of :data:`RUN_COLUMNS` (and of :func:`_run_row`)
+RUN_COLUMN_INDEX = {c.key: i for i, c in enumerate(RUN_COLUMNS)}
+
 _RAW = {"status", "started_at", "ended_at", "heartbeat_at", "last_checkpoint_at"}
 #: the same, with timestamps and status read raw (no per-value type processing; see :func:`_run_row`)
 RAW_RUN_COLUMNS = tuple(type_coerce(c, String).label(c.key) if c.key in _RAW else c for c in RUN_COLUMNS)
