@@ -108,8 +108,9 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
     assert run.status == RunStatus.cancelled and run.ended_at is not None and run.error == "cancelled by signal"
     wait_for(lambda: not processes_of_run(rid), 30, "no processes of the cancelled run")
 
-    # kill -9 of the launcher (torchrun) mid-run: ranks die with it, the run ends crashed at its last heartbeat
-    rid = _launch_detached(sqlite_url, track_env, "--steps", "100000")
+    # kill -9 of the launcher (torchrun) mid-run: ranks die with it, the run ends crashed at its last heartbeat (one
+    # rank: however many there are, they die with it; issue 38: a rank is ~5 CPU-seconds)
+    rid = _launch_detached(sqlite_url, track_env, "--steps", "100000", "--gpus-per-node", "1", config="dp.yaml")
     wait_for(lambda: _beat_after_start(engine, rid), 300, "running, with a heartbeat after its start")
     supervisor = _run(engine, rid).pid
     torchrun = wait_for(lambda: children(supervisor), 30, "the launcher process")[0]
@@ -143,8 +144,9 @@ def test_stale_heartbeat_is_reaped_as_crashed(sqlite_url, track_env):
 
 
 def test_exception_in_training_step_fails_the_run_with_its_error(sqlite_url, track_env):
-    env = {**track_env, "TRAINLEDGER_FAULT_STEP": "3"}
-    out = trainledger(["launch", CONFIGS / "zero2.yaml", "--steps", "10", "--db", sqlite_url, "--json"], env, check=False)
+    env = {**track_env, "TRAINLEDGER_FAULT_STEP": "3"}  # one rank: the fault is raised by every rank alike
+    out = trainledger(["launch", CONFIGS / "dp.yaml", "--gpus-per-node", "1", "--steps", "10", "--db", sqlite_url,
+                       "--json"], env, check=False)
     assert out.returncode == 1
     rid = json.loads(out.stdout)["run_id"]
     run = _run(make_engine(sqlite_url), rid)
@@ -162,7 +164,7 @@ def test_ledger_outage_mid_run_loses_and_doubles_nothing(track_env, tmp_path, pg
     down, back = tmp_path / "ledger-down", tmp_path / "ledger-back"
     env = {**track_env, "TRAINLEDGER_TEST_HOLD": f"10:{down},{steps - 1}:{back}"}
     make_engine(url).dispose()
-    rid = _launch_detached(url, env, "--steps", str(steps))
+    rid = _launch_detached(url, env, "--steps", str(steps), "--gpus-per-node", "1", config="dp.yaml")  # rank 0 writes
     engine = make_engine(url)
     wait_for(lambda: sample_counts(engine, rid).get("loss", 0) == 10, 300, "the run to hold after step 10")
     log_path = _run(engine, rid).log_path
