@@ -119,6 +119,30 @@ def chromium(p, *names: str):
     return p.chromium.launch(executable_path=CHROMIUM, args=args)
 
 
+@contextlib.contextmanager
+def evidence(page, served: Served, name: str) -> Iterator[None]:
+    """On a failure inside the block, keep what the browser and the server saw: a screenshot, the page's text and
+    the dashboard's log under test-artifacts/failures/NAME-*, named in the error (a failure seen only in full runs on
+    a loaded machine is otherwise gone with the test's temporary directory)."""
+    try:
+        yield
+    except BaseException as exc:
+        out = Path(__file__).resolve().parents[2] / "test-artifacts" / "failures"
+        out.mkdir(parents=True, exist_ok=True)
+        kept = []
+        for suffix, save in ((".png", lambda f: page.screenshot(path=str(f), full_page=True, timeout=30_000)),
+                             (".txt", lambda f: f.write_text(page.inner_text("body", timeout=30_000))),
+                             (".log", lambda f: f.write_text(served.log_text()))):
+            f = out / f"{name}{suffix}"
+            try:
+                save(f)
+                kept.append(str(f))
+            except Exception as why:  # the page may be gone: keep what can be kept
+                kept.append(f"{f.name}: not kept ({type(why).__name__})")
+        exc.add_note("kept: " + ", ".join(kept))
+        raise
+
+
 def settle(page) -> None:
     """Wait until Streamlit has finished the script run and drawn its widgets.
 

@@ -19,7 +19,7 @@ from trainledger.money.outlook.budgets import budget_status
 from trainledger.reports.present import fmt_cell
 
 from tests.app.helpers import MONTH, REPO, build_ledger, with_session
-from tests.app.served import WAIT_MS, chromium, need_chromium, open_expander, serve, settle, trainledger
+from tests.app.served import WAIT_MS, chromium, evidence, need_chromium, open_expander, serve, settle, trainledger
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = REPO / "test-artifacts"
@@ -73,47 +73,48 @@ def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_
     by = {b["project"]: b for b in st["budgets"]}
     assert sorted(by) == ["", "demo-finetune", "demo-pretrain"]  # the demo's own budgets
     page = _overview_as(browser, site, "alice", "alice-pw")
-    expect(page.get_by_text(f"Team budget: {STATE[by['']['state']]}")).to_be_visible()
-    table = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("over since / crosses on"))
-    expect(table.get_by_text("25,000.00")).to_have_count(1)  # demo-pretrain's budget
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "budgets-demo-overview-1280.png"), full_page=True)
+    with evidence(page, site, "budgets-lead"):  # failed twice in full runs on a slow machine, never alone (issue 38)
+        expect(page.get_by_text(f"Team budget: {STATE[by['']['state']]}")).to_be_visible()
+        table = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("over since / crosses on"))
+        expect(table.get_by_text("25,000.00")).to_have_count(1)  # demo-pretrain's budget
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "budgets-demo-overview-1280.png"), full_page=True)
 
-    _open_form(page)
-    scope = page.get_by_role("combobox", name="Scope")
-    scope.click()
-    page.get_by_role("option", name="hand", exact=True).click()
-    expect(scope).to_have_value("hand")  # the form's state, not only the click, before it is saved
-    amount = page.get_by_role("textbox", name="Amount")
-    amount.fill("150")
-    expect(amount).to_have_value("150")
-    page.get_by_role("button", name="Save budget").click()
-    settle(page)
-    expect(page.get_by_text("Saved the every-month budget of project hand: 150.00 CNY.")).to_be_visible()
-    hand = with_session(site.url, lambda s: next(b for b in budget_status(s, MONTH)["budgets"] if b["project"] == "hand"))
-    assert hand["amount"] == Decimal("150")
-    expect(table.get_by_text("150.00", exact=True)).to_have_count(1)
-    page.screenshot(path=str(ARTIFACTS / "budgets-lead-saved-1280.png"), full_page=True)
-    out = subprocess.run([*trainledger(), "budget", "check", "--month", MONTH, "--db", site.url],
-                         capture_output=True, text=True, timeout=120)
-    line = next(x for x in out.stdout.splitlines() if " hand " in x)
-    assert "of 150.00 CNY" in line and line.startswith("OVER" if hand["state"] == "over" else
-                                                       "AT RISK" if hand["state"] == "at_risk" else "ok"), out.stdout
+        _open_form(page)
+        scope = page.get_by_role("combobox", name="Scope")
+        scope.click()
+        page.get_by_role("option", name="hand", exact=True).click()
+        expect(scope).to_have_value("hand")  # the form's state, not only the click, before it is saved
+        amount = page.get_by_role("textbox", name="Amount")
+        amount.fill("150")
+        expect(amount).to_have_value("150")
+        page.get_by_role("button", name="Save budget").click()
+        settle(page)
+        expect(page.get_by_text("Saved the every-month budget of project hand: 150.00 CNY.")).to_be_visible()
+        hand = with_session(site.url, lambda s: next(b for b in budget_status(s, MONTH)["budgets"] if b["project"] == "hand"))
+        assert hand["amount"] == Decimal("150")
+        expect(table.get_by_text("150.00", exact=True)).to_have_count(1)
+        page.screenshot(path=str(ARTIFACTS / "budgets-lead-saved-1280.png"), full_page=True)
+        out = subprocess.run([*trainledger(), "budget", "check", "--month", MONTH, "--db", site.url],
+                             capture_output=True, text=True, timeout=120)
+        line = next(x for x in out.stdout.splitlines() if " hand " in x)
+        assert "of 150.00 CNY" in line and line.startswith("OVER" if hand["state"] == "over" else
+                                                           "AT RISK" if hand["state"] == "at_risk" else "ok"), out.stdout
 
-    # the same Overview flags the demo November's anomaly days; the first one's link opens its runs
-    flagged = with_session(site.url, lambda s: anomalies(s, MONTH)["flagged"])
-    assert flagged, "the demo's November has idle days far above their baseline"
-    first = flagged[0]
-    runs = with_session(site.url, lambda s: runs_on_day(s, first["date"]))
-    label = "idle cost" if first["measure"] == "idle_cost" else "spend"
-    expect(page.get_by_text(f"{first['date']}: {label} {fmt_cell('cost', first['value'])} CNY")).to_be_visible()
-    page.get_by_role("link", name="that day's runs").first.click()
-    page.wait_for_url(f"**/runs?*day={first['date']}*")
-    settle(page)
-    expect(page.get_by_role("heading", name=f"Runs on {first['date']}")).to_be_visible()
-    day = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("node-hours that day"))
-    expect(day.get_by_text(runs[0]["id"], exact=True)).to_have_count(1)
-    page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
+        # the same Overview flags the demo November's anomaly days; the first one's link opens its runs
+        flagged = with_session(site.url, lambda s: anomalies(s, MONTH)["flagged"])
+        assert flagged, "the demo's November has idle days far above their baseline"
+        first = flagged[0]
+        runs = with_session(site.url, lambda s: runs_on_day(s, first["date"]))
+        label = "idle cost" if first["measure"] == "idle_cost" else "spend"
+        expect(page.get_by_text(f"{first['date']}: {label} {fmt_cell('cost', first['value'])} CNY")).to_be_visible()
+        page.get_by_role("link", name="that day's runs").first.click()
+        page.wait_for_url(f"**/runs?*day={first['date']}*")
+        settle(page)
+        expect(page.get_by_role("heading", name=f"Runs on {first['date']}")).to_be_visible()
+        day = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("node-hours that day"))
+        expect(day.get_by_text(runs[0]["id"], exact=True)).to_have_count(1)
+        page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
 
 
 def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
