@@ -122,8 +122,8 @@ def chromium(p, *names: str):
 @contextlib.contextmanager
 def evidence(page, served: Served, name: str) -> Iterator[None]:
     """On a failure inside the block, keep what the browser and the server saw: a screenshot, the page's text and
-    the dashboard's log under test-artifacts/failures/NAME-*, named in the error (a failure seen only in full runs on
-    a loaded machine is otherwise gone with the test's temporary directory)."""
+    the dashboard's log as test-artifacts/failures/NAME.png, NAME.txt and NAME.log, named in the error (a failure
+    seen only in full runs on a loaded machine is otherwise gone with the test's temporary directory)."""
     try:
         yield
     except BaseException as exc:

@@ -95,7 +95,7 @@ def test_full_journal_disk_fails_the_run_loudly_and_loses_nothing(tmp_path, shar
            "TRAINLEDGER_TEST_HOLD": f"3:{gate}"}
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     engine = make_engine(url)
-    # one rank: rank 0 writes the journal (issue 38: a rank is ~5 CPU-seconds)
+    # one rank: rank 0 writes the journal (issue 38: a rank is ~4.5 CPU-seconds)
     launch = subprocess.Popen([sys.executable, "-m", "trainledger.cli", "launch", str(CONFIGS / "dp.yaml"),
                                "--gpus-per-node", "1", "--steps", "1000", "--db", url, "--json"],
                               env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

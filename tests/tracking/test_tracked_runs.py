@@ -109,7 +109,7 @@ def test_sigterm_cancels_and_kill9_of_the_launcher_crashes(sqlite_url, track_env
     wait_for(lambda: not processes_of_run(rid), 30, "no processes of the cancelled run")
 
     # kill -9 of the launcher (torchrun) mid-run: ranks die with it, the run ends crashed at its last heartbeat (one
-    # rank: however many there are, they die with it; issue 38: a rank is ~5 CPU-seconds)
+    # rank: however many there are, they die with it; issue 38: a rank is ~4.5 CPU-seconds)
     rid = _launch_detached(sqlite_url, track_env, "--steps", "100000", "--gpus-per-node", "1", config="dp.yaml")
     wait_for(lambda: _beat_after_start(engine, rid), 300, "running, with a heartbeat after its start")
     supervisor = _run(engine, rid).pid
