@@ -1,9 +1,11 @@
 """Shared fixtures: a fresh ledger per test on SQLite and on a real PostgreSQL.
 
-The PostgreSQL leg talks to the server at ``TRAINLEDGER_TEST_PG`` (default
-``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``): each test creates
-its own database and drops it afterwards. CI starts that server (.ci/run);
-set ``TRAINLEDGER_SKIP_PG=1`` only on a laptop without PostgreSQL.
+The PostgreSQL leg talks to the server at ``TRAINLEDGER_TEST_PG``; unset, the run starts a server of its own
+(tests/pgcluster.py ``suite_server``: a cluster in memory without fsync, on a free loopback port, stopped at the
+end; its URL is passed on to the workers and subprocesses in ``TRAINLEDGER_TEST_PG``), and where PostgreSQL's
+programs are missing, the machine's server at ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``. Each
+test creates its own database and drops it afterwards. CI installs PostgreSQL (.ci/run); set
+``TRAINLEDGER_SKIP_PG=1`` only on a laptop without PostgreSQL.
 
 Each test's ledger starts as a copy of a ledger created once per test process (issue 38): a SQLite file copied,
 a PostgreSQL database made with ``CREATE DATABASE ... TEMPLATE``: the schema at head and the presets, exactly what
@@ -285,6 +287,39 @@ def _group(item) -> str:
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives the groups
+    _start_suite_server(config)
+
+
+def _start_suite_server(config) -> None:
+    """The run's own PostgreSQL (module docstring), started by the controller (or the only process) before the
+    workers start, so that they inherit its URL; the workers and nested runs find ``TRAINLEDGER_TEST_PG`` set."""
+    global PG_ADMIN
+    if hasattr(config, "workerinput") or "TRAINLEDGER_TEST_PG" in os.environ or (
+            os.environ.get("TRAINLEDGER_SKIP_PG") == "1" and not os.environ.get("CI")):
+        return
+    from tests.pgcluster import suite_server
+
+    try:
+        server = suite_server()
+    except (RuntimeError, OSError) as e:  # no initdb here (a laptop): the machine's server, as before
+        config._trainledger_pg_note = f"PostgreSQL for tests: {PG_ADMIN} (no server of the run's own: {e})"
+        return
+    config._trainledger_pg = server
+    config._trainledger_pg_note = f"PostgreSQL for tests: the run's own server, {server.url} ({server.dir})"
+    os.environ["TRAINLEDGER_TEST_PG"] = PG_ADMIN = server.url
+    os.environ["TRAINLEDGER_TEST_PG_SUITE"] = str(server.dir)
+
+
+def pytest_report_header(config):
+    return getattr(config, "_trainledger_pg_note", None)
+
+
+def pytest_unconfigure(config):
+    server = getattr(config, "_trainledger_pg", None)
+    if server is not None:
+        os.environ.pop("TRAINLEDGER_TEST_PG", None)
+        os.environ.pop("TRAINLEDGER_TEST_PG_SUITE", None)
+        server.destroy()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -247,6 +247,9 @@ def test_lead_launches_a_tiny_run_and_watches_it_succeed(ledger, launched):
 @pytest.mark.slow
 def test_lead_cancels_a_running_run_from_the_page(ledger, launched):
     at = run_page(make_app(), "launch")
+    # one process: what is cancelled is the run's process group, whatever its size (two ranks are cancelled in
+    # tests/tracking's SIGTERM test); a rank is ~4.5 CPU-s of start-up on two cores
+    at.number_input(key="launch_procs").set_value(1)
     _launch(at, 100_000)
     rid = at.session_state["_launch_mine"][-1]
     launched.append(rid)
@@ -268,7 +271,7 @@ def test_lead_cancels_a_running_run_from_the_page(ledger, launched):
                                              [f"Run {rid} cancelled. Its processes were killed after the grace period."])
     run = _run(ledger, rid)
     assert run.status == RunStatus.cancelled and run.error == "cancelled by signal" and run.ended_at is not None
-    assert metrics(at)["Status"] == "cancelled"
+    assert run.world_size == 1 and metrics(at)["Status"] == "cancelled"
     wait_for(lambda: not processes_of_run(rid), 30, "no processes of the cancelled run")
     engine.dispose()
 

@@ -1,9 +1,10 @@
 """Eight tracked runs at once on one embedded SQLite ledger.
 
 Eight `trainledger launch --detach` start together on a ledger file that does not exist yet (so
-they also race to create its schema); then eight rank-0 writers flush into it every 0.5 s. SQLite
-takes one writer at a time: all must queue (WAL + BEGIN IMMEDIATE + busy timeout), none may
-see "database is locked", and every run must have all of its samples, exactly once.
+they also race to create its schema); each holds after its first steps until all eight train, then all
+eight rank-0 writers go on at once, flushing into it every 0.5 s. SQLite takes one writer at a time: all
+must queue (WAL + BEGIN IMMEDIATE + busy timeout), none may see "database is locked", and every run must
+have all of its samples, exactly once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from trainledger.store.db import make_engine
 from trainledger.store.models import RunNode, RunStatus
 
-from tests.faults.conftest import audit_samples, log_of, run_lost
+from tests.faults.conftest import audit_samples, log_of, run_lost, training
 from tests.tracking.conftest import (
     CONFIGS,
     REPO,
@@ -26,16 +27,22 @@ from tests.tracking.conftest import (
     make_track_env,
     processes_of_run,
     run_row,
+    sample_counts,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow
 RUNS = 8
-STEPS = 20
+#: each run holds after HOLD_AT steps until all eight have trained that far (TRAINLEDGER_TEST_HOLD), so its last
+#: STEPS - HOLD_AT steps are written while the seven others write: however staggered their starts on two cores, the
+#: eight writers overlap (before the hold, 20 steps each made that likely, at ~0.3 CPU-s a step)
+STEPS = 8
+HOLD_AT = 2
 
 
 def test_eight_concurrent_runs_on_one_sqlite_ledger(tmp_path, shard_cache, fault_tally):
-    env = make_track_env(tmp_path, shard_cache)
+    gate = tmp_path / "go"
+    env = {**make_track_env(tmp_path, shard_cache), "TRAINLEDGER_TEST_HOLD": f"{HOLD_AT}:{gate}"}
     db = tmp_path / "ledger.db"
     url = f"sqlite:///{db}"
     # one rank each (dp.yaml): eight writers, not sixteen trainers, on two cores
@@ -49,6 +56,9 @@ def test_eight_concurrent_runs_on_one_sqlite_ledger(tmp_path, shard_cache, fault
     rids = [json.loads(out)["run_id"] for out, _ in results]
     engine = make_engine(url)
     try:
+        wait_for(lambda: all(training(engine, r, min_steps=HOLD_AT) for r in rids), 600, "all eight runs to hold")
+        assert all(sample_counts(engine, r)["loss"] == HOLD_AT for r in rids)  # held: none went on alone
+        gate.touch()
         wait_for(lambda: all(not processes_of_run(r) for r in rids), 600, "all eight runs to finish")
     finally:
         kill_leftover_runs(url, rids)
