@@ -25,7 +25,8 @@ fi
 # again by Python as usual (its .pyc records the source's time and size).
 "$VENV/bin/python" -m compileall -q -j 0 ledger app trainer bench tests >/dev/null
 
-# --- PostgreSQL at 127.0.0.1:5432 (tests create and drop their own databases) --
+# --- PostgreSQL: its programs (initdb, pg_ctl, pg_dump: pytest starts the run's own server, tests/pgcluster.py),
+# and the machine's server at 127.0.0.1:5432 (for TRAINLEDGER_TEST_PG and the benchmarks) --
 apt_updated=""
 apt_install() {
   if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
