@@ -112,5 +112,9 @@ def suite_server() -> PgCluster:
     _remove_stale(parent)
     cluster = PgCluster(settings=SUITE_SETTINGS, parent=parent, prefix=SUITE_PREFIX)
     (cluster.dir / "owner").write_text(str(os.getpid()))
-    cluster.start()
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.destroy()  # nothing left behind; the error (pg_ctl's) stops the run loudly
+        raise
     return cluster
