@@ -58,6 +58,13 @@ class PgCluster:
                             *(f"-c {setting}" for setting in self.settings)])
         self._run([_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "-o", options, "start"])
 
+    @classmethod
+    def found(cls, folder: Path) -> "PgCluster":
+        """A cluster made earlier in ``folder`` (by another process), to stop and remove."""
+        cluster = cls.__new__(cls)
+        cluster.dir, cluster.data, cluster.as_postgres = folder, folder / "data", os.geteuid() == 0
+        return cluster
+
     def stop(self) -> None:
         self._run([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
 
@@ -80,13 +87,15 @@ SUITE_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off",
 SUITE_PREFIX = "tl-pg-suite-"
 
 
-def _memory_dir() -> Path | None:
+def _parent_dir() -> Path:
     """/dev/shm when it has room (a container's default 64 MB does not), else the temporary folder."""
     shm = Path("/dev/shm")
     try:
-        return shm if shm.is_dir() and shutil.disk_usage(shm).free >= 4 << 30 else None
+        if shm.is_dir() and shutil.disk_usage(shm).free >= 4 << 30:
+            return shm
     except OSError:
-        return None
+        pass
+    return Path(tempfile.gettempdir())
 
 
 def _remove_stale(parent: Path) -> None:
@@ -100,15 +109,13 @@ def _remove_stale(parent: Path) -> None:
             pass
         except (OSError, ValueError, IndexError):
             continue  # not ours to judge
-        stale = PgCluster.__new__(PgCluster)
-        stale.dir, stale.data, stale.as_postgres = old, old / "data", os.geteuid() == 0
-        stale.destroy()
+        PgCluster.found(old).destroy()
 
 
 def suite_server() -> PgCluster:
     """Start the suite's server: a new cluster in memory (or the temporary folder) with :data:`SUITE_SETTINGS`,
     owned by this process; :meth:`PgCluster.destroy` removes it."""
-    parent = _memory_dir() or Path(tempfile.gettempdir())
+    parent = _parent_dir()
     _remove_stale(parent)
     cluster = PgCluster(settings=SUITE_SETTINGS, parent=parent, prefix=SUITE_PREFIX)
     (cluster.dir / "owner").write_text(str(os.getpid()))
