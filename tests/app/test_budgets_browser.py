@@ -121,12 +121,13 @@ def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
     from playwright.sync_api import expect
 
     page = _overview_as(browser, site, "bob", "bob-pw")
-    _open_form(page)
-    expect(page.get_by_text("you can see the budgets, but only leads can change them")).to_be_visible()
-    expect(page.get_by_role("button", name="Save budget")).to_be_disabled()
-    expect(page.get_by_role("button", name="Remove budget")).to_be_disabled()
-    expect(page.get_by_role("textbox", name="Amount")).to_be_disabled()
-    page.screenshot(path=str(ARTIFACTS / "budgets-viewer-1280.png"), full_page=True)
+    with evidence(page, site, "budgets-viewer"):
+        _open_form(page)
+        expect(page.get_by_text("you can see the budgets, but only leads can change them")).to_be_visible()
+        expect(page.get_by_role("button", name="Save budget")).to_be_disabled()
+        expect(page.get_by_role("button", name="Remove budget")).to_be_disabled()
+        expect(page.get_by_role("textbox", name="Amount")).to_be_disabled()
+        page.screenshot(path=str(ARTIFACTS / "budgets-viewer-1280.png"), full_page=True)
 
 
 #: each idle policy a lead sets for the demo's fleet, ending where the demo began (none)

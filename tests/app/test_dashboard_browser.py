@@ -162,6 +162,51 @@ def test_the_currency_selector_changes_every_page_in_a_browser(dashboard):
             browser.close()
 
 
+def test_a_frontend_file_the_browser_could_not_fetch_is_loaded_again_once(dashboard):
+    """tests/app/served.py ``settle``: when the browser cannot fetch one of the frontend's lazily loaded files (here
+    every fetch of the chart's file during the first load of the page is reset by the browser's network layer),
+    each chart shows the TypeError; settle warns, naming the file, loads the page again, and the page then draws
+    every chart. A file that fails on every load fails the test."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.app.served import CHUNK_FAILED
+
+    base, _, _ = dashboard
+    chart = re.compile(r"/static/js/ArrowVegaLiteChart\.[^/]+\.js$")
+    expect.set_options(timeout=WAIT_MS)
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            loads: list[str] = []  # the page's loads, so far
+            reset: list[int] = []  # the load each reset fetch belonged to
+            page.on("domcontentloaded", lambda _: loads.append(page.url))
+
+            def reset_during_the_first_load(route):
+                if len(loads) <= 1:  # the preload hint's fetch and the import's own: both, or the import may not fail
+                    reset.append(len(loads))
+                    route.abort("connectionreset")
+                else:
+                    route.continue_()
+
+            page.route(chart, reset_during_the_first_load)
+            page.goto(f"{base}/overview?month={MONTH}")  # not /: its switch to /overview is a second script run
+            with pytest.warns(UserWarning, match=r"could not load .*ArrowVegaLiteChart") as seen:
+                settle(page)
+            assert len(seen) == 1 and len(loads) == 2 and set(reset) == {1}
+            expect(page.get_by_text(CHUNK_FAILED)).to_have_count(0)
+            expect(page.get_by_test_id("stVegaLiteChart").first).to_be_visible()
+
+            page.unroute(chart)
+            page.route(chart, lambda route: route.abort("connectionreset"))
+            page.reload()
+            with pytest.warns(UserWarning), pytest.raises(AssertionError, match="could not load the dashboard's files twice"):
+                settle(page)
+        finally:
+            browser.close()
+
+
 def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
     from playwright.sync_api import expect, sync_playwright
 
