@@ -171,8 +171,20 @@ def main(argv: Optional[Iterable[str]] = None, callbacks: Iterable[object] = ())
     return 0
 
 
+#: The trainer runs eagerly: it never calls ``torch.compile``. DeepSpeed's ZeRO code imports its Muon optimizer on
+#: the first gradient reduction, and that module decorates its kernels with ``torch.compile`` at import, which loads
+#: TorchInductor: ~1.0-1.4 CPU-s on the start of every ZeRO-1/2/3 rank (docs/PERFORMANCE.md). With TorchDynamo off,
+#: ``torch.compile`` returns the function as it is. A value the user set (``TORCHDYNAMO_DISABLE=0``) is kept.
+EAGER_ENV = ("TORCHDYNAMO_DISABLE", "1")
+
+
+def eager_by_default(environ: dict) -> None:
+    """Turn TorchDynamo off in a rank's environment unless its user set it (see :data:`EAGER_ENV`)."""
+    environ.setdefault(*EAGER_ENV)
+
+
 def run_and_exit() -> None:
-    """Run :func:`main` and leave without interpreter teardown.
+    """Run :func:`main` (eagerly: :func:`eager_by_default`) and leave without interpreter teardown.
 
     torch keeps gloo/TCPStore native threads alive after
     ``destroy_process_group()`` (DeepSpeed holds its groups for the process
@@ -181,6 +193,7 @@ def run_and_exit() -> None:
     are written and callbacks have run before this point, so the process
     flushes its streams and exits directly.
     """
+    eager_by_default(os.environ)
     try:
         code = main()
     except SystemExit as exc:

@@ -17,7 +17,7 @@ from trainledger.trainer.config import config_from_dict
 from trainledger.trainer.distributed import launch_env
 from trainledger.trainer.engine import Trainer
 from trainledger.trainer.parallel import resolve_plan
-from trainledger.trainer.train import write_json_atomic
+from trainledger.trainer.train import eager_by_default, write_json_atomic
 
 
 class Recorder:
@@ -56,6 +56,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    eager_by_default(os.environ)  # as the trainer's own entry point runs (trainledger.trainer.train.run_and_exit)
     main()
     sys.stdout.flush()
     os._exit(0)  # skip teardown of torch's leftover gloo threads (see trainledger.trainer.train.run_and_exit)

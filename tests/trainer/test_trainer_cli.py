@@ -104,3 +104,33 @@ def test_planning_modules_import_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["4", "128", "False"]  # 128 ranks = 4 × 8 × 4; no CUDA → fp32
+
+
+def test_a_user_set_torchdynamo_setting_is_kept():
+    """The trainer's entry point turns TorchDynamo off only where its user has not said (trainer/train.py)."""
+    from trainledger.trainer.train import EAGER_ENV, eager_by_default
+
+    env: dict[str, str] = {}
+    eager_by_default(env)
+    assert env == {"TORCHDYNAMO_DISABLE": "1"} == dict([EAGER_ENV])
+    env = {"TORCHDYNAMO_DISABLE": "0"}
+    eager_by_default(env)
+    assert env == {"TORCHDYNAMO_DISABLE": "0"}
+
+
+@pytest.mark.slow
+def test_a_zero2_rank_does_not_load_torchinductor(tmp_path, trainer_cache, launcher):
+    """A real ZeRO-2 step through the trainer's entry point: DeepSpeed's gradient reduction imports its Muon
+    optimizer, whose kernels are wrapped in ``torch.compile`` at import; with the trainer's default (TorchDynamo
+    off) that loads no TorchInductor compiler. ``-X importtime`` lists every module the rank imported."""
+    config = tmp_path / "zero2.yaml"
+    config.write_text(yaml.safe_dump(launcher.parity_config("zero2", trainer_cache) | {"steps": 1}), encoding="utf-8")
+    env = {k: v for k, v in launcher.env().items() if k != "TORCHDYNAMO_DISABLE"}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "trainledger.trainer.train", "--config", str(config),
+                           "--results-json", str(tmp_path / "r.json")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert {"deepspeed.runtime.zero.muon.original_muon", "torch._dynamo"} <= imported  # the reduction ran
+    assert "torch._inductor.compile_fx" not in imported  # TorchInductor's compiler (torch._dynamo loads its config)
+    assert json.loads((tmp_path / "r.json").read_text())["steps"] == 1
