@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: the folders of the repository → the import names they install as (one package: ``trainledger``)
 PACKAGES = {"ledger": "trainledger", "app": "trainledger.app", "trainer": "trainledger.trainer"}
 #: the rooms of ledger/, lowest first: a module may import its own room and the rooms before it
-LEDGER_LAYERS = ("errors", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
+LEDGER_LAYERS = ("errors", "process", "store", "money", "sources", "integrations", "runs", "reports", "demo", "cli")
 #: the sub-rooms of money/ by concept, lowest first (the same rule inside money: import only downward)
 MONEY_ROOMS = ("metrics", "rates", "allocation", "facts", "account", "goodput", "outlook", "invoice")
 #: the sub-rooms of sources/ by concept, lowest first: the run's record (journal, writer), imports (CSV, Slurm),
@@ -176,7 +176,7 @@ def test_ledger_rooms_import_only_rooms_below_them():
 
 def test_every_ledger_module_lives_in_a_room():
     top = sorted(p.name for p in (REPO / "ledger").glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py"]
+    assert top == ["__init__.py", "__main__.py", "demo.py", "errors.py", "process.py"]
     for room, subs in SUB_ROOMS.items():  # a module lives in the sub-room of its concept, none loose in the room
         folder = REPO / "app" if room == "app" else REPO / "ledger" / room
         loose = {"app": ["__init__.py", "main.py"],  # app/main.py: the entry script

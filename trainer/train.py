@@ -193,6 +193,9 @@ def run_and_exit() -> None:
     are written and callbacks have run before this point, so the process
     flushes its streams and exits directly.
     """
+    from trainledger.process import tune_gc
+
+    tune_gc()
     eager_by_default(os.environ)
     try:
         code = main()

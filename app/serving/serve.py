@@ -18,6 +18,9 @@ from typing import Optional
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    from trainledger.process import tune_gc
+
+    tune_gc()
     try:
         from streamlit.runtime.pages_manager import PagesManager
     except ImportError:  # a Streamlit without the flag has no older mode to switch off

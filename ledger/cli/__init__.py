@@ -2,7 +2,10 @@
 
 
 def main() -> None:
-    """Entry point of the ``trainledger`` console script."""
+    """Entry point of the ``trainledger`` console script (and of ``python -m trainledger.cli``)."""
+    from trainledger.process import tune_gc
+
+    tune_gc()  # before the imports of the command it runs
     from trainledger.cli.main import main as run
 
     run()

@@ -1,5 +1,5 @@
 """``python -m trainledger.cli ARGS``: the same as ``trainledger ARGS``."""
 
-from trainledger.cli.main import main
+from trainledger.cli import main
 
 main()
