@@ -1,5 +1,6 @@
 """What trainledger's own processes set for themselves as they start: the console script (every command, the
-``trainledger run`` wrapper, the launcher), a trainer rank, the dashboard server, and the test processes.
+``trainledger run`` wrapper, the launcher), a launched run's supervisor, a sweep's driver, a trainer rank, the
+dashboard server, and the test processes.
 
 Python's cyclic garbage collector passes over its youngest objects each time 700 more container objects are
 allocated than freed. Starting one of these processes allocates a great many that live as long as it does (the

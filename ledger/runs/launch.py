@@ -709,4 +709,7 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from trainledger.process import tune_gc
+
+    tune_gc()  # a process of trainledger's own (ledger/process.py)
     sys.exit(_main(sys.argv[1:]))

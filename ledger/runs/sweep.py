@@ -444,6 +444,9 @@ def sweep_progress(session: Session, sweep_id: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    from trainledger.process import tune_gc
+
+    tune_gc()  # a process of trainledger's own (ledger/process.py)
     sys.exit(_main(sys.argv[1:]))
 
 
