@@ -220,7 +220,7 @@ def run_wrapper_start(quick: bool) -> Result:
                 holder.wait(timeout=60)
     free_s, locked_s = statistics.median(free), statistics.median(locked)
     t0 = time.perf_counter()  # the floor: the interpreter and the CLI's imports alone, on the same machine now
-    subprocess.run([sys.executable, "-c", "import trainledger.cli.main"], env=_env(Path(tempfile.gettempdir())), cwd=ROOT,
+    subprocess.run([sys.executable, "-c", "import trainledger.cli.commands"], env=_env(Path(tempfile.gettempdir())), cwd=ROOT,
                    check=True, timeout=600)
     res.measured["cli_import_s"] = time.perf_counter() - t0
     res.ratio = locked_s / free_s

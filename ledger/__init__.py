@@ -32,7 +32,7 @@ Rooms, each importing only the rooms listed above it (the layering a test checks
   show, reap);
 * ``reports/`` the monthly export, the FOCUS export, the daily and weekly reports, presentation,
   the forecast's ``backtest``, the exporter's Prometheus ``metrics``;
-* ``cli/``     one module per command group, registered by ``cli/main.py``, in sub-rooms by concept: ``setup``
+* ``cli/``     one module per command group, registered by ``cli/commands.py``, in sub-rooms by concept: ``setup``
   (the ledger itself), ``capture`` (imports, Slurm, the wrapper, runs, invoices), ``prices`` (offers, FX,
   carbon, fleets, budgets, costs, forecasts, plans), ``reports``; ``common``, ``progress`` and ``logs`` serve them all;
 * ``demo.py``  the demo history (it uses every room, so it belongs to none).

@@ -212,7 +212,7 @@ def session(engine):
 @pytest.fixture
 def cli(ledger_url, monkeypatch):
     """Run ``trainledger ARGS --db <this test's ledger>``; returns the click Result."""
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from trainledger.store.db import get_engine
 
     monkeypatch.delenv("TRAINLEDGER_DB_URL", raising=False)

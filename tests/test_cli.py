@@ -6,7 +6,7 @@ import json
 
 import pytest
 from sqlmodel import Session, select
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from trainledger.store.models import Offer
 
 
@@ -126,12 +126,12 @@ def _commands(group, prefix=()):
 
 
 def test_the_lazy_command_table_is_what_the_modules_register():
-    """``trainledger.cli.main.COMMANDS`` names each command's module: a command missing there is unreachable."""
+    """``trainledger.cli.commands.COMMANDS`` names each command's module: a command missing there is unreachable."""
     import importlib
 
-    main = importlib.import_module("trainledger.cli.main")  # the module (trainledger.cli.main is also a function)
-    registered = {name: module for module in set(main.COMMANDS.values()) for name in main._click_commands(module)}
-    assert registered == main.COMMANDS
+    commands = importlib.import_module("trainledger.cli.commands")
+    registered = {name: module for module in set(commands.COMMANDS.values()) for name in commands._click_commands(module)}
+    assert registered == commands.COMMANDS
 
 
 def test_every_command_has_help_and_db_option():
@@ -157,3 +157,18 @@ def test_settings_round_trip(cli):
     assert json.loads(cli("settings", "--json").output) == {"timezone": "UTC", "currency": "CNY"}
     assert json.loads(cli("settings", "timezone", "Asia/Shanghai", "--json").output) == {"timezone": "Asia/Shanghai"}
     assert json.loads(cli("settings", "timezone", "--json").output) == {"timezone": "Asia/Shanghai"}
+
+
+def test_the_console_scripts_entry_stays_a_function_once_the_commands_are_loaded(capsys, monkeypatch):
+    """``trainledger.cli.main`` (the console script's entry) is not shadowed by a submodule of the same name: loading
+    the command table (:mod:`trainledger.cli.commands`) leaves it callable, so it runs twice in one process."""
+    import trainledger
+    import trainledger.cli as cli
+    import trainledger.cli.commands  # noqa: F401
+
+    for _ in range(2):
+        monkeypatch.setattr("sys.argv", ["trainledger", "--version"])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        assert exc.value.code in (0, None)
+    assert capsys.readouterr().out.count(trainledger.__version__) == 2

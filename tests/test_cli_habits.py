@@ -15,7 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from typer.testing import CliRunner
 
 MONTH = "2026-11"

@@ -207,7 +207,7 @@ def test_sqlite_busy_timeout_is_a_setting(tmp_path, monkeypatch, capsys):
         assert str(err.value) == ("TRAINLEDGER_SQLITE_BUSY_S: expected seconds from 0.001 to 86400 such as 60, "
                                   f"got {bad!r}")
     assert envsettings._strict == [False]  # strict only inside
-    from trainledger.cli.main import app as cli_app
+    from trainledger.cli.commands import app as cli_app
     from typer.testing import CliRunner
 
     out = CliRunner().invoke(cli_app, ["report", "monthly", "--month", "2026-11", "--db", url],

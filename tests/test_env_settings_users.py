@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from trainledger.trainer.tracking import add_tracking_args, tracker_from_args, tracking_settings
 from typer.testing import CliRunner
 

@@ -12,7 +12,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal as D
 
 import pytest
-from trainledger.cli.main import app as cli
+from trainledger.cli.commands import app as cli
 from trainledger.errors import LedgerInputError
 from trainledger.money.account.monthly import monthly_report
 from trainledger.money.goodput.account import goodput_account

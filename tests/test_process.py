@@ -37,7 +37,7 @@ def test_the_thresholds_differ_from_pythons_own():
 def test_the_console_script_sets_them_before_its_command_runs():
     got = _run("import gc, json, os, sys\n"
                "from trainledger.cli import main\n"  # the console script's entry, as it imports it
-               "import trainledger.cli.main as m\n"  # (this import makes the module the package's `main`)
+               "import trainledger.cli.commands as m\n"
                f"m.main = lambda: print({REPORT})\n"
                "sys.argv = ['trainledger', '--version']\n"
                "main()\n")

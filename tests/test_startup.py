@@ -30,10 +30,10 @@ def _loaded(code: str) -> list[str]:
 
 @pytest.mark.parametrize("code", [
     "import trainledger",
-    "import trainledger.cli.main",
-    "import sys; sys.argv = ['trainledger', '--help']\nfrom trainledger.cli.main import main\ntry:\n    main()\n"
+    "import trainledger.cli.commands",
+    "import sys; sys.argv = ['trainledger', '--help']\nfrom trainledger.cli.commands import main\ntry:\n    main()\n"
     "except SystemExit:\n    pass",
-    "import sys; sys.argv = ['trainledger', 'report', 'monthly', '--help']\nfrom trainledger.cli.main import main\n"
+    "import sys; sys.argv = ['trainledger', 'report', 'monthly', '--help']\nfrom trainledger.cli.commands import main\n"
     "try:\n    main()\nexcept SystemExit:\n    pass",
 ])
 def test_no_heavy_library_before_a_command_runs(code):
@@ -69,7 +69,7 @@ def test_run_starts_its_command_before_loading_the_orm(sqlite_url, tmp_path):
         "keeper.Kept.go = seen\n"
         f"sys.argv = ['trainledger', 'run', '--quiet', '--db', {sqlite_url!r}, '--node-type', 'rtx4090-8x', '--', "
         "'true']\n"
-        "from trainledger.cli.main import main\n"
+        "from trainledger.cli.commands import main\n"
         "main()\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
     env.update(TRAINLEDGER_JOURNAL_DIR=str(tmp_path / "journal"), XDG_DATA_HOME=str(tmp_path / "xdg"))

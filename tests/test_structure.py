@@ -25,7 +25,7 @@ SOURCES_ROOMS = ("record", "imports", "telemetry", "capture")
 #: signs in (serving), what the pages draw (views); app/main.py and app/pages/ sit above them all
 APP_ROOMS = ("queries", "serving", "views")
 #: the sub-rooms of cli/ by concept, lowest first: the ledger itself (setup), how jobs and bills get in (capture),
-#: what things cost (prices), what the ledger says (reports); cli/main.py registers them and cli/common.py,
+#: what things cost (prices), what the ledger says (reports); cli/commands.py registers them and cli/common.py,
 #: progress.py and logs.py serve them all
 CLI_ROOMS = ("setup", "capture", "prices", "reports")
 #: rooms with sub-rooms by concept → those sub-rooms, lowest first (``app`` is the dashboard, trainledger.app)
@@ -180,7 +180,7 @@ def test_every_ledger_module_lives_in_a_room():
     for room, subs in SUB_ROOMS.items():  # a module lives in the sub-room of its concept, none loose in the room
         folder = REPO / "app" if room == "app" else REPO / "ledger" / room
         loose = {"app": ["__init__.py", "main.py"],  # app/main.py: the entry script
-                 "cli": ["__init__.py", "__main__.py", "common.py", "logs.py", "main.py", "progress.py"],
+                 "cli": ["__init__.py", "__main__.py", "commands.py", "common.py", "logs.py", "progress.py"],
                  # store's foundations, read by every room (the engine and whether its database changed, the tables
                  # and their types, settings, ids, files, the audit log): the migrations name them, so they stay
                  # where the history finds them

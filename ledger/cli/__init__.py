@@ -1,4 +1,4 @@
-"""The ``trainledger`` command line: :mod:`trainledger.cli.main` registers one module per command group."""
+"""The ``trainledger`` command line: :mod:`trainledger.cli.commands` registers one module per command group."""
 
 
 def main() -> None:
@@ -6,6 +6,6 @@ def main() -> None:
     from trainledger.process import tune_gc
 
     tune_gc()  # before the imports of the command it runs
-    from trainledger.cli.main import main as run
+    from trainledger.cli.commands import main as run
 
     run()

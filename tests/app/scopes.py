@@ -49,7 +49,7 @@ def sign_in_scoped(url: str, app_env, tmp_path: Path, monkeypatch) -> str:
 
 def cli_report(url: str, month: str = MONTH) -> dict[str, Any]:
     """``trainledger report monthly --month M --format json``, parsed."""
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from typer.testing import CliRunner
 
     r = CliRunner().invoke(app, ["report", "monthly", "--month", month, "--format", "json", "--db", url])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from trainledger.app.serving import cli as dashboard_cli
 from trainledger.app.serving.auth import make_entry
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from typer.testing import CliRunner
 
 

@@ -13,7 +13,7 @@ D = Decimal
 
 
 def _cli(url: str, *args: str) -> dict:
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
 
     r = CliRunner().invoke(app, [*args, "--db", url, "--json", "--now", DEMO_NOW.isoformat()])
     assert r.exit_code == 0, r.output

@@ -236,7 +236,7 @@ def test_export_page_offers_the_three_formats(demo_url, app_env):
 def test_export_bytes_are_the_clis(fmt, demo_url, tmp_path, app_env):
     """What the Export page offers for download is what `trainledger report monthly` writes."""
     from trainledger.app.queries import data
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from typer.testing import CliRunner
 
     out = tmp_path / f"report.{fmt}"

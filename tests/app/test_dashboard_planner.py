@@ -14,7 +14,7 @@ from tests.app.helpers import make_app, plain, run_page
 
 
 def _cli_json(url: str, *args: str) -> dict:
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
 
     r = CliRunner().invoke(app, ["plan", "recommend", *args, "--json", "--db", url])
     assert r.exit_code == 0, r.output

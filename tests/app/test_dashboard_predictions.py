@@ -77,7 +77,7 @@ def test_planner_shows_the_calibration_and_its_ranges(sqlite_url, app_env):
     app_env(sqlite_url)
     at = run_page(make_app(), "planner")
     assert not at.exception
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
 
     r = CliRunner().invoke(app, ["plan", "recommend", "--model", "llama2-70b", "--tokens", "2e12", "--node-type",
                                  "rtx4090-8x", "--nodes", "1..64", "--json", "--db", sqlite_url])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from trainledger.app.serving.auth import make_entry
-from trainledger.cli.main import app as cli_app
+from trainledger.cli.commands import app as cli_app
 from trainledger.store.db import make_engine
 from typer.testing import CliRunner
 

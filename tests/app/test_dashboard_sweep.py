@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func
 from sqlmodel import Session, select
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from trainledger.demo import DEMO_SWEEP, DEMO_SWEEP_STEPS
 from trainledger.reports.weekly import strategy_comparison
 from trainledger.runs.sweep import PLAN_PREFIX, SweepRequest, record_plan, sweep_progress

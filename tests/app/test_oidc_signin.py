@@ -15,7 +15,7 @@ import pytest
 from trainledger.app.serving import oidc, sessions
 from trainledger.app.serving.auth import make_entry
 from trainledger.app.serving.oidc import OidcConfigError, load_config, map_claims, parse_rules
-from trainledger.cli.main import app
+from trainledger.cli.commands import app
 from typer.testing import CliRunner
 
 from tests.app.oidc_fixtures import (

@@ -65,7 +65,7 @@ def _command(app):
 def invoke(args: list[Any], db: Optional[str] = None, env: Optional[dict[str, str]] = None) -> Outcome:
     """``trainledger ARGS [--db DB]`` in this process, as the console script would run it."""
     import typer.testing
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from typer.testing import CliRunner
 
     argv = [str(a) for a in args] + (["--db", db] if db else [])

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow  # many real CLI processes at once: not in `tests/
 BARRIER = """
 import sys, time
 from pathlib import Path
-from trainledger.cli.main import main   # the import cost is paid before the barrier
+from trainledger.cli.commands import main   # the import cost is paid before the barrier
 go = Path(sys.argv[1])
 deadline = time.monotonic() + 300
 while not go.exists() and time.monotonic() < deadline:

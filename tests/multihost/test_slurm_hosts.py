@@ -65,7 +65,7 @@ def test_a_two_node_job_is_one_run_with_both_hosts(hosts, slurm_hosts, ledger, t
     # each host ran one rank, and the all-reduce between them summed 1 + 2 (c10d numbers ranks by arrival)
     lines = [x.split(" on ", 1)[1] for x in text.splitlines() if x.startswith("rank ")]
     assert sorted(lines) == [f"{h.name}: sum 3" for h in hosts], text[-4000:]
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from typer.testing import CliRunner
 
     for args in (["slurm", "map", "add", "--partition", "debug", "--node-type", "rtx4090-8x", "--by-node"],

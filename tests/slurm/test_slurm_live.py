@@ -59,7 +59,7 @@ TOKENS = {"wrapped": 4242, "late": 1717, "wrq": 999}
 
 
 def cli(url: str, slurm, *args: str) -> dict:
-    from trainledger.cli.main import app
+    from trainledger.cli.commands import app
     from trainledger.store.db import get_engine
 
     r = CliRunner().invoke(app, [*map(str, args), "--db", url], env={"SLURM_CONF": str(slurm.conf)},
