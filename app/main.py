@@ -106,6 +106,7 @@ def _gate() -> Optional[access.Identity]:
 
 
 def main() -> None:
+    data.start_run()  # one clock for every figure of this run (app/queries/data.py)
     # an emoji icon is drawn in the browser; a :material/...: one would be fetched from fonts.gstatic.com
     st.set_page_config(page_title="trainledger", page_icon="💰", layout="wide")
     st.html(ui.PAGE_CSS)  # every page: metric values and labels wrap, never cut off with "…"

@@ -4,12 +4,17 @@ Every reader takes the ledger URL as its first argument, so the cache is keyed
 by the ledger and the arguments; entries live :data:`TTL` seconds. Writes go
 through :func:`write_session` and clear the cache.
 
-"Now" is :func:`now`: the current time, or ``$TRAINLEDGER_NOW`` (the reports'
-clock, as the CLI's ``--now``): a month that has not ended at that instant is
-reported to date, as ``trainledger report monthly`` does.
-through :func:`write_session` and clear the cache. Readers of money take the
-presentation currency the sidebar's selector chose (``currency``, as the CLI's
-``--currency``; None: the Settings currency once set, else the offers' own).
+"Now" is :func:`now`: ``$TRAINLEDGER_NOW`` (the reports' clock, as the CLI's
+``--now``), else the current time to the last whole :data:`TTL` seconds, read
+once per page run (:func:`start_run`): a month that has not ended at that
+instant is reported to date, as ``trainledger report monthly`` does. Every
+reader is :func:`cached`, keyed by that instant too, so all the figures a page
+run shows, cached or not, are at one clock and the same figure reads the same
+cents everywhere (a fleet's idle cost to date grows by the second).
+
+Readers of money take the presentation currency the sidebar's selector chose
+(``currency``, as the CLI's ``--currency``; None: the Settings currency once
+set, else the offers' own).
 
 Project scope (docs/SCOPES.md): every reader of runs or project figures takes ``scope``, the signed-in user's
 projects (``trainledger.app.views.access.scope_of``: a sorted tuple; None: team scope, every project). The scope
@@ -19,9 +24,13 @@ never serves another. A run outside the scope is an unknown run: the same one-li
 
 from __future__ import annotations
 
+import functools
+import os
 from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import streamlit as st
 from sqlmodel import Session, select
@@ -49,7 +58,7 @@ from trainledger.store.catalog.fx import list_rates
 from trainledger.store.db import get_engine, resolve_url, session_scope
 from trainledger.store.models import Offer
 from trainledger.store.settings import DEFAULTS, display_timezone, get_setting, presentation_currency
-from trainledger.store.types import report_clock
+from trainledger.store.types import CLOCK_ENV, report_clock
 
 TTL = 30  # seconds
 Scope = Optional[tuple[str, ...]]  # the projects a user may see; None: every project (team scope)
@@ -74,9 +83,56 @@ def check_run(s: Session, run_id: str, scope: Scope) -> None:
         raise unknown_run(run_id)
 
 
-def now():
-    """The reports' clock: ``$TRAINLEDGER_NOW`` when set, else the current time (UTC)."""
-    return report_clock()
+_RUN_CLOCK: ContextVar[Optional[datetime]] = ContextVar("trainledger_run_clock", default=None)
+
+
+def now() -> datetime:
+    """The reports' clock of this page run (:func:`start_run`), or of the cached read being computed (:func:`cached`);
+    outside both, :func:`clock`."""
+    at = _RUN_CLOCK.get()
+    return at if at is not None else clock()
+
+
+def clock() -> datetime:
+    """``$TRAINLEDGER_NOW`` when set, else the current time (UTC) to the last whole :data:`TTL` seconds: one instant
+    for every read within a cache period, the key under which they are cached."""
+    at = report_clock()
+    if os.environ.get(CLOCK_ENV):
+        return at
+    return at.replace(microsecond=0) - timedelta(seconds=int(at.timestamp()) % TTL)
+
+
+def start_run() -> None:
+    """Read the clock once for this page run (app/main.py, first): every figure of the run is at that instant, even
+    when the run takes longer than the clock's tick."""
+    _RUN_CLOCK.set(clock())
+
+
+def cached(*, ttl: int = TTL, show_spinner: bool | str = False, shared: bool = False) -> Callable:
+    """``st.cache_data`` (``shared``: ``st.cache_resource``, the object itself, never changed by a reader) keyed by
+    the arguments and by :func:`now`: a read computed at one instant never serves a page run at another, and the
+    reads it makes (other cached readers, :func:`now`) are at that same instant."""
+
+    def wrap(fn: Callable) -> Callable:
+        def at(instant: datetime, *args: Any, **kwargs: Any) -> Any:
+            token = _RUN_CLOCK.set(instant)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _RUN_CLOCK.reset(token)
+
+        # Streamlit keys a cache by the function's module and qualified name: each reader its own
+        at.__module__, at.__name__, at.__qualname__ = fn.__module__, fn.__name__, fn.__qualname__
+        store = (st.cache_resource if shared else st.cache_data)(ttl=ttl, show_spinner=show_spinner)(at)
+
+        @functools.wraps(fn)
+        def read(*args: Any, **kwargs: Any) -> Any:
+            return store(now(), *args, **kwargs)
+
+        read.clear, read.cache = store.clear, store  # cache: Streamlit's cached function underneath
+        return read
+
+    return wrap
 
 
 def ledger_url() -> str:
@@ -119,7 +175,7 @@ def audit_log(url: str, limit: int = 200) -> list[dict[str, Any]]:
 
 # --- months ---------------------------------------------------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def month_options(url: str) -> list[str]:
     """Months from the first run's to this month (or the last run's, if later), newest first."""
     with read_session(url) as s:
@@ -130,20 +186,20 @@ def month_options(url: str) -> list[str]:
     return list(reversed(months_between(span[0], max(span[1], this))))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def current_month(url: str) -> str:
     with read_session(url) as s:
         return month_of(now(), display_timezone(s))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def today(url: str):
     """Today's date in the display time zone (at :func:`now`)."""
     with read_session(url) as s:
         return now().astimezone(display_timezone(s)).date()
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def period_report(url: str, period: Any, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger report period --from F --to T [--currency C] --json``: the period's totals (presented, as the
     CLI prints them), the period before and each headline figure's change in percent (``change``: ``KEY_pct``)."""
@@ -183,7 +239,7 @@ def trend_months(url: str, month: str, n: int = 12) -> list[str]:
 # st.cache_data does (1.9 s of the Overview's 5 s at 100,000 runs): they are shared by every session, so nothing
 # may change them (tests/app/test_dashboard_cache.py checks that no page does). clear_caches() empties them (and
 # :func:`charges`, the costing the report with lines comes from).
-@st.cache_resource(ttl=TTL, show_spinner=False)
+@cached(shared=True)
 def report(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> MonthlyReport:
     """The month's report (to date while it runs); per-run lines only when asked for (the totals come from the rollup;
     with lines, the report of :func:`charges`: the chargeback reads the same costing; without, a month that has ended
@@ -194,7 +250,7 @@ def report(url: str, month: str, lines: bool = False, currency: Optional[str] = 
         return month_report(s, month, now=now(), currency=currency, projects=True)
 
 
-@st.cache_resource(ttl=TTL, show_spinner=False)
+@cached(shared=True)
 def charges(url: str, month: str, currency: Optional[str] = None) -> Any:
     """``trainledger.money.account.monthly.month_charges``: the month's report with its run lines (:func:`report`'s)
     and its lines per charge period, costed once for the pages that show run lines and the chargeback (its
@@ -205,7 +261,7 @@ def charges(url: str, month: str, currency: Optional[str] = None) -> Any:
         return month_charges(s, month, currency=currency, now=now())
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def presented(url: str, month: str, lines: bool = False, currency: Optional[str] = None) -> dict[str, Any]:
     """``presented_report(monthly_report(...), its goodput account)``: the rounding the CLI table and the export use
     (with the month's waste = badput + idle and each run line's goodput and badput, as ``report monthly`` writes
@@ -216,7 +272,7 @@ def presented(url: str, month: str, lines: bool = False, currency: Optional[str]
     return month_lines(url, month, currency).presented
 
 
-@st.cache_resource(ttl=TTL, show_spinner=False)
+@cached(shared=True)
 def month_lines(url: str, month: str, currency: Optional[str] = None) -> Any:
     """The month's presented lines (``trainledger.reports.month_lines_store.PresentedLines``): :func:`presented`
     with its lines, the chargeback's presented statements and each run line's cost per 1M tokens and badput reason.
@@ -234,7 +290,7 @@ def month_lines(url: str, month: str, currency: Optional[str] = None) -> Any:
         return month_lines_store.presented_lines(s, ch, acct)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def month_totals(url: str, month: str, currency: Optional[str] = None) -> Any:
     """The month's goodput totals (``MonthTotals``: its ``MonthAccount`` and each project's waste) where only totals
     are shown: a month that is over, touched by no live run, is read from ``goodput_month`` while the ledger is as it
@@ -250,7 +306,7 @@ def month_totals(url: str, month: str, currency: Optional[str] = None) -> Any:
     return MonthTotals(acct.months[0], project_waste(acct.runs))
 
 
-@st.cache_resource(ttl=TTL, show_spinner=False)
+@cached(shared=True)
 def month_goodput(url: str, month: str, currency: Optional[str] = None) -> Any:
     """The month's goodput account (``GoodputReport``, ``trainledger goodput --month M``) from the cached report with
     its lines (:func:`report`, the export's): every page reads a month's account, and its waste, from here.
@@ -262,7 +318,7 @@ def month_goodput(url: str, month: str, currency: Optional[str] = None) -> Any:
         return report_account(s, rep, now())
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own: Optional[str] = None) -> list[dict[str, Any]]:
     """For trend charts, per month: the presented summary, and the report without its run lines
     (a month the currency cannot be shown in for want of a rate is left out: ``missing`` says which);
@@ -286,7 +342,7 @@ def trend(url: str, months: tuple[str, ...], currency: Optional[str] = None, own
     return out
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None, scope: Scope = None) -> bytes:
     """The monthly export, byte for byte what ``trainledger report monthly --format FMT [--currency C]`` writes
     (with its data-quality warnings, when there are any). ``scope``: :func:`scoped_presented` (the scope's project
@@ -303,7 +359,7 @@ def export_bytes(url: str, month: str, fmt: str, currency: Optional[str] = None,
 SCOPED_SUMMARY = ("month", "timezone", "currency", "period", "period_start", "period_end", "is_partial")
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def scoped_presented(url: str, month: str, scope: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
     """The monthly report (:func:`presented` with its lines) for a project-scoped user: the lines of the scope's
     projects and runs exactly as ``trainledger report monthly`` writes them, a summary without the team's totals
@@ -315,7 +371,7 @@ def scoped_presented(url: str, month: str, scope: tuple[str, ...], currency: Opt
             "runs": [r for r in p["runs"] if in_scope(r["project"], scope)]}
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def forecast(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger.money.outlook.forecast.forecast``: what ``trainledger forecast --month M [--currency C]`` prints.
     A month that has ended is its actual figures: the month's report the pages read (:func:`report`) is its to date."""
@@ -347,7 +403,7 @@ def known_fingerprints(url: str, months: tuple[str, ...], currency: Optional[str
     return out
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def budget_status(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger.money.outlook.budgets.budget_status``: what ``trainledger budget check --month M [--currency C]`` prints."""
     with read_session(url) as s:
@@ -364,7 +420,7 @@ def last_full_month(url: str, month: str) -> Optional[str]:
 
 # --- runs ------------------------------------------------------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def runs(url: str, *, month: Optional[str], project: Optional[str], user: Optional[str], status: Optional[str],
          strategy: Optional[str], limit: int, offset: int, scope: Scope = None) -> list[dict[str, Any]]:
     with read_session(url) as s:
@@ -372,7 +428,7 @@ def runs(url: str, *, month: Optional[str], project: Optional[str], user: Option
                                   limit=limit, offset=offset, projects=scope)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def run_detail(url: str, run_id: str, currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     with read_session(url) as s:
         check_run(s, run_id, scope)
@@ -400,7 +456,7 @@ def scoped_chain(s: Session, chain: dict[str, Any], scope: tuple[str, ...]) -> O
     return {"runs": kept, **{k: sum((r[k] for r in kept), Decimal(0)) for k in ("node_hours", "cost", "lost_work_cost")}}
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     """``trainledger.runs.compare.compare_runs``, presented (money in cents, as ``runs compare --json``)."""
     from trainledger.runs.compare import compare_runs as compare
@@ -411,7 +467,7 @@ def compare_runs(url: str, run_ids: tuple[str, ...], currency: Optional[str] = N
         return jsonable(compare(s, list(run_ids), currency=currency, now=now()))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def run_utilization(url: str, run_id: str, scope: Scope = None) -> dict[str, Any]:
     """``trainledger.runs.utilization.run_utilization``: the run's nodes hour by hour."""
     from trainledger.runs.utilization import run_utilization as hourly
@@ -421,7 +477,7 @@ def run_utilization(url: str, run_id: str, scope: Scope = None) -> dict[str, Any
         return hourly(s, run_id)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def fleet_node_types(url: str, month: str) -> list[str]:
     from trainledger.runs.utilization import fleet_node_types as types
 
@@ -429,7 +485,7 @@ def fleet_node_types(url: str, month: str) -> list[str]:
         return types(s, month)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def fleet_utilization(url: str, node_type: str, month: str) -> dict[str, Any]:
     """``trainledger.runs.utilization.fleet_utilization``: a node type's nodes in the month, hour by hour."""
     from trainledger.runs.utilization import fleet_utilization as hourly
@@ -438,26 +494,26 @@ def fleet_utilization(url: str, node_type: str, month: str) -> dict[str, Any]:
         return hourly(s, node_type, month, now())
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def loss_curve(url: str, run_id: str, scope: Scope = None) -> list[dict[str, Any]]:
     with read_session(url) as s:
         check_run(s, run_id, scope)
         return registry.loss_curve(s, run_id)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def filter_values(url: str, scope: Scope = None) -> dict[str, list[str]]:
     with read_session(url) as s:
         return registry.filter_values(s, projects=scope)
 
 
-@st.cache_data(ttl=5, show_spinner=False)  # short: a running sweep adds runs
+@cached(ttl=5)  # short: a running sweep adds runs
 def sweeps(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return ledger_sweep.list_sweeps(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def strategy_comparison(url: str, sweep_id: str, version: str = "", currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger.reports.weekly.strategy_comparison``: what ``trainledger report weekly --sweep ID`` prints.
 
@@ -491,13 +547,13 @@ def active_runs(url: str) -> list[dict[str, Any]]:
 
 # --- catalog and settings ----------------------------------------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def pricing(url: str) -> dict[str, Any]:
     with read_session(url) as s:
         return list_pricing(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def offers(url: str, currency: Optional[str] = None) -> list[tuple[Any, str]]:
     """(Offer, node type name) pairs, detached; with ``currency``, at their list prices converted at today's rate."""
     with read_session(url) as s:
@@ -507,38 +563,38 @@ def offers(url: str, currency: Optional[str] = None) -> list[tuple[Any, str]]:
         return list(zip(at_list_prices(s, [o for o, _ in pairs], currency), [n for _, n in pairs]))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def node_types(url: str) -> list[Any]:
     with read_session(url) as s:
         return pricing_node_types(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def fleets(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return list_fleets(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def settings(url: str) -> dict[str, str]:
     with read_session(url) as s:
         return {k: get_setting(s, k) for k in DEFAULTS}
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def display_timezone_name(url: str) -> str:
     """The display time zone's name (Settings → time zone): tables show times in it."""
     with read_session(url) as s:
         return str(display_timezone(s))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def demo_ledger(url: str) -> bool:
     with read_session(url) as s:
         return is_demo(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], rent: Optional[str],
             currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger.money.account.compare.compare_node_type``: what ``trainledger cost compare --node-type`` prints."""
@@ -548,7 +604,7 @@ def compare(url: str, node_type: str, utilization: Decimal, own: Optional[str], 
 
 # --- currencies, price history, rates, carbon ---------------------------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def currencies(url: str) -> dict[str, Any]:
     """The sidebar's currency choices: the default (the Settings currency once set, else the offers'),
     the offers' currencies and every currency an exchange rate converts to or from."""
@@ -559,19 +615,19 @@ def currencies(url: str) -> dict[str, Any]:
     return {"default": default, "options": sorted(set(offered) | rated | {default})}
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def price_history(url: str, offer: str) -> dict[str, Any]:
     with read_session(url) as s:
         return prices.history(s, offer)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def rates(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return list_rates(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def intensities(url: str) -> list[dict[str, Any]]:
     with read_session(url) as s:
         return list_intensities(s)
@@ -580,7 +636,7 @@ def intensities(url: str) -> list[dict[str, Any]]:
 
 # --- waste (badput + idle), spend by project, capacity (issues #18, #36) -------------------------------------
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def month_run_lines(url: str, month: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """The month's run lines (``trainledger report monthly``'s per-run rows) with each line's waste: ``waste_cost``,
     its badput in the month's goodput account (``trainledger.money.goodput.waste.run_waste``, the export's
@@ -597,7 +653,7 @@ def month_run_lines(url: str, month: str, currency: Optional[str] = None, scope:
     return out
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def all_months_accounts(url: str, currency: Optional[str] = None, scope: Scope = None) -> dict[str, Any]:
     """Run id → its goodput account over all months (``trainledger.money.goodput.waste.over_months`` of every
     month's cached :func:`month_goodput`); ``scope``: the runs of its projects."""
@@ -607,7 +663,7 @@ def all_months_accounts(url: str, currency: Optional[str] = None, scope: Scope =
                        if in_scope(a.project, scope))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def all_months_run_lines(url: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """Every run's line over all months, in :func:`month_run_lines`' shape: its monthly report lines summed
     (``trainledger.money.account.month_lines.over_months``) and its waste and reason over its monthly goodput
@@ -632,7 +688,7 @@ def all_months_run_lines(url: str, currency: Optional[str] = None, scope: Scope 
     return out
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def spend_by_project(url: str, month: str, currency: Optional[str] = None, scope: Scope = None) -> list[dict[str, Any]]:
     """``trainledger.money.account.spend.spend_by_project``: each project, "(no project)", idle; Σ = the month's spend.
     ``scope``: only the lines of its projects (no idle, no rounding: they are the team's)."""
@@ -642,7 +698,7 @@ def spend_by_project(url: str, month: str, currency: Optional[str] = None, scope
     return out if scope is None else [x for x in out if x["line"] in scope]
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def spend_by_project_months(url: str, months: tuple[str, ...], currency: Optional[str] = None) -> list[dict[str, Any]]:
     """``trainledger.money.account.spend.spend_by_project_months`` over ``months`` (a period's whole months): Σ = their spend."""
     from trainledger.money.account.spend import spend_by_project_months as lines
@@ -650,7 +706,7 @@ def spend_by_project_months(url: str, months: tuple[str, ...], currency: Optiona
     return lines([report(url, m, currency=currency) for m in months])
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def capacity_warnings(url: str, month: str) -> list[dict[str, Any]]:
     """``trainledger.money.allocation.capacity.capacity_warnings``: node types whose runs used more nodes at once than the fleet."""
     from trainledger.money.allocation.capacity import capacity_warnings as warnings

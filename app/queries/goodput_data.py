@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import streamlit as st
-from trainledger.app.queries.data import TTL, now, read_session
+from trainledger.app.queries.data import cached, now, read_session
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``trainledger goodput idle --month M --json``: the fleets' occupancy by hour, presented (money in cents)."""
     from trainledger.money.goodput.occupancy import month_occupancy, occupancy_to_dict
@@ -22,7 +21,7 @@ def idle_occupancy(url: str, month: str, currency: Optional[str] = None) -> dict
         return jsonable(occupancy_to_dict(month_occupancy(s, month, now=now(), currency=currency)))
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def account(url: str, month: str, currency: Optional[str] = None, project: Optional[str] = None) -> Any:
     """``trainledger goodput --month M [--project P]``: the month's goodput account (``GoodputReport``); the whole
     month's from the cached monthly report with its lines (:func:`trainledger.app.queries.data.report`, as the export's),
@@ -50,7 +49,7 @@ def sections(url: str, month: str, currency: Optional[str] = None) -> tuple[list
     return acct.projects, ranked_by_badput(acct.runs)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def timeline(url: str, run_id: str, scope: Optional[tuple[str, ...]] = None) -> list[dict[str, Any]]:
     """``trainledger.money.goodput.account.phase_timeline``: per node and phase of a run, seconds, count, first and last
     time; a run outside ``scope`` (``trainledger.app.queries.data.check_run``): the unknown run's error."""

@@ -9,22 +9,21 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import streamlit as st
-from trainledger.app.queries.data import TTL, now, read_session
+from trainledger.app.queries.data import cached, now, read_session
 from trainledger.errors import LedgerInputError
 from trainledger.money.invoice.reconcile import reconcile
 from trainledger.reports.invoices import reconciliation_dict, to_csv, to_xlsx
 from trainledger.sources.imports.invoice_import import list_invoices
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def imported(url: str) -> list[dict[str, Any]]:
     """Every imported invoice, newest first (``trainledger invoice list``)."""
     with read_session(url) as s:
         return list_invoices(s)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def reconciliation(url: str, month: str, provider: Optional[str] = None) -> tuple[Optional[dict[str, Any]], str]:
     """(the month's reconciliation, "") or (None, the one-line reason there is none: no invoice for the month...)."""
     try:
@@ -34,14 +33,14 @@ def reconciliation(url: str, month: str, provider: Optional[str] = None) -> tupl
         return None, str(exc).splitlines()[0]
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def download(url: str, month: str, fmt: str, provider: Optional[str] = None) -> bytes:
     """The bytes ``invoice reconcile --month M --format FMT -o FILE`` writes."""
     rec, _ = reconciliation(url, month, provider)
     return to_csv(rec) if fmt == "csv" else to_xlsx(rec)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def cost_basis_note(url: str, month: str, currency: Optional[str]) -> Optional[str]:
     """One line for pages with the month's cost (ROI, Rent vs own): which cost they use, and the invoices' status
     and billed cost beside the ledger's estimate (``report monthly``'s ``invoice_status``, ``billed_cost``); None

@@ -9,12 +9,11 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Optional
 
-import streamlit as st
-from trainledger.app.queries.data import TTL, read_session
+from trainledger.app.queries.data import cached, read_session
 from trainledger.runs import plan
 
 
-@st.cache_data(ttl=TTL, show_spinner="Evaluating plans…")
+@cached(show_spinner="Evaluating plans…")
 def recommend(url: str, model: str, tokens: float, node_types: Optional[tuple[str, ...]], nodes: tuple[int, ...],
               deadline_days: Optional[float], budget: Optional[Decimal], rank_by: str, top: int,
               currency: Optional[str] = None) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def recommend(url: str, model: str, tokens: float, node_types: Optional[tuple[st
         return plan.recommend(s, req)
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def strategy_table(url: str, model: str, tokens: float, node_type: str, nodes: int) -> dict[str, Any]:
     with read_session(url) as s:
         return plan.strategy_table(s, model, tokens, node_type, nodes)

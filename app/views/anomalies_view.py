@@ -19,7 +19,7 @@ from trainledger.money.outlook.anomalies import MEASURES, RULE, anomalies, parse
 DAY_PARAM = "day"
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def month_anomalies(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``anomalies`` of the month; the fingerprints of the month and the one before (its baseline's) as the page's
     goodput totals read them (``data.known_fingerprints``)."""
@@ -28,7 +28,7 @@ def month_anomalies(url: str, month: str, currency: Optional[str] = None) -> dic
         return anomalies(s, month, now=data.now(), currency=currency, fingerprints=fps)
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def day_runs(url: str, day: date, scope: data.Scope = None) -> list[dict[str, Any]]:
     """``runs_on_day``; ``scope``: only the runs of its projects."""
     with data.read_session(url) as s:

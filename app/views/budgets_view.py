@@ -30,7 +30,7 @@ FIELDS = (("AMOUNT:", "Amount:"), ("--month:", "Month:"), ("--currency:", "Curre
           ("see `trainledger budget list`", "see the budgets above"))
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def budgets(url: str) -> dict[str, Any]:
     """Every budget (``budget list``), the projects a budget can be for, and the ledger's currency."""
     from sqlmodel import select

@@ -19,7 +19,7 @@ from trainledger.app.views import ui
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str, Any]:
     """``{"presented": presented(chargeback(month))}``, as the CLI presents it: the month's presented lines
     (``data.month_lines``: ``chargeback`` is ``from_charges`` of the month's ``month_charges``, stored with the
@@ -33,7 +33,7 @@ def statements(url: str, month: str, currency: Optional[str] = None) -> dict[str
     return {"presented": lines.chargeback}
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def statement_files(url: str, month: str, project: str, currency: Optional[str] = None) -> dict[str, bytes]:
     """``project``'s statement as XLSX and HTML and the month's summary CSV: ``trainledger.reports.chargeback.files``
     for that project, the bytes ``trainledger report chargeback --month M -o DIR`` writes."""
@@ -49,7 +49,7 @@ def summary_file(url: str, month: str, currency: Optional[str] = None) -> bytes:
     return summary_csv(statements(url, month, currency)["presented"]).encode("utf-8")
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def scoped_statements(url: str, month: str, scope: tuple[str, ...], currency: Optional[str] = None) -> dict[str, Any]:
     """:func:`statements` for a project-scoped user: the statements of the scope's projects only (the summary
     without the month's spend and idle); their files: :func:`scoped_statement_files`."""
@@ -59,7 +59,7 @@ def scoped_statements(url: str, month: str, scope: tuple[str, ...], currency: Op
     return {"presented": {"summary": summary, "statements": mine}}
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def scoped_statement_files(url: str, month: str, scope: tuple[str, ...], project: str,
                            currency: Optional[str] = None) -> dict[str, bytes]:
     """A scoped user's statement of ``project`` (one of the scope's) as XLSX and HTML (the HTML's note without the

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pandas as pd
 import streamlit as st
-from trainledger.app.queries.data import TTL, read_session
+from trainledger.app.queries.data import cached, read_session
 from trainledger.app.views import ui
 from trainledger.runs.predictions import planned_vs_measured_of
 
@@ -20,7 +20,7 @@ HELP = ("What the planner predicted when the run was launched (its plan on its n
         "both at the offer's list price.")
 
 
-@st.cache_data(ttl=TTL, show_spinner=False)
+@cached()
 def planned_vs_measured(url: str, run_id: str) -> dict[str, Any]:
     with read_session(url) as s:
         return planned_vs_measured_of(s, run_id)

@@ -17,7 +17,7 @@ from trainledger.store.mappings.slurm_map import add_rule, list_rules, remove_ru
 NO_OFFER = "(the fleet, else elastic rent)"
 
 
-@st.cache_data(ttl=data.TTL, show_spinner=False)
+@data.cached()
 def rules(url: str) -> list[dict[str, Any]]:
     with data.read_session(url) as s:
         return list_rules(s)

@@ -26,13 +26,21 @@ def _shared(url: str) -> dict[str, bytes]:
     return out
 
 
+def _hold_clock(monkeypatch) -> None:
+    """The caches are keyed by the dashboard's clock too (data.clock, which ticks every 30 s): held at one instant,
+    two reads a tick apart are still one entry."""
+    held = data.clock()
+    monkeypatch.setattr(data, "clock", lambda: held)
+
+
 def _no_expiry(monkeypatch) -> None:
-    """The shared caches keep their objects for the whole test: their 30 s expiry (data.TTL) would otherwise race
-    the test's eleven page renders on a loaded machine (seen: a fresh account after the Settings page at load 14).
-    Streamlit makes a new cache for a function whose ttl changed, so this test's objects live in one without an
-    expiry, and the next test's in a 30 s one again."""
+    """The shared caches keep their objects for the whole test: their 30 s expiry (data.TTL), and the clock's tick,
+    would otherwise race the test's eleven page renders on a loaded machine (seen: a fresh account after the
+    Settings page at load 14). Streamlit makes a new cache for a function whose ttl changed, so this test's objects
+    live in one without an expiry, and the next test's in a 30 s one again."""
+    _hold_clock(monkeypatch)
     for cached in (data.report, data.charges, data.month_goodput, data.month_lines):
-        monkeypatch.setattr(cached._info, "ttl", None)
+        monkeypatch.setattr(cached.cache._info, "ttl", None)
 
 
 def test_no_page_changes_the_shared_reports_and_accounts(demo_url, app_env, monkeypatch):
@@ -50,8 +58,9 @@ def test_no_page_changes_the_shared_reports_and_accounts(demo_url, app_env, monk
         assert {k for k in before if after[k] != before[k]} == set(), page  # ... and left it as it was
 
 
-def test_clear_caches_forgets_the_shared_objects(demo_url, app_env):
+def test_clear_caches_forgets_the_shared_objects(demo_url, app_env, monkeypatch):
     app_env(demo_url)
+    _hold_clock(monkeypatch)
     first = data.month_goodput(demo_url, MONTH)
     rep = data.report(demo_url, MONTH, True)
     mc = data.charges(demo_url, MONTH, None)  # as data.report calls it (an argument left out is another key)

@@ -7,7 +7,8 @@ written at that instant and the app reads it (app/queries/data.py ``now()``).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import itertools
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -20,7 +21,7 @@ from trainledger.reports.export import presented_report, render
 from trainledger.reports.present import fmt_cell, present
 from trainledger.store.db import make_engine, session_scope
 
-from tests.app.helpers import make_app, metrics, run_page
+from tests.app.helpers import make_app, metrics, plain, run_page
 
 DAY3 = datetime(2026, 12, 3, 7, 7, 30, tzinfo=timezone.utc)
 MONTH = "2026-12"
@@ -107,6 +108,24 @@ def test_overview_on_day_3(day3):
     assert rows["demo-pretrain"]["used"] == fmt_cell("used_pct", want["demo-pretrain"]["used_pct"])
     assert rows["demo-finetune"]["state"] == "ok" and rows["demo-finetune"]["month end, expected (CNY)"] == \
         fmt_cell("cost", want["demo-finetune"]["cost"]["expected"])
+
+
+def test_a_page_run_reads_one_clock_while_time_passes(day3_url, app_env, monkeypatch):
+    """Without ``$TRAINLEDGER_NOW`` the clock moves while a page runs (here 20 s at every reading of it): every figure
+    of the run is at one instant, so the Spend card and the goodput line's spend (two cached reads: the month's
+    report and its goodput account) show the same cents, as ``report monthly`` and ``goodput`` do at one ``--now``.
+    The fleet's idle cost to date grows by the second, so reads at two instants differ."""
+    import trainledger.store.types as types
+
+    monkeypatch.delenv("TRAINLEDGER_NOW", raising=False)
+    ticks = itertools.count()
+    monkeypatch.setattr(types, "utcnow", lambda: DAY3 + timedelta(seconds=20 * next(ticks)))
+    app_env(day3_url)
+    at = run_page(make_app(MONTH), "overview")
+    spend = metrics(at)["Spend, to date (CNY)"]
+    line = plain(next(m.value for m in at.markdown if m.value.startswith("**Goodput")))
+    assert line.startswith(f"**Goodput ({LABEL}):** of {spend} CNY, "), (spend, line)
+    assert spend == fmt_cell("actual_cost", _figures(day3_url)[0].summary["actual_cost"])  # at DAY3, the run's clock
 
 
 def test_an_ended_month_is_not_to_date(day3):
