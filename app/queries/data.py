@@ -25,6 +25,7 @@ never serves another. A run outside the scope is an unknown run: the same one-li
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -121,8 +122,12 @@ def cached(*, ttl: int = TTL, show_spinner: bool | str = False, shared: bool = F
             finally:
                 _RUN_CLOCK.reset(token)
 
-        # Streamlit keys a cache by the function's module and qualified name: each reader its own
+        # Streamlit keys a cache by the function's module and qualified name (each reader its own) and an argument
+        # by its name in the signature (a keyword and a positional argument are one key, as before): the reader's
         at.__module__, at.__name__, at.__qualname__ = fn.__module__, fn.__name__, fn.__qualname__
+        sig = inspect.signature(fn)
+        at.__signature__ = sig.replace(parameters=[inspect.Parameter("instant", inspect.Parameter.POSITIONAL_ONLY),
+                                                   *sig.parameters.values()])
         store = (st.cache_resource if shared else st.cache_data)(ttl=ttl, show_spinner=show_spinner)(at)
 
         @functools.wraps(fn)

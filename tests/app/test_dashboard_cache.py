@@ -65,6 +65,7 @@ def test_clear_caches_forgets_the_shared_objects(demo_url, app_env, monkeypatch)
     rep = data.report(demo_url, MONTH, True)
     mc = data.charges(demo_url, MONTH, None)  # as data.report calls it (an argument left out is another key)
     assert mc.report is rep  # the report with lines is the chargeback's costing, computed once
+    assert data.charges(demo_url, MONTH, currency=None) is mc  # an argument by name or by place: one entry
     lines = data.month_lines(demo_url, MONTH)
     assert data.month_lines(demo_url, MONTH) is lines
     data.clear_caches()
