@@ -1,4 +1,4 @@
-"""Cached reads for the pages: the ledger functions the CLI calls, behind st.cache_data.
+"""Cached reads for the pages: the ledger functions the CLI calls, behind :func:`cached` (st.cache_data keyed by the page's clock).
 
 Every reader takes the ledger URL as its first argument, so the cache is keyed
 by the ledger and the arguments; entries live :data:`TTL` seconds. Writes go
@@ -122,8 +122,9 @@ def cached(*, ttl: int = TTL, show_spinner: bool | str = False, shared: bool = F
             finally:
                 _RUN_CLOCK.reset(token)
 
-        # Streamlit keys a cache by the function's module and qualified name (each reader its own) and an argument
-        # by its name in the signature (a keyword and a positional argument are one key, as before): the reader's
+        # Streamlit keys a cache by the function's module and qualified name, and each argument by its name in the
+        # signature: the reader's own, so each reader has its own cache and an argument given by name or by place
+        # is one key
         at.__module__, at.__name__, at.__qualname__ = fn.__module__, fn.__name__, fn.__qualname__
         sig = inspect.signature(fn)
         at.__signature__ = sig.replace(parameters=[inspect.Parameter("instant", inspect.Parameter.POSITIONAL_ONLY),

@@ -1,4 +1,4 @@
-"""The Planner page's reads: ``trainledger.runs.plan`` behind st.cache_data (no arithmetic here).
+"""The Planner page's reads: ``trainledger.runs.plan`` behind ``data.cached`` (no arithmetic here).
 
 The ranking is the one ``trainledger plan recommend`` prints for the same
 inputs; the strategy table is ``trainledger.runs.plan.strategy_table``.

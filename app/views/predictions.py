@@ -1,4 +1,4 @@
-"""Planned vs measured on the Runs and Strategies pages: ``trainledger.runs.predictions`` behind st.cache_data.
+"""Planned vs measured on the Runs and Strategies pages: ``trainledger.runs.predictions`` behind ``data.cached``.
 
 The rows are the ones ``trainledger runs show`` prints (predicted, the calibration's range, measured,
 error); this module only lays them out.
