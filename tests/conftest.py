@@ -277,7 +277,7 @@ LONG_GROUPS = {
     "test_bench_quick.py": 59,
     "app/test_signin_browser.py": 55,
     "collect": 51,
-    "app/test_dashboard_browser.py": 48,
+    "app/test_dashboard_browser.py": 62,
 }
 
 

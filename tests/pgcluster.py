@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -35,6 +36,7 @@ class PgCluster:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        (self.dir / "owner").write_text(str(os.getpid()))  # first: another run's _remove_stale judges by it
         self.data = self.dir / "data"
         self.as_postgres = os.geteuid() == 0
         if self.as_postgres:
@@ -45,9 +47,15 @@ class PgCluster:
                 fh.writelines(f"host all all {net} trust\n" for net in trust)
 
     def _run(self, cmd: list[str]) -> None:
+        """Run ``cmd`` (as postgres when root); a failure raises with the program's own last lines in the error."""
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        if done.returncode:
+            err = subprocess.CalledProcessError(done.returncode, cmd, done.stdout)
+            err.add_note(f"{Path(cmd[cmd.index('--') + 1] if '--' in cmd else cmd[0]).name} said: "
+                         + " | ".join(done.stdout.strip().splitlines()[-5:]))
+            raise err
 
     @property
     def url(self) -> str:
@@ -105,8 +113,13 @@ def _remove_stale(parent: Path) -> None:
             state = Path(f"/proc/{int((old / 'owner').read_text())}/stat").read_text().rsplit(")", 1)[1].split()[0]
             if state != "Z":
                 continue  # its run is still going (a zombie is gone: nothing may have reaped it yet)
-        except FileNotFoundError:
-            pass
+        except FileNotFoundError:  # its pytest is gone, or it is being made this instant: the owner is written
+            if not (old / "owner").exists():  # at once, so only a folder without one for a minute is an orphan
+                try:
+                    if time.time() - old.stat().st_mtime < 60:
+                        continue
+                except FileNotFoundError:
+                    continue
         except (OSError, ValueError, IndexError):
             continue  # not ours to judge
         PgCluster.found(old).destroy()
@@ -118,7 +131,6 @@ def suite_server() -> PgCluster:
     parent = _parent_dir()
     _remove_stale(parent)
     cluster = PgCluster(settings=SUITE_SETTINGS, parent=parent, prefix=SUITE_PREFIX)
-    (cluster.dir / "owner").write_text(str(os.getpid()))
     try:
         cluster.start()
     except BaseException:

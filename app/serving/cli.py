@@ -77,6 +77,36 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def first_unprivileged_port() -> int:
+    """The lowest port any user may listen on (Linux: ``net.ipv4.ip_unprivileged_port_start``, else 1024)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    except (OSError, ValueError):
+        return 1024
+
+
+def unusable_port(host: str, port: int) -> Optional[str]:
+    """Why the server could not listen on ``host``:``port``, for the two reasons the user fixes with ``--port`` (it
+    is taken, or privileged: under 1024 on most systems), or None. Binds as the server will (``SO_REUSEADDR``: a port left in
+    TIME_WAIT is free) and lets go at once; any other failure is the server's to report."""
+    import errno
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "is in use (another dashboard?)"
+        if exc.errno == errno.EACCES:
+            return f"needs privileges to listen on (ports under {first_unprivileged_port()})"
+        return None
+    finally:
+        sock.close()
+    return None
+
+
 def _check_oidc(path: Path) -> None:
     """The OIDC configuration, its mapping and its secret are usable, and Authlib is installed; else exit 2."""
     from trainledger.app.serving.oidc import OidcConfigError, load_config
@@ -143,6 +173,9 @@ def dashboard_command(
         _fail(f"cannot use the ledger at {redact_url(url)}: {reason}", code=1)
 
     shown = f"[{host}]" if ":" in host else host
+    taken = unusable_port(host, port)
+    if taken:  # before the banner: Streamlit would print it first, then fail on its own
+        _fail(f"--port {port}: {shown}:{port} {taken}; pass a free --port")
     ways = ([f"{len(users)} users"] if auth_file is not None else []) + (["OpenID Connect"] if oidc_config else [])
     who = f"sign-in required ({', '.join(ways)})" if signin else "local use, no sign-in"
     typer.echo(f"trainledger dashboard on http://{shown}:{port} ({who}); ledger {redact_url(url)}", err=True)

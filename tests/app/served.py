@@ -123,8 +123,9 @@ def chromium(p, *names: str):
 @contextlib.contextmanager
 def evidence(page, served: Served, name: str) -> Iterator[None]:
     """On a failure inside the block, keep what the browser and the server saw: a screenshot, the page's text and
-    the dashboard's log as test-artifacts/failures/NAME.png, NAME.txt and NAME.log, named in the error (a failure
-    seen only in full runs on a loaded machine is otherwise gone with the test's temporary directory)."""
+    the dashboard's log as test-artifacts/failures/NAME.png, NAME.txt and NAME.log, named in the error, with the
+    log's last lines in the error itself (a failure seen only in full runs on a loaded machine is otherwise gone
+    with the test's temporary directory, and CI keeps only what pytest prints)."""
     try:
         yield
     except BaseException as exc:
@@ -141,6 +142,11 @@ def evidence(page, served: Served, name: str) -> Iterator[None]:
             except Exception as why:  # the page may be gone: keep what can be kept
                 kept.append(f"{f.name}: not kept ({type(why).__name__})")
         exc.add_note("kept: " + ", ".join(kept))
+        try:  # CI keeps only what pytest prints: the end of the dashboard's log goes with the error
+            tail = served.log_text().splitlines()[-20:]
+        except OSError as why:
+            tail = [f"not readable ({type(why).__name__})"]
+        exc.add_note("the dashboard's log, last lines:\n" + "\n".join(f"  {line}" for line in tail))
         raise
 
 
@@ -148,11 +154,52 @@ def evidence(page, served: Served, name: str) -> Iterator[None]:
 CHUNK_FAILED = "Failed to fetch dynamically imported module"
 
 
+#: what the page shows of Streamlit's state: the app root's script state, the status widget's text (a script run, or
+#: the connection's state), the skeletons left, and the fetches that did not get a 200 (URL and status; 0: none)
+PAGE_STATE_JS = """() => ({
+  ready: document.readyState,
+  script: document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state') ?? 'no app root',
+  status: document.querySelector('[data-testid="stStatusWidget"]')?.innerText.replace(/\\s+/g, ' ').trim() ?? null,
+  skeletons: document.querySelectorAll('[data-testid="stSkeleton"]').length,
+  failed: [...new Set(performance.getEntriesByType('resource').filter(e => e.responseStatus !== 200)
+    .map(e => `${e.name} status ${e.responseStatus}`))],
+})"""
+
+
+class NotDrawn(AssertionError):
+    """The page did not settle in time; ``state`` is :data:`PAGE_STATE_JS`'s answer (None if it was unreadable)."""
+
+    def __init__(self, message: str, state: Optional[dict]):
+        super().__init__(message)
+        self.state = state
+
+
+#: the script states of a page whose frontend never started a script run: it did not boot (its code not fetched)
+#: or never connected to the server; no script of the app has run in it
+NEVER_RAN = ("initial", "no app root")
+
+
+def _page_state(page) -> tuple[Optional[dict], str]:
+    """:data:`PAGE_STATE_JS`'s answer and one line of it, for an error message."""
+    try:
+        st = page.evaluate(PAGE_STATE_JS)
+    except Exception as why:  # the page may be mid-navigation or gone
+        return None, f"page state not readable ({type(why).__name__})"
+    return st, (f"document {st['ready']}, script {st['script']}, status widget {st['status']!r}, "
+                f"{st['skeletons']} skeletons, fetches without a 200: {'; '.join(st['failed']) or 'none'}")
+
+
 def _wait_drawn(page) -> None:
-    page.wait_for_function(
-        "() => !!document.querySelector('[data-testid=\"stApp\"][data-test-script-state=\"notRunning\"]')"
-        " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "() => !!document.querySelector('[data-testid=\"stApp\"][data-test-script-state=\"notRunning\"]')"
+            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+            " && !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS)
+    except PlaywrightTimeout:  # say where it stuck: a script run that never ended, no connection, a fetch
+        state, line = _page_state(page)
+        raise NotDrawn(f"{page.url}: not drawn after {WAIT_MS // 1000} s: {line}", state) from None
 
 
 def _failed_chunks(page) -> list[str]:
@@ -179,8 +226,21 @@ def settle(page) -> None:
     the page is loaded again once, with a warning naming the files, since what failed is the transfer of a file
     that the same server had served, not the page. Seen once, in a full CI run on a loaded machine (issue 38), for
     every element of one page at once; never when the same test ran alone. A second failure fails the test.
+
+    Likewise a page whose frontend never started a script run (:data:`NEVER_RAN`: its code was not fetched, or it
+    never connected to the server) is loaded again once, with a warning naming its state; a second time fails. A
+    script run that has not ended, or a page that ran and still shows a status widget or skeletons, fails at once.
+    Either failure says where the page stood (:class:`NotDrawn`): a full CI run once saw an Overview, just signed
+    in to, not drawn after 60 s, with nothing recorded of its state (issue 38).
     """
-    _wait_drawn(page)
+    try:
+        _wait_drawn(page)
+    except NotDrawn as stuck:
+        if stuck.state is None or stuck.state["script"] not in NEVER_RAN:
+            raise  # a script run that never ended, or a page that ran and still waits: the app's, not the transfer's
+        warnings.warn(f"reloaded {stuck}", stacklevel=2)
+        page.reload()
+        _wait_drawn(page)
     failed = _failed_chunks(page)
     if not failed:
         return

@@ -50,29 +50,43 @@ def browser():
             b.close()
 
 
-def _overview_as(browser, served, user: str, password: str):
-    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
-    page.set_default_timeout(WAIT_MS)
-    page.goto(f"{served.base}/overview?month={MONTH}")
-    page.get_by_label("User").fill(user)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_load_state()
-    settle(page)
-    return page
+@pytest.fixture
+def overview_as(site, browser):
+    """``overview_as(user, password, name)``: a new browser context signed in as ``user`` on the Overview, drawn; a
+    failure on the way keeps its evidence as ``name``-signin (the sign-in's Overview failed in CI twice, in two
+    ways, issue 38). The contexts are closed after the test: a page left open keeps its renderer and its session."""
+    contexts = []
+
+    def open_as(user: str, password: str, name: str):
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        with evidence(page, site, f"{name}-signin"):
+            page.goto(f"{site.base}/overview?month={MONTH}")
+            page.get_by_label("User").fill(user)
+            page.get_by_label("Password").fill(password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_load_state()
+            settle(page)
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
 
 
 def _open_form(page):
     open_expander(page, "Set, change or remove budgets")
 
 
-def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_an_anomaly_days_runs(site, browser):
+def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_an_anomaly_days_runs(site, overview_as):
     from playwright.sync_api import expect
 
     st = with_session(site.url, lambda s: budget_status(s, MONTH))
     by = {b["project"]: b for b in st["budgets"]}
     assert sorted(by) == ["", "demo-finetune", "demo-pretrain"]  # the demo's own budgets
-    page = _overview_as(browser, site, "alice", "alice-pw")
+    page = overview_as("alice", "alice-pw", "budgets-lead")
     with evidence(page, site, "budgets-lead"):  # failed twice in full runs on a slow machine, never alone (issue 38)
         expect(page.get_by_text(f"Team budget: {STATE[by['']['state']]}")).to_be_visible()
         table = page.get_by_test_id("stDataFrame").filter(has=page.get_by_text("over since / crosses on"))
@@ -117,10 +131,10 @@ def test_a_lead_sets_a_budget_sees_it_on_overview_and_in_budget_check_and_opens_
         page.screenshot(path=str(ARTIFACTS / "anomaly-day-runs-1280.png"), full_page=True)
 
 
-def test_a_viewer_sees_budgets_but_cannot_change_them(site, browser):
+def test_a_viewer_sees_budgets_but_cannot_change_them(site, overview_as):
     from playwright.sync_api import expect
 
-    page = _overview_as(browser, site, "bob", "bob-pw")
+    page = overview_as("bob", "bob-pw", "budgets-viewer")
     with evidence(page, site, "budgets-viewer"):
         _open_form(page)
         expect(page.get_by_text("you can see the budgets, but only leads can change them")).to_be_visible()
@@ -172,45 +186,46 @@ def _chargeback_grid(page) -> dict[str, str]:
     return {r[0]: r[total] for r in g["rows"] if r}
 
 
-def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_the_clis(site, browser, tmp_path):
+def test_a_lead_sets_each_idle_policy_in_settings_and_the_chargeback_table_is_the_clis(site, overview_as, tmp_path):
     """Issue 39 item 1 in Chromium: a lead changes the demo fleet's idle policy in Settings (each policy in turn)
     and the Export page's chargeback table shows, for every statement, the total `trainledger report chargeback`
     writes, to the cent; the share of idle moves with the policy."""
     from playwright.sync_api import expect
 
-    page = _overview_as(browser, site, "alice", "alice-pw")
-    seen = {}
-    before = with_session(site.url, _demo_policy)
-    for policy in POLICIES:
-        page.goto(f"{site.base}/settings")
-        settle(page)
-        page.get_by_role("tab", name="Fleet").click()
-        fleet = page.get_by_role("combobox", name="Fleet")
-        fleet.click()
-        page.get_by_role("option", name="demo-cluster", exact=True).click()
-        expect(fleet).to_have_value("demo-cluster")
-        settle(page)  # the form redrawn for the fleet picked (with its policy) before it is filled
-        # the fleet's own form, not the new-fleet form still shown until the rerun for the pick has drawn: both
-        # show the policy "none", but only the fleet's has its name (a fill into the new-fleet form is lost)
-        expect(page.get_by_role("textbox", name="Name")).to_have_value("demo-cluster")
-        share = page.get_by_role("textbox", name="Idle charged back")
-        expect(share).to_have_value(before or "none")
-        share.fill(policy)
-        expect(share).to_have_value(policy)
-        page.get_by_role("button", name="Save fleet").click()
-        settle(page)
-        expect(page.get_by_text("Fleet demo-cluster updated.")).to_be_visible()
-        assert with_session(site.url, _demo_policy) == (None if policy == "none" else policy)  # what was saved
-        before = policy
-        page.goto(f"{site.base}/export?month={MONTH}")
-        settle(page)
-        expect(page.get_by_role("heading", name="Chargeback statements")).to_be_visible()
-        shown = _chargeback_grid(page)
-        cli = _chargeback_cli(site, tmp_path)
-        assert {k: v.replace(",", "") for k, v in shown.items()} == cli, (policy, shown, cli)
-        seen[policy] = cli
-        page.screenshot(path=str(ARTIFACTS / f"chargeback-{policy.split(':')[0]}-1280.png"), full_page=True)
-    # the policy moved idle between the statements: none charges none back, proportional and even differ
-    assert Decimal(seen["none"]["idle (not charged back)"]) > 0 == Decimal(seen["even"]["idle (not charged back)"])
-    assert seen["proportional"]["demo-pretrain"] != seen["even"]["demo-pretrain"] != seen["none"]["demo-pretrain"]
-    assert Decimal(seen["proportional"]["spend"]) == Decimal(seen["none"]["spend"])
+    page = overview_as("alice", "alice-pw", "chargeback")
+    with evidence(page, site, "chargeback"):
+        seen = {}
+        before = with_session(site.url, _demo_policy)
+        for policy in POLICIES:
+            page.goto(f"{site.base}/settings")
+            settle(page)
+            page.get_by_role("tab", name="Fleet").click()
+            fleet = page.get_by_role("combobox", name="Fleet")
+            fleet.click()
+            page.get_by_role("option", name="demo-cluster", exact=True).click()
+            expect(fleet).to_have_value("demo-cluster")
+            settle(page)  # the form redrawn for the fleet picked (with its policy) before it is filled
+            # the fleet's own form, not the new-fleet form still shown until the rerun for the pick has drawn: both
+            # show the policy "none", but only the fleet's has its name (a fill into the new-fleet form is lost)
+            expect(page.get_by_role("textbox", name="Name")).to_have_value("demo-cluster")
+            share = page.get_by_role("textbox", name="Idle charged back")
+            expect(share).to_have_value(before or "none")
+            share.fill(policy)
+            expect(share).to_have_value(policy)
+            page.get_by_role("button", name="Save fleet").click()
+            settle(page)
+            expect(page.get_by_text("Fleet demo-cluster updated.")).to_be_visible()
+            assert with_session(site.url, _demo_policy) == (None if policy == "none" else policy)  # what was saved
+            before = policy
+            page.goto(f"{site.base}/export?month={MONTH}")
+            settle(page)
+            expect(page.get_by_role("heading", name="Chargeback statements")).to_be_visible()
+            shown = _chargeback_grid(page)
+            cli = _chargeback_cli(site, tmp_path)
+            assert {k: v.replace(",", "") for k, v in shown.items()} == cli, (policy, shown, cli)
+            seen[policy] = cli
+            page.screenshot(path=str(ARTIFACTS / f"chargeback-{policy.split(':')[0]}-1280.png"), full_page=True)
+        # the policy moved idle between the statements: none charges none back, proportional and even differ
+        assert Decimal(seen["none"]["idle (not charged back)"]) > 0 == Decimal(seen["even"]["idle (not charged back)"])
+        assert seen["proportional"]["demo-pretrain"] != seen["even"]["demo-pretrain"] != seen["none"]["demo-pretrain"]
+        assert Decimal(seen["proportional"]["spend"]) == Decimal(seen["none"]["spend"])

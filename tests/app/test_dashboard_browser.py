@@ -203,6 +203,40 @@ def test_a_frontend_file_the_browser_could_not_fetch_is_loaded_again_once(dashbo
             settle(page)
 
 
+def test_a_page_that_never_connected_is_loaded_again_once_and_a_stuck_one_says_where_it_stood(dashboard, monkeypatch):
+    """tests/app/served.py ``settle``: a page whose frontend never connected (here the browser closes the app's
+    WebSocket on the first load) is not drawn in the wait; settle warns with the page's state (its script never
+    ran), loads it again, and it draws. A page that never connects fails, saying where it stood."""
+    from playwright.sync_api import expect
+
+    from tests.app import served
+
+    monkeypatch.setattr(served, "WAIT_MS", 6_000)  # the wait given up on twice below: not the suite's minute
+    base, _, _ = dashboard
+    with _page(viewport={"width": 1440, "height": 1000}) as page:
+        loads: list[str] = []
+        page.on("domcontentloaded", lambda _: loads.append(page.url))
+
+        def refuse_on_the_first_load(ws):
+            if len(loads) <= 1:
+                ws.close()
+            else:
+                ws.connect_to_server()
+
+        page.route_web_socket(re.compile(r"/_stcore/stream$"), refuse_on_the_first_load)
+        page.goto(f"{base}/overview?month={MONTH}")
+        with pytest.warns(UserWarning, match=r"/overview\?month=.*: not drawn after 6 s: .*script initial") as seen:
+            settle(page)
+        assert len(seen) == 1 and len(loads) == 2
+        expect(page.get_by_test_id("stMetric").first).to_be_visible()
+
+        page.route_web_socket(re.compile(r"/_stcore/stream$"), lambda ws: ws.close())
+        page.reload()
+        monkeypatch.setattr(served, "WAIT_MS", 2_000)  # both waits fail: no draw to leave time for
+        with pytest.warns(UserWarning), pytest.raises(AssertionError, match=r"not drawn after 2 s: .*script initial"):
+            settle(page)
+
+
 def test_launch_a_tiny_run_and_watch_it_succeed(dashboard):
     from playwright.sync_api import expect
 

@@ -1,6 +1,10 @@
-"""`trainledger dashboard`: loopback unless signed in, an argument list, the URL in the environment."""
+"""`trainledger dashboard`: loopback unless signed in, an argument list, the URL in the environment, a busy port
+refused in one line before anything starts."""
 
 from __future__ import annotations
+
+import socket
+import subprocess
 
 import pytest
 from trainledger.app.serving import cli as dashboard_cli
@@ -8,9 +12,14 @@ from trainledger.app.serving.auth import make_entry
 from trainledger.cli.commands import app
 from typer.testing import CliRunner
 
+from tests.app.served import free_port, trainledger
+
 
 def _invoke(*args):
-    return CliRunner().invoke(app, ["dashboard", *args], catch_exceptions=False)
+    """The command in this process (Streamlit's start faked); on a free port unless ``args`` name one (the command
+    checks that it can listen there, and 8501, the default, may be a real dashboard's)."""
+    port = () if "--port" in args else ("--port", str(free_port()))
+    return CliRunner().invoke(app, ["dashboard", *port, *args], catch_exceptions=False)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "example.org"])
@@ -25,13 +34,14 @@ def test_public_bind_without_auth_is_refused(host, sqlite_url, fake_popen, monke
 
 def test_loopback_starts_streamlit_as_an_argument_list(sqlite_url, fake_popen, monkeypatch):
     monkeypatch.delenv("TRAINLEDGER_AUTH_FILE", raising=False)
-    r = _invoke("--port", "8765", "--db", sqlite_url)
+    port = free_port()
+    r = _invoke("--port", str(port), "--db", sqlite_url)
     assert r.exit_code == 0, r.output
     (argv, env, kw), = fake_popen
     assert isinstance(argv, list) and kw == {}
     assert argv[1:5] == ["-m", "trainledger.app.serving.serve", "run", str(dashboard_cli.ASGI_SCRIPT)]  # `streamlit run app/serving/asgi.py`
     opts = dict(zip(argv[5::2], argv[6::2]))
-    assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8765"
+    assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == str(port)
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
     assert opts["--client.showErrorDetails"] == "none"  # no message, type or trace of an error in the browser
     assert env["TRAINLEDGER_DB_URL"] == sqlite_url and sqlite_url not in argv
@@ -114,3 +124,75 @@ def test_help():
     assert r.exit_code == 0
     for flag in ("--host", "--port", "--db", "--auth-file"):
         assert flag in r.output
+
+
+def _listening(family: int, host: str, *, reuse: bool = False) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize(("family", "host", "shown"), [(socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+                                                       (socket.AF_INET6, "::1", "[::1]")])
+def test_a_busy_port_is_one_line_naming_port_and_nothing_starts(family, host, shown, sqlite_url, fake_popen):
+    with _listening(family, host) as busy:
+        port = busy.getsockname()[1]
+        r = _invoke("--host", host, "--port", str(port), "--db", sqlite_url)
+    assert r.exit_code == 2 and fake_popen == []
+    assert r.stderr == f"error: --port {port}: {shown}:{port} is in use (another dashboard?); pass a free --port\n"
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_is_free(sqlite_url, fake_popen):
+    """A dashboard just stopped leaves its port in TIME_WAIT (it closed its connections first); the server binds
+    with SO_REUSEADDR, as the check does, so the port is taken again, and the check must not refuse it."""
+    with _listening(socket.AF_INET, "127.0.0.1", reuse=True) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server closes first: its end waits in TIME_WAIT
+            assert client.recv(1) == b""
+    with pytest.raises(OSError):  # a plain bind still sees the port as taken
+        with socket.socket() as plain:
+            plain.bind(("127.0.0.1", port))
+    assert dashboard_cli.unusable_port("127.0.0.1", port) is None
+    assert _invoke("--port", str(port), "--db", sqlite_url).exit_code == 0 and len(fake_popen) == 1
+
+
+def test_the_console_script_refuses_a_busy_port_before_its_banner(sqlite_url):
+    """The installed command, as a user runs it, while another server holds the port: one line, exit 2, no banner
+    and no Streamlit (whose own message came after the banner before)."""
+    with _listening(socket.AF_INET, "127.0.0.1") as busy:
+        port = busy.getsockname()[1]
+        done = subprocess.run([*trainledger(), "dashboard", "--port", str(port), "--db", sqlite_url],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: --port {port}: 127.0.0.1:{port} is in use (another dashboard?); pass a free --port\n"
+
+
+def test_a_privileged_port_without_privileges_is_one_line():
+    """A port under the first unprivileged one (1024 here; a container may set it to 0, and then no port is
+    refused) cannot be bound by a user without privileges: checked in a forked child that drops to ``nobody`` when
+    the tests run as root (root may bind any), with a port the kernel picks as the control."""
+    import os
+
+    first = dashboard_cli.first_unprivileged_port()
+    port = max(first - 1, 80)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, only the check, then _exit
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            os.write(write, f"{dashboard_cli.unusable_port('127.0.0.1', port)}|{dashboard_cli.unusable_port('127.0.0.1', 0)}"
+                     .encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        said = fh.read()
+    os.waitpid(pid, 0)
+    assert said == (f"needs privileges to listen on (ports under {first})|None" if port < first else "None|None")
