@@ -292,6 +292,21 @@ def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives the groups
     _start_suite_server(config)
+    _make_hosts_fabric(config)
+
+
+def _make_hosts_fabric(config) -> None:
+    """The run's bridge for the multi-host tests' namespaces, with its gateway address (tests/hosts.py ``Fabric``),
+    made by the controller (or the only process) before any test, and so before any browser, runs: an address
+    that comes or goes while Chromium loads a page fails its fetches (ERR_NETWORK_CHANGED), and each set of hosts
+    used to add and remove one. Where namespaces cannot be made, nothing (the multi-host tests say why)."""
+    from tests.hosts import FABRIC_ENV, Fabric, unavailable
+
+    if hasattr(config, "workerinput") or os.environ.get(FABRIC_ENV) or unavailable() is not None:
+        return
+    fabric = Fabric.make()
+    config._trainledger_fabric = fabric
+    os.environ[FABRIC_ENV] = fabric.env_value()
 
 
 def _start_suite_server(config) -> None:
@@ -319,6 +334,12 @@ def pytest_report_header(config):
 
 
 def pytest_unconfigure(config):
+    fabric = getattr(config, "_trainledger_fabric", None)
+    if fabric is not None:
+        from tests.hosts import FABRIC_ENV
+
+        os.environ.pop(FABRIC_ENV, None)
+        fabric.remove()
     server = getattr(config, "_trainledger_pg", None)
     if server is not None:
         os.environ.pop("TRAINLEDGER_TEST_PG", None)

@@ -1,10 +1,17 @@
 """Several hosts on one machine: Linux network namespaces on a bridge, each with its own address and hostname.
 
-A :class:`Hosts` set is a bridge in the root namespace (``10.231.0.<16·b + 1>``, a /28 of the project's own
-``10.231.0.0/24``) and ``n`` network namespaces, each linked to the bridge by a veth pair whose inner end is
-``eth0`` (``10.231.0.<16·b + 2 + i>``), with loopback up. Every namespace reaches the others and the root
-namespace (the bridge address); a server in the root namespace that listens on the bridge address is
-reachable from every host, as a head node's services are on a cluster network.
+The hosts of a test run share its :class:`Fabric`: a bridge in the root namespace with the gateway address
+``10.231.0.<16·b + 1>`` of block ``b``, a /28 of the project's own ``10.231.0.0/24``. tests/conftest.py makes it
+once, before any test runs (the workers find it in ``$TRAINLEDGER_TEST_HOSTS_FABRIC``), and removes it after the
+last. A :class:`Hosts` set is ``n`` network namespaces, each linked to the bridge by a veth pair whose inner end
+is ``eth0`` (``10.231.0.<16·b + 2 + slot>``, a free slot of the block), with loopback up. Every namespace reaches
+the others and the root namespace (the gateway address); a server in the root namespace that listens on the
+gateway address is reachable from every host, as a head node's services are on a cluster network.
+
+Why the bridge and its address outlive the sets: Chromium drops its connections and fails every fetch in flight
+(``ERR_NETWORK_CHANGED``) whenever an address of its network namespace comes or goes. A set that added and removed
+the gateway address itself, on another test worker, failed browser tests' page loads in full runs (issue 38). A
+set only adds and removes links, which Chromium does not mind (measured: docs/PERFORMANCE.md).
 
 A process runs *on* a host with :meth:`Host.cmd`: ``nsenter --net=/run/netns/NS -- unshare --mount --uts --
 python -c ENTER HOSTS NAME COMMAND...`` — the host's network namespace, a UTS namespace whose hostname is the
@@ -12,11 +19,11 @@ host's name and a mount namespace whose /etc/hosts lists every host, then ``exec
 list all the way, never a shell). :meth:`Host.kill_all` kills every process in the namespace
 (``ip netns pids``): the host "dies"; :meth:`Host.cut` takes its link down.
 
-Parallel test processes never collide: a set holds block ``b`` (0–15) of the /24 by an exclusive ``flock``
-on ``/run/trainledger-hosts/<b>.lock`` and names everything ``tl<b:x><token>…`` (15 characters at most, the
-kernel's limit for an interface). The names of a set are written next to its lock before anything is
-created, so a set left behind by a killed test run is removed by the next set that starts (any block whose
-lock is free and still has a set).
+Parallel test runs never collide: a fabric holds block ``b`` (0–15) by an exclusive ``flock`` on
+``/run/trainledger-hosts/<b>.lock``, and a host its slot by one on ``<b>.<slot>.lock``; everything is named
+``tl<b:x><token>…`` (15 characters at most, the kernel's limit for an interface). The names are written next to
+the lock before anything is created, so what a killed test run left is removed by the next fabric or host that
+takes the lock. Without a fabric in the environment (outside pytest), a set makes and removes its own.
 
 Needs root (``CAP_NET_ADMIN``/``CAP_SYS_ADMIN``), ``ip`` and ``unshare``; :func:`unavailable` says why not.
 """
@@ -41,6 +48,9 @@ STATE_DIR = Path("/run/trainledger-hosts")
 ETC_NETNS = Path("/etc/netns")
 BLOCKS = 16
 SUBNET = "10.231.0"
+SLOTS = 13  # host addresses of a block: 16·b + 2 … 16·b + 14
+#: "BLOCK BRIDGE": the test run's fabric (tests/conftest.py), for its workers
+FABRIC_ENV = "TRAINLEDGER_TEST_HOSTS_FABRIC"
 
 #: run by python in the host's new UTS and mount namespaces: its /etc/hosts, its hostname, then the command
 _ENTER = ("import os, socket, subprocess, sys; subprocess.run(['mount', '--bind', sys.argv[1], '/etc/hosts'], check=True); "
@@ -118,36 +128,122 @@ class Host:
         _ip("link", "set", self.outer, "up")
 
 
+def _slot_state(block: int, slot: int) -> Path:
+    return STATE_DIR / f"{block}.{slot}.json"
+
+
+def _try_lock(path: Path) -> Optional[int]:
+    """An fd holding an exclusive flock on ``path``, or None if another process holds it."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _take_block() -> tuple[int, int]:
+    """The first free block and its lock's fd; on the way, every free block's leftovers (a killed run's fabric and
+    hosts: its lock is free) are removed."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    chosen = None
+    for b in range(BLOCKS):
+        fd = _try_lock(STATE_DIR / f"{b}.lock")
+        if fd is None:
+            continue
+        for slot in range(SLOTS):
+            _teardown(_slot_state(b, slot))
+        _teardown(STATE_DIR / f"{b}.json")
+        if chosen is None:
+            chosen = (b, fd)
+        else:
+            os.close(fd)
+    if chosen is None:
+        raise RuntimeError(f"all {BLOCKS} host blocks of {SUBNET}.0/24 are in use")
+    return chosen
+
+
+class Fabric:
+    """A block's bridge in the root namespace with its gateway address (module doc)."""
+
+    def __init__(self, block: int, bridge: str, lock_fd: Optional[int] = None):
+        self.block, self.bridge, self._lock_fd = block, bridge, lock_fd
+
+    @property
+    def gateway(self) -> str:
+        return f"{SUBNET}.{16 * self.block + 1}"
+
+    @property
+    def cidr(self) -> str:
+        """The block's network (its /28), e.g. for a server's allow-list."""
+        return f"{SUBNET}.{16 * self.block}/28"
+
+    @classmethod
+    def make(cls) -> "Fabric":
+        block, fd = _take_block()
+        fabric = cls(block, f"tl{block:x}{secrets.token_hex(2)}br", fd)
+        (STATE_DIR / f"{block}.json").write_text(json.dumps({"bridge": fabric.bridge}), encoding="utf-8")
+        try:
+            _ip("link", "add", fabric.bridge, "type", "bridge")
+            _ip("addr", "add", f"{fabric.gateway}/28", "dev", fabric.bridge)
+            _ip("link", "set", fabric.bridge, "up")
+        except BaseException:
+            fabric.remove()
+            raise
+        return fabric
+
+    @classmethod
+    def from_env(cls) -> Optional["Fabric"]:
+        """The test run's fabric (``$TRAINLEDGER_TEST_HOSTS_FABRIC``), or None."""
+        value = os.environ.get(FABRIC_ENV, "").split()
+        return cls(int(value[0]), value[1]) if len(value) == 2 else None
+
+    def env_value(self) -> str:
+        return f"{self.block} {self.bridge}"
+
+    def remove(self) -> None:
+        """Every host left on the bridge, then the bridge; the block released. Only the maker's."""
+        if self._lock_fd is None:
+            return
+        for slot in range(SLOTS):
+            _teardown(_slot_state(self.block, slot))
+        _teardown(STATE_DIR / f"{self.block}.json")
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+
 class Hosts:
-    """``n`` hosts on a bridge (see the module doc). Use as a context manager, or :meth:`up` / :meth:`down`."""
+    """``n`` hosts on the run's bridge (see the module doc). Use as a context manager, or :meth:`up` / :meth:`down`."""
 
     def __init__(self, n: int = 2, prefix: str = "node"):
         if not 1 <= n <= 12:
             raise ValueError("n: 1 to 12 hosts fit in a /28 block")
         self.n, self.prefix = n, prefix
-        self.block: Optional[int] = None
-        self._lock_fd: Optional[int] = None
+        self.fabric: Optional[Fabric] = None
+        self._own_fabric = False
+        self.slots: list[int] = []
+        self._slot_fds: list[int] = []
         self.hosts: list[Host] = []
         self.bridge = ""
         self.gateway = ""
 
     # -- life cycle --
     def up(self) -> "Hosts":
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        self.block = self._take_block()
-        b, token = self.block, secrets.token_hex(2)
-        stem = f"tl{b:x}{token}"  # 7 characters
-        base = 16 * b
-        self.bridge, self.gateway = f"{stem}br", f"{SUBNET}.{base + 1}"
-        self.hosts = [Host(i, f"{self.prefix}{i}-{token}", f"{stem}-h{i}", f"{SUBNET}.{base + 2 + i}", f"{stem}h{i}")
-                      for i in range(self.n)]
-        self._state().write_text(json.dumps({"bridge": self.bridge, "netns": [h.netns for h in self.hosts],
-                                             "links": [h.outer for h in self.hosts]}), encoding="utf-8")
-        names = "".join(f"{h.addr}\t{h.name}\n" for h in self.hosts)
+        self.fabric = Fabric.from_env()
+        self._own_fabric = self.fabric is None
+        if self.fabric is None:
+            self.fabric = Fabric.make()
         try:
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.gateway}/28", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
+            b, token = self.fabric.block, secrets.token_hex(2)
+            self._take_slots()
+            stem = f"tl{b:x}{token}"  # 7 characters
+            self.bridge, self.gateway = self.fabric.bridge, self.fabric.gateway
+            self.hosts = [Host(i, f"{self.prefix}{i}-{token}", f"{stem}-h{i}", f"{SUBNET}.{16 * b + 2 + slot}",
+                               f"{stem}h{i}") for i, slot in enumerate(self.slots)]
+            for h, slot in zip(self.hosts, self.slots):
+                _slot_state(b, slot).write_text(json.dumps({"netns": [h.netns], "links": [h.outer]}), encoding="utf-8")
+            names = "".join(f"{h.addr}\t{h.name}\n" for h in self.hosts)
             for h in self.hosts:
                 _ip("netns", "add", h.netns)
                 (ETC_NETNS / h.netns).mkdir(parents=True, exist_ok=True)
@@ -167,14 +263,17 @@ class Hosts:
         return self
 
     def down(self) -> None:
-        """Kill every process of every host, delete the namespaces, links and bridge; release the block."""
-        if self.block is None:
+        """Kill every process of every host, delete its namespace and link; release the slots (and the fabric, if
+        this set made its own)."""
+        if self.fabric is None:
             return
-        _teardown(self._state())
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        self.block = None
+        for slot, fd in zip(self.slots, self._slot_fds):
+            _teardown(_slot_state(self.fabric.block, slot))
+            os.close(fd)
+        self.slots, self._slot_fds = [], []
+        if self._own_fabric:
+            self.fabric.remove()
+        self.fabric = None
 
     def __enter__(self) -> "Hosts":
         return self.up()
@@ -183,9 +282,13 @@ class Hosts:
         self.down()
 
     @property
+    def block(self) -> int:
+        return self.fabric.block
+
+    @property
     def cidr(self) -> str:
-        """The set's network (its /28), e.g. for a server's allow-list."""
-        return f"{SUBNET}.{16 * self.block}/28"
+        """The set's network (its block's /28), e.g. for a server's allow-list."""
+        return self.fabric.cidr
 
     def hostfile(self, path: Path, slots: int = 1) -> Path:
         """A DeepSpeed hostfile (``NAME slots=N``) of these hosts, host 0 first."""
@@ -201,29 +304,23 @@ class Hosts:
     def __len__(self) -> int:
         return len(self.hosts)
 
-    # -- blocks --
-    def _state(self) -> Path:
-        return STATE_DIR / f"{self.block}.json"
-
-    def _take_block(self) -> int:
-        """The first free block; on the way, every free block's leftover set (its owner is dead: its lock free)
-        is removed."""
-        chosen = None
-        for b in range(BLOCKS):
-            fd = os.open(STATE_DIR / f"{b}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+    # -- slots --
+    def _take_slots(self) -> None:
+        """The first ``n`` free slots of the fabric's block; a free slot's leftover host (its owner is dead: its lock
+        free) is removed on the way."""
+        b = self.fabric.block
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        for slot in range(SLOTS):
+            if len(self.slots) == self.n:
+                break
+            fd = _try_lock(STATE_DIR / f"{b}.{slot}.lock")
+            if fd is None:
                 continue
-            _teardown(STATE_DIR / f"{b}.json")  # a set a killed test run left in this block
-            if chosen is None:
-                chosen, self._lock_fd = b, fd
-            else:
-                os.close(fd)
-        if chosen is None:
-            raise RuntimeError(f"all {BLOCKS} host blocks of {SUBNET}.0/24 are in use")
-        return chosen
+            _teardown(_slot_state(b, slot))
+            self.slots.append(slot)
+            self._slot_fds.append(fd)
+        if len(self.slots) < self.n:
+            raise RuntimeError(f"only {len(self.slots)} of the {SLOTS} host slots of block {b} are free; {self.n} asked")
 
 
 def _teardown(state: Path) -> None:

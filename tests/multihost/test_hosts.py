@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.hosts import ETC_NETNS, STATE_DIR, Hosts, _ip
+from tests.hosts import ETC_NETNS, Hosts, _ip, _slot_state
 
 pytestmark = pytest.mark.slow
 
@@ -54,18 +54,20 @@ def test_each_host_has_its_name_and_reaches_the_other_and_the_root(hosts):
         assert check.wait(timeout=30) == 0
 
 
-def test_a_set_left_by_a_killed_run_is_removed_by_the_next_one():
-    """A test process killed before its teardown leaves namespaces and links: the next set that takes the
-    block removes them (here: the lock is dropped without a teardown, as a dead process drops it)."""
+def test_a_set_left_by_a_killed_run_is_removed_by_the_next_one(hosts):
+    """A test process killed before its teardown leaves namespaces and links: the next set that takes its slots
+    removes them (here: the locks are dropped without a teardown, as a dead process drops them)."""
     left = Hosts(2).up()
-    block, names, links = left.block, [h.netns for h in left], [left.bridge, *(h.outer for h in left)]
+    block, slots, names, links = left.block, left.slots, [h.netns for h in left], [h.outer for h in left]
+    assert block == hosts.block and not set(slots) & set(hosts.slots)  # the run's bridge, slots of its own
     sleeper = left[1].popen(["sleep", "600"])
-    os.close(left._lock_fd)  # the process "dies": its flock goes, its namespaces stay
-    assert (STATE_DIR / f"{block}.json").exists()
+    for fd in left._slot_fds:
+        os.close(fd)  # the process "dies": its flocks go, its namespaces stay
+    assert all(_slot_state(block, s).exists() for s in slots)
     fresh = Hosts(2)
     try:
         fresh.up()
-        assert fresh.block == block
+        assert fresh.block == block and fresh.slots == slots
         netns = _ip("netns", "list").stdout
         assert not any(n in netns for n in names)
         assert all(_ip("link", "show", link, check=False).returncode != 0 for link in links)
@@ -73,5 +75,25 @@ def test_a_set_left_by_a_killed_run_is_removed_by_the_next_one():
         assert sleeper.wait(timeout=30) == -9  # its processes were killed with it
     finally:
         fresh.down()
-    assert not (STATE_DIR / f"{block}.json").exists()
+    assert not any(_slot_state(block, s).exists() for s in slots)
     assert not any(h.netns in _ip("netns", "list").stdout for h in fresh)
+    assert _ip("link", "show", hosts.bridge, check=False).returncode == 0  # the run's bridge stays for the others
+
+
+def _root_addresses() -> list[str]:
+    """The root namespace's IPv4 addresses, one "interface address" each (what Chromium watches, module doc of
+    tests/hosts.py)."""
+    out = _ip("-4", "-o", "addr", "show").stdout.splitlines()
+    return sorted(" ".join(line.split()[1:4:2]) for line in out)
+
+
+def test_sets_come_and_go_without_changing_an_address_of_the_root_namespace(hosts):
+    """The run's fabric (made before any test) holds the gateway address; a set only adds and removes links, so a
+    browser on another worker never sees an address come or go (ERR_NETWORK_CHANGED). Before the fabric, each set
+    added its bridge's address and removed it."""
+    before = _root_addresses()
+    assert f"{hosts.bridge} {hosts.gateway}/28" in before  # the fabric's, there before this test
+    with Hosts(3) as more:
+        during = _root_addresses()
+        assert more.gateway == hosts.gateway and more[2].run(["ip", "-4", "-o", "addr", "show", "eth0"]).returncode == 0
+    assert before == during == _root_addresses()
