@@ -8,10 +8,13 @@ is ``eth0`` (``10.231.0.<16·b + 2 + slot>``, a free slot of the block), with lo
 the others and the root namespace (the gateway address); a server in the root namespace that listens on the
 gateway address is reachable from every host, as a head node's services are on a cluster network.
 
-Why the bridge and its address outlive the sets: Chromium drops its connections and fails every fetch in flight
-(``ERR_NETWORK_CHANGED``) whenever an address of its network namespace comes or goes. A set that added and removed
-the gateway address itself, on another test worker, failed browser tests' page loads in full runs (issue 38). A
-set only adds and removes links, which Chromium does not mind (measured: docs/PERFORMANCE.md).
+Why no address of the root namespace comes or goes while tests run: Chromium drops its connections and fails
+every fetch in flight (``ERR_NETWORK_CHANGED``) whenever one does, IPv4 or IPv6. A set that added and removed the
+gateway address itself, on another test worker, failed browser tests' page loads in full runs (issue 38); so did
+the IPv6 link-local address the kernel gives each root-namespace end of a veth pair once it is up (removed with
+the link). So the bridge and its address outlive the sets, and the bridge and the veth ends in the root namespace
+get no link-local address (``addrgenmode none``); a set adds and removes only links, which Chromium does not mind
+(measured: docs/PERFORMANCE.md).
 
 A process runs *on* a host with :meth:`Host.cmd`: ``nsenter --net=/run/netns/NS -- unshare --mount --uts --
 python -c ENTER HOSTS NAME COMMAND...`` — the host's network namespace, a UTS namespace whose hostname is the
@@ -143,6 +146,13 @@ def _try_lock(path: Path) -> Optional[int]:
     return fd
 
 
+def _clear_block(block: int) -> None:
+    """Remove what the block holds: every host on its slots, then its bridge."""
+    for slot in range(SLOTS):
+        _teardown(_slot_state(block, slot))
+    _teardown(STATE_DIR / f"{block}.json")
+
+
 def _take_block() -> tuple[int, int]:
     """The first free block and its lock's fd; on the way, every free block's leftovers (a killed run's fabric and
     hosts: its lock is free) are removed."""
@@ -152,9 +162,7 @@ def _take_block() -> tuple[int, int]:
         fd = _try_lock(STATE_DIR / f"{b}.lock")
         if fd is None:
             continue
-        for slot in range(SLOTS):
-            _teardown(_slot_state(b, slot))
-        _teardown(STATE_DIR / f"{b}.json")
+        _clear_block(b)
         if chosen is None:
             chosen = (b, fd)
         else:
@@ -186,6 +194,7 @@ class Fabric:
         (STATE_DIR / f"{block}.json").write_text(json.dumps({"bridge": fabric.bridge}), encoding="utf-8")
         try:
             _ip("link", "add", fabric.bridge, "type", "bridge")
+            _ip("link", "set", fabric.bridge, "addrgenmode", "none")  # no IPv6 link-local address (module doc)
             _ip("addr", "add", f"{fabric.gateway}/28", "dev", fabric.bridge)
             _ip("link", "set", fabric.bridge, "up")
         except BaseException:
@@ -206,9 +215,7 @@ class Fabric:
         """Every host left on the bridge, then the bridge; the block released. Only the maker's."""
         if self._lock_fd is None:
             return
-        for slot in range(SLOTS):
-            _teardown(_slot_state(self.block, slot))
-        _teardown(STATE_DIR / f"{self.block}.json")
+        _clear_block(self.block)
         os.close(self._lock_fd)
         self._lock_fd = None
 
@@ -225,8 +232,6 @@ class Hosts:
         self.slots: list[int] = []
         self._slot_fds: list[int] = []
         self.hosts: list[Host] = []
-        self.bridge = ""
-        self.gateway = ""
 
     # -- life cycle --
     def up(self) -> "Hosts":
@@ -238,7 +243,6 @@ class Hosts:
             b, token = self.fabric.block, secrets.token_hex(2)
             self._take_slots()
             stem = f"tl{b:x}{token}"  # 7 characters
-            self.bridge, self.gateway = self.fabric.bridge, self.fabric.gateway
             self.hosts = [Host(i, f"{self.prefix}{i}-{token}", f"{stem}-h{i}", f"{SUBNET}.{16 * b + 2 + slot}",
                                f"{stem}h{i}") for i, slot in enumerate(self.slots)]
             for h, slot in zip(self.hosts, self.slots):
@@ -249,6 +253,7 @@ class Hosts:
                 (ETC_NETNS / h.netns).mkdir(parents=True, exist_ok=True)
                 (ETC_NETNS / h.netns / "hosts").write_text(f"127.0.0.1\tlocalhost\n{names}", encoding="utf-8")
                 _ip("link", "add", h.outer, "type", "veth", "peer", "name", f"{h.outer}p", "netns", h.netns)
+                _ip("link", "set", h.outer, "addrgenmode", "none")  # before it is up: no address comes or goes
                 _ip("link", "set", h.outer, "master", self.bridge)
                 _ip("link", "set", h.outer, "up")
                 ns = ["-n", h.netns]
@@ -284,6 +289,14 @@ class Hosts:
     @property
     def block(self) -> int:
         return self.fabric.block
+
+    @property
+    def bridge(self) -> str:
+        return self.fabric.bridge
+
+    @property
+    def gateway(self) -> str:
+        return self.fabric.gateway
 
     @property
     def cidr(self) -> str:

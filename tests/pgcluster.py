@@ -48,13 +48,13 @@ class PgCluster:
 
     def _run(self, cmd: list[str]) -> None:
         """Run ``cmd`` (as postgres when root); a failure raises with the program's own last lines in the error."""
+        program = Path(cmd[0]).name
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         if done.returncode:
             err = subprocess.CalledProcessError(done.returncode, cmd, done.stdout)
-            err.add_note(f"{Path(cmd[cmd.index('--') + 1] if '--' in cmd else cmd[0]).name} said: "
-                         + " | ".join(done.stdout.strip().splitlines()[-5:]))
+            err.add_note(f"{program} said: " + " | ".join(done.stdout.strip().splitlines()[-5:]))
             raise err
 
     @property

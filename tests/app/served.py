@@ -213,6 +213,19 @@ def _failed_chunks(page) -> list[str]:
     return seen or sorted(set(page.get_by_text(CHUNK_FAILED).all_inner_texts()))
 
 
+def _load_failure(page) -> Optional[str]:
+    """Wait for the page to be drawn (:func:`_wait_drawn`); what the browser failed to load, or None when it loaded
+    and drew. A page that ran its script and still is not drawn raises :class:`NotDrawn`: that is the app's doing."""
+    try:
+        _wait_drawn(page)
+    except NotDrawn as stuck:
+        if stuck.state is None or stuck.state["script"] not in NEVER_RAN:
+            raise  # a script run that never ended, or a page that ran and still waits: the app's, not the transfer's
+        return str(stuck)
+    failed = _failed_chunks(page)
+    return f"{page.url}: the browser could not load {'; '.join(failed)}" if failed else None
+
+
 def settle(page) -> None:
     """Wait until Streamlit has finished the script run and drawn its widgets.
 
@@ -221,34 +234,22 @@ def settle(page) -> None:
     status widget alone is not enough: Streamlit shows it only some time after a run starts, so on a loaded
     machine its absence can be seen before the page's script has drawn anything below the heading.
 
-    If the browser could not fetch one of the frontend's lazily loaded files (an element then shows the TypeError
-    ``CHUNK_FAILED`` in place of itself, and keeps it: the browser remembers a failed import for the page's life),
-    the page is loaded again once, with a warning naming the files, since what failed is the transfer of a file
-    that the same server had served, not the page. Seen once, in a full CI run on a loaded machine (issue 38), for
-    every element of one page at once; never when the same test ran alone. A second failure fails the test.
-
-    Likewise a page whose frontend never started a script run (:data:`NEVER_RAN`: its code was not fetched, or it
-    never connected to the server) is loaded again once, with a warning naming its state; a second time fails. A
-    script run that has not ended, or a page that ran and still shows a status widget or skeletons, fails at once.
-    Either failure says where the page stood (:class:`NotDrawn`): a full CI run once saw an Overview, just signed
-    in to, not drawn after 60 s, with nothing recorded of its state (issue 38).
+    A page the browser failed to load is loaded again once, with a warning saying what failed; a second failure
+    fails the test. Failed to load: one of the frontend's lazily loaded files could not be fetched (an element
+    then shows the TypeError ``CHUNK_FAILED`` in place of itself, and keeps it: the browser remembers a failed
+    import for the page's life), or the frontend never started a script run (:data:`NEVER_RAN`: its code was not
+    fetched, or it never connected to the server). Both were seen in full CI runs, caused by the multi-host tests'
+    address changes (tests/hosts.py ``Fabric``, issue 38), which no longer happen; the reload stays for a machine
+    whose addresses change under the tests. A script run that has not ended, or a page that ran and still shows a
+    status widget or skeletons, fails at once, saying where the page stood (:class:`NotDrawn`).
     """
-    try:
-        _wait_drawn(page)
-    except NotDrawn as stuck:
-        if stuck.state is None or stuck.state["script"] not in NEVER_RAN:
-            raise  # a script run that never ended, or a page that ran and still waits: the app's, not the transfer's
-        warnings.warn(f"reloaded {stuck}", stacklevel=2)
-        page.reload()
-        _wait_drawn(page)
-    failed = _failed_chunks(page)
-    if not failed:
+    failed = _load_failure(page)
+    if failed is None:
         return
-    warnings.warn(f"reloaded {page.url}: the browser could not load {'; '.join(failed)}", stacklevel=2)
+    warnings.warn(f"reloaded {failed}", stacklevel=2)
     page.reload()
-    _wait_drawn(page)
-    again = _failed_chunks(page)
-    assert not again, f"{page.url}: the browser could not load the dashboard's files twice: {'; '.join(again)}"
+    again = _load_failure(page)
+    assert again is None, f"the page failed to load twice: {again}"
 
 
 def open_expander(page, label: str):

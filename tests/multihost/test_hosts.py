@@ -81,18 +81,20 @@ def test_a_set_left_by_a_killed_run_is_removed_by_the_next_one(hosts):
 
 
 def _root_addresses() -> list[str]:
-    """The root namespace's IPv4 addresses, one "interface address" each (what Chromium watches, module doc of
-    tests/hosts.py)."""
-    out = _ip("-4", "-o", "addr", "show").stdout.splitlines()
+    """The root namespace's addresses, IPv4 and IPv6, one "interface address" each (what Chromium watches, module
+    doc of tests/hosts.py)."""
+    out = _ip("-o", "addr", "show").stdout.splitlines()
     return sorted(" ".join(line.split()[1:4:2]) for line in out)
 
 
 def test_sets_come_and_go_without_changing_an_address_of_the_root_namespace(hosts):
-    """The run's fabric (made before any test) holds the gateway address; a set only adds and removes links, so a
-    browser on another worker never sees an address come or go (ERR_NETWORK_CHANGED). Before the fabric, each set
-    added its bridge's address and removed it."""
+    """The run's fabric (made before any test) holds the gateway address; a set only adds and removes links, whose
+    root-namespace ends get no IPv6 link-local address, so a browser on another worker never sees an address come
+    or go (ERR_NETWORK_CHANGED). Before, each set added and removed its bridge's address and each of its links'
+    link-local one."""
     before = _root_addresses()
     assert f"{hosts.bridge} {hosts.gateway}/28" in before  # the fabric's, there before this test
+    assert not [a for a in before if a.startswith(hosts.bridge) and ":" in a]  # and no IPv6 one of the bridge
     with Hosts(3) as more:
         during = _root_addresses()
         assert more.gateway == hosts.gateway and more[2].run(["ip", "-4", "-o", "addr", "show", "eth0"]).returncode == 0
